@@ -1089,7 +1089,7 @@ void Runner::run_thread(uint32_t t) {
 
 }  // namespace
 
-InstrCounts Module::launch(std::string_view kname, Dim3 grid, Dim3 block, std::span<const std::byte> params,
+InstrCounts Module::launch_packed(std::string_view kname, Dim3 grid, Dim3 block, std::span<const std::byte> params,
                            const LaunchOptions& opt) const {
   const ModuleImpl& m = *impl_;
   auto it = m.prog.kernel_index.find(std::string(kname));

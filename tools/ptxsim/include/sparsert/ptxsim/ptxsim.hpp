@@ -189,12 +189,13 @@ class Module {
   // Packs from the cuLaunchKernel kernelParams form (one pointer per parameter).
   std::vector<std::byte> pack_args(std::string_view kernel, void* const* kernel_params) const;
 
-  InstrCounts launch(std::string_view kernel, Dim3 grid, Dim3 block, std::span<const std::byte> param_buffer,
-                     const LaunchOptions& opt = {}) const;
+  // Launch with an already packed parameter buffer (see pack_args).
+  InstrCounts launch_packed(std::string_view kernel, Dim3 grid, Dim3 block, std::span<const std::byte> param_buffer,
+                            const LaunchOptions& opt = {}) const;
   InstrCounts launch(std::string_view kernel, Dim3 grid, Dim3 block, const std::vector<Arg>& args,
                      const LaunchOptions& opt = {}) const {
     auto buf = pack_args(kernel, args);
-    return launch(kernel, grid, block, buf, opt);
+    return launch_packed(kernel, grid, block, buf, opt);
   }
 
   const std::string& source_name() const;
