@@ -1,0 +1,60 @@
+#pragma once
+// PTX → cubin through nvJitLink, in process and with no GPU. libnvJitLink is loaded with dlopen (from
+// $SPARSERT_NVJITLINK, then the CUDA toolkit found at build time, then the loader's search path), so binaries run
+// where the toolkit is absent and say so.
+#include "sparsert/codegen/target.hpp"
+#include "sparsert/runtime/error.hpp"
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace sparsert::codegen {
+
+// What the assembler reports about one kernel.
+struct ResourceUsage {
+  int registers = 0;
+  int spill_store_bytes = 0;
+  int spill_load_bytes = 0;
+  int stack_bytes = 0;
+  int shared_bytes = 0;
+  int constant_bytes = 0;  // user constant bank (bank 3 on recent targets)
+  bool operator==(const ResourceUsage&) const = default;
+};
+
+// Parses the "ptxas info" lines of a verbose assembler log for `entry`; throws InternalError if they are absent.
+ResourceUsage parse_resource_report(const std::string& log, const std::string& entry);
+
+struct Assembled {
+  std::vector<char> cubin;
+  ResourceUsage usage;
+  std::string info_log;
+  double seconds = 0.0;
+  std::string toolkit_version;  // e.g. "13.0": part of cache keys
+};
+
+// A PTX module that did not assemble. what() gives the assembler's error log and a repro: the PTX written to a file and
+// the ptxas command that reproduces the failure.
+class AssemblyError : public WorkFailure {
+ public:
+  using WorkFailure::WorkFailure;
+};
+
+class Assembler {
+ public:
+  // Throws UserError ("nvJitLink: not found ...") when the library cannot be loaded.
+  static Assembler& instance();
+  static bool available();
+  static std::string unavailable_reason();
+
+  Assembled assemble(const std::string& ptx, const Target& target, const std::string& entry, int opt_level = 3) const;
+  std::string version() const;
+
+  struct Api;  // the dlopen'ed entry points
+
+ private:
+  Assembler();
+  Api* api_;
+};
+
+}  // namespace sparsert::codegen

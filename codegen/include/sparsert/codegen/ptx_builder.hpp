@@ -1,0 +1,91 @@
+#pragma once
+// A typed builder for PTX instructions. Operands are values, not strings, so register classes, immediates and
+// addresses are spelled one way everywhere; the text is appended without temporary strings because a large layer's
+// kernel holds hundreds of thousands of instructions.
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace sparsert::codegen::ptx {
+
+enum class RegClass : uint8_t { kPred, kB32, kB64, kF32 };  // %p, %r, %rd, %f
+
+struct Reg {
+  RegClass cls = RegClass::kB32;
+  uint32_t id = 0;
+  bool operator==(const Reg&) const = default;
+};
+
+struct F32Imm {  // printed as 0fXXXXXXXX, the exact bit pattern
+  float value;
+};
+struct IntImm {
+  int64_t value;
+};
+struct Address {  // [%rd4+16]
+  Reg base;
+  int64_t offset = 0;
+};
+struct SymbolAddress {  // [W+16]
+  std::string_view symbol;
+  int64_t offset = 0;
+};
+struct Special {  // %tid.x, %ctaid.y, ...
+  std::string_view name;
+};
+struct Symbol {  // a variable or label name used as an operand
+  std::string_view name;
+};
+struct Vector {  // {%f1, %f2, %f3, %f4}
+  std::span<const Reg> regs;
+};
+
+using Operand = std::variant<Reg, F32Imm, IntImm, Address, SymbolAddress, Special, Symbol, Vector>;
+
+struct Guard {  // @%p1 or @!%p1
+  Reg pred;
+  bool negate = false;
+};
+
+void append_reg(std::string& out, Reg r);
+void append_f32(std::string& out, float v);
+void append_operand(std::string& out, const Operand& op);
+std::string to_string(const Operand& op);
+
+class Builder {
+ public:
+  Reg reg(RegClass cls);                      // a fresh register of the class
+  std::vector<Reg> regs(RegClass cls, int n); // n fresh registers
+
+  void inst(std::string_view opcode, std::initializer_list<Operand> operands, std::optional<Guard> guard = {});
+  void inst(std::string_view opcode, std::span<const Operand> operands, std::optional<Guard> guard = {});
+  // The hot path of every kernel: fma.rn.f32 d, a, imm, c (or mul.rn.f32 d, a, imm when `first`).
+  void fma_imm(Reg acc, Reg b, float w, bool first);
+  void fma_reg(Reg acc, Reg b, Reg w, bool first);
+  void comment(std::string_view text);
+  void label(std::string_view name);
+  void line(std::string_view text);  // a directive or anything else, indented, as is
+  void blank();
+
+  // `.reg .f32 %f<N>;` etc. for every class used.
+  std::string declarations() const;
+  const std::string& body() const { return body_; }
+  std::string take_body() { return std::move(body_); }
+  uint32_t count(RegClass cls) const { return counts_[static_cast<int>(cls)]; }
+  int64_t instructions() const { return instructions_; }
+
+ private:
+  template <typename AppendWeight>
+  void fma(Reg acc, Reg b, bool first, AppendWeight append_weight);
+
+  std::string body_;
+  uint32_t counts_[4] = {0, 0, 0, 0};
+  int64_t instructions_ = 0;
+};
+
+}  // namespace sparsert::codegen::ptx

@@ -1,0 +1,56 @@
+#pragma once
+// The SpMM kernel generator: C[M×N] = act(A·B + bias) for one fixed sparse A, as PTX text with the weights baked in.
+// A pure function of (matrix, plan, target, options); it never touches a GPU.
+#include "sparsert/codegen/target.hpp"
+#include "sparsert/codegen/tile.hpp"
+#include "sparsert/inspector/plan.hpp"
+#include "sparsert/runtime/csr.hpp"
+#include "sparsert/runtime/reference.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace sparsert::codegen {
+
+// Bumped whenever the generated code changes: it is part of every cache key.
+inline constexpr const char* kGeneratorVersion = "sparsert-spmm/1";
+
+struct SpmmOptions {
+  TileParams tile;
+  Epilogue epilogue;          // bias (none, one scalar, or one per row of A), ReLU, clamp
+  int32_t ld = 0;             // leading dimension of B and C: the largest N the kernel accepts
+  std::string name = "spmm";  // prefix of the entry names
+};
+
+// One .entry in its own PTX module: a contiguous range of the plan's row blocks.
+struct SpmmEntry {
+  std::string name;
+  std::string ptx;
+  int32_t block_begin = 0;  // plan blocks [block_begin, block_end): grid.y = block_end - block_begin
+  int32_t block_end = 0;
+  int64_t fmas = 0;         // fma/mul instructions in the body (nonzeros × cols_per_thread)
+  int32_t shared_bytes = 0;
+  WeightPlacement weights = WeightPlacement::kImmediate;  // what this entry actually uses
+};
+
+struct SpmmKernel {
+  KernelShape shape;
+  Target target = Target::all().back();
+  TileParams tile;
+  int32_t block_x = 0;  // threads: (block_x, block_y, 1)
+  int32_t block_y = 0;
+  std::vector<SpmmEntry> entries;
+
+  // grid = (ceil(n / n_tile), entry blocks, 1) for an active column count n.
+  int32_t grid_x(int32_t n) const { return (n + tile.n_tile - 1) / tile.n_tile; }
+  // The sidecar: parameters, launch dimensions and resources, reused by the compiled-package manifest.
+  nlohmann::json sidecar() const;
+};
+
+// Throws InvalidTileParams when the parameters cannot describe a kernel for this matrix and target.
+SpmmKernel emit_spmm(const CsrMatrix& a, const inspector::WorkPlan& plan, const Target& target,
+                     const SpmmOptions& options);
+
+}  // namespace sparsert::codegen

@@ -1,0 +1,56 @@
+#pragma once
+// Tile parameters of a generated SpMM kernel and the one validity check that codegen and the autotuner share.
+// Violations throw inspector::InvalidTileParams naming the parameter and the limit it passes.
+#include "sparsert/codegen/target.hpp"
+#include "sparsert/inspector/plan.hpp"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace sparsert::codegen {
+
+enum class WeightPlacement {
+  kImmediate,  // every weight an f32 immediate of its fma
+  kConstBank,  // weights in a .const array (per module; falls back to immediates past the 64 KB bank)
+};
+std::string to_string(WeightPlacement w);
+WeightPlacement parse_weight_placement(const std::string& s);  // "imm" | "const"
+
+struct TileParams {
+  inspector::PlanParams plan;       // m_blocks, gy, balance, row reordering
+  int32_t n_tile = 64;              // output columns per thread block
+  int32_t cols_per_thread = 1;      // 1, 2 or 4 (vector loads and stores of B and C)
+  WeightPlacement weights = WeightPlacement::kImmediate;
+  int32_t loads_per_batch = 4;      // rows of B loaded ahead of their fmas
+  int64_t max_fmas_per_entry = 16384;  // larger layers are split into several entries (assembler cost)
+  bool operator==(const TileParams&) const = default;
+};
+
+nlohmann::json to_json(const TileParams& t);
+
+// The shape a kernel is compiled for: A is m×k; B (k×ld) and C (m×ld) are row-major with leading dimension ld, the
+// largest N the kernel accepts (the active N is a launch parameter); 0 where not known yet.
+struct KernelShape {
+  int32_t m = 0;
+  int32_t k = 0;
+  int32_t ld = 0;
+};
+
+// Threads per block: (n_tile / cols_per_thread) × gy.
+int32_t threads_per_block(const TileParams& t);
+
+// What a plan needs of the hardware, estimated before emission (the assembler's report confirms it after).
+struct ResourceEstimate {
+  int32_t registers = 0;     // per thread
+  int32_t shared_bytes = 0;  // static shared memory per block (partial sums when gy > 1)
+  int32_t threads = 0;
+};
+ResourceEstimate estimate_resources(const TileParams& t, const inspector::WorkPlan& plan);
+
+// Checks the parameters alone, then (given a plan) the registers, shared memory and threads they need.
+void check_tile_params(const TileParams& t, const KernelShape& shape, const Target& target);
+void check_tile_resources(const TileParams& t, const inspector::WorkPlan& plan, const Target& target);
+
+}  // namespace sparsert::codegen

@@ -1,0 +1,217 @@
+#include "sparsert/codegen/assembler.hpp"
+
+#include "sparsert/runtime/file_io.hpp"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <regex>
+
+namespace sparsert::codegen {
+
+namespace {
+// The part of nvJitLink's C API we use, declared here so the toolkit is not needed at build time. The values match
+// nvJitLink.h (CUDA 12 and 13).
+using Handle = void*;
+using Result = int;
+constexpr int kInputPtx = 2;  // NVJITLINK_INPUT_PTX
+
+const char* result_name(Result r) {
+  switch (r) {
+    case 0: return "NVJITLINK_SUCCESS";
+    case 1: return "NVJITLINK_ERROR_UNRECOGNIZED_OPTION";
+    case 2: return "NVJITLINK_ERROR_MISSING_ARCH";
+    case 3: return "NVJITLINK_ERROR_INVALID_INPUT";
+    case 4: return "NVJITLINK_ERROR_PTX_COMPILE";
+    case 5: return "NVJITLINK_ERROR_NVVM_COMPILE";
+    case 6: return "NVJITLINK_ERROR_INTERNAL";
+    case 7: return "NVJITLINK_ERROR_THREADPOOL";
+    case 8: return "NVJITLINK_ERROR_UNRECOGNIZED_INPUT";
+    case 9: return "NVJITLINK_ERROR_FINALIZE";
+    case 10: return "NVJITLINK_ERROR_NULL_INPUT";
+    case 11: return "NVJITLINK_ERROR_INCOMPATIBLE_OPTIONS";
+    case 12: return "NVJITLINK_ERROR_INCORRECT_INPUT_TYPE";
+    case 13: return "NVJITLINK_ERROR_ARCH_MISMATCH";
+    case 14: return "NVJITLINK_ERROR_OUTDATED_LIBRARY";
+    case 15: return "NVJITLINK_ERROR_MISSING_FATBIN";
+    case 16: return "NVJITLINK_ERROR_UNRECOGNIZED_ARCH";
+    case 17: return "NVJITLINK_ERROR_UNSUPPORTED_ARCH";
+    case 18: return "NVJITLINK_ERROR_LTO_NOT_ENABLED";
+    default: return "NVJITLINK_ERROR_UNKNOWN";
+  }
+}
+
+std::string load_error;  // why the library could not be loaded, for the one-line message
+}  // namespace
+
+struct Assembler::Api {
+  void* lib = nullptr;
+  Result (*create)(Handle*, uint32_t, const char**) = nullptr;
+  Result (*destroy)(Handle*) = nullptr;
+  Result (*add_data)(Handle, int, const void*, size_t, const char*) = nullptr;
+  Result (*complete)(Handle) = nullptr;
+  Result (*cubin_size)(Handle, size_t*) = nullptr;
+  Result (*cubin)(Handle, void*) = nullptr;
+  Result (*error_log_size)(Handle, size_t*) = nullptr;
+  Result (*error_log)(Handle, char*) = nullptr;
+  Result (*info_log_size)(Handle, size_t*) = nullptr;
+  Result (*info_log)(Handle, char*) = nullptr;
+  Result (*version)(unsigned*, unsigned*) = nullptr;
+};
+
+namespace {
+Assembler::Api* load_api() {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("SPARSERT_NVJITLINK")) candidates.emplace_back(env);
+  if (const char* home = std::getenv("CUDA_HOME")) candidates.push_back(std::string(home) + "/lib64/libnvJitLink.so");
+  candidates.push_back(std::string(SPARSERT_CUDA_HOME) + "/lib64/libnvJitLink.so");
+  candidates.emplace_back("libnvJitLink.so.13");
+  candidates.emplace_back("libnvJitLink.so.12");
+  candidates.emplace_back("libnvJitLink.so");
+  void* lib = nullptr;
+  std::string tried;
+  for (const std::string& c : candidates) {
+    lib = ::dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib) break;
+    tried += (tried.empty() ? "" : ", ") + c;
+  }
+  if (!lib) {
+    load_error = fmt::format("libnvJitLink not found (tried {}); install the CUDA toolkit or set SPARSERT_NVJITLINK",
+                             tried);
+    return nullptr;
+  }
+  auto* api = new Assembler::Api;
+  api->lib = lib;
+  auto sym = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(lib, name));
+    if (!fn && load_error.empty()) load_error = fmt::format("libnvJitLink has no symbol {}", name);
+  };
+  sym(api->create, "nvJitLinkCreate");
+  sym(api->destroy, "nvJitLinkDestroy");
+  sym(api->add_data, "nvJitLinkAddData");
+  sym(api->complete, "nvJitLinkComplete");
+  sym(api->cubin_size, "nvJitLinkGetLinkedCubinSize");
+  sym(api->cubin, "nvJitLinkGetLinkedCubin");
+  sym(api->error_log_size, "nvJitLinkGetErrorLogSize");
+  sym(api->error_log, "nvJitLinkGetErrorLog");
+  sym(api->info_log_size, "nvJitLinkGetInfoLogSize");
+  sym(api->info_log, "nvJitLinkGetInfoLog");
+  sym(api->version, "nvJitLinkVersion");
+  if (!load_error.empty()) {
+    delete api;
+    return nullptr;
+  }
+  return api;
+}
+
+Assembler::Api* api_once() {
+  static Assembler::Api* api = load_api();
+  return api;
+}
+}  // namespace
+
+bool Assembler::available() { return api_once() != nullptr; }
+std::string Assembler::unavailable_reason() {
+  api_once();
+  return load_error;
+}
+
+Assembler::Assembler() : api_(api_once()) {}
+
+Assembler& Assembler::instance() {
+  if (!available()) throw_user_error("nvJitLink", "{}", load_error);
+  static Assembler a;
+  return a;
+}
+
+std::string Assembler::version() const {
+  unsigned major = 0, minor = 0;
+  api_->version(&major, &minor);
+  return fmt::format("{}.{}", major, minor);
+}
+
+ResourceUsage parse_resource_report(const std::string& log, const std::string& entry) {
+  // ptxas prints, per entry:
+  //   ptxas info    : Compiling entry function 'NAME' for 'sm_90'
+  //   ptxas info    : Function properties for NAME
+  //       0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+  //   ptxas info    : Used 40 registers, used 0 barriers, 1024 bytes smem, 372 bytes cmem[0]
+  const size_t start = log.find(fmt::format("Function properties for {}", entry));
+  SPARSERT_INTERNAL_CHECK(start != std::string::npos, "no resource report for {} in the assembler log:\n{}", entry,
+                          log);
+  const size_t next = log.find("Compiling entry function", start);
+  const std::string part = log.substr(start, next == std::string::npos ? std::string::npos : next - start);
+  ResourceUsage u;
+  std::smatch m;
+  auto find_int = [&](const char* pattern, int& out) {
+    if (std::regex_search(part, m, std::regex(pattern))) out = std::stoi(m[1]);
+  };
+  find_int(R"((\d+) bytes stack frame)", u.stack_bytes);
+  find_int(R"((\d+) bytes spill stores)", u.spill_store_bytes);
+  find_int(R"((\d+) bytes spill loads)", u.spill_load_bytes);
+  find_int(R"(Used (\d+) registers)", u.registers);
+  find_int(R"((\d+) bytes smem)", u.shared_bytes);
+  find_int(R"((\d+) bytes cmem\[3\])", u.constant_bytes);
+  SPARSERT_INTERNAL_CHECK(u.registers > 0, "no register count for {} in the assembler log:\n{}", entry, part);
+  return u;
+}
+
+Assembled Assembler::assemble(const std::string& ptx, const Target& target, const std::string& entry,
+                              int opt_level) const {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string arch = fmt::format("-arch={}", target.name());
+  const std::string opt = fmt::format("-O{}", opt_level);
+  const char* options[] = {arch.c_str(), opt.c_str(), "-verbose"};
+  Handle h = nullptr;
+  Result r = api_->create(&h, 3, options);
+  if (r != 0) throw AssemblyError(fmt::format("nvJitLinkCreate({}) failed: {}", arch, result_name(r)));
+  auto logs = [&](bool error) {
+    size_t n = 0;
+    std::string s;
+    if ((error ? api_->error_log_size(h, &n) : api_->info_log_size(h, &n)) == 0 && n > 1) {
+      s.resize(n);
+      (error ? api_->error_log(h, s.data()) : api_->info_log(h, s.data()));
+      s.resize(n - 1);
+    }
+    return s;
+  };
+  auto fail = [&](const char* call, Result res) {
+    std::string err = logs(true), info = logs(false);
+    api_->destroy(&h);
+    // Keep the PTX so the failure can be reproduced with the standalone assembler.
+    std::filesystem::path dir = std::filesystem::temp_directory_path() / "sparsert-failed";
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    std::filesystem::path file = dir / (entry + ".ptx");
+    try {
+      write_file_atomic(file, ptx);
+    } catch (const Error&) {
+      file = "(could not be saved)";
+    }
+    throw AssemblyError(fmt::format("{} failed for {} ({}): {}\n{}{}repro: ptxas {} -O{} -v {} -o /dev/null", call,
+                                    entry, target.name(), result_name(res), err, info.empty() ? "" : info + "\n",
+                                    arch, opt_level, file.string()));
+  };
+  r = api_->add_data(h, kInputPtx, ptx.data(), ptx.size(), entry.c_str());
+  if (r != 0) fail("nvJitLinkAddData", r);
+  r = api_->complete(h);
+  if (r != 0) fail("nvJitLinkComplete", r);
+  Assembled out;
+  size_t size = 0;
+  r = api_->cubin_size(h, &size);
+  if (r != 0) fail("nvJitLinkGetLinkedCubinSize", r);
+  out.cubin.resize(size);
+  r = api_->cubin(h, out.cubin.data());
+  if (r != 0) fail("nvJitLinkGetLinkedCubin", r);
+  out.info_log = logs(false);
+  api_->destroy(&h);
+  out.usage = parse_resource_report(out.info_log, entry);
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.toolkit_version = version();
+  return out;
+}
+
+}  // namespace sparsert::codegen

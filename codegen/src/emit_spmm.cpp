@@ -1,0 +1,531 @@
+// The SpMM emitter. Layout of every entry (one PTX module each):
+//   preamble: parameters, thread's columns, base pointers, store predicates;
+//   dispatch on the block index, then on the group index (binary trees of branches);
+//   per (block, group): straight-line loads of B rows and one fma per nonzero and column, weights as immediates;
+//   gy > 1: every group writes its partial sums to shared memory, bar.sync, then group g finishes the rows
+//   m ≡ g (mod gy), adding the partials in group order so results do not depend on timing;
+//   epilogue: bias, ReLU, clamp, predicated stores.
+#include "sparsert/codegen/spmm.hpp"
+
+#include "sparsert/codegen/ptx_builder.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace sparsert::codegen {
+
+using ptx::Address;
+using ptx::Builder;
+using ptx::F32Imm;
+using ptx::Guard;
+using ptx::IntImm;
+using ptx::Reg;
+using ptx::RegClass;
+using ptx::Special;
+using ptx::Symbol;
+using ptx::SymbolAddress;
+using ptx::Vector;
+
+namespace {
+
+struct Nonzero {
+  int32_t m;  // row within the block (plan position - row_begin)
+  float w;
+  int32_t weight_index;  // index into the module's .const array, when used
+};
+
+// The nonzeros of one (block, group), column by column.
+struct GroupWork {
+  std::vector<int32_t> ks;        // columns with work, increasing
+  std::vector<int32_t> k_offset;  // ks.size() + 1 offsets into nz
+  std::vector<Nonzero> nz;        // by k, then by row
+};
+
+float bias_of(const Epilogue& ep, int32_t row) {
+  if (ep.bias.empty()) return 0.0f;
+  return ep.bias.size() == 1 ? ep.bias[0] : ep.bias[static_cast<size_t>(row)];
+}
+
+// act(bias) for rows without nonzeros, computed once here exactly as the kernel would.
+float activate(const Epilogue& ep, float v) {
+  if (ep.activation == Activation::kRelu) v = std::max(v, 0.0f);
+  if (ep.clamp) v = std::min(v, *ep.clamp);
+  return v;
+}
+
+const char* vec_suffix(int n) { return n == 4 ? ".v4" : n == 2 ? ".v2" : ""; }
+
+class EntryEmitter {
+ public:
+  EntryEmitter(const SpmmOptions& opt, const Target& target, const inspector::WorkPlan& plan,
+               const std::vector<std::vector<GroupWork>>& work, int32_t block_begin, int32_t block_end,
+               std::string name, bool use_const)
+      : opt_(opt),
+        target_(target),
+        plan_(plan),
+        work_(work),
+        block_begin_(block_begin),
+        block_end_(block_end),
+        name_(std::move(name)),
+        use_const_(use_const),
+        cpt_(opt.tile.cols_per_thread),
+        gy_(opt.tile.plan.gy) {}
+
+  SpmmEntry emit() {
+    const int32_t max_rows = plan_.stats.max_block_rows;
+    // Registers: accumulators acc[m * cpt + j], batches of loaded B values, a few weight temporaries.
+    preamble();
+    acc_ = b_.regs(RegClass::kF32, std::max(1, max_rows) * cpt_);
+    bvals_ = b_.regs(RegClass::kF32, opt_.tile.loads_per_batch * cpt_);
+    if (use_const_) wtmp_ = b_.regs(RegClass::kF32, 4);
+    tmp_ = b_.regs(RegClass::kF32, cpt_);
+
+    std::vector<int32_t> ids(static_cast<size_t>(block_end_ - block_begin_));
+    std::iota(ids.begin(), ids.end(), 0);
+    b_.comment("dispatch on the row block");
+    dispatch(block_reg_, ids, [&](int32_t local) { return block_label(local); });
+    for (int32_t local = 0; local < block_end_ - block_begin_; ++local) emit_block(local);
+    b_.label("$done");
+    b_.inst("ret", {});
+
+    SpmmEntry e;
+    e.name = name_;
+    e.block_begin = block_begin_;
+    e.block_end = block_end_;
+    e.fmas = fmas_;
+    e.shared_bytes = shared_slots_ * opt_.tile.n_tile * 4;
+    e.weights = use_const_ ? WeightPlacement::kConstBank : WeightPlacement::kImmediate;
+    e.ptx = assemble_module(e);
+    return e;
+  }
+
+ private:
+  std::string block_label(int32_t local) const { return fmt::format("$b{}", block_begin_ + local); }
+
+  void preamble() {
+    const Reg param_b = b_.reg(RegClass::kB64), param_c = b_.reg(RegClass::kB64);
+    n_reg_ = b_.reg(RegClass::kB32);
+    const std::string pb = name_ + "_param_B", pc = name_ + "_param_C", pn = name_ + "_param_N";
+    b_.inst("ld.param.u64", {param_b, SymbolAddress{pb}});
+    b_.inst("ld.param.u64", {param_c, SymbolAddress{pc}});
+    b_.inst("ld.param.u32", {n_reg_, SymbolAddress{pn}});
+    const Reg gb = b_.reg(RegClass::kB64), gc = b_.reg(RegClass::kB64);
+    b_.inst("cvta.to.global.u64", {gb, param_b});
+    b_.inst("cvta.to.global.u64", {gc, param_c});
+    const Reg tile = b_.reg(RegClass::kB32), lane = b_.reg(RegClass::kB32);
+    group_reg_ = b_.reg(RegClass::kB32);
+    block_reg_ = b_.reg(RegClass::kB32);
+    b_.inst("mov.u32", {tile, Special{"%ctaid.x"}});
+    b_.inst("mov.u32", {lane, Special{"%tid.x"}});
+    b_.inst("mov.u32", {group_reg_, Special{"%tid.y"}});
+    b_.inst("mov.u32", {block_reg_, Special{"%ctaid.y"}});
+    b_.comment(fmt::format("this thread's first column: c0 = ctaid.x * {} + tid.x * {}", opt_.tile.n_tile, cpt_));
+    const Reg lane_col = b_.reg(RegClass::kB32), c0 = b_.reg(RegClass::kB32);
+    b_.inst("mul.lo.u32", {lane_col, lane, IntImm{cpt_}});
+    b_.inst("mad.lo.u32", {c0, tile, IntImm{opt_.tile.n_tile}, lane_col});
+    in_range_ = b_.reg(RegClass::kPred);
+    b_.inst("setp.lt.u32", {in_range_, c0, n_reg_});
+    b_.comment("threads past N load column 0 (always valid) and store nothing");
+    const Reg load_col = b_.reg(RegClass::kB32);
+    b_.inst("selp.b32", {load_col, c0, IntImm{0}, in_range_});
+    const Reg off_b = b_.reg(RegClass::kB64), off_c = b_.reg(RegClass::kB64);
+    b_ptr_ = b_.reg(RegClass::kB64);
+    c_ptr_ = b_.reg(RegClass::kB64);
+    b_.inst("mul.wide.u32", {off_b, load_col, IntImm{4}});
+    b_.inst("add.s64", {b_ptr_, gb, off_b});
+    b_.inst("mul.wide.u32", {off_c, c0, IntImm{4}});
+    b_.inst("add.s64", {c_ptr_, gc, off_c});
+    if (cpt_ > 1) {
+      // Full vector store when all cpt columns are below N; otherwise one predicated scalar store per column.
+      full_ = b_.reg(RegClass::kPred);
+      const Reg end = b_.reg(RegClass::kB32);
+      b_.inst("add.u32", {end, c0, IntImm{cpt_}});
+      b_.inst("setp.le.u32", {full_, end, n_reg_});
+      for (int j = 0; j < cpt_; ++j) {
+        const Reg cj = b_.reg(RegClass::kB32);
+        const Reg pj = b_.reg(RegClass::kPred);
+        b_.inst("add.u32", {cj, c0, IntImm{j}});
+        b_.inst("setp.lt.and.u32", {pj, cj, n_reg_, Symbol{not_full_name()}});
+        partial_.push_back(pj);
+      }
+    }
+    if (gy_ > 1) {
+      const Reg base = b_.reg(RegClass::kB64), off = b_.reg(RegClass::kB64);
+      s_ptr_ = b_.reg(RegClass::kB64);
+      b_.inst("mov.u64", {base, Symbol{"partials"}});
+      b_.inst("mul.wide.u32", {off, lane_col, IntImm{4}});
+      b_.inst("add.s64", {s_ptr_, base, off});
+    }
+  }
+
+  std::string not_full_name() {
+    not_full_text_ = "!";
+    ptx::append_reg(not_full_text_, full_);
+    return not_full_text_;
+  }
+
+  // Branches to label(id) for the value of `reg`, among `ids` (sorted), with a binary tree of compares.
+  template <typename LabelFn>
+  void dispatch(Reg reg, const std::vector<int32_t>& ids, LabelFn label) {
+    if (ids.empty()) {
+      b_.inst("bra.uni", {Symbol{"$done"}});
+      return;
+    }
+    dispatch_range(reg, ids, 0, ids.size(), label);
+  }
+
+  template <typename LabelFn>
+  void dispatch_range(Reg reg, const std::vector<int32_t>& ids, size_t lo, size_t hi, LabelFn& label) {
+    if (hi - lo == 1) {
+      const std::string target = label(ids[lo]);
+      b_.inst("bra.uni", {Symbol{target}});
+      return;
+    }
+    const size_t mid = (lo + hi) / 2;
+    const std::string upper = fmt::format("$d{}", next_label_++);
+    const Reg p = b_.reg(RegClass::kPred);
+    b_.inst("setp.ge.u32", {p, reg, IntImm{ids[mid]}});
+    b_.inst("bra", {Symbol{upper}}, Guard{p});
+    dispatch_range(reg, ids, lo, mid, label);
+    b_.label(upper);
+    dispatch_range(reg, ids, mid, hi, label);
+  }
+
+  Address global_address(Reg base, int64_t offset) {
+    if (offset <= std::numeric_limits<int32_t>::max()) return Address{base, offset};
+    const Reg r = b_.reg(RegClass::kB64);
+    b_.inst("add.s64", {r, base, IntImm{offset}});
+    return Address{r, 0};
+  }
+
+  void emit_block(int32_t local) {
+    const int32_t bi = block_begin_ + local;
+    const inspector::BlockPlan& block = plan_.blocks[bi];
+    const int32_t rows = block.row_end - block.row_begin;
+    b_.blank();
+    b_.label(block_label(local));
+    b_.comment(fmt::format("block {}: rows [{}, {}) in plan order, {} nonzeros", bi, block.row_begin, block.row_end,
+                           block.nnz));
+    if (rows == 0) {
+      b_.inst("bra.uni", {Symbol{"$done"}});
+      return;
+    }
+    // touched[g][m]: group g computed a partial sum for row m.
+    std::vector<std::vector<char>> touched(static_cast<size_t>(gy_), std::vector<char>(rows, 0));
+    std::vector<int32_t> busy;
+    for (int32_t g = 0; g < gy_; ++g) {
+      if (!work_[bi][g].nz.empty()) busy.push_back(g);
+    }
+    const std::string after = fmt::format("$b{}_sync", bi);
+    if (gy_ > 1) {
+      b_.comment("dispatch on the thread group");
+      // Groups without work go straight to the barrier.
+      std::vector<int32_t> all(static_cast<size_t>(gy_));
+      std::iota(all.begin(), all.end(), 0);
+      dispatch(group_reg_, all, [&](int32_t g) {
+        return work_[bi][g].nz.empty() ? after : fmt::format("$b{}_g{}", bi, g);
+      });
+    }
+    std::vector<std::vector<int32_t>> slot(static_cast<size_t>(gy_), std::vector<int32_t>(rows, -1));
+    int32_t slots = 0;
+    for (int32_t g : busy) {
+      if (gy_ > 1) b_.label(fmt::format("$b{}_g{}", bi, g));
+      emit_group(bi, g, touched[g]);
+      if (gy_ > 1) {
+        b_.comment(fmt::format("block {} group {}: partial sums to shared memory", bi, g));
+        for (int32_t m = 0; m < rows; ++m) {
+          if (!touched[g][m]) continue;
+          slot[g][m] = slots++;
+          std::span<const Reg> v(acc_.data() + static_cast<size_t>(m) * cpt_, static_cast<size_t>(cpt_));
+          b_.inst(fmt::format("st.shared{}.f32", vec_suffix(cpt_)),
+                  {Address{s_ptr_, static_cast<int64_t>(slot[g][m]) * opt_.tile.n_tile * 4},
+                   cpt_ == 1 ? ptx::Operand{v[0]} : ptx::Operand{Vector{v}}});
+        }
+        b_.inst("bra.uni", {Symbol{after}});
+      }
+    }
+    shared_slots_ = std::max(shared_slots_, slots);
+    if (gy_ == 1) {
+      std::vector<char> any = touched[0];
+      emit_epilogue(block, 0, 1, any, {});
+      b_.inst("bra.uni", {Symbol{"$done"}});
+      return;
+    }
+    b_.label(after);
+    b_.inst("bar.sync", {IntImm{0}});
+    std::vector<int32_t> all(static_cast<size_t>(gy_));
+    std::iota(all.begin(), all.end(), 0);
+    b_.comment("each group finishes the rows m = group (mod gy)");
+    dispatch(group_reg_, all, [&](int32_t g) { return fmt::format("$b{}_e{}", bi, g); });
+    for (int32_t g = 0; g < gy_; ++g) {
+      b_.label(fmt::format("$b{}_e{}", bi, g));
+      std::vector<char> any(static_cast<size_t>(rows), 0);
+      emit_epilogue(block, g, gy_, any, slot);
+      b_.inst("bra.uni", {Symbol{"$done"}});
+    }
+  }
+
+  void emit_group(int32_t bi, int32_t g, std::vector<char>& touched) {
+    const GroupWork& w = work_[bi][g];
+    const inspector::GroupRange& range = plan_.blocks[bi].groups[g];
+    b_.comment(fmt::format("block {} group {}: k in [{}, {}), {} nonzeros in {} columns", bi, g, range.k_begin,
+                           range.k_end, range.nnz, w.ks.size()));
+    const int32_t batch = opt_.tile.loads_per_batch;
+    const std::string load_op = fmt::format("ld.global.nc{}.f32", vec_suffix(cpt_));
+    for (size_t start = 0; start < w.ks.size(); start += static_cast<size_t>(batch)) {
+      const size_t end = std::min(w.ks.size(), start + static_cast<size_t>(batch));
+      for (size_t i = start; i < end; ++i) {
+        std::span<const Reg> v(bvals_.data() + (i - start) * cpt_, static_cast<size_t>(cpt_));
+        const int64_t offset = static_cast<int64_t>(w.ks[i]) * opt_.ld * 4;
+        b_.inst(load_op, {cpt_ == 1 ? ptx::Operand{v[0]} : ptx::Operand{Vector{v}}, global_address(b_ptr_, offset)});
+      }
+      for (size_t i = start; i < end; ++i) {
+        b_.comment(fmt::format("k {}", w.ks[i]));
+        const Reg* bv = bvals_.data() + (i - start) * cpt_;
+        for (int32_t t = w.k_offset[i]; t < w.k_offset[i + 1]; ++t) {
+          const Nonzero& nz = w.nz[t];
+          const bool first = !touched[nz.m];
+          touched[nz.m] = 1;
+          if (use_const_) {
+            const Reg wr = wtmp_[static_cast<size_t>(t) % wtmp_.size()];
+            b_.inst("ld.const.f32", {wr, SymbolAddress{"weights", static_cast<int64_t>(nz.weight_index) * 4}});
+            for (int j = 0; j < cpt_; ++j) b_.fma_reg(acc_[nz.m * cpt_ + j], bv[j], wr, first);
+          } else {
+            for (int j = 0; j < cpt_; ++j) b_.fma_imm(acc_[nz.m * cpt_ + j], bv[j], nz.w, first);
+          }
+          fmas_ += cpt_;
+        }
+      }
+    }
+  }
+
+  // Rows m with m % stride == g. With gy == 1 the sums are in acc already (touched); otherwise they are read from the
+  // shared-memory slots in group order.
+  void emit_epilogue(const inspector::BlockPlan& block, int32_t g, int32_t stride, std::vector<char>& have,
+                     const std::vector<std::vector<int32_t>>& slot) {
+    const int32_t rows = block.row_end - block.row_begin;
+    const Epilogue& ep = opt_.epilogue;
+    b_.comment(fmt::format("epilogue{}: bias{}{}", stride > 1 ? fmt::format(" of group {}", g) : "",
+                           ep.activation == Activation::kRelu ? ", relu" : "",
+                           ep.clamp ? fmt::format(", clamp {}", *ep.clamp) : ""));
+    for (int32_t m = g; m < rows; m += stride) {
+      std::span<const Reg> v(acc_.data() + static_cast<size_t>(m) * cpt_, static_cast<size_t>(cpt_));
+      const ptx::Operand vop = cpt_ == 1 ? ptx::Operand{v[0]} : ptx::Operand{Vector{v}};
+      const std::string ld_shared = fmt::format("ld.shared{}.f32", vec_suffix(cpt_));
+      if (stride > 1) {
+        for (int32_t src = 0; src < gy_; ++src) {
+          const int32_t s = slot[src][m];
+          if (s < 0) continue;
+          const Address addr{s_ptr_, static_cast<int64_t>(s) * opt_.tile.n_tile * 4};
+          if (!have[m]) {
+            b_.inst(ld_shared, {vop, addr});
+            have[m] = 1;
+          } else {
+            std::span<const Reg> t(tmp_.data(), static_cast<size_t>(cpt_));
+            b_.inst(ld_shared, {cpt_ == 1 ? ptx::Operand{t[0]} : ptx::Operand{Vector{t}}, addr});
+            for (int j = 0; j < cpt_; ++j) b_.inst("add.rn.f32", {v[j], v[j], t[j]});
+          }
+        }
+      }
+      const int32_t row = plan_.row_order[block.row_begin + m];
+      const float bias = bias_of(ep, row);
+      if (!have[m]) {
+        // No nonzeros in this row: the output is act(bias) everywhere.
+        for (int j = 0; j < cpt_; ++j) b_.inst("mov.f32", {v[j], F32Imm{activate(ep, bias)}});
+      } else {
+        for (int j = 0; j < cpt_; ++j) {
+          if (bias != 0.0f) b_.inst("add.rn.f32", {v[j], v[j], F32Imm{bias}});
+          if (ep.activation == Activation::kRelu) b_.inst("max.f32", {v[j], v[j], F32Imm{0.0f}});
+          if (ep.clamp) b_.inst("min.f32", {v[j], v[j], F32Imm{*ep.clamp}});
+        }
+      }
+      const int64_t offset = static_cast<int64_t>(row) * opt_.ld * 4;
+      if (cpt_ == 1) {
+        b_.inst("st.global.f32", {global_address(c_ptr_, offset), v[0]}, Guard{in_range_});
+      } else {
+        const Address addr = global_address(c_ptr_, offset);
+        b_.inst(fmt::format("st.global{}.f32", vec_suffix(cpt_)), {addr, vop}, Guard{full_});
+        for (int j = 0; j < cpt_; ++j) {
+          b_.inst("st.global.f32", {Address{addr.base, addr.offset + 4 * j}, v[j]}, Guard{partial_[j]});
+        }
+      }
+    }
+  }
+
+  std::string assemble_module(const SpmmEntry& e) {
+    const int32_t bx = opt_.tile.n_tile / cpt_;
+    std::string out;
+    out += fmt::format("//\n// Generated by sparsert ({}). Do not edit.\n//\n", kGeneratorVersion);
+    out += fmt::format(".version {}\n.target {}\n.address_size 64\n\n", target_.ptx_version(), target_.name());
+    if (use_const_) {
+      out += fmt::format(".const .align 4 .f32 weights[{}] = {{", const_values_.size());
+      for (size_t i = 0; i < const_values_.size(); ++i) {
+        out += i % 8 == 0 ? "\n\t" : " ";
+        ptx::append_f32(out, const_values_[i]);
+        if (i + 1 < const_values_.size()) out += ',';
+      }
+      out += "\n};\n\n";
+    }
+    out += fmt::format(
+        "// launch: grid = (ceil(N / {}), {}, 1), block = ({}, {}, 1), static shared = {} bytes\n"
+        "// computes rows of plan blocks [{}, {}) of C[{} x N] = act(A[{} x {}] * B[{} x N] + bias), ld = {}\n"
+        "// parameters: B (global f32*, {} x ld), C (global f32*, {} x ld), N (u32, active columns, N <= {})\n",
+        opt_.tile.n_tile, e.block_end - e.block_begin, bx, gy_, e.shared_bytes, e.block_begin, e.block_end,
+        plan_.rows, plan_.rows, plan_.cols, plan_.cols, opt_.ld, plan_.cols, plan_.rows, opt_.ld);
+    out += fmt::format(".visible .entry {0}(\n\t.param .u64 {0}_param_B,\n\t.param .u64 {0}_param_C,\n"
+                       "\t.param .u32 {0}_param_N\n)\n.reqntid {1}, {2}, 1\n{{\n",
+                       name_, bx, gy_);
+    out += b_.declarations();
+    if (e.shared_bytes > 0) out += fmt::format("\t.shared .align 16 .b8 partials[{}];\n", e.shared_bytes);
+    out += '\n';
+    out += b_.body();
+    out += "}\n";
+    return out;
+  }
+
+ public:
+  // Weights of this module's .const array, in the order the body reads them.
+  std::vector<float> const_values_;
+
+ private:
+  const SpmmOptions& opt_;
+  const Target& target_;
+  const inspector::WorkPlan& plan_;
+  const std::vector<std::vector<GroupWork>>& work_;
+  int32_t block_begin_, block_end_;
+  std::string name_;
+  bool use_const_;
+  int32_t cpt_, gy_;
+  Builder b_;
+  Reg n_reg_, group_reg_, block_reg_, b_ptr_, c_ptr_, s_ptr_, in_range_, full_;
+  std::vector<Reg> partial_, acc_, bvals_, wtmp_, tmp_;
+  std::string not_full_text_;
+  int32_t shared_slots_ = 0;
+  int64_t fmas_ = 0;
+  int next_label_ = 0;
+};
+
+}  // namespace
+
+SpmmKernel emit_spmm(const CsrMatrix& a, const inspector::WorkPlan& plan, const Target& target,
+                     const SpmmOptions& options) {
+  const TileParams& tile = options.tile;
+  SPARSERT_INTERNAL_CHECK(plan.rows == a.rows && plan.cols == a.cols && plan.nnz == a.nnz(),
+                          "emit_spmm: the plan is for another matrix");
+  SPARSERT_INTERNAL_CHECK(plan.params == tile.plan, "emit_spmm: the plan was made with other parameters");
+  SPARSERT_USER_CHECK(options.ld >= 1, "n", "{} columns is not at least 1", options.ld);
+  check_tile_params(tile, KernelShape{a.rows, a.cols, options.ld}, target);
+  check_tile_resources(tile, plan, target);
+  const Epilogue& ep = options.epilogue;
+  if (ep.bias.size() > 1 && ep.bias.size() != static_cast<size_t>(a.rows)) {
+    throw_user_error("bias", "has {} entries, expected 1 or {} (rows of A)", ep.bias.size(), a.rows);
+  }
+  for (float b : ep.bias) SPARSERT_USER_CHECK(std::isfinite(b), "bias", "value {} is not finite", b);
+
+  // Gather each (block, group)'s nonzeros by column.
+  // Column-major view with rows in plan order: each column lists (position, value) by increasing position, so walking
+  // the blocks in order consumes each column front to back.
+  const CsrMatrix cv = transpose(permute_rows(a, plan.row_order));
+  std::vector<int32_t> cursor(cv.row_ptr.begin(), cv.row_ptr.end() - 1);
+  std::vector<std::vector<GroupWork>> work(plan.blocks.size());
+  for (size_t bi = 0; bi < plan.blocks.size(); ++bi) {
+    const inspector::BlockPlan& block = plan.blocks[bi];
+    work[bi].resize(block.groups.size());
+    for (size_t g = 0; g < block.groups.size(); ++g) {
+      GroupWork& w = work[bi][g];
+      w.k_offset.push_back(0);
+      for (int32_t k = block.groups[g].k_begin; k < block.groups[g].k_end; ++k) {
+        int32_t& c = cursor[k];
+        const size_t before = w.nz.size();
+        while (c < cv.row_ptr[k + 1] && cv.col_idx[c] < block.row_end) {
+          w.nz.push_back({cv.col_idx[c] - block.row_begin, cv.values[c], 0});
+          ++c;
+        }
+        if (w.nz.size() > before) {
+          w.ks.push_back(k);
+          w.k_offset.push_back(static_cast<int32_t>(w.nz.size()));
+        }
+      }
+    }
+  }
+
+  SpmmKernel kernel;
+  kernel.shape = KernelShape{a.rows, a.cols, options.ld};
+  kernel.target = target;
+  kernel.tile = tile;
+  kernel.block_x = tile.n_tile / tile.cols_per_thread;
+  kernel.block_y = tile.plan.gy;
+
+  // Entries: consecutive blocks until the fma budget of one entry is reached.
+  int32_t begin = 0;
+  while (begin < static_cast<int32_t>(plan.blocks.size())) {
+    int32_t end = begin;
+    int64_t fmas = 0;
+    while (end < static_cast<int32_t>(plan.blocks.size()) &&
+           (end == begin || fmas + plan.blocks[end].nnz * tile.cols_per_thread <= tile.max_fmas_per_entry)) {
+      fmas += plan.blocks[end].nnz * tile.cols_per_thread;
+      ++end;
+    }
+    // The constant bank holds 64 KB per module; past that the weights stay immediates.
+    int64_t entry_nnz = 0;
+    for (int32_t b = begin; b < end; ++b) entry_nnz += plan.blocks[b].nnz;
+    const bool use_const =
+        tile.weights == WeightPlacement::kConstBank && entry_nnz > 0 && entry_nnz * 4 <= target.constant_bank_bytes();
+    std::vector<std::vector<GroupWork>> entry_work = work;
+    if (use_const) {
+      int32_t next = 0;
+      std::vector<float> values;
+      for (int32_t b = begin; b < end; ++b) {
+        for (GroupWork& w : entry_work[b]) {
+          for (Nonzero& nz : w.nz) {
+            nz.weight_index = next++;
+            values.push_back(nz.w);
+          }
+        }
+      }
+      EntryEmitter em(options, target, plan, entry_work, begin, end,
+                      fmt::format("{}_e{}", options.name, kernel.entries.size()), true);
+      em.const_values_ = std::move(values);
+      kernel.entries.push_back(em.emit());
+    } else {
+      EntryEmitter em(options, target, plan, work, begin, end,
+                      fmt::format("{}_e{}", options.name, kernel.entries.size()), false);
+      kernel.entries.push_back(em.emit());
+    }
+    begin = end;
+  }
+  return kernel;
+}
+
+nlohmann::json SpmmKernel::sidecar() const {
+  nlohmann::json entries_json = nlohmann::json::array();
+  for (const SpmmEntry& e : entries) {
+    entries_json.push_back({{"name", e.name},
+                            {"blocks", {e.block_begin, e.block_end}},
+                            {"grid_y", e.block_end - e.block_begin},
+                            {"fmas", e.fmas},
+                            {"shared_bytes", e.shared_bytes},
+                            {"weights", to_string(e.weights)}});
+  }
+  return {{"format", "sparsert-kernel/1"},
+          {"generator", kGeneratorVersion},
+          {"target", target.name()},
+          {"ptx_version", target.ptx_version()},
+          {"shape", {{"m", shape.m}, {"k", shape.k}, {"ld", shape.ld}}},
+          {"tile", to_json(tile)},
+          {"params",
+           nlohmann::json::array({{{"name", "B"}, {"type", "u64"}, {"what", "global f32*, k x ld, row-major"}},
+                                  {{"name", "C"}, {"type", "u64"}, {"what", "global f32*, m x ld, row-major"}},
+                                  {{"name", "N"}, {"type", "u32"}, {"what", "active columns, 1 <= N <= ld"}}})},
+          {"launch",
+           {{"block", {block_x, block_y, 1}},
+            {"grid_x", fmt::format("ceil(N / {})", tile.n_tile)},
+            {"n_tile", tile.n_tile}}},
+          {"entries", std::move(entries_json)}};
+}
+
+}  // namespace sparsert::codegen

@@ -1,0 +1,111 @@
+#include "sparsert/codegen/tile.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace sparsert::codegen {
+
+using inspector::InvalidTileParams;
+
+std::string to_string(WeightPlacement w) { return w == WeightPlacement::kImmediate ? "imm" : "const"; }
+
+WeightPlacement parse_weight_placement(const std::string& s) {
+  if (s == "imm") return WeightPlacement::kImmediate;
+  if (s == "const") return WeightPlacement::kConstBank;
+  throw InvalidTileParams("weights", fmt::format("'{}' is not one of: imm, const", s));
+}
+
+nlohmann::json to_json(const TileParams& t) {
+  return {{"m_blocks", t.plan.m_blocks},
+          {"gy", t.plan.gy},
+          {"balance", inspector::to_string(t.plan.balance)},
+          {"reorder_rows", t.plan.reorder_rows},
+          {"n_tile", t.n_tile},
+          {"cols_per_thread", t.cols_per_thread},
+          {"weights", to_string(t.weights)},
+          {"loads_per_batch", t.loads_per_batch},
+          {"max_fmas_per_entry", t.max_fmas_per_entry}};
+}
+
+int32_t threads_per_block(const TileParams& t) {
+  return t.cols_per_thread > 0 ? (t.n_tile / t.cols_per_thread) * t.plan.gy : 0;
+}
+
+namespace {
+// Registers a thread needs beside its accumulators and loaded B values: pointers, column indices, predicates and
+// the dispatch compare, measured from ptxas reports of generated kernels with few rows.
+constexpr int32_t kFixedRegisters = 24;
+}  // namespace
+
+ResourceEstimate estimate_resources(const TileParams& t, const inspector::WorkPlan& plan) {
+  ResourceEstimate r;
+  r.threads = threads_per_block(t);
+  r.registers = plan.stats.max_block_rows * t.cols_per_thread + t.loads_per_batch * t.cols_per_thread +
+                kFixedRegisters;
+  if (t.plan.gy > 1) {
+    // One slot of n_tile partial sums per (group, row) pair that has work; the largest block sizes the array.
+    int64_t max_slots = 0;
+    for (const inspector::BlockPlan& b : plan.blocks) {
+      int64_t slots = 0;
+      for (const inspector::GroupRange& g : b.groups) {
+        if (g.nnz > 0) slots += std::min<int64_t>(g.nnz, b.row_end - b.row_begin);
+      }
+      max_slots = std::max(max_slots, slots);
+    }
+    r.shared_bytes = static_cast<int32_t>(std::min<int64_t>(max_slots * t.n_tile * 4, int64_t{1} << 30));
+  }
+  return r;
+}
+
+void check_tile_params(const TileParams& t, const KernelShape& shape, const Target& target) {
+  inspector::check_plan_params(t.plan, shape.m, shape.k);
+  if (t.cols_per_thread != 1 && t.cols_per_thread != 2 && t.cols_per_thread != 4) {
+    throw InvalidTileParams("cols_per_thread", fmt::format("{} is not 1, 2 or 4", t.cols_per_thread));
+  }
+  if (t.n_tile < 1 || t.n_tile % t.cols_per_thread != 0) {
+    throw InvalidTileParams("n_tile", fmt::format("{} is not a positive multiple of cols_per_thread ({})", t.n_tile,
+                                                  t.cols_per_thread));
+  }
+  // ld == 0: the shape's columns are not known yet (resource checks of a plan alone).
+  if (shape.ld < 0) throw InvalidTileParams("n", fmt::format("{} columns is not at least 1", shape.ld));
+  if (shape.ld > 0 && shape.ld % t.cols_per_thread != 0) {
+    // Vector loads of a row's last columns must stay inside the row.
+    throw InvalidTileParams("cols_per_thread", fmt::format("{} does not divide the leading dimension n = {}",
+                                                           t.cols_per_thread, shape.ld));
+  }
+  const int32_t threads = threads_per_block(t);
+  if (threads > target.max_threads_per_block()) {
+    throw InvalidTileParams("threads", fmt::format("(n_tile / cols_per_thread) x gy = {} x {} = {} threads passes the "
+                                                   "limit of {} per block",
+                                                   t.n_tile / t.cols_per_thread, t.plan.gy, threads,
+                                                   target.max_threads_per_block()));
+  }
+  if (t.loads_per_batch < 1 || t.loads_per_batch > 32) {
+    throw InvalidTileParams("loads_per_batch", fmt::format("{} is not in [1, 32]", t.loads_per_batch));
+  }
+  if (t.max_fmas_per_entry < 1) {
+    throw InvalidTileParams("max_fmas_per_entry", fmt::format("{} is not positive", t.max_fmas_per_entry));
+  }
+}
+
+void check_tile_resources(const TileParams& t, const inspector::WorkPlan& plan, const Target& target) {
+  check_tile_params(t, KernelShape{plan.rows, plan.cols, 0}, target);
+  const ResourceEstimate r = estimate_resources(t, plan);
+  if (r.registers > target.max_registers_per_thread()) {
+    throw InvalidTileParams(
+        "registers", fmt::format("about {} registers per thread ({} rows x {} columns of accumulators) pass the "
+                                 "limit of {}; use more row blocks or fewer columns per thread",
+                                 r.registers, plan.stats.max_block_rows, t.cols_per_thread,
+                                 target.max_registers_per_thread()));
+  }
+  if (static_cast<int64_t>(r.registers) * r.threads > target.registers_per_sm()) {
+    throw InvalidTileParams("registers", fmt::format("about {} registers x {} threads pass the {} registers of an SM",
+                                                     r.registers, r.threads, target.registers_per_sm()));
+  }
+  if (r.shared_bytes > target.max_static_shared_bytes()) {
+    throw InvalidTileParams("shared_memory", fmt::format("{} bytes of partial sums pass the limit of {} per block",
+                                                         r.shared_bytes, target.max_static_shared_bytes()));
+  }
+}
+
+}  // namespace sparsert::codegen

@@ -1,0 +1,119 @@
+// sparsert emit MATRIX --n N --target sm_90 [tile options] -o kernel.ptx: writes the PTX and its JSON sidecar.
+#include "commands.hpp"
+#include "matrix_options.hpp"
+#include "sparsert/codegen/assembler.hpp"
+#include "sparsert/codegen/heuristic.hpp"
+#include "sparsert/codegen/spmm.hpp"
+#include "sparsert/runtime/file_io.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <memory>
+
+namespace sparsert::cli {
+
+namespace {
+struct EmitArgs {
+  std::string file;
+  MatrixOptions matrix;
+  int32_t n = 0;
+  std::string target = "sm_90";
+  std::optional<int32_t> m_blocks, n_tile, gy, cols_per_thread;
+  std::string weights = "imm";
+  std::string balance = "nnz";
+  bool reorder = false;
+  std::vector<float> bias;
+  bool relu = false;
+  std::optional<float> clamp;
+  bool assemble = false;
+  std::string output;
+};
+}  // namespace
+
+Action add_emit(CLI::App& app) {
+  auto args = std::make_shared<EmitArgs>();
+  CLI::App* sub = app.add_subcommand("emit", "Generate the PTX kernel of a sparse weight matrix");
+  sub->add_option("file", args->file, "Matrix file (.smtx, .mtx, .tsv, .npy)")->required();
+  add_matrix_options(*sub, args->matrix);
+  sub->add_option("--n", args->n, "Columns of B and C the kernel is compiled for (its leading dimension)")
+      ->required()
+      ->check(CLI::Range(1, 1 << 30));
+  sub->add_option("--target", args->target, "sm_75, sm_80, sm_86, sm_89 or sm_90")->default_val("sm_90");
+  sub->add_option("--m-blocks", args->m_blocks, "Row blocks (default: the heuristic of docs/codegen.md)");
+  sub->add_option("--n-tile", args->n_tile, "Columns per thread block");
+  sub->add_option("--gy", args->gy, "Thread groups splitting the K axis");
+  sub->add_option("--cols-per-thread", args->cols_per_thread, "1, 2 or 4");
+  sub->add_option("--weights", args->weights, "imm (immediates) or const (constant bank)")->default_val("imm");
+  sub->add_option("--balance", args->balance, "nnz or rows")->default_val("nnz");
+  sub->add_flag("--reorder", args->reorder, "Reorder rows by pattern similarity");
+  sub->add_option("--bias", args->bias, "Bias: one value for every row, or one per row");
+  sub->add_flag("--relu", args->relu, "Apply ReLU");
+  sub->add_option("--clamp", args->clamp, "Upper clamp after the activation");
+  sub->add_flag("--assemble", args->assemble, "Also assemble with nvJitLink and record the resource use");
+  sub->add_option("-o,--output", args->output, "Output .ptx (several entries: NAME.eI.ptx); sidecar NAME.json")
+      ->required();
+  return [args] {
+    inspector::LoadedMatrix m = load_matrix_for_cli(args->file, args->matrix);
+    const codegen::Target target = codegen::Target::parse(args->target, "--target");
+    codegen::TileParams tile = codegen::default_tile_params(m.a, args->n, target);
+    if (args->m_blocks) tile.plan.m_blocks = *args->m_blocks;
+    if (args->gy) tile.plan.gy = *args->gy;
+    if (args->n_tile) tile.n_tile = *args->n_tile;
+    if (args->cols_per_thread) tile.cols_per_thread = *args->cols_per_thread;
+    tile.plan.balance = inspector::parse_balance(args->balance);
+    tile.plan.reorder_rows = args->reorder;
+    tile.weights = codegen::parse_weight_placement(args->weights);
+    codegen::check_tile_params(tile, codegen::KernelShape{m.a.rows, m.a.cols, args->n}, target);
+
+    codegen::SpmmOptions opt;
+    opt.tile = tile;
+    opt.ld = args->n;
+    opt.epilogue.bias = args->bias;
+    opt.epilogue.activation = args->relu ? Activation::kRelu : Activation::kNone;
+    opt.epilogue.clamp = args->clamp;
+    const auto t0 = std::chrono::steady_clock::now();
+    const inspector::WorkPlan plan = inspector::make_plan(m.a, tile.plan);
+    const codegen::SpmmKernel kernel = codegen::emit_spmm(m.a, plan, target, opt);
+    const double emit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    std::filesystem::path out(args->output);
+    std::filesystem::path stem = out.parent_path() / out.stem();
+    nlohmann::json sidecar = kernel.sidecar();
+    sidecar["matrix"] = {{"file", args->file}, {"rows", m.a.rows}, {"cols", m.a.cols}, {"nnz", m.a.nnz()}};
+    if (m.fill) sidecar["matrix"]["values"] = fill_to_json(*m.fill);
+    for (size_t i = 0; i < kernel.entries.size(); ++i) {
+      const codegen::SpmmEntry& e = kernel.entries[i];
+      std::filesystem::path file =
+          kernel.entries.size() == 1 ? out : std::filesystem::path(fmt::format("{}.e{}.ptx", stem.string(), i));
+      write_file_atomic(file, e.ptx);
+      sidecar["entries"][i]["ptx_file"] = file.filename().string();
+      if (args->assemble) {
+        const codegen::Assembled a = codegen::Assembler::instance().assemble(e.ptx, target, e.name);
+        sidecar["entries"][i]["resources"] = {{"registers", a.usage.registers},
+                                              {"spill_store_bytes", a.usage.spill_store_bytes},
+                                              {"spill_load_bytes", a.usage.spill_load_bytes},
+                                              {"stack_bytes", a.usage.stack_bytes},
+                                              {"shared_bytes", a.usage.shared_bytes},
+                                              {"constant_bytes", a.usage.constant_bytes},
+                                              {"assemble_seconds", a.seconds},
+                                              {"toolkit", a.toolkit_version}};
+        fmt::print("{}: {} registers, {} B spill stores, {} B stack, assembled in {:.2f} s\n", e.name,
+                   a.usage.registers, a.usage.spill_store_bytes, a.usage.stack_bytes, a.seconds);
+        if (a.usage.spill_store_bytes > 0 || a.usage.stack_bytes > 0) {
+          throw WorkFailure(fmt::format("{} spills ({} bytes) or uses a stack ({} bytes)", e.name,
+                                        a.usage.spill_store_bytes, a.usage.stack_bytes));
+        }
+      }
+    }
+    write_file_atomic(stem.string() + ".json", sidecar.dump(2) + "\n");
+    int64_t fmas = 0;
+    for (const auto& e : kernel.entries) fmas += e.fmas;
+    fmt::print("wrote {} entr{} ({} fmas, m_blocks={} gy={} n_tile={} cols_per_thread={}) in {:.3f} s, sidecar {}\n",
+               kernel.entries.size(), kernel.entries.size() == 1 ? "y" : "ies", fmas, tile.plan.m_blocks,
+               tile.plan.gy, tile.n_tile, tile.cols_per_thread, emit_s, stem.string() + ".json");
+    return static_cast<int>(kOk);
+  };
+}
+
+}  // namespace sparsert::cli

@@ -1,0 +1,55 @@
+// sparsert: the command-line front end of the compiler and runtime.
+#include "commands.hpp"
+#include "sparsert/runtime/error.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <exception>
+#include <vector>
+
+int main(int argc, char** argv) {
+  using namespace sparsert;
+  CLI::App app{"sparsert: a compiler and runtime for sparse DNN inference on NVIDIA GPUs"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "sparsert 0.1.0");
+
+  std::vector<std::pair<CLI::App*, cli::Action>> commands;
+  auto add = [&](cli::Action (*adder)(CLI::App&)) {
+    const size_t before = app.get_subcommands({}).size();
+    cli::Action action = adder(app);
+    commands.emplace_back(app.get_subcommands({})[before], std::move(action));
+  };
+  add(cli::add_inspect);
+  add(cli::add_gen);
+  add(cli::add_emit);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return cli::kBadInput;
+  }
+
+  try {
+    for (auto& [sub, action] : commands) {
+      if (sub->parsed()) return action();
+    }
+    return cli::kBadInput;
+  } catch (const UserError& e) {
+    std::fprintf(stderr, "sparsert: error: %s\n", e.what());
+    return cli::kBadInput;
+  } catch (const WorkFailure& e) {
+    std::fprintf(stderr, "sparsert: failed: %s\n", e.what());
+    return cli::kWorkFailed;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sparsert: %s\n", e.what());
+    return cli::kWorkFailed;
+  }
+}

@@ -1,0 +1,45 @@
+#pragma once
+// Options shared by every subcommand that reads a weight matrix.
+#include "sparsert/inspector/formats.hpp"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+
+namespace sparsert::cli {
+
+struct MatrixOptions {
+  std::string fill = "normal";
+  uint64_t seed = 1;
+  bool sum_duplicates = false;
+  std::optional<double> sparsity;
+  std::optional<double> threshold;
+};
+
+inline void add_matrix_options(CLI::App& sub, MatrixOptions& o) {
+  sub.add_option("--fill", o.fill, "Values for pattern-only files: normal or uniform")
+      ->check(CLI::IsMember({"normal", "uniform"}))
+      ->default_val("normal");
+  sub.add_option("--seed", o.seed, "Seed of the generated values")->default_val(1);
+  sub.add_flag("--sum-duplicates", o.sum_duplicates, "Sum duplicate entries instead of rejecting them");
+  sub.add_option("--sparsity", o.sparsity, ".npy: prune by magnitude to this sparsity (0..1)");
+  sub.add_option("--threshold", o.threshold, ".npy: keep entries with |v| > threshold");
+}
+
+inline inspector::LoadedMatrix load_matrix_for_cli(const std::string& file, const MatrixOptions& o) {
+  inspector::LoadOptions lo;
+  lo.fill.distribution = inspector::parse_distribution(o.fill);
+  lo.fill.seed = o.seed;
+  lo.duplicates = o.sum_duplicates ? DuplicatePolicy::kSum : DuplicatePolicy::kError;
+  lo.pruning.sparsity = o.sparsity;
+  lo.pruning.threshold = o.threshold;
+  return inspector::load_matrix(file, lo);
+}
+
+inline nlohmann::json fill_to_json(const inspector::ValueFill& f) {
+  return {{"distribution", inspector::to_string(f.distribution)}, {"seed", f.seed}, {"scale", f.scale}};
+}
+
+}  // namespace sparsert::cli
