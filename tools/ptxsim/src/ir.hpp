@@ -108,6 +108,7 @@ struct KernelCode {
 
 struct Program {
   std::string source_name;
+  uint32_t ptx_version = 0;
   std::vector<std::string> lines;  // source text, for error messages
   std::vector<Symbol> symbols;   // module-scope and kernel-scope variables, and kernel parameters
   std::vector<KernelCode> kernels;

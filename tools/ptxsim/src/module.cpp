@@ -203,6 +203,12 @@ Module::~Module() {
 }
 
 const std::string& Module::source_name() const { return impl_->prog.source_name; }
+uint32_t Module::ptx_version() const { return impl_->prog.ptx_version; }
+uint64_t Module::const_bytes() const {
+  uint64_t n = 0;
+  for (auto& [b, e] : impl_->const_ranges) n += e - b;
+  return n;
+}
 
 std::vector<std::string> Module::kernel_names() const {
   std::vector<std::string> n;

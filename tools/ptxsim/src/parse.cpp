@@ -329,6 +329,7 @@ class Parser {
           err(v.line, fmt::format("PTX ISA version {} is outside the supported range 7.0-9.0", vs),
               ErrorKind::Unsupported);
         have_version = true;
+        prog_.ptx_version = static_cast<uint32_t>(ver);
       } else if (t.text == ".target") {
         next();
         static const std::unordered_set<std::string_view> ok = {"sm_75", "sm_80", "sm_86", "sm_87",

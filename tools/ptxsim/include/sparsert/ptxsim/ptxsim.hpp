@@ -199,6 +199,8 @@ class Module {
   }
 
   const std::string& source_name() const;
+  uint32_t ptx_version() const;  // major*10 + minor, e.g. 80 for .version 8.0
+  uint64_t const_bytes() const;  // total size of the module's .const variables
 
  private:
   std::unique_ptr<ModuleImpl> impl_;

@@ -1,0 +1,321 @@
+// A program that uses only the CUDA Driver API, resolved with dlopen/dlsym from the library named by SPARSERT_LIBCUDA
+// (the test defaults it to the built libsparsert_cuda_emu.so). Pointing SPARSERT_LIBCUDA at a real libcuda.so.1 runs the
+// same checks on a GPU; the few checks that only hold for the emulator are marked.
+#include <sparsert/runtime/cuda_api.h>
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Driver {
+  void* handle = nullptr;
+  bool emulated = false;
+#define SPARSERT_MEMBER_(name, params) PFN_sparsert_##name name = nullptr;
+  SPARSERT_CUDA_DRIVER_FUNCTIONS(SPARSERT_MEMBER_)
+#undef SPARSERT_MEMBER_
+  const char* (*last_message)() = nullptr;
+
+  Driver() {
+    const char* path = std::getenv("SPARSERT_LIBCUDA");
+    if (!path || !*path) path = SPARSERT_CUDA_EMU_PATH;
+    handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+      ADD_FAILURE() << "dlopen(" << path << "): " << dlerror();
+      return;
+    }
+#define SPARSERT_RESOLVE_(name, params)                                                  \
+  name = reinterpret_cast<PFN_sparsert_##name>(dlsym(handle, #name));                    \
+  if (!name) {                                                                           \
+    ADD_FAILURE() << path << " does not export " #name;                                  \
+  }
+    SPARSERT_CUDA_DRIVER_FUNCTIONS(SPARSERT_RESOLVE_)
+#undef SPARSERT_RESOLVE_
+    last_message = reinterpret_cast<const char* (*)()>(dlsym(handle, "sparsertEmuGetLastErrorMessage"));
+    emulated = last_message != nullptr;
+  }
+};
+
+Driver& drv() {
+  static Driver d;
+  return d;
+}
+
+std::string read_kernel(const std::string& name) {
+  std::ifstream in(std::string(SPARSERT_SOURCE_DIR) + "/tests/ptxsim/kernels/" + name);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+#define CU_OK(call) ASSERT_EQ((call), CUDA_SUCCESS) << #call
+
+class DriverApi : public ::testing::Test {
+ protected:
+  CUcontext ctx = nullptr;
+  void SetUp() override {
+    ASSERT_NE(drv().handle, nullptr);
+    CU_OK(drv().cuInit(0));
+    CUdevice dev;
+    CU_OK(drv().cuDeviceGet(&dev, 0));
+    CU_OK(drv().cuDevicePrimaryCtxRetain(&ctx, dev));
+    CU_OK(drv().cuCtxSetCurrent(ctx));
+  }
+  void TearDown() override {
+    if (ctx) EXPECT_EQ(drv().cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+  }
+};
+
+}  // namespace
+
+// Must be the first test of the binary: it checks calls made before cuInit.
+TEST(DriverApiBeforeInit, CallsBeforeCuInitFail) {
+  ASSERT_NE(drv().handle, nullptr);
+  int n = -1;
+  CUresult r = drv().cuDeviceGetCount(&n);
+  // When other tests of this process already ran cuInit, the driver is legitimately initialized.
+  if (r == CUDA_SUCCESS) GTEST_SKIP() << "cuInit already called in this process";
+  EXPECT_EQ(r, CUDA_ERROR_NOT_INITIALIZED);
+  int v = 0;
+  EXPECT_EQ(drv().cuDriverGetVersion(&v), CUDA_SUCCESS);  // allowed before cuInit
+  EXPECT_GE(v, 11000);
+  EXPECT_EQ(drv().cuInit(0), CUDA_SUCCESS);
+}
+
+TEST_F(DriverApi, DeviceQueries) {
+  int count = 0, major = 0, minor = 0, threads = 0, warp = 0;
+  CU_OK(drv().cuDeviceGetCount(&count));
+  EXPECT_GE(count, 1);
+  char name[128];
+  CU_OK(drv().cuDeviceGetName(name, sizeof name, 0));
+  EXPECT_GT(std::strlen(name), 0u);
+  CU_OK(drv().cuDeviceComputeCapability(&major, &minor, 0));
+  CU_OK(drv().cuDeviceGetAttribute(&threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 0));
+  CU_OK(drv().cuDeviceGetAttribute(&warp, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 0));
+  EXPECT_GE(major, 7);
+  EXPECT_EQ(threads, 1024);
+  EXPECT_EQ(warp, 32);
+  size_t mem = 0;
+  CU_OK(drv().cuDeviceTotalMem_v2(&mem, 0));
+  EXPECT_GT(mem, size_t(1) << 30);
+  if (drv().emulated) {
+    EXPECT_STREQ(name, "ptxsim emulated sm_90");
+    EXPECT_EQ(major, 9);
+    EXPECT_EQ(minor, 0);
+  }
+  CUdevice bad;
+  EXPECT_EQ(drv().cuDeviceGet(&bad, 7), CUDA_ERROR_INVALID_DEVICE);
+  const char* s = nullptr;
+  CU_OK(drv().cuGetErrorName(CUDA_ERROR_INVALID_HANDLE, &s));
+  EXPECT_STREQ(s, "CUDA_ERROR_INVALID_HANDLE");
+  CU_OK(drv().cuGetErrorString(CUDA_ERROR_ILLEGAL_ADDRESS, &s));
+  EXPECT_STREQ(s, "an illegal memory access was encountered");
+}
+
+TEST_F(DriverApi, AllocateCopyLoadLaunchCopyBack) {
+  const unsigned n = 1000;
+  std::vector<float> a(n), b(n), c(n, 0.f);
+  for (unsigned i = 0; i < n; ++i) a[i] = float(i), b[i] = 0.5f * float(i % 13);
+  CUdeviceptr da, db, dc;
+  CU_OK(drv().cuMemAlloc_v2(&da, n * 4));
+  CU_OK(drv().cuMemAlloc_v2(&db, n * 4));
+  CU_OK(drv().cuMemAlloc_v2(&dc, n * 4));
+  CU_OK(drv().cuMemcpyHtoD_v2(da, a.data(), n * 4));
+  CU_OK(drv().cuMemcpyHtoD_v2(db, b.data(), n * 4));
+  CU_OK(drv().cuMemsetD32_v2(dc, 0xffffffffu, n));
+  std::string ptx = read_kernel("vadd.ptx");
+  CUmodule mod;
+  CU_OK(drv().cuModuleLoadData(&mod, ptx.c_str()));
+  CUfunction f;
+  CU_OK(drv().cuModuleGetFunction(&f, mod, "vadd"));
+  int maxthreads = 0;
+  CU_OK(drv().cuFuncGetAttribute(&maxthreads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f));
+  EXPECT_LE(maxthreads, 256);  // .maxntid 256
+  unsigned nn = n;
+  void* params[] = {&da, &db, &dc, &nn};
+  CUstream stream;
+  CU_OK(drv().cuStreamCreate(&stream, 0));
+  CUevent e0, e1;
+  CU_OK(drv().cuEventCreate(&e0, 0));
+  CU_OK(drv().cuEventCreate(&e1, 0));
+  CU_OK(drv().cuEventRecord(e0, stream));
+  CU_OK(drv().cuLaunchKernel(f, (n + 255) / 256, 1, 1, 256, 1, 1, 0, stream, params, nullptr));
+  CU_OK(drv().cuEventRecord(e1, stream));
+  CU_OK(drv().cuMemcpyDtoHAsync_v2(c.data(), dc, n * 4, stream));
+  CU_OK(drv().cuStreamSynchronize(stream));
+  CU_OK(drv().cuEventSynchronize(e1));
+  float ms = -1;
+  CU_OK(drv().cuEventElapsedTime_v2(&ms, e0, e1));
+  EXPECT_GE(ms, 0.f);
+  for (unsigned i = 0; i < n; ++i) ASSERT_EQ(c[i], std::fma(b[i], 2.5f, a[i])) << i;
+  // a block over the kernel's .maxntid is rejected
+  EXPECT_EQ(drv().cuLaunchKernel(f, 1, 1, 1, 512, 1, 1, 0, stream, params, nullptr), CUDA_ERROR_INVALID_VALUE);
+  CU_OK(drv().cuEventDestroy_v2(e0));
+  CU_OK(drv().cuEventDestroy_v2(e1));
+  CU_OK(drv().cuStreamDestroy_v2(stream));
+  CU_OK(drv().cuModuleUnload(mod));
+  CU_OK(drv().cuMemFree_v2(da));
+  CU_OK(drv().cuMemFree_v2(db));
+  CU_OK(drv().cuMemFree_v2(dc));
+}
+
+TEST_F(DriverApi, ModuleGlobalsAndDtoD) {
+  std::string ptx = read_kernel("const_v4.ptx");
+  CUmodule mod;
+  CU_OK(drv().cuModuleLoadData(&mod, ptx.c_str()));
+  CUdeviceptr w;
+  size_t wbytes = 0;
+  CU_OK(drv().cuModuleGetGlobal_v2(&w, &wbytes, mod, "w"));
+  EXPECT_EQ(wbytes, 16u);
+  float host_w[4];
+  CU_OK(drv().cuMemcpyDtoH_v2(host_w, w, 16));
+  EXPECT_EQ(host_w[2], 3.0f);
+  float neww[4] = {1, 1, 1, 1};
+  CU_OK(drv().cuMemcpyHtoD_v2(w, neww, 16));
+  CUdeviceptr x, y, y2;
+  const unsigned n = 64;
+  std::vector<float> hx(4 * n);
+  for (size_t i = 0; i < hx.size(); ++i) hx[i] = float(i);
+  CU_OK(drv().cuMemAlloc_v2(&x, hx.size() * 4));
+  CU_OK(drv().cuMemAlloc_v2(&y, n * 4));
+  CU_OK(drv().cuMemAlloc_v2(&y2, n * 4));
+  CU_OK(drv().cuMemcpyHtoD_v2(x, hx.data(), hx.size() * 4));
+  CUfunction f;
+  CU_OK(drv().cuModuleGetFunction(&f, mod, "dot4"));
+  unsigned nn = n;
+  void* params[] = {&x, &y, &nn};
+  CU_OK(drv().cuLaunchKernel(f, 2, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr));
+  CU_OK(drv().cuMemcpyDtoD_v2(y2, y, n * 4));
+  std::vector<float> hy(n);
+  CU_OK(drv().cuMemcpyDtoH_v2(hy.data(), y2, n * 4));
+  for (unsigned i = 0; i < n; ++i) ASSERT_EQ(hy[i], 10.f + hx[4 * i] + hx[4 * i + 1] + hx[4 * i + 2] + hx[4 * i + 3]);
+  CUdeviceptr nope;
+  EXPECT_EQ(drv().cuModuleGetGlobal_v2(&nope, nullptr, mod, "no_such_symbol"), CUDA_ERROR_NOT_FOUND);
+  CU_OK(drv().cuMemFree_v2(x));
+  CU_OK(drv().cuMemFree_v2(y));
+  CU_OK(drv().cuMemFree_v2(y2));
+  CU_OK(drv().cuModuleUnload(mod));
+}
+
+TEST_F(DriverApi, GraphCaptureAndReplay) {
+  std::string ptx = read_kernel("vadd.ptx");
+  CUmodule mod;
+  CU_OK(drv().cuModuleLoadData(&mod, ptx.c_str()));
+  CUfunction f;
+  CU_OK(drv().cuModuleGetFunction(&f, mod, "vadd"));
+  const unsigned n = 256;
+  std::vector<float> ha(n, 1.f), hc(n, 0.f);
+  CUdeviceptr a, b, c;
+  CU_OK(drv().cuMemAlloc_v2(&a, n * 4));
+  CU_OK(drv().cuMemAlloc_v2(&b, n * 4));
+  CU_OK(drv().cuMemAlloc_v2(&c, n * 4));
+  CUstream s;
+  CU_OK(drv().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CU_OK(drv().cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CUstreamCaptureStatus status;
+  CU_OK(drv().cuStreamIsCapturing(s, &status));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  float two = 2.0f;
+  unsigned two_bits;
+  std::memcpy(&two_bits, &two, 4);
+  CU_OK(drv().cuMemcpyHtoDAsync_v2(a, ha.data(), n * 4, s));  // reads ha when the graph runs
+  CU_OK(drv().cuMemsetD32Async(b, two_bits, n, s));
+  unsigned nn = n;
+  void* params[] = {&a, &b, &c, &nn};
+  CU_OK(drv().cuLaunchKernel(f, 1, 1, 1, 256, 1, 1, 0, s, params, nullptr));
+  CU_OK(drv().cuMemcpyDtoHAsync_v2(hc.data(), c, n * 4, s));
+  CUgraph g;
+  CU_OK(drv().cuStreamEndCapture(s, &g));
+  if (drv().emulated) {
+    // Nothing ran during capture.
+    for (unsigned i = 0; i < n; ++i) ASSERT_EQ(hc[i], 0.f);
+  }
+  CUgraphExec ge;
+  CU_OK(drv().cuGraphInstantiateWithFlags(&ge, g, 0));
+  CU_OK(drv().cuGraphLaunch(ge, s));
+  CU_OK(drv().cuStreamSynchronize(s));
+  for (unsigned i = 0; i < n; ++i) ASSERT_EQ(hc[i], 1.f + 2.5f * 2.f);
+  for (auto& v : ha) v = 3.f;
+  CU_OK(drv().cuGraphLaunch(ge, s));
+  CU_OK(drv().cuStreamSynchronize(s));
+  for (unsigned i = 0; i < n; ++i) ASSERT_EQ(hc[i], 3.f + 2.5f * 2.f);
+  EXPECT_EQ(drv().cuStreamEndCapture(s, &g), CUDA_ERROR_ILLEGAL_STATE);
+  CU_OK(drv().cuGraphExecDestroy(ge));
+  CU_OK(drv().cuGraphDestroy(g));
+  CU_OK(drv().cuStreamDestroy_v2(s));
+  CU_OK(drv().cuMemFree_v2(a));
+  CU_OK(drv().cuMemFree_v2(b));
+  CU_OK(drv().cuMemFree_v2(c));
+  CU_OK(drv().cuModuleUnload(mod));
+}
+
+TEST_F(DriverApi, MisuseReturnsRealErrorCodes) {
+  CUdeviceptr p;
+  EXPECT_EQ(drv().cuMemAlloc_v2(&p, 0), CUDA_ERROR_INVALID_VALUE);
+  CU_OK(drv().cuMemAlloc_v2(&p, 64));
+  std::vector<char> big(128);
+  EXPECT_EQ(drv().cuMemcpyHtoD_v2(p, big.data(), big.size()), CUDA_ERROR_INVALID_VALUE);
+  CU_OK(drv().cuMemFree_v2(p));
+  EXPECT_EQ(drv().cuMemFree_v2(p), CUDA_ERROR_INVALID_VALUE);  // double free
+  CUmodule mod;
+  std::string ptx = read_kernel("vadd.ptx");
+  CU_OK(drv().cuModuleLoadData(&mod, ptx.c_str()));
+  CUfunction f;
+  EXPECT_EQ(drv().cuModuleGetFunction(&f, mod, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
+  CU_OK(drv().cuModuleUnload(mod));
+  EXPECT_EQ(drv().cuModuleUnload(mod), CUDA_ERROR_INVALID_HANDLE);
+  CUstream s;
+  CU_OK(drv().cuStreamCreate(&s, 0));
+  CU_OK(drv().cuStreamDestroy_v2(s));
+  if (drv().emulated) {
+    // Stale handles are recognised by the emulator; the real driver's behaviour there is undefined.
+    EXPECT_EQ(drv().cuStreamDestroy_v2(s), CUDA_ERROR_INVALID_HANDLE);
+  }
+  // A cubin (ELF) image: the emulator cannot run it and says so through the JIT error log.
+  const unsigned char elf[64] = {0x7f, 'E', 'L', 'F', 2, 1, 1};
+  char log[512] = {0};
+  CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void* vals[] = {log, reinterpret_cast<void*>(sizeof log)};
+  CUresult r = drv().cuModuleLoadDataEx(&mod, elf, 2, opts, vals);
+  EXPECT_NE(r, CUDA_SUCCESS);
+  if (drv().emulated) {
+    EXPECT_EQ(r, CUDA_ERROR_INVALID_IMAGE);
+    EXPECT_NE(std::string(log).find("PTX only"), std::string::npos) << log;
+  }
+  // Broken PTX: the error log names the line.
+  std::string bad = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k()\n{\nbogus.op;\n}\n";
+  std::memset(log, 0, sizeof log);
+  vals[1] = reinterpret_cast<void*>(sizeof log);
+  r = drv().cuModuleLoadDataEx(&mod, bad.c_str(), 2, opts, vals);
+  EXPECT_EQ(r, CUDA_ERROR_INVALID_PTX);
+  if (drv().emulated) {
+    EXPECT_NE(std::string(log).find(":6:"), std::string::npos) << log;
+  }
+}
+
+TEST_F(DriverApi, OutOfBoundsKernelIsIllegalAddress) {
+  if (!drv().emulated) GTEST_SKIP() << "an illegal address poisons a real context";
+  std::string ptx = read_kernel("vadd.ptx");
+  CUmodule mod;
+  CU_OK(drv().cuModuleLoadData(&mod, ptx.c_str()));
+  CUfunction f;
+  CU_OK(drv().cuModuleGetFunction(&f, mod, "vadd"));
+  CUdeviceptr a;
+  CU_OK(drv().cuMemAlloc_v2(&a, 100 * 4));
+  unsigned n = 200;  // the kernel is told there are 200 elements in a 100-element buffer
+  void* params[] = {&a, &a, &a, &n};
+  EXPECT_EQ(drv().cuLaunchKernel(f, 1, 1, 1, 256, 1, 1, 0, nullptr, params, nullptr), CUDA_ERROR_ILLEGAL_ADDRESS);
+  std::string msg = drv().last_message();
+  EXPECT_NE(msg.find("vadd"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("thread (100,0,0)"), std::string::npos) << msg;
+  CU_OK(drv().cuMemFree_v2(a));
+  CU_OK(drv().cuModuleUnload(mod));
+}

@@ -1,0 +1,866 @@
+// libsparsert_cuda_emu.so: the CUDA Driver API subset of runtime/include/sparsert/runtime/cuda_api.h, backed by
+// ptxsim. One emulated sm_90 device; all work runs synchronously on the calling thread, so streams only order work
+// and events time the interpreter. Misuse returns the CUresult codes the real driver documents.
+#include <sparsert/ptxsim/ptxsim.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <set>
+#include <string>
+#include <vector>
+
+#pragma GCC visibility push(default)
+#include <sparsert/runtime/cuda_api.h>
+#pragma GCC visibility pop
+
+namespace ps = sparsert::ptxsim;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct CtxObj {
+  bool primary = false;
+};
+struct FuncObj;
+struct ModObj {
+  std::unique_ptr<ps::Module> mod;
+  std::map<std::string, std::unique_ptr<FuncObj>> funcs;
+};
+struct FuncObj {
+  ModObj* mod;
+  std::string name;
+  int max_dynamic_shared = 48 * 1024;
+};
+struct EventObj {
+  unsigned flags = 0;
+  bool recorded = false;
+  Clock::time_point when;
+};
+// A captured operation, replayed by cuGraphLaunch.
+struct Node {
+  enum Kind { Kernel, HtoD, DtoH, DtoD, Memset8, Memset32, Record } kind;
+  explicit Node(Kind k) : kind(k) {}
+  FuncObj* func = nullptr;
+  ps::Dim3 grid, block;
+  unsigned shared = 0;
+  std::vector<std::byte> params;
+  CUdeviceptr dst = 0, src = 0;
+  const void* hsrc = nullptr;
+  void* hdst = nullptr;
+  size_t bytes = 0;
+  unsigned value = 0;
+  EventObj* event = nullptr;
+};
+struct GraphObj {
+  std::vector<Node> nodes;
+};
+struct ExecObj {
+  std::vector<Node> nodes;
+};
+struct StreamObj {
+  GraphObj* capture = nullptr;
+};
+
+struct State {
+  std::recursive_mutex mu;
+  bool initialized = false;
+  ps::DeviceMemory mem;
+  CtxObj* primary = nullptr;
+  int primary_refs = 0;
+  std::set<CtxObj*> ctxs;
+  std::set<ModObj*> mods;
+  std::set<FuncObj*> funcs;
+  std::set<StreamObj*> streams;
+  std::set<EventObj*> events;
+  std::set<GraphObj*> graphs;
+  std::set<ExecObj*> execs;
+  std::string last_error;
+  ps::InstrCounts last_counts, total_counts;
+};
+
+State& st() {
+  static State* s = new State;  // never destroyed: calls may come from other libraries' static destructors
+  return *s;
+}
+
+thread_local CtxObj* tl_current = nullptr;
+
+#define LOCK std::lock_guard<std::recursive_mutex> lock_(st().mu)
+#define REQUIRE_INIT \
+  if (!st().initialized) return CUDA_ERROR_NOT_INITIALIZED
+#define REQUIRE_CTX                                                 \
+  REQUIRE_INIT;                                                     \
+  if (!tl_current || !st().ctxs.count(tl_current)) return CUDA_ERROR_INVALID_CONTEXT
+
+template <typename T, typename H>
+T* lookup(const std::set<T*>& set, H h) {
+  T* p = reinterpret_cast<T*>(h);
+  return set.count(p) ? p : nullptr;
+}
+
+// Streams 0, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD are always valid; other handles must be live.
+bool stream_ok(CUstream s, StreamObj** out) {
+  *out = nullptr;
+  if (s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return true;
+  *out = lookup(st().streams, s);
+  return *out != nullptr;
+}
+
+CUresult fail_with(CUresult r, const std::string& msg) {
+  st().last_error = msg;
+  std::fprintf(stderr, "sparsert_cuda_emu: %s\n", msg.c_str());
+  return r;
+}
+
+CUresult sim_error(const ps::SimError& e) {
+  CUresult r;
+  switch (e.kind()) {
+    case ps::ErrorKind::OutOfBounds: r = CUDA_ERROR_ILLEGAL_ADDRESS; break;
+    case ps::ErrorKind::Misaligned: r = CUDA_ERROR_MISALIGNED_ADDRESS; break;
+    case ps::ErrorKind::Launch: r = CUDA_ERROR_INVALID_VALUE; break;
+    case ps::ErrorKind::Memory: r = CUDA_ERROR_INVALID_VALUE; break;
+    case ps::ErrorKind::Unsupported: r = CUDA_ERROR_NOT_SUPPORTED; break;
+    default: r = CUDA_ERROR_LAUNCH_FAILED; break;  // unset register, race, divergence: not a valid execution
+  }
+  return fail_with(r, e.what());
+}
+
+CUresult run_node(const Node& n) {
+  State& s = st();
+  try {
+    switch (n.kind) {
+      case Node::Kernel: {
+        ps::LaunchOptions opt;
+        opt.dynamic_shared_bytes = n.shared;
+        s.last_counts = n.func->mod->mod->launch_packed(n.func->name, n.grid, n.block, n.params, opt);
+        s.total_counts += s.last_counts;
+        break;
+      }
+      case Node::HtoD: s.mem.copy_to_device(n.dst, n.hsrc, n.bytes); break;
+      case Node::DtoH: s.mem.copy_to_host(n.hdst, n.src, n.bytes); break;
+      case Node::DtoD: s.mem.copy_device(n.dst, n.src, n.bytes); break;
+      case Node::Memset8:
+      case Node::Memset32: {
+        size_t esz = n.kind == Node::Memset8 ? 1 : 4;
+        if (n.kind == Node::Memset32 && n.dst % 4) return fail_with(CUDA_ERROR_INVALID_VALUE, "cuMemsetD32: misaligned destination");
+        uint8_t* p = s.mem.find(n.dst, n.bytes * esz);
+        if (!p) return fail_with(CUDA_ERROR_INVALID_VALUE, "cuMemset: range outside any allocation");
+        for (size_t i = 0; i < n.bytes; ++i) std::memcpy(p + i * esz, &n.value, esz);
+        break;
+      }
+      case Node::Record:
+        n.event->recorded = true;
+        n.event->when = Clock::now();
+        break;
+    }
+  } catch (const ps::SimError& e) {
+    return sim_error(e);
+  } catch (const std::bad_alloc&) {
+    return fail_with(CUDA_ERROR_OUT_OF_MEMORY, "host memory exhausted");
+  }
+  return CUDA_SUCCESS;
+}
+
+// Runs the operation now, or appends it to the capturing graph of its stream.
+CUresult submit(CUstream hs, Node n) {
+  StreamObj* so;
+  if (!stream_ok(hs, &so)) return CUDA_ERROR_INVALID_HANDLE;
+  if (so && so->capture) {
+    so->capture->nodes.push_back(std::move(n));
+    return CUDA_SUCCESS;
+  }
+  return run_node(n);
+}
+
+bool capturing_any() {
+  for (auto* s : st().streams)
+    if (s->capture) return true;
+  return false;
+}
+
+}  // namespace
+
+#pragma GCC visibility push(default)
+extern "C" {
+
+// ---- version, errors ----
+CUresult cuInit(unsigned int flags) {
+  LOCK;
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  st().initialized = true;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDriverGetVersion(int* v) {
+  if (!v) return CUDA_ERROR_INVALID_VALUE;
+  *v = 13000;
+  return CUDA_SUCCESS;
+}
+
+static const char* error_name(CUresult e, bool text) {
+  switch (e) {
+#define E(n, t) \
+  case n: return text ? t : #n;
+    E(CUDA_SUCCESS, "no error")
+    E(CUDA_ERROR_INVALID_VALUE, "invalid argument")
+    E(CUDA_ERROR_OUT_OF_MEMORY, "out of memory")
+    E(CUDA_ERROR_NOT_INITIALIZED, "initialization error")
+    E(CUDA_ERROR_DEINITIALIZED, "driver shutting down")
+    E(CUDA_ERROR_NO_DEVICE, "no CUDA-capable device is detected")
+    E(CUDA_ERROR_INVALID_DEVICE, "invalid device ordinal")
+    E(CUDA_ERROR_INVALID_IMAGE, "device kernel image is invalid")
+    E(CUDA_ERROR_INVALID_CONTEXT, "invalid device context")
+    E(CUDA_ERROR_NO_BINARY_FOR_GPU, "no kernel image is available for execution on the device")
+    E(CUDA_ERROR_INVALID_PTX, "a PTX JIT compilation failed")
+    E(CUDA_ERROR_UNSUPPORTED_PTX_VERSION, "the provided PTX was compiled with an unsupported toolchain.")
+    E(CUDA_ERROR_INVALID_SOURCE, "device kernel image is invalid")
+    E(CUDA_ERROR_INVALID_HANDLE, "invalid resource handle")
+    E(CUDA_ERROR_ILLEGAL_STATE, "the operation cannot be performed in the present state")
+    E(CUDA_ERROR_NOT_FOUND, "named symbol not found")
+    E(CUDA_ERROR_NOT_READY, "device not ready")
+    E(CUDA_ERROR_ILLEGAL_ADDRESS, "an illegal memory access was encountered")
+    E(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "too many resources requested for launch")
+    E(CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE, "primary context active")
+    E(CUDA_ERROR_CONTEXT_IS_DESTROYED, "context is destroyed")
+    E(CUDA_ERROR_ASSERT, "device-side assert triggered")
+    E(CUDA_ERROR_ILLEGAL_INSTRUCTION, "an illegal instruction was encountered")
+    E(CUDA_ERROR_MISALIGNED_ADDRESS, "misaligned address")
+    E(CUDA_ERROR_LAUNCH_FAILED, "unspecified launch failure")
+    E(CUDA_ERROR_NOT_SUPPORTED, "operation not supported")
+    E(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "operation not permitted when stream is capturing")
+    E(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "operation failed due to a previous error during capture")
+    E(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, "capture was not initiated in this stream")
+    E(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "attempt to terminate a thread-local capture sequence from another thread")
+    E(CUDA_ERROR_UNKNOWN, "unknown error")
+#undef E
+  }
+  return nullptr;
+}
+
+CUresult cuGetErrorName(CUresult e, const char** p) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  *p = error_name(e, false);
+  return *p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuGetErrorString(CUresult e, const char** p) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  *p = error_name(e, true);
+  return *p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+// ---- device ----
+CUresult cuDeviceGetCount(int* n) {
+  LOCK;
+  REQUIRE_INIT;
+  if (!n) return CUDA_ERROR_INVALID_VALUE;
+  *n = 1;
+  return CUDA_SUCCESS;
+}
+CUresult cuDeviceGet(CUdevice* d, int ordinal) {
+  LOCK;
+  REQUIRE_INIT;
+  if (!d) return CUDA_ERROR_INVALID_VALUE;
+  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *d = 0;
+  return CUDA_SUCCESS;
+}
+CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
+  LOCK;
+  REQUIRE_INIT;
+  if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  std::snprintf(name, static_cast<size_t>(len), "%s", "ptxsim emulated sm_90");
+  return CUDA_SUCCESS;
+}
+CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute a, CUdevice dev) {
+  LOCK;
+  REQUIRE_INIT;
+  if (!pi) return CUDA_ERROR_INVALID_VALUE;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  // The figures of an H100 SXM (sm_90).
+  switch (a) {
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: *pi = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *pi = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *pi = 64; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *pi = 2147483647; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: *pi = 65535; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *pi = 65535; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *pi = 49152; break;
+    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: *pi = 65536; break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *pi = 32; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: *pi = 65536; break;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *pi = 1980000; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *pi = 132; break;
+    case CU_DEVICE_ATTRIBUTE_INTEGRATED: *pi = 0; break;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: *pi = 1; break;
+    case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: *pi = 1; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *pi = 0; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *pi = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *pi = 2619000; break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *pi = 5120; break;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *pi = 52428800; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *pi = 2048; break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *pi = 1; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *pi = 9; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *pi = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *pi = 233472; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: *pi = 65536; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *pi = 232448; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: *pi = 32; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
+  LOCK;
+  REQUIRE_INIT;
+  if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *bytes = size_t(80) << 30;
+  return CUDA_SUCCESS;
+}
+CUresult cuDeviceComputeCapability(int* major, int* minor, CUdevice dev) {
+  LOCK;
+  REQUIRE_INIT;
+  if (!major || !minor) return CUDA_ERROR_INVALID_VALUE;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *major = 9;
+  *minor = 0;
+  return CUDA_SUCCESS;
+}
+
+// ---- contexts ----
+CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  LOCK;
+  REQUIRE_INIT;
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  State& s = st();
+  if (!s.primary) {
+    s.primary = new CtxObj{true};
+    s.ctxs.insert(s.primary);
+  }
+  ++s.primary_refs;
+  *pctx = reinterpret_cast<CUcontext>(s.primary);
+  return CUDA_SUCCESS;
+}
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  LOCK;
+  REQUIRE_INIT;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  State& s = st();
+  if (!s.primary || s.primary_refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (--s.primary_refs == 0) {
+    if (tl_current == s.primary) tl_current = nullptr;
+    s.ctxs.erase(s.primary);
+    delete s.primary;
+    s.primary = nullptr;
+  }
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  LOCK;
+  REQUIRE_INIT;
+  (void)flags;
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  auto* c = new CtxObj{false};
+  st().ctxs.insert(c);
+  tl_current = c;
+  *pctx = reinterpret_cast<CUcontext>(c);
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  LOCK;
+  REQUIRE_INIT;
+  CtxObj* c = lookup(st().ctxs, ctx);
+  if (!c) return CUDA_ERROR_INVALID_CONTEXT;
+  if (c->primary) return CUDA_ERROR_INVALID_CONTEXT;
+  if (tl_current == c) tl_current = nullptr;
+  st().ctxs.erase(c);
+  delete c;
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxSetCurrent(CUcontext ctx) {
+  LOCK;
+  REQUIRE_INIT;
+  if (ctx == nullptr) {
+    tl_current = nullptr;
+    return CUDA_SUCCESS;
+  }
+  CtxObj* c = lookup(st().ctxs, ctx);
+  if (!c) return CUDA_ERROR_INVALID_CONTEXT;
+  tl_current = c;
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxGetCurrent(CUcontext* pctx) {
+  LOCK;
+  REQUIRE_INIT;
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  *pctx = st().ctxs.count(tl_current) ? reinterpret_cast<CUcontext>(tl_current) : nullptr;
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxSynchronize(void) {
+  LOCK;
+  REQUIRE_CTX;
+  return CUDA_SUCCESS;  // all work already ran
+}
+
+// ---- modules ----
+CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int n, CUjit_option* options, void** values) {
+  LOCK;
+  REQUIRE_CTX;
+  if (!module || !image || (n && (!options || !values))) return CUDA_ERROR_INVALID_VALUE;
+  char* errbuf = nullptr;
+  size_t errsize = 0;
+  int errsize_idx = -1;
+  for (unsigned i = 0; i < n; ++i) {
+    if (options[i] == CU_JIT_ERROR_LOG_BUFFER) errbuf = static_cast<char*>(values[i]);
+    if (options[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) {
+      errsize = reinterpret_cast<size_t>(values[i]);
+      errsize_idx = static_cast<int>(i);
+    }
+  }
+  auto report = [&](CUresult r, const std::string& msg) {
+    if (errbuf && errsize) {
+      size_t k = std::min(errsize - 1, msg.size());
+      std::memcpy(errbuf, msg.data(), k);
+      errbuf[k] = 0;
+      values[errsize_idx] = reinterpret_cast<void*>(k + 1);
+    }
+    return fail_with(r, msg);
+  };
+  const unsigned char* b = static_cast<const unsigned char*>(image);
+  if (b[0] == 0x7f && b[1] == 'E' && b[2] == 'L' && b[3] == 'F')
+    return report(CUDA_ERROR_INVALID_IMAGE, "ptxsim runs PTX only: the image is an ELF cubin; pass the PTX text instead");
+  uint32_t magic;
+  std::memcpy(&magic, b, 4);
+  if (magic == 0xBA55ED50u || magic == 0x466243B1u)
+    return report(CUDA_ERROR_INVALID_IMAGE, "ptxsim runs PTX only: the image is a fatbinary; pass the PTX text instead");
+  std::string text(static_cast<const char*>(image));
+  if (text.find(".version") == std::string::npos)
+    return report(CUDA_ERROR_INVALID_IMAGE, "image is neither PTX text (no .version directive) nor a supported binary");
+  try {
+    auto* m = new ModObj;
+    try {
+      m->mod = std::make_unique<ps::Module>(st().mem, text, "<cuModuleLoadData>");
+    } catch (...) {
+      delete m;
+      throw;
+    }
+    st().mods.insert(m);
+    *module = reinterpret_cast<CUmodule>(m);
+  } catch (const ps::SimError& e) {
+    return report(CUDA_ERROR_INVALID_PTX, e.what());
+  } catch (const std::bad_alloc&) {
+    return report(CUDA_ERROR_OUT_OF_MEMORY, "host memory exhausted while loading the module");
+  }
+  return CUDA_SUCCESS;
+}
+CUresult cuModuleLoadData(CUmodule* module, const void* image) {
+  return cuModuleLoadDataEx(module, image, 0, nullptr, nullptr);
+}
+CUresult cuModuleUnload(CUmodule hmod) {
+  LOCK;
+  REQUIRE_INIT;
+  ModObj* m = lookup(st().mods, hmod);
+  if (!m) return CUDA_ERROR_INVALID_HANDLE;
+  for (auto& [n, f] : m->funcs) st().funcs.erase(f.get());
+  st().mods.erase(m);
+  delete m;
+  return CUDA_SUCCESS;
+}
+CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const char* name) {
+  LOCK;
+  REQUIRE_CTX;
+  if (!hfunc || !name) return CUDA_ERROR_INVALID_VALUE;
+  ModObj* m = lookup(st().mods, hmod);
+  if (!m) return CUDA_ERROR_INVALID_HANDLE;
+  if (!m->mod->has_kernel(name)) return CUDA_ERROR_NOT_FOUND;
+  auto& f = m->funcs[name];
+  if (!f) {
+    f = std::make_unique<FuncObj>(FuncObj{m, name});
+    st().funcs.insert(f.get());
+  }
+  *hfunc = reinterpret_cast<CUfunction>(f.get());
+  return CUDA_SUCCESS;
+}
+CUresult cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes, CUmodule hmod, const char* name) {
+  LOCK;
+  REQUIRE_CTX;
+  if (!name) return CUDA_ERROR_INVALID_VALUE;
+  ModObj* m = lookup(st().mods, hmod);
+  if (!m) return CUDA_ERROR_INVALID_HANDLE;
+  auto g = m->mod->global(name);
+  if (!g) return CUDA_ERROR_NOT_FOUND;
+  if (dptr) *dptr = g->first;
+  if (bytes) *bytes = g->second;
+  return CUDA_SUCCESS;
+}
+CUresult cuFuncGetAttribute(int* pi, CUfunction_attribute a, CUfunction hfunc) {
+  LOCK;
+  REQUIRE_INIT;
+  if (!pi) return CUDA_ERROR_INVALID_VALUE;
+  FuncObj* f = lookup(st().funcs, hfunc);
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  const ps::KernelInfo& k = f->mod->mod->kernel(f->name);
+  switch (a) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = static_cast<int>(k.max_threads_per_block()); break;
+    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *pi = static_cast<int>(k.static_shared_bytes); break;
+    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *pi = static_cast<int>(f->mod->mod->const_bytes()); break;
+    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *pi = static_cast<int>(k.local_bytes); break;
+    // Declared virtual registers, capped at the hardware's 255: an upper bound, not a register allocation.
+    case CU_FUNC_ATTRIBUTE_NUM_REGS: *pi = static_cast<int>(std::min<uint32_t>(k.num_registers, 255)); break;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION: *pi = static_cast<int>(f->mod->mod->ptx_version()); break;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *pi = 90; break;
+    case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA: *pi = 0; break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *pi = f->max_dynamic_shared; break;
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *pi = -1; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute a, int value) {
+  LOCK;
+  REQUIRE_INIT;
+  FuncObj* f = lookup(st().funcs, hfunc);
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  if (a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
+    int stat = static_cast<int>(f->mod->mod->kernel(f->name).static_shared_bytes);
+    if (value < 0 || value + stat > 232448) return CUDA_ERROR_INVALID_VALUE;
+    f->max_dynamic_shared = value;
+    return CUDA_SUCCESS;
+  }
+  if (a == CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT) return CUDA_SUCCESS;  // a hint
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+// ---- memory ----
+CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
+  LOCK;
+  REQUIRE_CTX;
+  if (!dptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  try {
+    *dptr = st().mem.alloc(bytes);
+  } catch (const std::bad_alloc&) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  } catch (const ps::SimError&) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  return CUDA_SUCCESS;
+}
+CUresult cuMemFree_v2(CUdeviceptr p) {
+  LOCK;
+  REQUIRE_CTX;
+  if (p == 0) return CUDA_SUCCESS;
+  try {
+    st().mem.free(p);
+  } catch (const ps::SimError&) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+static CUresult copy_node(Node n, CUstream s, bool async) {
+  LOCK;
+  REQUIRE_CTX;
+  if (n.bytes == 0) return CUDA_SUCCESS;
+  if ((n.kind == Node::HtoD && !n.hsrc) || (n.kind == Node::DtoH && !n.hdst)) return CUDA_ERROR_INVALID_VALUE;
+  // A synchronous copy while a stream captures in global mode would be an unrecorded side effect.
+  if (!async && capturing_any()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  size_t span = n.kind == Node::Memset32 ? n.bytes * 4 : n.bytes;
+  if ((n.kind != Node::DtoH && !st().mem.find(n.dst, span)) ||
+      ((n.kind == Node::DtoH || n.kind == Node::DtoD) && !st().mem.find(n.src, span)))
+    return CUDA_ERROR_INVALID_VALUE;
+  return submit(s, std::move(n));
+}
+
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
+  Node x(Node::HtoD);
+  x.dst = dst, x.hsrc = src, x.bytes = n;
+  return copy_node(std::move(x), nullptr, false);
+}
+CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
+  Node x(Node::DtoH);
+  x.hdst = dst, x.src = src, x.bytes = n;
+  return copy_node(std::move(x), nullptr, false);
+}
+CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  Node x(Node::DtoD);
+  x.dst = dst, x.src = src, x.bytes = n;
+  return copy_node(std::move(x), nullptr, false);
+}
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
+  Node x(Node::HtoD);
+  x.dst = dst, x.hsrc = src, x.bytes = n;
+  return copy_node(std::move(x), s, true);
+}
+CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream s) {
+  Node x(Node::DtoH);
+  x.hdst = dst, x.src = src, x.bytes = n;
+  return copy_node(std::move(x), s, true);
+}
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  Node x(Node::DtoD);
+  x.dst = dst, x.src = src, x.bytes = n;
+  return copy_node(std::move(x), s, true);
+}
+CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) {
+  Node x(Node::Memset8);
+  x.dst = dst, x.value = v, x.bytes = n;
+  return copy_node(std::move(x), nullptr, false);
+}
+CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned int v, size_t n) {
+  if (dst % 4) return CUDA_ERROR_INVALID_VALUE;
+  Node x(Node::Memset32);
+  x.dst = dst, x.value = v, x.bytes = n;
+  return copy_node(std::move(x), nullptr, false);
+}
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
+  Node x(Node::Memset8);
+  x.dst = dst, x.value = v, x.bytes = n;
+  return copy_node(std::move(x), s, true);
+}
+CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, CUstream s) {
+  if (dst % 4) return CUDA_ERROR_INVALID_VALUE;
+  Node x(Node::Memset32);
+  x.dst = dst, x.value = v, x.bytes = n;
+  return copy_node(std::move(x), s, true);
+}
+
+// ---- streams and events ----
+CUresult cuStreamCreate(CUstream* ps_, unsigned int flags) {
+  LOCK;
+  REQUIRE_CTX;
+  if (!ps_ || (flags & ~1u)) return CUDA_ERROR_INVALID_VALUE;
+  auto* s = new StreamObj;
+  st().streams.insert(s);
+  *ps_ = reinterpret_cast<CUstream>(s);
+  return CUDA_SUCCESS;
+}
+CUresult cuStreamDestroy_v2(CUstream h) {
+  LOCK;
+  REQUIRE_INIT;
+  StreamObj* s = lookup(st().streams, h);
+  if (!s) return CUDA_ERROR_INVALID_HANDLE;
+  if (s->capture) delete s->capture;
+  st().streams.erase(s);
+  delete s;
+  return CUDA_SUCCESS;
+}
+CUresult cuStreamSynchronize(CUstream h) {
+  LOCK;
+  REQUIRE_CTX;
+  StreamObj* s;
+  if (!stream_ok(h, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (s && s->capture) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  return CUDA_SUCCESS;
+}
+CUresult cuEventCreate(CUevent* pe, unsigned int flags) {
+  LOCK;
+  REQUIRE_CTX;
+  if (!pe || (flags & ~7u)) return CUDA_ERROR_INVALID_VALUE;
+  auto* e = new EventObj;
+  e->flags = flags;
+  st().events.insert(e);
+  *pe = reinterpret_cast<CUevent>(e);
+  return CUDA_SUCCESS;
+}
+CUresult cuEventRecord(CUevent h, CUstream s) {
+  LOCK;
+  REQUIRE_CTX;
+  EventObj* e = lookup(st().events, h);
+  if (!e) return CUDA_ERROR_INVALID_HANDLE;
+  Node x(Node::Record);
+  x.event = e;
+  return submit(s, std::move(x));
+}
+CUresult cuEventSynchronize(CUevent h) {
+  LOCK;
+  REQUIRE_INIT;
+  return lookup(st().events, h) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+CUresult cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) {
+  LOCK;
+  REQUIRE_INIT;
+  if (!ms) return CUDA_ERROR_INVALID_VALUE;
+  EventObj* e0 = lookup(st().events, a);
+  EventObj* e1 = lookup(st().events, b);
+  if (!e0 || !e1) return CUDA_ERROR_INVALID_HANDLE;
+  if ((e0->flags | e1->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
+  if (!e0->recorded || !e1->recorded) return CUDA_ERROR_INVALID_HANDLE;
+  *ms = std::chrono::duration<float, std::milli>(e1->when - e0->when).count();
+  return CUDA_SUCCESS;
+}
+CUresult cuEventDestroy_v2(CUevent h) {
+  LOCK;
+  REQUIRE_INIT;
+  EventObj* e = lookup(st().events, h);
+  if (!e) return CUDA_ERROR_INVALID_HANDLE;
+  st().events.erase(e);
+  delete e;
+  return CUDA_SUCCESS;
+}
+
+// ---- launch ----
+CUresult cuLaunchKernel(CUfunction hf, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, CUstream s, void** params, void** extra) {
+  LOCK;
+  REQUIRE_CTX;
+  FuncObj* f = lookup(st().funcs, hf);
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  if (extra) return fail_with(CUDA_ERROR_NOT_SUPPORTED, "cuLaunchKernel: the 'extra' parameter form is not supported; use kernelParams");
+  const ps::KernelInfo& k = f->mod->mod->kernel(f->name);
+  if (!params && !k.params.empty()) return CUDA_ERROR_INVALID_VALUE;
+  if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (uint64_t(bx) * by * bz > k.max_threads_per_block() || bx > 1024 || by > 1024 || bz > 64)
+    return fail_with(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel: block exceeds the kernel's thread limit");
+  if (gx > 0x7fffffffu || gy > 65535 || gz > 65535) return CUDA_ERROR_INVALID_VALUE;
+  if (shared > static_cast<unsigned>(f->max_dynamic_shared))
+    return fail_with(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel: dynamic shared memory above the function's maximum");
+  Node n(Node::Kernel);
+  n.func = f;
+  n.grid = {gx, gy, gz};
+  n.block = {bx, by, bz};
+  n.shared = shared;
+  try {
+    n.params = f->mod->mod->pack_args(f->name, params);
+  } catch (const ps::SimError& e) {
+    return sim_error(e);
+  }
+  return submit(s, std::move(n));
+}
+
+// ---- graphs ----
+CUresult cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode) {
+  LOCK;
+  REQUIRE_CTX;
+  if (mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+  if (h == nullptr || h == CU_STREAM_LEGACY) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  StreamObj* s = lookup(st().streams, h);
+  if (!s) return CUDA_ERROR_INVALID_HANDLE;
+  if (s->capture) return CUDA_ERROR_ILLEGAL_STATE;
+  s->capture = new GraphObj;
+  return CUDA_SUCCESS;
+}
+CUresult cuStreamEndCapture(CUstream h, CUgraph* pg) {
+  LOCK;
+  REQUIRE_CTX;
+  if (!pg) return CUDA_ERROR_INVALID_VALUE;
+  StreamObj* s = lookup(st().streams, h);
+  if (!s) return h == nullptr ? CUDA_ERROR_ILLEGAL_STATE : CUDA_ERROR_INVALID_HANDLE;
+  if (!s->capture) return CUDA_ERROR_ILLEGAL_STATE;
+  st().graphs.insert(s->capture);
+  *pg = reinterpret_cast<CUgraph>(s->capture);
+  s->capture = nullptr;
+  return CUDA_SUCCESS;
+}
+CUresult cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus* status) {
+  LOCK;
+  REQUIRE_CTX;
+  if (!status) return CUDA_ERROR_INVALID_VALUE;
+  StreamObj* s;
+  if (!stream_ok(h, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  *status = (s && s->capture) ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+CUresult cuGraphInstantiateWithFlags(CUgraphExec* pe, CUgraph hg, unsigned long long flags) {
+  LOCK;
+  REQUIRE_CTX;
+  if (!pe) return CUDA_ERROR_INVALID_VALUE;
+  (void)flags;
+  GraphObj* g = lookup(st().graphs, hg);
+  if (!g) return CUDA_ERROR_INVALID_HANDLE;
+  auto* e = new ExecObj{g->nodes};
+  st().execs.insert(e);
+  *pe = reinterpret_cast<CUgraphExec>(e);
+  return CUDA_SUCCESS;
+}
+CUresult cuGraphInstantiate_v2(CUgraphExec* pe, CUgraph hg, CUgraphNode* err_node, char* log, size_t logsize) {
+  if (err_node) *err_node = nullptr;
+  if (log && logsize) log[0] = 0;
+  return cuGraphInstantiateWithFlags(pe, hg, 0);
+}
+CUresult cuGraphLaunch(CUgraphExec he, CUstream s) {
+  LOCK;
+  REQUIRE_CTX;
+  ExecObj* e = lookup(st().execs, he);
+  if (!e) return CUDA_ERROR_INVALID_HANDLE;
+  StreamObj* so;
+  if (!stream_ok(s, &so)) return CUDA_ERROR_INVALID_HANDLE;
+  if (so && so->capture) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  for (const Node& n : e->nodes) {
+    // Modules or functions unloaded since capture make the executable graph unusable.
+    if (n.kind == Node::Kernel && !st().funcs.count(n.func)) return CUDA_ERROR_INVALID_HANDLE;
+    if (n.kind == Node::Record && !st().events.count(n.event)) return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = run_node(n);
+    if (r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+CUresult cuGraphExecDestroy(CUgraphExec he) {
+  LOCK;
+  REQUIRE_INIT;
+  ExecObj* e = lookup(st().execs, he);
+  if (!e) return CUDA_ERROR_INVALID_HANDLE;
+  st().execs.erase(e);
+  delete e;
+  return CUDA_SUCCESS;
+}
+CUresult cuGraphDestroy(CUgraph hg) {
+  LOCK;
+  REQUIRE_INIT;
+  GraphObj* g = lookup(st().graphs, hg);
+  if (!g) return CUDA_ERROR_INVALID_HANDLE;
+  st().graphs.erase(g);
+  delete g;
+  return CUDA_SUCCESS;
+}
+
+// ---- plain names (cuda.h maps them to the versioned entry points above) ----
+CUresult cuDeviceTotalMem(size_t* b, CUdevice d) { return cuDeviceTotalMem_v2(b, d); }
+CUresult cuDevicePrimaryCtxRelease(CUdevice d) { return cuDevicePrimaryCtxRelease_v2(d); }
+CUresult cuCtxCreate(CUcontext* c, unsigned int f, CUdevice d) { return cuCtxCreate_v2(c, f, d); }
+CUresult cuCtxDestroy(CUcontext c) { return cuCtxDestroy_v2(c); }
+CUresult cuModuleGetGlobal(CUdeviceptr* p, size_t* b, CUmodule m, const char* n) { return cuModuleGetGlobal_v2(p, b, m, n); }
+CUresult cuMemAlloc(CUdeviceptr* p, size_t n) { return cuMemAlloc_v2(p, n); }
+CUresult cuMemFree(CUdeviceptr p) { return cuMemFree_v2(p); }
+CUresult cuMemcpyHtoD(CUdeviceptr d, const void* s, size_t n) { return cuMemcpyHtoD_v2(d, s, n); }
+CUresult cuMemcpyDtoH(void* d, CUdeviceptr s, size_t n) { return cuMemcpyDtoH_v2(d, s, n); }
+CUresult cuMemcpyDtoD(CUdeviceptr d, CUdeviceptr s, size_t n) { return cuMemcpyDtoD_v2(d, s, n); }
+CUresult cuMemcpyHtoDAsync(CUdeviceptr d, const void* s, size_t n, CUstream h) { return cuMemcpyHtoDAsync_v2(d, s, n, h); }
+CUresult cuMemcpyDtoHAsync(void* d, CUdeviceptr s, size_t n, CUstream h) { return cuMemcpyDtoHAsync_v2(d, s, n, h); }
+CUresult cuMemcpyDtoDAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream h) { return cuMemcpyDtoDAsync_v2(d, s, n, h); }
+CUresult cuMemsetD8(CUdeviceptr d, unsigned char v, size_t n) { return cuMemsetD8_v2(d, v, n); }
+CUresult cuMemsetD32(CUdeviceptr d, unsigned int v, size_t n) { return cuMemsetD32_v2(d, v, n); }
+CUresult cuStreamDestroy(CUstream s) { return cuStreamDestroy_v2(s); }
+CUresult cuEventDestroy(CUevent e) { return cuEventDestroy_v2(e); }
+CUresult cuEventElapsedTime(float* ms, CUevent a, CUevent b) { return cuEventElapsedTime_v2(ms, a, b); }
+CUresult cuStreamBeginCapture(CUstream s, CUstreamCaptureMode m) { return cuStreamBeginCapture_v2(s, m); }
+CUresult cuGraphInstantiate(CUgraphExec* e, CUgraph g, unsigned long long f) { return cuGraphInstantiateWithFlags(e, g, f); }
+
+// ---- emulator extensions (not part of the CUDA API) ----
+// The full ptxsim message of the last failing call, e.g. the PTX line of an out-of-bounds store.
+const char* sparsertEmuGetLastErrorMessage(void) {
+  LOCK;
+  return st().last_error.c_str();
+}
+// Instruction counts per ptxsim::InstrClass of the last kernel launch (which = 0) or of all launches (which = 1).
+// Returns the number of classes written (at most n).
+int sparsertEmuGetInstructionCounts(int which, unsigned long long* out, int n) {
+  LOCK;
+  const ps::InstrCounts& c = which == 0 ? st().last_counts : st().total_counts;
+  int k = std::min<int>(n, static_cast<int>(ps::kNumInstrClasses));
+  for (int i = 0; i < k; ++i) out[i] = c.by_class[static_cast<size_t>(i)];
+  return k;
+}
+
+}  // extern "C"
+#pragma GCC visibility pop
