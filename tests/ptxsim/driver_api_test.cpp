@@ -70,7 +70,9 @@ class DriverApi : public ::testing::Test {
     CU_OK(drv().cuCtxSetCurrent(ctx));
   }
   void TearDown() override {
-    if (ctx) EXPECT_EQ(drv().cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+    if (ctx) {
+      EXPECT_EQ(drv().cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+    }
   }
 };
 
