@@ -197,9 +197,12 @@ class Runner {
   std::pair<uint64_t, uint64_t> dyn_range_{0, 0};
   uint32_t epoch_ = 1;
   uint64_t counts_[kNumInstrClasses] = {};
-  // one-entry cache of the last global allocation touched
-  uint64_t gc_begin_ = 1, gc_end_ = 0;
-  uint8_t* gc_host_ = nullptr;
+  // Small cache of recently touched global allocations: kernels stream from a handful of buffers, and a map lookup
+  // per access would dominate.
+  static constexpr int kCache = 4;
+  uint64_t gc_begin_[kCache] = {1, 1, 1, 1}, gc_end_[kCache] = {};
+  uint8_t* gc_host_[kCache] = {};
+  int gc_next_ = 0;
 
   // ---------- errors ----------
   ThreadPos pos(uint32_t t) const {
@@ -299,9 +302,10 @@ class Runner {
            fmt::format("out-of-bounds {} of {} bytes at global address 0x{:x}: {}", what, n, a, detail), a);
     }
     auto r = mem.range_of(a);
-    gc_begin_ = r->first;
-    gc_end_ = r->first + r->second;
-    gc_host_ = p - (a - r->first);
+    gc_begin_[gc_next_] = r->first;
+    gc_end_[gc_next_] = r->first + r->second;
+    gc_host_[gc_next_] = p - (a - r->first);
+    gc_next_ = (gc_next_ + 1) % kCache;
     (void)write;
     return p;
   }
@@ -364,10 +368,13 @@ class Runner {
         if (sp == Space::Const && !in_ranges(m_.const_ranges, a, n))
           fail(ErrorKind::OutOfBounds, in, t,
                fmt::format("out-of-bounds ld.const of {} bytes at 0x{:x}: not inside a .const variable", n, a), a);
-        uint8_t* p;
-        if (a >= gc_begin_ && a + n <= gc_end_) [[likely]]
-          p = gc_host_ + (a - gc_begin_);
-        else
+        uint8_t* p = nullptr;
+        for (int i = 0; i < kCache; ++i)
+          if (a >= gc_begin_[i] && a + n <= gc_end_[i]) {
+            p = gc_host_[i] + (a - gc_begin_[i]);
+            break;
+          }
+        if (!p) [[unlikely]]
           p = global_slow(a, n, in, t, write, write ? "store" : "load");
         if (write && !m_.const_ranges.empty() && in_ranges(m_.const_ranges, a, n))
           fail(ErrorKind::OutOfBounds, in, t, fmt::format("store to .const variable memory at 0x{:x}", a), a);
