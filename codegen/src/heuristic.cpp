@@ -6,9 +6,8 @@ namespace sparsert::codegen {
 
 TileParams default_tile_params(const CsrMatrix& a, int32_t n, const Target& target) {
   TileParams t;
-  t.cols_per_thread = n % 4 == 0 ? 4 : n % 2 == 0 ? 2 : 1;
-  const int32_t n_rounded = (std::max(n, 1) + t.cols_per_thread - 1) / t.cols_per_thread * t.cols_per_thread;
-  t.n_tile = std::min(32 * t.cols_per_thread, n_rounded);
+  t.cols_per_thread = 1;
+  t.n_tile = std::min(64, std::max(n, 1));
   const int32_t rows_per_block = 64 / t.cols_per_thread;
   t.plan.m_blocks = std::max(1, std::min(a.rows, (a.rows + rows_per_block - 1) / rows_per_block));
   const int64_t nnz_per_block = a.nnz() / t.plan.m_blocks;
@@ -16,20 +15,22 @@ TileParams default_tile_params(const CsrMatrix& a, int32_t n, const Target& targ
   int32_t gy = static_cast<int32_t>(std::clamp<int64_t>(nnz_per_block / 512, 1, 8));
   gy = std::min({gy, target.max_threads_per_block() / threads_x, std::max(a.cols, 1)});
   t.plan.gy = std::max(gy, 1);
-  // nnz balancing can put more rows than average in a block; shrink blocks until the resources fit.
+  // Shrink until the resources fit: partial sums in shared memory shrink with fewer groups, accumulators with more
+  // blocks (nnz balancing can put more rows than average in a block).
   while (true) {
     try {
       check_tile_resources(t, inspector::make_plan(a, t.plan), target);
       return t;
     } catch (const inspector::InvalidTileParams& e) {
-      if (t.plan.m_blocks >= a.rows) {
-        if (t.plan.gy > 1) {
-          t.plan.gy = std::max(1, t.plan.gy / 2);
-          continue;
-        }
+      if (e.field() == "shared_memory" && t.plan.gy > 1) {
+        t.plan.gy = std::max(1, t.plan.gy / 2);
+      } else if (t.plan.m_blocks < a.rows) {
+        t.plan.m_blocks = std::min(a.rows, t.plan.m_blocks + std::max(1, t.plan.m_blocks / 8));
+      } else if (t.plan.gy > 1) {
+        t.plan.gy = std::max(1, t.plan.gy / 2);
+      } else {
         throw;
       }
-      t.plan.m_blocks = std::min(a.rows, t.plan.m_blocks + std::max(1, t.plan.m_blocks / 8));
     }
   }
 }

@@ -1,0 +1,199 @@
+// Golden tests of the SpMM emitter: FileCheck-style patterns over the PTX of small kernels, per target.
+#include "filecheck.hpp"
+#include "sparsert/codegen/spmm.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+using namespace sparsert;
+using namespace sparsert::codegen;
+using sparsert::testing::filecheck;
+
+namespace {
+// [0.1  0    0.5  0]
+// [0    0    0    0]     (empty: its output is act(bias))
+// [0   -2.0  0.25 0]
+CsrMatrix tiny() {
+  CsrMatrix a;
+  a.rows = 3;
+  a.cols = 4;
+  a.row_ptr = {0, 2, 2, 4};
+  a.col_idx = {0, 2, 1, 2};
+  a.values = {0.1f, 0.5f, -2.0f, 0.25f};
+  return a;
+}
+
+SpmmKernel emit(const CsrMatrix& a, const TileParams& tile, const Target& target, int32_t ld,
+                Epilogue ep = {{0.5f, -1.0f, 0.0f}, Activation::kRelu, 32.0f}) {
+  SpmmOptions opt;
+  opt.tile = tile;
+  opt.ld = ld;
+  opt.epilogue = std::move(ep);
+  opt.name = "tiny";
+  return emit_spmm(a, inspector::make_plan(a, tile.plan), target, opt);
+}
+
+TileParams single_block() {
+  TileParams t;
+  t.n_tile = 32;
+  return t;
+}
+}  // namespace
+
+TEST(EmitGolden, TinyKernelPerTarget) {
+  for (const Target& target : Target::all()) {
+    const SpmmKernel k = emit(tiny(), single_block(), target, 40);
+    ASSERT_EQ(k.entries.size(), 1u);
+    const std::string& ptx = k.entries[0].ptx;
+    const std::string patterns = R"(
+CHECK: .version )" + target.ptx_version() + R"(
+CHECK-NEXT: .target )" + target.name() + R"(
+CHECK-NEXT: .address_size 64
+CHECK: // launch: grid = (ceil(N / 32), 1, 1), block = (32, 1, 1), static shared = 0 bytes
+CHECK: .visible .entry tiny_e0(
+CHECK-NEXT: .param .u64 tiny_e0_param_B,
+CHECK-NEXT: .param .u64 tiny_e0_param_C,
+CHECK-NEXT: .param .u32 tiny_e0_param_N
+CHECK: .reqntid 32, 1, 1
+CHECK: ld.param.u32 %r1, [tiny_e0_param_N];
+CHECK: mov.u32 %r2, %ctaid.x;
+CHECK: setp.lt.u32 %p1, %r7, %r1;
+CHECK: // block 0: rows [0, 3) in plan order, 4 nonzeros
+CHECK: // block 0 group 0: k in [0, 4), 4 nonzeros in 3 columns
+CHECK-NEXT: ld.global.nc.f32 %f4, [%rd7];
+CHECK-NEXT: ld.global.nc.f32 %f5, [%rd7+160];
+CHECK-NEXT: ld.global.nc.f32 %f6, [%rd7+320];
+CHECK-NEXT: // k 0
+CHECK-NEXT: mul.rn.f32 %f1, %f4, 0f3DCCCCCD;
+CHECK-NEXT: // k 1
+CHECK-NEXT: mul.rn.f32 %f3, %f5, 0fC0000000;
+CHECK-NEXT: // k 2
+CHECK-NEXT: fma.rn.f32 %f1, %f6, 0f3F000000, %f1;
+CHECK-NEXT: fma.rn.f32 %f3, %f6, 0f3E800000, %f3;
+CHECK: // epilogue: bias, relu, clamp 32
+CHECK-NEXT: add.rn.f32 %f1, %f1, 0f3F000000;
+CHECK-NEXT: max.f32 %f1, %f1, 0f00000000;
+CHECK-NEXT: min.f32 %f1, %f1, 0f42000000;
+CHECK-NEXT: @%p1 st.global.f32 [%rd8], %f1;
+CHECK-NEXT: mov.f32 %f2, 0f00000000;
+CHECK-NEXT: @%p1 st.global.f32 [%rd8+160], %f2;
+CHECK-NEXT: max.f32 %f3, %f3, 0f00000000;
+CHECK-NEXT: min.f32 %f3, %f3, 0f42000000;
+CHECK-NEXT: @%p1 st.global.f32 [%rd8+320], %f3;
+CHECK-NOT: .local
+CHECK-NOT: bar.sync
+CHECK: $done:
+CHECK-NEXT: ret;
+)";
+    EXPECT_EQ(filecheck(ptx, patterns), "") << target.name() << "\n" << ptx;
+  }
+}
+
+TEST(EmitGolden, GroupsReduceThroughSharedMemoryInOrder) {
+  TileParams t = single_block();
+  t.plan.gy = 2;
+  t.cols_per_thread = 2;
+  t.n_tile = 8;
+  const SpmmKernel k = emit(tiny(), t, Target::parse("sm_80"), 40);
+  const std::string& ptx = k.entries[0].ptx;
+  // Groups split K at the nonzero median: group 0 holds k 0..1 (2 nonzeros), group 1 holds k 2..3 (2 nonzeros).
+  const std::string patterns = R"(
+CHECK: block = (4, 2, 1), static shared = 128 bytes
+CHECK: .reqntid 4, 2, 1
+CHECK: .shared .align 16 .b8 partials[128];
+CHECK: // dispatch on the thread group
+CHECK: $b0_g0:
+CHECK: ld.global.nc.v2.f32
+CHECK-COUNT-2: mul.rn.f32
+CHECK-NOT: fma.rn.f32
+CHECK: st.shared.v2.f32 [%rd11],
+CHECK-NEXT: st.shared.v2.f32 [%rd11+32],
+CHECK-NEXT: bra.uni $b0_sync;
+CHECK: $b0_g1:
+CHECK-COUNT-2: mul.rn.f32
+CHECK: st.shared.v2.f32 [%rd11+64],
+CHECK-NEXT: st.shared.v2.f32 [%rd11+96],
+CHECK: $b0_sync:
+CHECK-NEXT: bar.sync 0;
+CHECK: $b0_e0:
+CHECK: ld.shared.v2.f32 {%f1, %f2}, [%rd11];
+CHECK-NEXT: ld.shared.v2.f32 {%f15, %f16}, [%rd11+64];
+CHECK-NEXT: add.rn.f32 %f1, %f1, %f15;
+CHECK: @%p2 st.global.v2.f32 [%rd8], {%f1, %f2};
+CHECK: $b0_e1:
+CHECK: mov.f32 %f3, 0f00000000;
+CHECK: @%p2 st.global.v2.f32 [%rd8+160], {%f3, %f4};
+)";
+  EXPECT_EQ(filecheck(ptx, patterns), "") << ptx;
+  EXPECT_EQ(k.entries[0].shared_bytes, 128);
+}
+
+TEST(EmitGolden, ConstBankHoldsTheWeights) {
+  TileParams t = single_block();
+  t.weights = WeightPlacement::kConstBank;
+  const SpmmKernel k = emit(tiny(), t, Target::parse("sm_90"), 40);
+  EXPECT_EQ(k.entries[0].weights, WeightPlacement::kConstBank);
+  // Weights are stored in the order the body reads them: (k0,row0) (k1,row2) (k2,row0) (k2,row2).
+  EXPECT_EQ(filecheck(k.entries[0].ptx, R"(
+CHECK: .const .align 4 .f32 weights[4] = {
+CHECK-NEXT: 0f3DCCCCCD, 0fC0000000, 0f3F000000, 0f3E800000
+CHECK: [weights];
+CHECK: [weights+4];
+CHECK: [weights+8];
+CHECK: [weights+12];
+CHECK-NOT: 0f3E800000, %f
+)"),
+            "")
+      << k.entries[0].ptx;
+}
+
+TEST(EmitGolden, DeterministicAndSplitIntoEntries) {
+  std::mt19937 rng(1);
+  CsrMatrix a;
+  a.rows = 200;
+  a.cols = 90;
+  for (int32_t r = 0; r < a.rows; ++r) {
+    for (int32_t c = 0; c < a.cols; ++c) {
+      if (rng() % 5 == 0) {
+        a.col_idx.push_back(c);
+        a.values.push_back(static_cast<float>(rng() % 1000) / 250.0f - 2.0f + 1e-3f);
+      }
+    }
+    a.row_ptr.push_back(static_cast<int32_t>(a.col_idx.size()));
+  }
+  TileParams t;
+  t.plan.m_blocks = 10;
+  t.max_fmas_per_entry = 1000;
+  const Target sm90 = Target::parse("sm_90");
+  const SpmmKernel k1 = emit(a, t, sm90, 33, {});
+  const SpmmKernel k2 = emit(a, t, sm90, 33, {});
+  ASSERT_EQ(k1.entries.size(), k2.entries.size());
+  ASSERT_GT(k1.entries.size(), 2u);
+  int64_t fmas = 0;
+  int32_t next_block = 0;
+  for (size_t i = 0; i < k1.entries.size(); ++i) {
+    EXPECT_EQ(k1.entries[i].ptx, k2.entries[i].ptx);
+    EXPECT_EQ(k1.entries[i].block_begin, next_block);
+    next_block = k1.entries[i].block_end;
+    fmas += k1.entries[i].fmas;
+    // One fma or mul per nonzero: no more, no less.
+    size_t count = 0;
+    for (size_t p = k1.entries[i].ptx.find(".rn.f32 "); p != std::string::npos;
+         p = k1.entries[i].ptx.find(".rn.f32 ", p + 1)) {
+      ++count;
+    }
+    EXPECT_EQ(static_cast<int64_t>(count), k1.entries[i].fmas);
+  }
+  EXPECT_EQ(next_block, 10);
+  EXPECT_EQ(fmas, a.nnz());
+  EXPECT_EQ(k1.sidecar()["entries"].size(), k1.entries.size());
+  EXPECT_EQ(k1.sidecar()["launch"]["block"], nlohmann::json::parse("[64, 1, 1]"));
+}
+
+TEST(EmitGolden, RejectsBadBias) {
+  TileParams t = single_block();
+  EXPECT_THROW(emit(tiny(), t, Target::parse("sm_90"), 40, {{1.0f, 2.0f}, Activation::kNone, std::nullopt}),
+               UserError);
+  EXPECT_THROW(emit(tiny(), t, Target::parse("sm_90"), 40, {{NAN}, Activation::kNone, std::nullopt}), UserError);
+}

@@ -1,0 +1,50 @@
+#include "sparsert/codegen/ptx_builder.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace sparsert::codegen::ptx;
+
+TEST(PtxBuilder, OperandsSpellExactly) {
+  EXPECT_EQ(to_string(Reg{RegClass::kF32, 12}), "%f12");
+  EXPECT_EQ(to_string(Reg{RegClass::kB64, 3}), "%rd3");
+  EXPECT_EQ(to_string(Reg{RegClass::kPred, 1}), "%p1");
+  EXPECT_EQ(to_string(F32Imm{0.1f}), "0f3DCCCCCD");
+  EXPECT_EQ(to_string(F32Imm{-2.0f}), "0fC0000000");
+  EXPECT_EQ(to_string(F32Imm{0.0f}), "0f00000000");
+  EXPECT_EQ(to_string(F32Imm{-0.0f}), "0f80000000");
+  EXPECT_EQ(to_string(IntImm{-7}), "-7");
+  EXPECT_EQ(to_string(Address{Reg{RegClass::kB64, 4}, 16}), "[%rd4+16]");
+  EXPECT_EQ(to_string(Address{Reg{RegClass::kB64, 4}, 0}), "[%rd4]");
+  EXPECT_EQ(to_string(Address{Reg{RegClass::kB64, 4}, -8}), "[%rd4-8]");
+  EXPECT_EQ(to_string(SymbolAddress{"weights", 12}), "[weights+12]");
+  EXPECT_EQ(to_string(Special{"%ctaid.y"}), "%ctaid.y");
+  const Reg v[] = {{RegClass::kF32, 1}, {RegClass::kF32, 2}};
+  EXPECT_EQ(to_string(Vector{v}), "{%f1, %f2}");
+}
+
+TEST(PtxBuilder, InstructionsAndDeclarations) {
+  Builder b;
+  const Reg acc = b.reg(RegClass::kF32), x = b.reg(RegClass::kF32), p = b.reg(RegClass::kPred);
+  const Reg ptr = b.reg(RegClass::kB64);
+  b.comment("k 3");
+  b.fma_imm(acc, x, 0.1f, true);
+  b.fma_imm(acc, x, 0.1f, false);
+  b.fma_reg(acc, x, x, false);
+  b.inst("ld.global.nc.f32", {x, Address{ptr, 1024}});
+  b.inst("st.global.f32", {Address{ptr, 0}, acc}, Guard{p});
+  b.inst("bra", {Symbol{"$done"}}, Guard{p, true});
+  b.label("$done");
+  b.inst("ret", {});
+  EXPECT_EQ(b.body(),
+            "\t// k 3\n"
+            "\tmul.rn.f32 %f1, %f2, 0f3DCCCCCD;\n"
+            "\tfma.rn.f32 %f1, %f2, 0f3DCCCCCD, %f1;\n"
+            "\tfma.rn.f32 %f1, %f2, %f2, %f1;\n"
+            "\tld.global.nc.f32 %f2, [%rd1+1024];\n"
+            "\t@%p1 st.global.f32 [%rd1], %f1;\n"
+            "\t@!%p1 bra $done;\n"
+            "$done:\n"
+            "\tret;\n");
+  EXPECT_EQ(b.declarations(), "\t.reg .pred %p<2>;\n\t.reg .b64 %rd<2>;\n\t.reg .f32 %f<3>;\n");
+  EXPECT_EQ(b.instructions(), 7);
+}
