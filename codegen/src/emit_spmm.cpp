@@ -97,7 +97,8 @@ class EntryEmitter {
     e.block_begin = block_begin_;
     e.block_end = block_end_;
     e.fmas = fmas_;
-    e.shared_bytes = shared_slots_ * opt_.tile.n_tile * 4;
+    // The preamble addresses `partials` whenever gy > 1, so it is declared even when no group has work.
+    e.shared_bytes = gy_ > 1 ? std::max(16, shared_slots_ * opt_.tile.n_tile * 4) : 0;
     e.weights = use_const_ ? WeightPlacement::kConstBank : WeightPlacement::kImmediate;
     e.ptx = assemble_module(e);
     return e;

@@ -1,0 +1,156 @@
+// Generated kernels run in ptxsim and match the CPU reference within a relative 1e-5, with ptxsim's race and
+// unset-register checks on. Inputs are positive, so the answer is not dominated by cancellation.
+#include "sim_run.hpp"
+#include "sparsert/codegen/heuristic.hpp"
+#include "sparsert/inspector/formats.hpp"
+#include "sparsert/inspector/generate.hpp"
+#include "sparsert/runtime/reference.hpp"
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+
+using namespace sparsert;
+using namespace sparsert::codegen;
+using sparsert::testing::first_columns;
+using sparsert::testing::run_in_ptxsim;
+
+namespace {
+CsrMatrix positive(CsrMatrix a) {
+  for (float& v : a.values) v = std::fabs(v) + 0.01f;
+  return a;
+}
+
+DenseTensor random_b(int32_t k, int32_t ld, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(k) * ld);
+  inspector::fill_values(v, inspector::ValueFill{inspector::ValueFill::Distribution::kUniform, seed, 0.5f});
+  for (float& x : v) x += 1.0f;  // [0.5, 1.5)
+  return DenseTensor({k, ld}, std::move(v));
+}
+
+// Emits with `tile`, runs n columns in ptxsim, compares with the reference; returns the instruction counts.
+ptxsim::InstrCounts check(const CsrMatrix& a, const TileParams& tile, int32_t ld, int32_t n, const Epilogue& ep,
+                          const std::string& what, const Target& target = Target::parse("sm_90")) {
+  SpmmOptions opt;
+  opt.tile = tile;
+  opt.ld = ld;
+  opt.epilogue = ep;
+  const SpmmKernel k = emit_spmm(a, inspector::make_plan(a, tile.plan), target, opt);
+  const DenseTensor b = random_b(a.cols, ld, 99);
+  try {
+    sparsert::testing::SimResult r = run_in_ptxsim(k, b, n);
+    const DenseTensor want = reference_spmm(a, first_columns(b, n), ep);
+    EXPECT_LE(max_relative_error(first_columns(r.c, n), want), 1e-5) << what;
+    for (int64_t row = 0; row < r.c.rows(); ++row) {
+      for (int64_t c = n; c < ld; ++c) {
+        EXPECT_TRUE(std::isnan(r.c.at(row, c))) << what << ": store past N at (" << row << ", " << c << ")";
+        if (!std::isnan(r.c.at(row, c))) return r.counts;
+      }
+    }
+    return r.counts;
+  } catch (const ptxsim::SimError& e) {
+    ADD_FAILURE() << what << ": " << e.what();
+    return {};
+  }
+}
+}  // namespace
+
+TEST(SimCorpus, RandomShapesAndTileParameters) {
+  struct Case {
+    int32_t m, k;
+    double sparsity;
+    int32_t ld, n;
+    int32_t m_blocks, gy, n_tile, cpt;
+    WeightPlacement w;
+    inspector::Balance balance;
+    bool reorder;
+  };
+  using B = inspector::Balance;
+  const WeightPlacement imm = WeightPlacement::kImmediate, cst = WeightPlacement::kConstBank;
+  const Case cases[] = {
+      {37, 53, 0.5, 17, 17, 3, 1, 32, 1, imm, B::kNonzeros, false},
+      {37, 53, 0.5, 17, 5, 3, 2, 8, 1, cst, B::kRows, false},
+      {129, 301, 0.8, 36, 33, 5, 4, 16, 4, imm, B::kNonzeros, true},
+      {129, 301, 0.8, 36, 36, 9, 3, 12, 2, cst, B::kNonzeros, false},
+      {250, 97, 0.9, 7, 7, 8, 2, 7, 1, imm, B::kRows, true},
+      {64, 2000, 0.99, 3, 3, 1, 8, 3, 1, imm, B::kNonzeros, false},
+      {300, 200, 0.95, 64, 50, 12, 1, 64, 4, cst, B::kNonzeros, true},
+      {1, 1, 0.0, 1, 1, 1, 1, 1, 1, imm, B::kNonzeros, false},
+  };
+  const Epilogue eps[] = {{}, {{0.25f}, Activation::kRelu, std::nullopt}, {{-30.0f}, Activation::kRelu, 2.5f}};
+  uint64_t seed = 5;
+  for (const Case& c : cases) {
+    const CsrMatrix a = positive(inspector::generate_pruned_gaussian(c.m, c.k, c.sparsity, seed++));
+    TileParams t;
+    t.plan = {c.m_blocks, c.gy, c.balance, c.reorder};
+    t.n_tile = c.n_tile;
+    t.cols_per_thread = c.cpt;
+    t.weights = c.w;
+    t.max_fmas_per_entry = 2000;
+    for (const Epilogue& ep : eps) {
+      check(a, t, c.ld, c.n, ep,
+            fmt::format("{}x{} s={} n={}/{} mb={} gy={} tile={}x{} {}", c.m, c.k, c.sparsity, c.n, c.ld, c.m_blocks,
+                        c.gy, c.n_tile, c.cpt, to_string(c.w)));
+    }
+  }
+}
+
+TEST(SimCorpus, EmptyRowsAndEmptyMatrix) {
+  CsrMatrix a;
+  a.rows = 5;
+  a.cols = 3;
+  a.row_ptr = {0, 0, 1, 1, 1, 1};
+  a.col_idx = {2};
+  a.values = {2.0f};
+  TileParams t;
+  t.plan.m_blocks = 2;
+  t.plan.gy = 2;
+  t.n_tile = 4;
+  check(a, t, 6, 6, {{0.5f}, Activation::kRelu, std::nullopt}, "one nonzero");
+  CsrMatrix empty;
+  empty.rows = 4;
+  empty.cols = 4;
+  empty.row_ptr.assign(5, 0);
+  check(empty, t, 6, 5, {{0.5f}, Activation::kRelu, std::nullopt}, "no nonzeros");
+}
+
+TEST(SimCorpus, EveryTarget) {
+  const CsrMatrix a = positive(inspector::generate_pruned_gaussian(70, 90, 0.8, 3));
+  TileParams t;
+  t.plan = {3, 2, inspector::Balance::kNonzeros, false};
+  t.n_tile = 16;
+  t.cols_per_thread = 2;
+  for (const Target& target : Target::all()) {
+    check(a, t, 20, 19, {{0.1f}, Activation::kRelu, std::nullopt}, target.name(), target);
+  }
+}
+
+// Every DLMC rn50 0.9 layer with the default parameters for its real N, compiled with ld = 64 and run on 64 columns
+// (the real N only changes ld, a baked constant).
+TEST(SimCorpus, DlmcRn50At90Percent) {
+  SPARSERT_REQUIRE_SHARED_DATA(data);
+  const Target sm90 = Target::parse("sm_90");
+  int layers = 0;
+  for (const auto& f : std::filesystem::directory_iterator(data / "dlmc" / "rn50" / "magnitude_pruning" / "0.9")) {
+    const CsrMatrix a = positive(inspector::read_smtx(f.path(), inspector::ValueFill{}));
+    TileParams t = default_tile_params(a, 64, sm90);
+    check(a, t, 64, 64, {{-0.5f}, Activation::kRelu, std::nullopt}, f.path().stem().string(), sm90);
+    ++layers;
+  }
+  EXPECT_EQ(layers, 54);
+}
+
+TEST(SimCorpus, GraphChallengeLayer) {
+  SPARSERT_REQUIRE_SHARED_DATA(data);
+  sparsert::testing::ScratchDir dir;
+  const std::string cmd = fmt::format("tar xzf '{}' -C '{}' neuron1024/n1024-l1.tsv",
+                                      (data / "graphchallenge" / "neuron1024.tar.gz").string(), dir.path().string());
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  const CsrMatrix w = inspector::read_tsv_triples(dir / "neuron1024/n1024-l1.tsv", {1024, 1024});
+  const CsrMatrix a = transpose(w);
+  const Target sm90 = Target::parse("sm_90");
+  check(a, default_tile_params(a, 128, sm90), 128, 120, {{-0.3f}, Activation::kRelu, 32.0f}, "gc layer 1", sm90);
+}
