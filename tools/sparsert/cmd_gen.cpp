@@ -29,8 +29,12 @@ Action add_gen(CLI::App& app) {
   pruned->add_option("--sparsity", args->sparsity, "Fraction of zeros")->default_val(0.9)->check(CLI::Range(0.0, 1.0));
   pruned->add_option("--seed", args->seed, "Random seed")->default_val(1);
   pruned->add_option("-o,--output", args->output, "Output file (.smtx, .mtx or .tsv)")->required();
-  return [args, pruned] {
-    if (!pruned->parsed()) return static_cast<int>(kBadInput);
+  Action graphchallenge = add_gen_graphchallenge(*gen);
+  Action network;
+  CLI::App* network_app = add_gen_network(*gen, network);
+  return [args, pruned, graphchallenge, network, network_app] {
+    if (network_app->parsed()) return network();
+    if (!pruned->parsed()) return graphchallenge();
     CsrMatrix a = inspector::generate_pruned_gaussian(args->rows, args->cols, args->sparsity, args->seed);
     inspector::save_matrix(args->output, a);
     fmt::print("wrote {}: {}x{}, {} nonzeros (sparsity {:.4f}, seed {})\n", args->output, a.rows, a.cols, a.nnz(),

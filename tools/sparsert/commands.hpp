@@ -14,5 +14,7 @@ using Action = std::function<int()>;
 Action add_inspect(CLI::App& app);
 Action add_gen(CLI::App& app);
 Action add_emit(CLI::App& app);
+Action add_graphchallenge(CLI::App& app);
+Action add_gen_graphchallenge(CLI::App& gen);  // `gen graphchallenge`, registered by add_gen
 
 }  // namespace sparsert::cli

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   add(cli::add_inspect);
   add(cli::add_gen);
   add(cli::add_emit);
+  add(cli::add_graphchallenge);
 
   try {
     app.parse(argc, argv);

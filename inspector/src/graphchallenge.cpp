@@ -1,0 +1,178 @@
+#include "sparsert/inspector/graphchallenge.hpp"
+
+#include "sparsert/inspector/formats.hpp"
+#include "sparsert/runtime/error.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <exception>
+#include <thread>
+
+namespace sparsert::inspector {
+
+namespace {
+
+// splitmix64: the same stream on every platform, unlike the std:: distributions.
+struct Rng {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [0, n) up to a bias of n / 2^64, far below anything a generated network could show.
+  int64_t below(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
+};
+
+int32_t radix_layers(int32_t neurons) {
+  SPARSERT_USER_CHECK(neurons >= 32 && (neurons & (neurons - 1)) == 0, "--neurons",
+                      "{} is not a power of two of at least 32 (the network is made of 16x16 blocks of a radix-2 "
+                      "layer)",
+                      neurons);
+  int32_t r = 0;
+  for (int32_t b = neurons / 16; b > 1; b >>= 1) ++r;
+  return r;
+}
+
+}  // namespace
+
+std::filesystem::path graphchallenge_layer_path(const std::filesystem::path& dir, int32_t neurons, int32_t layer) {
+  return dir / fmt::format("n{}-l{}.tsv", neurons, layer);
+}
+
+std::vector<CsrMatrix> read_graphchallenge_layers(const std::filesystem::path& dir, int32_t neurons, int32_t layers,
+                                                  int threads) {
+  SPARSERT_USER_CHECK(neurons > 0, "--neurons", "{} is not positive", neurons);
+  SPARSERT_USER_CHECK(layers > 0, "--layers", "{} is not positive", layers);
+  SPARSERT_USER_CHECK(std::filesystem::is_directory(dir), dir.string(), "is not a directory");
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = std::min(threads, layers);
+  std::vector<CsrMatrix> out(static_cast<size_t>(layers));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(layers));
+  std::atomic<int32_t> next{0};
+  auto work = [&] {
+    for (int32_t l = next++; l < layers; l = next++) {
+      try {
+        out[static_cast<size_t>(l)] =
+            read_tsv_triples(graphchallenge_layer_path(dir, neurons, l + 1), TsvShape{neurons, neurons});
+      } catch (...) {
+        errors[static_cast<size_t>(l)] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  // The lowest failing layer is reported, so the message does not depend on thread timing.
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  return out;
+}
+
+CsrMatrix read_graphchallenge_images(const std::filesystem::path& path, int32_t neurons) {
+  SPARSERT_USER_CHECK(neurons > 0, "--neurons", "{} is not positive", neurons);
+  return read_tsv_triples(path, TsvShape{std::nullopt, neurons});
+}
+
+CsrMatrix generate_graphchallenge_layer(int32_t neurons, int32_t layer, uint64_t seed) {
+  const int32_t radix = radix_layers(neurons);
+  SPARSERT_USER_CHECK(layer >= 1, "layer", "{} is not positive (layers are 1-based)", layer);
+  const int32_t block = neurons / 16;
+  const int32_t base = (layer - 1) % radix + 1;
+  const int32_t stride = 1 << (base - 1);
+
+  // Column j (output neuron) of the base layer takes inputs j + {0, stride} + block·k: build it by columns.
+  std::vector<Triplet> entries;
+  entries.reserve(static_cast<size_t>(neurons) * 32);
+  for (int32_t j = 0; j < neurons; ++j) {
+    for (int32_t s : {0, stride}) {
+      for (int32_t k = 0; k < 16; ++k) {
+        const int32_t in = static_cast<int32_t>((static_cast<int64_t>(j) + s + static_cast<int64_t>(block) * k) %
+                                                neurons);
+        entries.push_back({in, j, 1.0f / 16.0f});
+      }
+    }
+  }
+  if (layer > radix) {
+    // A row permutation of the base layer, one per layer; the radix layers themselves stay as they are, as in the
+    // official networks.
+    std::vector<int32_t> perm(static_cast<size_t>(neurons));
+    for (int32_t i = 0; i < neurons; ++i) perm[static_cast<size_t>(i)] = i;
+    Rng rng{seed * 0x100000001b3ULL + static_cast<uint64_t>(layer)};
+    for (int32_t i = neurons - 1; i > 0; --i) std::swap(perm[static_cast<size_t>(i)], perm[rng.below(i + 1)]);
+    for (Triplet& t : entries) t.row = perm[static_cast<size_t>(t.row)];
+  }
+  return csr_from_triplets(neurons, neurons, std::move(entries), DuplicatePolicy::kError, "generated layer");
+}
+
+CsrMatrix generate_graphchallenge_images(int32_t neurons, int32_t images, uint64_t seed) {
+  const auto side = static_cast<int32_t>(std::lround(std::sqrt(static_cast<double>(neurons))));
+  SPARSERT_USER_CHECK(neurons > 0 && side * side == neurons, "--neurons", "{} is not a perfect square", neurons);
+  SPARSERT_USER_CHECK(images >= 1, "--inputs", "{} is not positive", images);
+  // Strokes scaled with the grid, about 10% of the pixels set, like the official thresholded MNIST digits.
+  const double radius = std::max(1.0, side / 32.0);
+  CsrMatrix out;
+  out.rows = images;
+  out.cols = neurons;
+  out.row_ptr.assign(static_cast<size_t>(images) + 1, 0);
+  std::vector<uint8_t> pixels(static_cast<size_t>(neurons));
+  Rng rng{seed ^ 0x6a09e667f3bcc909ULL};
+  for (int32_t img = 0; img < images; ++img) {
+    std::fill(pixels.begin(), pixels.end(), 0);
+    const int64_t strokes = 2 + rng.below(3);
+    for (int64_t s = 0; s < strokes; ++s) {
+      double x = side / 5.0 + static_cast<double>(rng.below(side * 3 / 5));
+      double y = side / 5.0 + static_cast<double>(rng.below(side * 3 / 5));
+      int64_t dx = 0, dy = 0;
+      while (dx == 0 && dy == 0) {
+        dx = rng.below(17) - 8;
+        dy = rng.below(17) - 8;
+      }
+      const double norm = std::sqrt(static_cast<double>(dx * dx + dy * dy));
+      const int64_t length = side / 4 + rng.below(side / 4 + 1);
+      for (int64_t t = 0; t <= length; ++t, x += dx / norm, y += dy / norm) {
+        const auto r = static_cast<int32_t>(radius);
+        for (int32_t oy = -r; oy <= r; ++oy) {
+          for (int32_t ox = -r; ox <= r; ++ox) {
+            if (ox * ox + oy * oy > radius * radius) continue;
+            const auto px = static_cast<int32_t>(std::floor(x)) + ox;
+            const auto py = static_cast<int32_t>(std::floor(y)) + oy;
+            if (px >= 0 && px < side && py >= 0 && py < side) pixels[static_cast<size_t>(py * side + px)] = 1;
+          }
+        }
+      }
+    }
+    for (int32_t p = 0; p < neurons; ++p) {
+      if (pixels[static_cast<size_t>(p)] != 0) {
+        out.col_idx.push_back(p);
+        out.values.push_back(1.0f);
+      }
+    }
+    out.row_ptr[static_cast<size_t>(img) + 1] = static_cast<int32_t>(out.col_idx.size());
+  }
+  return out;
+}
+
+std::filesystem::path write_graphchallenge_network(const std::filesystem::path& dir, int32_t neurons, int32_t layers,
+                                                   int32_t images, uint64_t seed) {
+  radix_layers(neurons);
+  SPARSERT_USER_CHECK(layers >= 1, "--layers", "{} is not positive", layers);
+  const std::filesystem::path weights = dir / fmt::format("neuron{}", neurons);
+  std::error_code ec;
+  std::filesystem::create_directories(weights, ec);
+  SPARSERT_USER_CHECK(!ec, weights.string(), "cannot create the directory ({})", ec.message());
+  write_tsv_triples(dir / fmt::format("sparse-images-{}.tsv", neurons),
+                    generate_graphchallenge_images(neurons, images, seed));
+  for (int32_t l = 1; l <= layers; ++l) {
+    write_tsv_triples(graphchallenge_layer_path(weights, neurons, l), generate_graphchallenge_layer(neurons, l, seed));
+  }
+  return weights;
+}
+
+}  // namespace sparsert::inspector

@@ -1,0 +1,61 @@
+#pragma once
+// The CPU executor: C = act(A·B + bias) for a CSR A (M×K) and a dense row-major B (K×N, N contiguous), threaded over
+// a pool of our own and vectorised over N. Same semantics as reference_spmm (which accumulates in double; this
+// accumulates in float, so results agree to a relative tolerance, not bit for bit).
+//
+// Work is cut into tasks of (a range of rows of A) × (a panel of columns of B): a panel of K rows is small enough to
+// stay in cache while every row of A streams over it, and each row keeps one block of accumulators in registers.
+//
+// The pruning-aware entry point (spmm_live) also finds the output columns that are zero in every row and drops them,
+// so a network can stop computing inputs that can no longer become nonzero (the Graph Challenge's dead inputs).
+#include "sparsert/runtime/csr.hpp"
+#include "sparsert/runtime/reference.hpp"
+#include "sparsert/runtime/tensor.hpp"
+#include "sparsert/runtime/thread_pool.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace sparsert {
+
+struct CpuExecutorOptions {
+  int threads = 0;           // participants, the caller included; 0: std::thread::hardware_concurrency()
+  int64_t panel_width = 64;  // columns of B per task; rounded up to a multiple of the register block (32)
+};
+
+class CpuExecutor {
+ public:
+  explicit CpuExecutor(CpuExecutorOptions options = {});
+
+  int threads() const { return pool_->size(); }
+  const CpuExecutorOptions& options() const { return options_; }
+
+  // C = act(A·B + bias), M×N. Shapes and the bias length are checked (UserError), as in reference_spmm.
+  DenseTensor spmm(const CsrMatrix& a, const DenseTensor& b, const Epilogue& epilogue = {});
+  // The same into `c`, reusing its storage when it is large enough.
+  void spmm(const CsrMatrix& a, const DenseTensor& b, const Epilogue& epilogue, DenseTensor& c);
+
+  // Pruning-aware: B holds only the live columns (K×n). Computes act(A·B + bias) and keeps in `c` only the columns
+  // with at least one nonzero output, compacted in order (M×kept). Returns, for each kept column, its position among
+  // B's columns, increasing; the positions missing from it are the columns that became all zero.
+  std::vector<int32_t> spmm_live(const CsrMatrix& a, const DenseTensor& b, const Epilogue& epilogue, DenseTensor& c);
+
+  // The raw form behind both: B and C as pointers with leading dimensions (in floats), N columns. When `live` is
+  // not null it receives N flags, 1 where the column of C has a nonzero. Nothing is checked but the bias length.
+  void spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int64_t n, float* c, int64_t ldc,
+                const Epilogue& epilogue, int32_t* live = nullptr);
+
+  ThreadPool& pool() { return *pool_; }
+
+ private:
+  CpuExecutorOptions options_;
+  std::unique_ptr<ThreadPool> pool_;
+  DenseTensor scratch_;               // the uncompacted product of spmm_live
+  std::vector<int32_t> live_flags_;   // per (row range, column) flags of spmm_live
+};
+
+// Gives `t` the shape `shape`, keeping its allocation when it is large enough; the contents are unspecified.
+void reshape_for_overwrite(DenseTensor& t, std::vector<int64_t> shape);
+
+}  // namespace sparsert

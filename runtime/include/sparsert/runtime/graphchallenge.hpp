@@ -1,0 +1,107 @@
+#pragma once
+// The Sparse DNN Graph Challenge network: Y_{l+1} = min(max(Y_l·W_l + b, 0), clamp), run feature-major.
+//
+// Activations are held neurons × inputs (inputs contiguous), so each layer is C = W_lᵀ·Y_l: the executors' C = A·B
+// with A = W_lᵀ, transposed once when the network is built. Between layers the inputs whose activation column became
+// all zero are dropped: with b ≤ 0 such a column stays zero in every later layer, so it cannot be a category. The
+// driver keeps the map from the surviving columns back to the original input ids.
+//
+// The per-layer work goes through LayerExecutor, so a GPU implementation plugs in beside the CPU one.
+#include "sparsert/runtime/cpu_executor.hpp"
+#include "sparsert/runtime/csr.hpp"
+#include "sparsert/runtime/tensor.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sparsert::graphchallenge {
+
+inline constexpr float kClamp = 32.0f;
+
+// The official bias of each network size: -0.3, -0.35, -0.4, -0.45 for 1024, 4096, 16384, 65536 neurons.
+// Other sizes are a UserError naming `field`.
+float official_bias(int32_t neurons, const std::string& field = "--neurons");
+
+struct Network {
+  int32_t neurons = 0;
+  float bias = 0.0f;  // the same for every neuron of every layer; at most 0 (dead-input pruning relies on it)
+  float clamp = kClamp;
+  std::vector<CsrMatrix> layers;  // A_l = W_lᵀ: row = output neuron, column = input neuron
+
+  int64_t total_nnz() const;
+};
+
+// Builds the network from the layers as the challenge stores them (W_l: row = input neuron, column = output
+// neuron), transposing each once. Shapes other than neurons × neurons and a positive bias are UserErrors naming
+// "layer L" or "bias".
+Network make_network(std::vector<CsrMatrix> weights, int32_t neurons, float bias, float clamp = kClamp);
+
+// Y_0 feature-major from images stored one per row (images × neurons), tiled `replicate` times: column
+// i + r·images is image i. UserError when the neuron counts differ or the result is too large.
+DenseTensor feature_major_inputs(const CsrMatrix& images, int32_t neurons, int32_t replicate = 1);
+
+// Runs the layers on live activations. An implementation owns its activations (host or device memory) between
+// calls; the driver sees only which columns survive each layer.
+class LayerExecutor {
+ public:
+  virtual ~LayerExecutor() = default;
+  virtual std::string name() const = 0;
+  // Once per network, before timing: take the layers (compile kernels, upload weights). The network outlives the
+  // executor's use of it.
+  virtual void prepare(const Network& net) = 0;
+  // Before timing: the input activations, neurons × inputs.
+  virtual void load_inputs(DenseTensor y0) = 0;
+  // Runs layer `layer` (0-based) on the live columns, keeps only the output columns with a nonzero and returns
+  // their positions among the columns live before the call, increasing.
+  virtual std::vector<int32_t> run_layer(int32_t layer) = 0;
+  // The live activations on the host, neurons × live columns (for checks; not timed).
+  virtual DenseTensor activations() = 0;
+};
+
+class CpuLayerExecutor final : public LayerExecutor {
+ public:
+  explicit CpuLayerExecutor(CpuExecutorOptions options = {});
+  std::string name() const override;
+  void prepare(const Network& net) override;
+  void load_inputs(DenseTensor y0) override;
+  std::vector<int32_t> run_layer(int32_t layer) override;
+  DenseTensor activations() override { return current_; }
+  CpuExecutor& executor() { return executor_; }
+
+ private:
+  CpuExecutor executor_;
+  const Network* net_ = nullptr;
+  Epilogue epilogue_;
+  DenseTensor current_;
+  DenseTensor next_;
+};
+
+struct InferenceResult {
+  std::vector<int32_t> categories;         // 0-based ids of the inputs whose final activation column is nonzero
+  std::vector<int64_t> live_after_layer;   // live inputs after each layer
+  double seconds = 0.0;                    // inference alone: from the first layer to the last
+};
+
+// Runs every layer of `net` on y0 (neurons × inputs) through `executor` (already prepared with `net`).
+InferenceResult run_inference(const Network& net, DenseTensor y0, LayerExecutor& executor);
+
+// inputs × total nonzeros over all layers / seconds.
+double edge_rate(int64_t inputs, int64_t total_nnz, double seconds);
+
+// The truth (1-based image ids, as in the official files) for `images` images, tiled `replicate` times, 0-based.
+// An id past `images` is a UserError naming `what`:LINE.
+std::vector<int32_t> tile_truth(const std::vector<int32_t>& truth_one_based, int32_t images, int32_t replicate,
+                                const std::string& what);
+
+struct CategoryCheck {
+  bool pass = false;
+  int64_t missing = 0;  // in the truth, not found
+  int64_t extra = 0;    // found, not in the truth
+  std::vector<std::string> first_differences;  // "input 17 (1-based): expected a category, got none", ...
+};
+// Both lists 0-based and increasing.
+CategoryCheck compare_categories(const std::vector<int32_t>& got, const std::vector<int32_t>& want,
+                                 size_t max_reported = 10);
+
+}  // namespace sparsert::graphchallenge

@@ -1,0 +1,49 @@
+#pragma once
+// A small fixed pool for the CPU executor. The caller takes part in every parallel_for, so a pool of one thread runs
+// everything inline with no synchronisation at all.
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace sparsert {
+
+class ThreadPool {
+ public:
+  // `threads` participants in all, the caller included; 0 means std::thread::hardware_concurrency().
+  explicit ThreadPool(int threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Runs fn(i) for every i in [0, n), spread over the pool, and returns when all have finished. The first exception
+  // thrown by fn stops the handing out of further indices and is rethrown here. A call made from inside a task runs
+  // inline (serially), so nesting cannot deadlock; calls from several outside threads are serialised.
+  void parallel_for(int64_t n, const std::function<void(int64_t)>& fn);
+
+ private:
+  void worker_loop();
+  void run_tasks();
+
+  std::vector<std::thread> workers_;
+  std::mutex call_mutex_;  // one parallel_for at a time
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  uint64_t generation_ = 0;
+  bool stopping_ = false;
+  int busy_workers_ = 0;
+
+  const std::function<void(int64_t)>* job_ = nullptr;
+  int64_t job_size_ = 0;
+  int64_t next_ = 0;  // guarded by mutex_ through claim(); tasks are coarse, so the lock is not contended
+  std::exception_ptr error_;
+};
+
+}  // namespace sparsert

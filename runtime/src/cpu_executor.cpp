@@ -1,0 +1,168 @@
+#include "sparsert/runtime/cpu_executor.hpp"
+
+#include "cpu_kernel.hpp"
+#include "sparsert/runtime/error.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+namespace sparsert {
+
+namespace {
+
+void check_shapes(const CsrMatrix& a, const DenseTensor& b, const Epilogue& ep) {
+  SPARSERT_USER_CHECK(b.rank() == 2, "B", "expected a matrix, got shape {}", b.shape_string());
+  SPARSERT_USER_CHECK(b.rows() == a.cols, "B", "has {} rows but A has {} columns", b.rows(), a.cols);
+  SPARSERT_USER_CHECK(b.cols() <= std::numeric_limits<int32_t>::max(), "B", "{} columns do not fit 32-bit indices",
+                      b.cols());
+  SPARSERT_USER_CHECK(ep.bias.size() <= 1 || ep.bias.size() == static_cast<size_t>(a.rows), "bias",
+                      "has {} entries, expected 1 or {} (rows of A)", ep.bias.size(), a.rows);
+}
+
+// Row boundaries cutting A into `parts` ranges of about equal cost. A row costs its nonzeros plus one, for the
+// epilogue, so ranges of empty rows are not free.
+std::vector<int32_t> split_rows(const CsrMatrix& a, int64_t parts) {
+  std::vector<int32_t> cuts{0};
+  const int64_t total = a.nnz() + a.rows;
+  int32_t r = 0;
+  for (int64_t p = 1; p < parts; ++p) {
+    const int64_t target = total * p / parts;
+    while (r < a.rows && static_cast<int64_t>(a.row_ptr[r]) + r < target) ++r;
+    if (r > cuts.back()) cuts.push_back(r);
+  }
+  if (a.rows > cuts.back()) cuts.push_back(a.rows);
+  return cuts;
+}
+
+}  // namespace
+
+void reshape_for_overwrite(DenseTensor& t, std::vector<int64_t> shape) {
+  const int64_t count = element_count(shape, "tensor");
+  std::vector<float> storage = std::move(t.vec());
+  storage.resize(static_cast<size_t>(count));
+  t = DenseTensor(std::move(shape), std::move(storage));
+}
+
+CpuExecutor::CpuExecutor(CpuExecutorOptions options) : options_(options) {
+  SPARSERT_USER_CHECK(options_.panel_width > 0, "panel width", "{} is not positive", options_.panel_width);
+  const int64_t w = detail::kCpuBlockWidth;
+  options_.panel_width = (options_.panel_width + w - 1) / w * w;
+  pool_ = std::make_unique<ThreadPool>(options_.threads);
+  options_.threads = pool_->size();
+}
+
+void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int64_t n, float* c, int64_t ldc,
+                           const Epilogue& ep, int32_t* live) {
+  SPARSERT_USER_CHECK(ep.bias.size() <= 1 || ep.bias.size() == static_cast<size_t>(a.rows), "bias",
+                      "has {} entries, expected 1 or {} (rows of A)", ep.bias.size(), a.rows);
+  if (live != nullptr) std::fill(live, live + n, 0);
+  if (n == 0 || a.rows == 0) return;
+
+  const int64_t panel = options_.panel_width;
+  const int64_t panels = (n + panel - 1) / panel;
+  // Enough tasks for every thread to get several, so uneven ones even out; rows are split only when the panels alone
+  // are too few (few live inputs), and never into ranges so short that the per-task overhead dominates.
+  const int64_t wanted = 4 * static_cast<int64_t>(threads());
+  const int64_t row_parts = threads() == 1 ? 1 : std::clamp<int64_t>((wanted + panels - 1) / panels, 1,
+                                                                     std::max<int64_t>(1, a.rows / 8));
+  const std::vector<int32_t> cuts = split_rows(a, row_parts);
+  const int64_t ranges = static_cast<int64_t>(cuts.size()) - 1;
+
+  // Each row range ORs its flags into its own row of `flags`, so no two tasks write the same flag.
+  int32_t* flags = nullptr;
+  if (live != nullptr) {
+    if (ranges == 1) {
+      flags = live;
+    } else {
+      live_flags_.assign(static_cast<size_t>(ranges * n), 0);
+      flags = live_flags_.data();
+    }
+  }
+
+  detail::PanelArgs base;
+  base.row_ptr = a.row_ptr.data();
+  base.col_idx = a.col_idx.data();
+  base.values = a.values.data();
+  base.ldb = ldb;
+  base.ldc = ldc;
+  if (!ep.bias.empty()) {
+    base.bias = ep.bias.data();
+    base.bias_stride = ep.bias.size() == 1 ? 0 : 1;
+  }
+  base.lo = ep.activation == Activation::kRelu ? 0.0f : -std::numeric_limits<float>::infinity();
+  base.hi = ep.clamp ? *ep.clamp : std::numeric_limits<float>::infinity();
+
+  pool_->parallel_for(panels * ranges, [&](int64_t task) {
+    const int64_t p = task % panels;
+    const int64_t range = task / panels;
+    detail::PanelArgs args = base;
+    const int64_t j0 = p * panel;
+    args.row_begin = cuts[static_cast<size_t>(range)];
+    args.row_end = cuts[static_cast<size_t>(range) + 1];
+    args.b = b + j0;
+    args.c = c + j0;
+    args.width = std::min(panel, n - j0);
+    if (flags != nullptr) args.live = flags + range * n + j0;
+    detail::cpu_spmm_panel(args);
+  });
+
+  if (live != nullptr && ranges > 1) {
+    for (int64_t range = 0; range < ranges; ++range) {
+      const int32_t* f = flags + range * n;
+      for (int64_t j = 0; j < n; ++j) live[j] |= f[j];
+    }
+  }
+}
+
+void CpuExecutor::spmm(const CsrMatrix& a, const DenseTensor& b, const Epilogue& ep, DenseTensor& c) {
+  check_shapes(a, b, ep);
+  SPARSERT_USER_CHECK(&b != &c, "C", "must not be the same tensor as B");
+  reshape_for_overwrite(c, {a.rows, b.cols()});
+  spmm_raw(a, b.data(), b.cols(), b.cols(), c.data(), b.cols(), ep, nullptr);
+}
+
+DenseTensor CpuExecutor::spmm(const CsrMatrix& a, const DenseTensor& b, const Epilogue& ep) {
+  DenseTensor c;
+  spmm(a, b, ep, c);
+  return c;
+}
+
+std::vector<int32_t> CpuExecutor::spmm_live(const CsrMatrix& a, const DenseTensor& b, const Epilogue& ep,
+                                            DenseTensor& c) {
+  check_shapes(a, b, ep);
+  SPARSERT_USER_CHECK(&b != &c, "C", "must not be the same tensor as B");
+  const int64_t n = b.cols();
+  reshape_for_overwrite(scratch_, {a.rows, n});
+  std::vector<int32_t> live(static_cast<size_t>(n));
+  spmm_raw(a, b.data(), n, n, scratch_.data(), n, ep, live.data());
+
+  std::vector<int32_t> kept;
+  kept.reserve(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) {
+    if (live[static_cast<size_t>(j)] != 0) kept.push_back(static_cast<int32_t>(j));
+  }
+  const int64_t k = static_cast<int64_t>(kept.size());
+  if (k == n) {
+    // Nothing died: hand over the product itself instead of copying it.
+    std::swap(c, scratch_);
+    return kept;
+  }
+  reshape_for_overwrite(c, {a.rows, k});
+  if (k == 0) return kept;
+  const int64_t rows = a.rows;
+  const int64_t chunk = std::max<int64_t>(1, rows / (4 * threads()));
+  const float* src = scratch_.data();
+  float* dst = c.data();
+  pool_->parallel_for((rows + chunk - 1) / chunk, [&](int64_t t) {
+    const int64_t r1 = std::min(rows, (t + 1) * chunk);
+    for (int64_t r = t * chunk; r < r1; ++r) {
+      const float* s = src + r * n;
+      float* d = dst + r * k;
+      for (int64_t p = 0; p < k; ++p) d[p] = s[kept[static_cast<size_t>(p)]];
+    }
+  });
+  return kept;
+}
+
+}  // namespace sparsert

@@ -1,0 +1,106 @@
+#include "sparsert/runtime/thread_pool.hpp"
+
+#include "sparsert/runtime/error.hpp"
+
+#include <algorithm>
+
+namespace sparsert {
+
+namespace {
+// Set while a thread runs pool tasks: a nested parallel_for from such a thread must not wait on the pool it occupies.
+thread_local bool t_inside_pool = false;
+}  // namespace
+
+ThreadPool::ThreadPool(int threads) {
+  SPARSERT_USER_CHECK(threads >= 0, "threads", "{} is negative", threads);
+  if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  workers_.reserve(static_cast<size_t>(threads - 1));
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void ThreadPool::run_tasks() {
+  const bool was_inside = t_inside_pool;
+  t_inside_pool = true;
+  while (true) {
+    int64_t i;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (next_ >= job_size_) break;
+      i = next_++;
+    }
+    try {
+      (*job_)(i);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!error_) error_ = std::current_exception();
+      next_ = job_size_;
+    }
+  }
+  t_inside_pool = was_inside;
+}
+
+void ThreadPool::worker_loop() {
+  uint64_t seen = 0;
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      if (stopping_) return;
+      seen = generation_;
+    }
+    run_tasks();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      --busy_workers_;
+    }
+    done_.notify_one();
+  }
+}
+
+void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
+  if (n <= 0) return;
+  if (workers_.empty() || n == 1 || t_inside_pool) {
+    const bool was_inside = t_inside_pool;
+    t_inside_pool = true;
+    try {
+      for (int64_t i = 0; i < n; ++i) fn(i);
+    } catch (...) {
+      t_inside_pool = was_inside;
+      throw;
+    }
+    t_inside_pool = was_inside;
+    return;
+  }
+  std::lock_guard<std::mutex> call(call_mutex_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_ = &fn;
+    job_size_ = n;
+    next_ = 0;
+    error_ = nullptr;
+    busy_workers_ = static_cast<int>(workers_.size());
+    ++generation_;
+  }
+  wake_.notify_all();
+  run_tasks();
+  std::exception_ptr error;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return busy_workers_ == 0; });
+    job_ = nullptr;
+    error = error_;
+    error_ = nullptr;
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace sparsert

@@ -1,0 +1,170 @@
+#include "sparsert/runtime/graphchallenge.hpp"
+
+#include "sparsert/runtime/error.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+
+namespace sparsert::graphchallenge {
+
+float official_bias(int32_t neurons, const std::string& field) {
+  switch (neurons) {
+    case 1024: return -0.3f;
+    case 4096: return -0.35f;
+    case 16384: return -0.4f;
+    case 65536: return -0.45f;
+    default: throw_user_error(field, "{} neurons is not an official size (1024, 4096, 16384, 65536)", neurons);
+  }
+}
+
+int64_t Network::total_nnz() const {
+  int64_t total = 0;
+  for (const CsrMatrix& a : layers) total += a.nnz();
+  return total;
+}
+
+Network make_network(std::vector<CsrMatrix> weights, int32_t neurons, float bias, float clamp) {
+  SPARSERT_USER_CHECK(neurons > 0, "neurons", "{} is not positive", neurons);
+  SPARSERT_USER_CHECK(bias <= 0.0f, "bias",
+                      "{} is positive; dropping all-zero inputs between layers needs a bias of at most 0", bias);
+  SPARSERT_USER_CHECK(clamp > 0.0f, "clamp", "{} is not positive", clamp);
+  Network net;
+  net.neurons = neurons;
+  net.bias = bias;
+  net.clamp = clamp;
+  net.layers.reserve(weights.size());
+  for (size_t l = 0; l < weights.size(); ++l) {
+    const CsrMatrix& w = weights[l];
+    SPARSERT_USER_CHECK(w.rows == neurons && w.cols == neurons, fmt::format("layer {}", l + 1),
+                        "is {}x{}, expected {}x{}", w.rows, w.cols, neurons, neurons);
+    net.layers.push_back(transpose(w));
+    weights[l] = CsrMatrix{};  // the transposed copy replaces it; halves the peak memory of large networks
+  }
+  return net;
+}
+
+DenseTensor feature_major_inputs(const CsrMatrix& images, int32_t neurons, int32_t replicate) {
+  SPARSERT_USER_CHECK(replicate >= 1, "--replicate", "{} is not positive", replicate);
+  SPARSERT_USER_CHECK(images.cols <= neurons, "inputs", "have {} neurons, the network has {}", images.cols, neurons);
+  const int64_t n = static_cast<int64_t>(images.rows) * replicate;
+  SPARSERT_USER_CHECK(n <= std::numeric_limits<int32_t>::max(), "--replicate", "{} inputs are too many", n);
+  DenseTensor y({neurons, n});
+  for (int32_t i = 0; i < images.rows; ++i) {
+    for (int32_t k = images.row_ptr[i]; k < images.row_ptr[i + 1]; ++k) {
+      float* row = y.data() + static_cast<int64_t>(images.col_idx[k]) * n;
+      for (int32_t r = 0; r < replicate; ++r) row[i + static_cast<int64_t>(r) * images.rows] = images.values[k];
+    }
+  }
+  return y;
+}
+
+CpuLayerExecutor::CpuLayerExecutor(CpuExecutorOptions options) : executor_(options) {}
+
+std::string CpuLayerExecutor::name() const { return fmt::format("cpu ({} threads)", executor_.threads()); }
+
+void CpuLayerExecutor::prepare(const Network& net) {
+  net_ = &net;
+  epilogue_ = Epilogue{{net.bias}, Activation::kRelu, net.clamp};
+}
+
+void CpuLayerExecutor::load_inputs(DenseTensor y0) {
+  SPARSERT_INTERNAL_CHECK(net_ != nullptr, "CpuLayerExecutor::load_inputs before prepare");
+  SPARSERT_USER_CHECK(y0.rank() == 2 && y0.rows() == net_->neurons, "inputs", "shape {} does not have {} rows",
+                      y0.shape_string(), net_->neurons);
+  current_ = std::move(y0);
+}
+
+std::vector<int32_t> CpuLayerExecutor::run_layer(int32_t layer) {
+  SPARSERT_INTERNAL_CHECK(net_ != nullptr && layer >= 0 && static_cast<size_t>(layer) < net_->layers.size(),
+                          "CpuLayerExecutor::run_layer({}) out of range", layer);
+  std::vector<int32_t> kept =
+      executor_.spmm_live(net_->layers[static_cast<size_t>(layer)], current_, epilogue_, next_);
+  std::swap(current_, next_);
+  return kept;
+}
+
+InferenceResult run_inference(const Network& net, DenseTensor y0, LayerExecutor& executor) {
+  SPARSERT_USER_CHECK(y0.rank() == 2 && y0.rows() == net.neurons, "inputs", "shape {} does not have {} rows",
+                      y0.shape_string(), net.neurons);
+  InferenceResult result;
+  std::vector<int32_t> ids(static_cast<size_t>(y0.cols()));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+  executor.load_inputs(std::move(y0));
+
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t l = 0; l < net.layers.size(); ++l) {
+    const std::vector<int32_t> kept = executor.run_layer(static_cast<int32_t>(l));
+    if (kept.size() != ids.size()) {
+      for (size_t p = 0; p < kept.size(); ++p) ids[p] = ids[static_cast<size_t>(kept[p])];
+      ids.resize(kept.size());
+    }
+    result.live_after_layer.push_back(static_cast<int64_t>(ids.size()));
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // With no layers nothing was computed, so nothing was pruned: every input with a nonzero is a category.
+  if (net.layers.empty()) {
+    const DenseTensor y = executor.activations();
+    std::vector<int32_t> nonzero;
+    for (int64_t j = 0; j < y.cols(); ++j) {
+      for (int64_t r = 0; r < y.rows(); ++r) {
+        if (y.at(r, j) != 0.0f) {
+          nonzero.push_back(ids[static_cast<size_t>(j)]);
+          break;
+        }
+      }
+    }
+    ids = std::move(nonzero);
+  }
+  result.categories = std::move(ids);
+  return result;
+}
+
+double edge_rate(int64_t inputs, int64_t total_nnz, double seconds) {
+  return seconds > 0.0 ? static_cast<double>(inputs) * static_cast<double>(total_nnz) / seconds : 0.0;
+}
+
+std::vector<int32_t> tile_truth(const std::vector<int32_t>& truth, int32_t images, int32_t replicate,
+                                const std::string& what) {
+  std::vector<int32_t> out;
+  out.reserve(truth.size() * static_cast<size_t>(std::max(replicate, 0)));
+  for (size_t i = 0; i < truth.size(); ++i) {
+    SPARSERT_USER_CHECK(truth[i] >= 1 && truth[i] <= images, fmt::format("{}:{}", what, i + 1),
+                        "image {} is not among the {} inputs", truth[i], images);
+  }
+  for (int32_t r = 0; r < replicate; ++r) {
+    for (int32_t id : truth) out.push_back(id - 1 + r * images);
+  }
+  return out;
+}
+
+CategoryCheck compare_categories(const std::vector<int32_t>& got, const std::vector<int32_t>& want,
+                                 size_t max_reported) {
+  CategoryCheck check;
+  size_t i = 0, j = 0;
+  auto report = [&](int32_t id, bool expected) {
+    if (check.first_differences.size() < max_reported) {
+      check.first_differences.push_back(expected
+                                            ? fmt::format("input {}: expected a category, got none", id + 1)
+                                            : fmt::format("input {}: got a category, expected none", id + 1));
+    }
+  };
+  while (i < got.size() || j < want.size()) {
+    if (j == want.size() || (i < got.size() && got[i] < want[j])) {
+      report(got[i++], false);
+      ++check.extra;
+    } else if (i == got.size() || want[j] < got[i]) {
+      report(want[j++], true);
+      ++check.missing;
+    } else {
+      ++i;
+      ++j;
+    }
+  }
+  check.pass = check.missing == 0 && check.extra == 0;
+  return check;
+}
+
+}  // namespace sparsert::graphchallenge

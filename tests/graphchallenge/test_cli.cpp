@@ -1,0 +1,125 @@
+// `sparsert graphchallenge` and `sparsert gen graphchallenge` as a user runs them: exit codes and one-line errors.
+#include "sparsert/inspector/formats.hpp"
+#include "sparsert/inspector/graphchallenge.hpp"
+#include "sparsert/runtime/graphchallenge.hpp"
+#include "test_support.hpp"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+
+namespace sparsert {
+namespace {
+
+struct CliRun {
+  int code;
+  std::string output;
+};
+
+CliRun run_cli(const std::string& args) {
+  const std::string cmd = fmt::format("'{}' {} 2>&1", SPARSERT_CLI, args);
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  EXPECT_NE(pipe, nullptr) << cmd;
+  if (pipe == nullptr) return {-1, {}};
+  std::string out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+  const int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// A small synthetic network with its truth, computed through the library.
+class GraphChallengeCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    weights_ = inspector::write_graphchallenge_network(dir_.path(), 1024, 8, 120, 6);
+    images_ = dir_ / "sparse-images-1024.tsv";
+    namespace gc = graphchallenge;
+    const gc::Network net = gc::make_network(inspector::read_graphchallenge_layers(weights_, 1024, 8), 1024, -0.3f);
+    gc::CpuLayerExecutor exec(CpuExecutorOptions{1, 64});
+    exec.prepare(net);
+    const auto r =
+        gc::run_inference(net, gc::feature_major_inputs(inspector::read_graphchallenge_images(images_, 1024), 1024), exec);
+    ASSERT_GE(r.categories.size(), 2u);
+    for (int32_t c : r.categories) truth_.push_back(c + 1);
+    truth_path_ = dir_ / "truth.tsv";
+    inspector::write_categories(truth_path_, truth_);
+  }
+
+  std::string base_args(int layers = 8) const {
+    return fmt::format("graphchallenge --weights '{}' --neurons 1024 --layers {} --inputs '{}'", weights_.string(),
+                       layers, images_.string());
+  }
+
+  testing::ScratchDir dir_;
+  std::filesystem::path weights_, images_, truth_path_;
+  std::vector<int32_t> truth_;
+};
+
+TEST_F(GraphChallengeCli, PassesWithTheTruthAndReportsTheRate) {
+  const CliRun r = run_cli(base_args() + fmt::format(" --categories '{}' --replicate 3 --threads 2", truth_path_.string()));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("PASS"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("360 inputs"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("edges/s"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(fmt::format("categories: {}", 3 * truth_.size())), std::string::npos) << r.output;
+}
+
+TEST_F(GraphChallengeCli, WrongTruthFailsWithTheFirstDifferences) {
+  std::vector<int32_t> wrong(truth_.begin() + 1, truth_.end());  // the first category missing from the truth
+  const auto p = dir_ / "wrong.tsv";
+  inspector::write_categories(p, wrong);
+  const CliRun r = run_cli(base_args() + fmt::format(" --categories '{}'", p.string()));
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("FAIL"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(fmt::format("input {}: got a category, expected none", truth_[0])), std::string::npos)
+      << r.output;
+}
+
+TEST_F(GraphChallengeCli, MissingLayerFileIsBadInput) {
+  const CliRun r = run_cli(base_args(9));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("n1024-l9.tsv: cannot open"), std::string::npos) << r.output;
+}
+
+TEST_F(GraphChallengeCli, WrongNeuronCountIsBadInput) {
+  const CliRun missing = run_cli(fmt::format("graphchallenge --weights '{}' --neurons 4096 --layers 8 --inputs '{}'",
+                                          weights_.string(), images_.string()));
+  EXPECT_EQ(missing.code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("n4096-l1.tsv"), std::string::npos) << missing.output;
+  // A layer naming neuron 1025 in a 1024-neuron network: the file and line are named.
+  std::ofstream(weights_ / "n1024-l3.tsv", std::ios::app) << "1025\t1\t0.0625\n";
+  const CliRun past = run_cli(base_args());
+  EXPECT_EQ(past.code, 2) << past.output;
+  EXPECT_NE(past.output.find(fmt::format("n1024-l3.tsv:{}", 32768 + 1)), std::string::npos) << past.output;
+  EXPECT_EQ(std::count(past.output.begin(), past.output.end(), '\n'), 1) << past.output;
+}
+
+TEST_F(GraphChallengeCli, TruthNamingAnImagePastTheInputsIsBadInput) {
+  const auto p = dir_ / "past.tsv";
+  inspector::write_categories(p, {3, 500});
+  const CliRun r = run_cli(base_args() + fmt::format(" --categories '{}'", p.string()));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find(p.string() + ":2"), std::string::npos) << r.output;
+}
+
+TEST_F(GraphChallengeCli, OnlyTheCpuDeviceIsAccepted) {
+  EXPECT_EQ(run_cli(base_args() + " --device cuda").code, 2);
+  EXPECT_EQ(run_cli(base_args() + " --device cpu").code, 0);
+}
+
+TEST(GraphChallengeGenCli, WritesTheOfficialLayout) {
+  testing::ScratchDir dir;
+  const CliRun r = run_cli(fmt::format("gen graphchallenge --neurons 4096 --layers 3 --inputs 10 -o '{}'",
+                                    dir.path().string()));
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (int l = 1; l <= 3; ++l) EXPECT_TRUE(std::filesystem::exists(dir / fmt::format("neuron4096/n4096-l{}.tsv", l)));
+  EXPECT_EQ(inspector::read_graphchallenge_images(dir / "sparse-images-4096.tsv", 4096).rows, 10);
+  EXPECT_EQ(run_cli(fmt::format("gen graphchallenge --neurons 1000 -o '{}'", dir.path().string())).code, 2);
+}
+
+}  // namespace
+}  // namespace sparsert

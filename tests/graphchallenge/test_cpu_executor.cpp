@@ -1,0 +1,209 @@
+// The CPU executor against reference_spmm (double accumulation) on shapes that stress its edges.
+#include "sparsert/inspector/generate.hpp"
+#include "sparsert/runtime/cpu_executor.hpp"
+#include "sparsert/runtime/error.hpp"
+#include "sparsert/runtime/reference.hpp"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <tuple>
+
+namespace sparsert {
+namespace {
+
+DenseTensor random_dense(int64_t rows, int64_t cols, uint64_t seed, double zero_fraction = 0.0) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_real_distribution<double> coin(0.0, 1.0);
+  DenseTensor t({rows, cols});
+  for (float& v : t.vec()) v = coin(rng) < zero_fraction ? 0.0f : u(rng);
+  return t;
+}
+
+// Rows [0, empty) of A are made empty, the rest random.
+CsrMatrix random_sparse(int32_t rows, int32_t cols, double density, uint64_t seed, int32_t empty_rows = 0) {
+  CsrMatrix a = inspector::generate_random(rows, cols, density, seed);
+  if (empty_rows > 0) {
+    CsrMatrix b;
+    b.rows = rows;
+    b.cols = cols;
+    b.row_ptr.assign(static_cast<size_t>(rows) + 1, 0);
+    for (int32_t r = 0; r < rows; ++r) {
+      if (r >= empty_rows) {
+        for (int32_t i = a.row_ptr[r]; i < a.row_ptr[r + 1]; ++i) {
+          b.col_idx.push_back(a.col_idx[i]);
+          b.values.push_back(a.values[i]);
+        }
+      }
+      b.row_ptr[r + 1] = static_cast<int32_t>(b.col_idx.size());
+    }
+    return b;
+  }
+  return a;
+}
+
+Epilogue full_epilogue(int32_t rows, uint64_t seed) {
+  Epilogue ep;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+  ep.bias.resize(static_cast<size_t>(rows));
+  for (float& b : ep.bias) b = u(rng);
+  ep.activation = Activation::kRelu;
+  ep.clamp = 0.75f;
+  return ep;
+}
+
+struct Shape {
+  int32_t m, k;
+  int64_t n;
+  double density;
+  int threads;
+  int32_t empty_rows;
+};
+
+class CpuExecutorShapes : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(CpuExecutorShapes, MatchesReferenceWithEveryEpilogue) {
+  const Shape s = GetParam();
+  const CsrMatrix a = random_sparse(s.m, s.k, s.density, 11 + s.m, s.empty_rows);
+  const DenseTensor b = random_dense(s.k, s.n, 7 + s.n);
+  CpuExecutor exec(CpuExecutorOptions{s.threads, 64});
+  std::vector<Epilogue> epilogues;
+  epilogues.push_back({});
+  epilogues.push_back(Epilogue{{-0.25f}, Activation::kRelu, std::nullopt});
+  epilogues.push_back(full_epilogue(s.m, 3));
+  for (const Epilogue& ep : epilogues) {
+    const DenseTensor want = reference_spmm(a, b, ep);
+    const DenseTensor got = exec.spmm(a, b, ep);
+    ASSERT_EQ(got.shape(), want.shape());
+    EXPECT_LT(max_relative_error(got, want), 1e-5) << "bias entries " << ep.bias.size();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    OddShapes, CpuExecutorShapes,
+    ::testing::Values(Shape{1, 1, 1, 1.0, 1, 0},          // the smallest product
+                      Shape{17, 9, 1, 0.5, 2, 0},         // N = 1: only the narrow tail block
+                      Shape{33, 40, 31, 0.3, 2, 0},       // one tail block narrower than the vector width
+                      Shape{64, 64, 33, 0.2, 3, 5},       // one full block and a one-column tail, empty rows
+                      Shape{100, 70, 200, 0.1, 4, 0},     // several panels, tail 200 % 64 = 8
+                      Shape{257, 129, 97, 0.05, 7, 40},   // many threads, more than the panels
+                      Shape{8, 300, 1000, 0.02, 16, 3},   // more threads than rows: the rows cannot all be split
+                      Shape{50, 50, 64, 0.0, 2, 0},       // no nonzeros: C is the epilogue of the bias alone
+                      Shape{40, 30, 130, 1.0, 2, 40}),    // every row empty
+    [](const ::testing::TestParamInfo<Shape>& info) {
+      const Shape& s = info.param;
+      return fmt::format("m{}_k{}_n{}_t{}_empty{}", s.m, s.k, s.n, s.threads, s.empty_rows);
+    });
+
+TEST(CpuExecutor, RejectsMismatchedShapesAndBias) {
+  const CsrMatrix a = random_sparse(4, 5, 0.5, 1);
+  CpuExecutor exec(CpuExecutorOptions{2, 64});
+  EXPECT_THROW(exec.spmm(a, random_dense(6, 3, 1)), UserError);
+  EXPECT_THROW(exec.spmm(a, random_dense(5, 3, 1), Epilogue{{1.0f, 2.0f}, Activation::kNone, std::nullopt}),
+               UserError);
+  EXPECT_THROW(CpuExecutor(CpuExecutorOptions{-1, 64}), UserError);
+}
+
+TEST(CpuExecutor, ZeroColumnsGiveAnEmptyResult) {
+  const CsrMatrix a = random_sparse(10, 5, 0.5, 1);
+  CpuExecutor exec(CpuExecutorOptions{2, 64});
+  const DenseTensor c = exec.spmm(a, DenseTensor({5, 0}));
+  EXPECT_EQ(c.shape(), (std::vector<int64_t>{10, 0}));
+}
+
+TEST(CpuExecutor, ReusesOutputStorageAcrossShapes) {
+  CpuExecutor exec(CpuExecutorOptions{2, 32});
+  DenseTensor c;
+  for (int64_t n : {200, 10, 77}) {
+    const CsrMatrix a = random_sparse(30, 20, 0.3, static_cast<uint64_t>(n));
+    const DenseTensor b = random_dense(20, n, 5);
+    exec.spmm(a, b, Epilogue{}, c);
+    EXPECT_LT(max_relative_error(c, reference_spmm(a, b)), 1e-5) << n;
+  }
+}
+
+// ---- Pruning-aware path.
+
+// Columns of the reference result that have a nonzero.
+std::vector<int32_t> nonzero_columns(const DenseTensor& c) {
+  std::vector<int32_t> out;
+  for (int64_t j = 0; j < c.cols(); ++j) {
+    for (int64_t r = 0; r < c.rows(); ++r) {
+      if (c.at(r, j) != 0.0f) {
+        out.push_back(static_cast<int32_t>(j));
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+TEST(CpuExecutorLive, DropsExactlyTheAllZeroColumnsAndCompactsTheRest) {
+  for (int threads : {1, 2, 5}) {
+    for (int64_t n : {1, 31, 64, 150}) {
+      const int32_t m = 70, k = 60;
+      const CsrMatrix a = random_sparse(m, k, 0.1, 3);
+      // Positive products only, so the column sums are predictable: a column of B that is zero gives only bias.
+      CsrMatrix pos = a;
+      for (float& v : pos.values) v = std::fabs(v);
+      DenseTensor b = random_dense(k, n, 9, 0.6);
+      for (float& v : b.vec()) v = std::fabs(v);
+      // Every third column of B is zeroed: those outputs are relu(bias) = 0 and must be dropped.
+      for (int64_t j = 0; j < n; j += 3) {
+        for (int32_t r = 0; r < k; ++r) b.at(r, j) = 0.0f;
+      }
+      const Epilogue ep{{-0.2f}, Activation::kRelu, 2.0f};
+      const DenseTensor want = reference_spmm(pos, b, ep);
+      const std::vector<int32_t> want_kept = nonzero_columns(want);
+      ASSERT_LT(want_kept.size(), static_cast<size_t>(n));  // column 0 is always dead
+
+      CpuExecutor exec(CpuExecutorOptions{threads, 32});
+      DenseTensor c;
+      const std::vector<int32_t> kept = exec.spmm_live(pos, b, ep, c);
+      ASSERT_EQ(kept, want_kept) << "threads " << threads << " n " << n;
+      ASSERT_EQ(c.shape(), (std::vector<int64_t>{m, static_cast<int64_t>(kept.size())}));
+      for (size_t p = 0; p < kept.size(); ++p) {
+        for (int32_t r = 0; r < m; ++r) {
+          ASSERT_NEAR(c.at(r, static_cast<int64_t>(p)), want.at(r, kept[p]), 1e-5) << r << "," << p;
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuExecutorLive, KeepsEveryColumnWhenNoneDies) {
+  const CsrMatrix a = random_sparse(20, 20, 0.5, 4);
+  const DenseTensor b = random_dense(20, 45, 4);
+  CpuExecutor exec(CpuExecutorOptions{2, 32});
+  DenseTensor c;
+  const std::vector<int32_t> kept = exec.spmm_live(a, b, Epilogue{}, c);
+  ASSERT_EQ(kept.size(), 45u);
+  EXPECT_LT(max_relative_error(c, reference_spmm(a, b)), 1e-5);
+}
+
+TEST(CpuExecutorLive, NegativeOutputsCountAsAlive) {
+  // Without an activation a column of negative values is not dead: only exact zeros are.
+  CsrMatrix a = csr_from_triplets(2, 2, {{0, 0, -1.0f}, {1, 1, 1.0f}}, DuplicatePolicy::kError, "a");
+  DenseTensor b({2, 3}, std::vector<float>{1, 0, 0, 0, 0, 2});
+  CpuExecutor exec(CpuExecutorOptions{2, 32});
+  DenseTensor c;
+  EXPECT_EQ(exec.spmm_live(a, b, Epilogue{}, c), (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(c.at(0, 0), -1.0f);
+  EXPECT_EQ(c.at(1, 1), 2.0f);
+}
+
+TEST(CpuExecutorLive, AllDeadGivesNoColumns) {
+  const CsrMatrix a = random_sparse(20, 20, 0.5, 4);
+  const DenseTensor b({20, 10});
+  CpuExecutor exec(CpuExecutorOptions{2, 32});
+  DenseTensor c;
+  EXPECT_TRUE(exec.spmm_live(a, b, Epilogue{{-1.0f}, Activation::kRelu, std::nullopt}, c).empty());
+  EXPECT_EQ(c.shape(), (std::vector<int64_t>{20, 0}));
+}
+
+}  // namespace
+}  // namespace sparsert

@@ -1,0 +1,125 @@
+// The Graph Challenge driver against an unpruned double-precision evaluation of the same network.
+#include "sparsert/inspector/graphchallenge.hpp"
+#include "sparsert/runtime/error.hpp"
+#include "sparsert/runtime/graphchallenge.hpp"
+#include "sparsert/runtime/reference.hpp"
+
+#include <gtest/gtest.h>
+
+namespace sparsert::graphchallenge {
+namespace {
+
+Network synthetic_network(int32_t neurons, int32_t layers, uint64_t seed) {
+  std::vector<CsrMatrix> w;
+  for (int32_t l = 1; l <= layers; ++l) w.push_back(inspector::generate_graphchallenge_layer(neurons, l, seed));
+  return make_network(std::move(w), neurons, official_bias(neurons));
+}
+
+// Every layer on every input, no pruning, reference_spmm's double accumulation: the categories by definition.
+std::vector<int32_t> unpruned_categories(const Network& net, DenseTensor y) {
+  const Epilogue ep{{net.bias}, Activation::kRelu, net.clamp};
+  for (const CsrMatrix& a : net.layers) y = reference_spmm(a, y, ep);
+  std::vector<int32_t> out;
+  for (int64_t j = 0; j < y.cols(); ++j) {
+    for (int64_t r = 0; r < y.rows(); ++r) {
+      if (y.at(r, j) != 0.0f) {
+        out.push_back(static_cast<int32_t>(j));
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+TEST(GraphChallengeDriver, PrunedRunMatchesUnprunedReference) {
+  const Network net = synthetic_network(1024, 16, 5);
+  const CsrMatrix images = inspector::generate_graphchallenge_images(1024, 150, 5);
+  const DenseTensor y0 = feature_major_inputs(images, 1024);
+  const std::vector<int32_t> want = unpruned_categories(net, y0);
+  ASSERT_FALSE(want.empty());
+  ASSERT_LT(want.size(), 150u);  // some inputs die: otherwise pruning is not exercised
+
+  for (int threads : {1, 2, 3}) {
+    CpuLayerExecutor exec(CpuExecutorOptions{threads, 64});
+    exec.prepare(net);
+    const InferenceResult got = run_inference(net, y0, exec);
+    EXPECT_EQ(got.categories, want) << threads << " threads";
+    ASSERT_EQ(got.live_after_layer.size(), 16u);
+    for (size_t l = 1; l < got.live_after_layer.size(); ++l) {
+      EXPECT_LE(got.live_after_layer[l], got.live_after_layer[l - 1]);
+    }
+    EXPECT_EQ(got.live_after_layer.back(), static_cast<int64_t>(want.size()));
+    // The surviving activations are those of the unpruned run, column for column.
+    const DenseTensor act = exec.activations();
+    ASSERT_EQ(act.cols(), static_cast<int64_t>(want.size()));
+  }
+}
+
+TEST(GraphChallengeDriver, ReplicatedInputsGiveTiledCategories) {
+  const Network net = synthetic_network(1024, 12, 2);
+  const CsrMatrix images = inspector::generate_graphchallenge_images(1024, 100, 2);
+  CpuLayerExecutor exec(CpuExecutorOptions{2, 64});
+  exec.prepare(net);
+  const InferenceResult one = run_inference(net, feature_major_inputs(images, 1024, 1), exec);
+  const InferenceResult three = run_inference(net, feature_major_inputs(images, 1024, 3), exec);
+  std::vector<int32_t> one_based;
+  for (int32_t c : one.categories) one_based.push_back(c + 1);
+  EXPECT_EQ(three.categories, tile_truth(one_based, 100, 3, "truth"));
+  EXPECT_EQ(three.live_after_layer.back(), 3 * one.live_after_layer.back());
+}
+
+TEST(GraphChallengeDriver, FeatureMajorLayoutTilesTheImages) {
+  const CsrMatrix images =
+      csr_from_triplets(2, 4, {{0, 1, 1.0f}, {1, 3, 2.0f}}, DuplicatePolicy::kError, "images");
+  const DenseTensor y = feature_major_inputs(images, 4, 2);
+  ASSERT_EQ(y.shape(), (std::vector<int64_t>{4, 4}));
+  EXPECT_EQ(y.at(1, 0), 1.0f);
+  EXPECT_EQ(y.at(1, 2), 1.0f);
+  EXPECT_EQ(y.at(3, 1), 2.0f);
+  EXPECT_EQ(y.at(3, 3), 2.0f);
+  EXPECT_EQ(y.at(0, 0), 0.0f);
+  EXPECT_THROW(feature_major_inputs(images, 3, 1), UserError);
+  EXPECT_THROW(feature_major_inputs(images, 4, 0), UserError);
+}
+
+TEST(GraphChallengeDriver, RejectsBadNetworks) {
+  std::vector<CsrMatrix> w{inspector::generate_graphchallenge_layer(1024, 1, 1)};
+  EXPECT_THROW(make_network(w, 1024, 0.5f), UserError);  // pruning needs b <= 0
+  try {
+    make_network(w, 4096, -0.3f);
+    FAIL() << "a 1024-neuron layer in a 4096-neuron network was accepted";
+  } catch (const UserError& e) {
+    EXPECT_EQ(e.where(), "layer 1");
+  }
+  EXPECT_THROW(official_bias(1000), UserError);
+  EXPECT_FLOAT_EQ(official_bias(1024), -0.3f);
+  EXPECT_FLOAT_EQ(official_bias(4096), -0.35f);
+  EXPECT_FLOAT_EQ(official_bias(16384), -0.4f);
+  EXPECT_FLOAT_EQ(official_bias(65536), -0.45f);
+}
+
+TEST(GraphChallengeDriver, ComparesCategoriesAndNamesTheFirstDifferences) {
+  const CategoryCheck same = compare_categories({1, 5, 9}, {1, 5, 9});
+  EXPECT_TRUE(same.pass);
+  const CategoryCheck diff = compare_categories({1, 4, 9, 12}, {1, 5, 9});
+  EXPECT_FALSE(diff.pass);
+  EXPECT_EQ(diff.missing, 1);
+  EXPECT_EQ(diff.extra, 2);
+  ASSERT_EQ(diff.first_differences.size(), 3u);
+  EXPECT_EQ(diff.first_differences[0], "input 5: got a category, expected none");
+  EXPECT_EQ(diff.first_differences[1], "input 6: expected a category, got none");
+  EXPECT_EQ(compare_categories({}, {0, 1, 2, 3}, 2).first_differences.size(), 2u);
+}
+
+TEST(GraphChallengeDriver, TruthPastTheInputsIsAnErrorNamingTheLine) {
+  try {
+    tile_truth({3, 7}, 5, 2, "truth.tsv");
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_EQ(e.where(), "truth.tsv:2");
+  }
+  EXPECT_EQ(tile_truth({2, 5}, 5, 2, "t"), (std::vector<int32_t>{1, 4, 6, 9}));
+}
+
+}  // namespace
+}  // namespace sparsert::graphchallenge

@@ -1,0 +1,152 @@
+// sparsert graphchallenge: the Sparse DNN Graph Challenge inference on the official files, checked against the truth.
+// sparsert gen graphchallenge: synthetic networks of the official sizes in the official layout.
+#include "commands.hpp"
+#include "sparsert/inspector/formats.hpp"
+#include "sparsert/inspector/graphchallenge.hpp"
+#include "sparsert/runtime/error.hpp"
+#include "sparsert/runtime/graphchallenge.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace sparsert::cli {
+
+namespace {
+
+struct GraphChallengeArgs {
+  std::string weights;
+  int32_t neurons = 0;
+  int32_t layers = 0;
+  std::string inputs;
+  std::string categories;
+  int32_t replicate = 1;
+  std::string device = "cpu";
+  int threads = 0;
+  int64_t panel_width = 64;
+  std::optional<float> bias;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The executor behind --device; the GPU one goes here beside the CPU one.
+std::unique_ptr<graphchallenge::LayerExecutor> make_executor(const GraphChallengeArgs& a) {
+  CpuExecutorOptions options;
+  options.threads = a.threads;
+  options.panel_width = a.panel_width;
+  return std::make_unique<graphchallenge::CpuLayerExecutor>(options);
+}
+
+int run(const GraphChallengeArgs& a) {
+  namespace gc = graphchallenge;
+  const float bias = a.bias ? *a.bias : gc::official_bias(a.neurons);
+
+  const auto read_start = std::chrono::steady_clock::now();
+  gc::Network net = gc::make_network(inspector::read_graphchallenge_layers(a.weights, a.neurons, a.layers),
+                                     a.neurons, bias);
+  const CsrMatrix images = inspector::read_graphchallenge_images(a.inputs, a.neurons);
+  std::optional<std::vector<int32_t>> truth;
+  if (!a.categories.empty()) {
+    truth = gc::tile_truth(inspector::read_categories(a.categories), images.rows, a.replicate, a.categories);
+  }
+  DenseTensor y0 = gc::feature_major_inputs(images, a.neurons, a.replicate);
+  const double read_seconds = seconds_since(read_start);
+  const int64_t inputs = y0.cols();
+  fmt::print("read: {} layers ({} nonzeros), {} images x {} = {} inputs in {:.3f} s\n", a.layers, net.total_nnz(),
+             images.rows, a.replicate, inputs, read_seconds);
+
+  std::unique_ptr<gc::LayerExecutor> executor = make_executor(a);
+  const auto prepare_start = std::chrono::steady_clock::now();
+  executor->prepare(net);
+  fmt::print("prepare: {} in {:.3f} s\n", executor->name(), seconds_since(prepare_start));
+
+  const gc::InferenceResult result = gc::run_inference(net, std::move(y0), *executor);
+  std::string live;
+  for (size_t l = 0; l < result.live_after_layer.size(); ++l) {
+    if (l == 0 || result.live_after_layer[l] != result.live_after_layer[l - 1] || l + 1 == result.live_after_layer.size()) {
+      live += fmt::format(" {}:{}", l + 1, result.live_after_layer[l]);
+    }
+  }
+  fmt::print("live inputs after layer:{}\n", live);
+  fmt::print("inference: {:.4f} s\n", result.seconds);
+  fmt::print("rate: {:.4g} edges/s ({} inputs x {} nonzeros / {:.4f} s)\n",
+             gc::edge_rate(inputs, net.total_nnz(), result.seconds), inputs, net.total_nnz(), result.seconds);
+  fmt::print("categories: {}\n", result.categories.size());
+  if (!truth) {
+    fmt::print("no --categories given: not checked\n");
+    return kOk;
+  }
+  const gc::CategoryCheck check = gc::compare_categories(result.categories, *truth);
+  if (check.pass) {
+    fmt::print("PASS: the {} categories match {}\n", truth->size(), a.categories);
+    return kOk;
+  }
+  fmt::print("FAIL: {} categories, {} expected: {} missing, {} unexpected\n", result.categories.size(), truth->size(),
+             check.missing, check.extra);
+  for (const std::string& d : check.first_differences) fmt::print("  {}\n", d);
+  return kWorkFailed;
+}
+
+struct GenArgs {
+  int32_t neurons = 1024;
+  int32_t layers = 120;
+  int32_t inputs = 1200;
+  uint64_t seed = 1;
+  std::string output;
+};
+
+}  // namespace
+
+Action add_graphchallenge(CLI::App& app) {
+  auto args = std::make_shared<GraphChallengeArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "graphchallenge", "Run the Sparse DNN Graph Challenge inference on its TSV files and check the categories");
+  sub->add_option("--weights", args->weights, "Directory of the layers n{N}-l{1..L}.tsv")->required();
+  sub->add_option("--neurons", args->neurons, "Neurons per layer (N)")->required()->check(CLI::Range(1, 1 << 30));
+  sub->add_option("--layers", args->layers, "Layers to run (L)")->required()->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--inputs", args->inputs, "Input images (image<TAB>neuron<TAB>value, 1-based)")->required();
+  sub->add_option("--categories", args->categories, "Truth: 1-based ids of the images with a nonzero final row");
+  sub->add_option("--replicate", args->replicate, "Tile the inputs (and the truth) this many times")
+      ->default_val(1)
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--device", args->device, "Where the layers run")->default_val("cpu")->check(CLI::IsMember({"cpu"}));
+  sub->add_option("--threads", args->threads, "CPU threads (0: all cores)")->default_val(0)->check(CLI::Range(0, 1024));
+  sub->add_option("--panel-width", args->panel_width, "CPU: columns of the activations per task")
+      ->default_val(64)
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--bias", args->bias, "Bias (default: the official one for --neurons)");
+  return [args, sub] { return sub->parsed() ? run(*args) : static_cast<int>(kBadInput); };
+}
+
+Action add_gen_graphchallenge(CLI::App& gen) {
+  auto args = std::make_shared<GenArgs>();
+  CLI::App* sub = gen.add_subcommand(
+      "graphchallenge",
+      "A SYNTHETIC Graph Challenge network in the official layout (RadiX-Net structure, 32 nonzeros of 1/16 in every "
+      "row and column; random permutations and stroke images, not the official ones): DIR/neuron{N}/n{N}-l{L}.tsv "
+      "and DIR/sparse-images-{N}.tsv");
+  sub->add_option("--neurons", args->neurons, "Neurons per layer")
+      ->default_val(1024)
+      ->check(CLI::IsMember({1024, 4096, 16384, 65536}));
+  sub->add_option("--layers", args->layers, "Layers")->default_val(120)->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--inputs", args->inputs, "Input images")->default_val(1200)->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--seed", args->seed, "Seed of the permutations and images")->default_val(1);
+  sub->add_option("-o,--output", args->output, "Output directory")->required();
+  return [args, sub] {
+    if (!sub->parsed()) return static_cast<int>(kBadInput);
+    const std::filesystem::path weights =
+        inspector::write_graphchallenge_network(args->output, args->neurons, args->layers, args->inputs, args->seed);
+    fmt::print("wrote synthetic network: {} layers of {} neurons in {}, {} images in {}/sparse-images-{}.tsv "
+               "(seed {}, bias {})\n",
+               args->layers, args->neurons, weights.string(), args->inputs, args->output, args->neurons, args->seed,
+               graphchallenge::official_bias(args->neurons));
+    return static_cast<int>(kOk);
+  };
+}
+
+}  // namespace sparsert::cli
