@@ -16,5 +16,9 @@ Action add_gen(CLI::App& app);
 Action add_emit(CLI::App& app);
 Action add_graphchallenge(CLI::App& app);
 Action add_gen_graphchallenge(CLI::App& gen);  // `gen graphchallenge`, registered by add_gen
+Action add_compile(CLI::App& app);
+// Registers `gen network` on `gen`; `action` runs it.
+CLI::App* add_gen_network(CLI::App& gen, Action& action);
+Action add_run(CLI::App& app);
 
 }  // namespace sparsert::cli

@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
   add(cli::add_gen);
   add(cli::add_emit);
   add(cli::add_graphchallenge);
+  add(cli::add_compile);
+  add(cli::add_run);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,50 @@
+#pragma once
+// sparsert compile: network → package. For every layer and target: plan, emit PTX, assemble cubins through
+// nvJitLink (in process, no GPU), through the kernel cache; assembly runs on a thread pool.
+#include "sparsert/codegen/target.hpp"
+#include "sparsert/codegen/tile.hpp"
+#include "sparsert/compiler/cache.hpp"
+#include "sparsert/compiler/network.hpp"
+
+#include <functional>
+#include <optional>
+
+namespace sparsert::compiler {
+
+// Where tile parameters come from: a tuning database, else the documented heuristic.
+using TileSource =
+    std::function<std::optional<codegen::TileParams>(const LoadedLayer&, const codegen::Target&)>;
+
+struct CompileOptions {
+  std::vector<codegen::Target> targets;
+  int threads = 0;            // 0: one per core
+  bool progress = true;       // a progress bar on a terminal, plain lines otherwise
+  bool assemble = true;       // false, or no toolkit: a PTX-only package
+  TileSource tiles;           // may be empty
+  std::filesystem::path cache_dir = KernelCache::default_dir();
+};
+
+struct LayerTargetReport {
+  std::string layer, target;
+  bool cache_hit = false;
+  int entries = 0;
+  int64_t fmas = 0;
+  double emit_seconds = 0.0;
+  double assemble_seconds = 0.0;  // summed over entries (CPU time of the assembler)
+  int max_registers = 0;
+  nlohmann::json tile;
+  std::string tile_source;  // "tuned" | "heuristic"
+};
+
+struct CompileReport {
+  std::vector<LayerTargetReport> layers;
+  double seconds = 0.0;
+  bool ptx_only = false;
+  std::string ptx_only_reason;
+  int hits = 0, misses = 0;
+};
+
+CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std::filesystem::path& out_dir,
+                              const CompileOptions& options);
+
+}  // namespace sparsert::compiler

@@ -1,0 +1,278 @@
+#include "sparsert/compiler/compile.hpp"
+
+#include "sparsert/codegen/assembler.hpp"
+#include "sparsert/codegen/heuristic.hpp"
+#include "sparsert/runtime/file_io.hpp"
+#include "sparsert/runtime/package.hpp"
+#include "sparsert/runtime/sha256.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <thread>
+
+namespace sparsert::compiler {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Progress on stderr: a bar redrawn in place on a terminal, one line per step otherwise (logs, CI).
+class Progress {
+ public:
+  Progress(bool enabled, size_t total) : enabled_(enabled && total > 0), total_(total), tty_(::isatty(2)) {}
+  void step(const std::string& what) {
+    if (!enabled_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    ++done_;
+    if (tty_) {
+      const int width = 30;
+      const int filled = static_cast<int>(width * done_ / total_);
+      std::fprintf(stderr, "\r[%s%s] %zu/%zu %-50.50s", std::string(filled, '#').c_str(),
+                   std::string(width - filled, '.').c_str(), done_, total_, what.c_str());
+      if (done_ == total_) std::fprintf(stderr, "\n");
+    } else {
+      std::fprintf(stderr, "compile: %zu/%zu %s\n", done_, total_, what.c_str());
+    }
+  }
+
+ private:
+  bool enabled_;
+  size_t total_, done_ = 0;
+  bool tty_;
+  std::mutex mu_;
+};
+
+struct Job {
+  size_t layer;
+  codegen::Target target;
+  std::string key;
+  codegen::TileParams tile;
+  std::string tile_source;
+  std::optional<CachedKernel> cached;
+  codegen::SpmmKernel kernel;  // emitted on a miss
+  CachedKernel built;
+  double emit_seconds = 0.0;
+};
+
+Epilogue epilogue_of(const LayerDesc& d) { return Epilogue{d.bias, d.activation, d.clamp}; }
+
+void replace_directory(const std::filesystem::path& tmp, const std::filesystem::path& out) {
+  std::error_code ec;
+  if (std::filesystem::exists(out)) {
+    SPARSERT_USER_CHECK(std::filesystem::is_directory(out) && std::filesystem::exists(out / "manifest.json"),
+                        out.string(), "exists and is not a sparsert package; not overwriting it");
+    const std::filesystem::path old = out.string() + fmt::format(".old.{}", ::getpid());
+    std::filesystem::rename(out, old, ec);
+    SPARSERT_USER_CHECK(!ec, out.string(), "cannot replace ({})", ec.message());
+    std::filesystem::rename(tmp, out, ec);
+    if (ec) {
+      std::filesystem::rename(old, out);
+      throw_user_error(out.string(), "cannot write ({})", ec.message());
+    }
+    std::filesystem::remove_all(old, ec);
+    return;
+  }
+  std::filesystem::rename(tmp, out, ec);
+  SPARSERT_USER_CHECK(!ec, out.string(), "cannot write ({})", ec.message());
+}
+}  // namespace
+
+CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std::filesystem::path& out_dir,
+                              const CompileOptions& options) {
+  const auto t0 = Clock::now();
+  SPARSERT_USER_CHECK(!options.targets.empty(), "--target", "no target given");
+  SPARSERT_USER_CHECK(!layers.empty(), "network", "has no layers");
+  CompileReport report;
+  bool assemble = options.assemble;
+  std::string toolkit = "none";
+  if (assemble && !codegen::Assembler::available()) {
+    assemble = false;
+    report.ptx_only_reason = codegen::Assembler::unavailable_reason();
+  } else if (!assemble) {
+    report.ptx_only_reason = "assembly not requested";
+  }
+  if (assemble) toolkit = codegen::Assembler::instance().version();
+  report.ptx_only = !assemble;
+
+  // Where the package goes must be writable before any work is done.
+  std::filesystem::path parent = out_dir.parent_path().empty() ? "." : out_dir.parent_path();
+  SPARSERT_USER_CHECK(std::filesystem::is_directory(parent), out_dir.string(), "parent directory {} does not exist",
+                      parent.string());
+  SPARSERT_USER_CHECK(::access(parent.c_str(), W_OK) == 0, out_dir.string(), "parent directory {} is not writable",
+                      parent.string());
+
+  KernelCache cache(options.cache_dir);
+  std::vector<Job> jobs;
+  for (size_t li = 0; li < layers.size(); ++li) {
+    for (const codegen::Target& target : options.targets) {
+      Job job{li, target, {}, {}, "heuristic", std::nullopt, {}, {}, 0.0};
+      std::optional<codegen::TileParams> tuned;
+      if (options.tiles) tuned = options.tiles(layers[li], target);
+      job.tile = tuned ? *tuned : codegen::default_tile_params(layers[li].a, layers[li].desc.n, target);
+      if (tuned) job.tile_source = "tuned";
+      job.key = kernel_cache_key(layers[li].a, epilogue_of(layers[li].desc), job.tile, layers[li].desc.n, target,
+                                 toolkit);
+      job.cached = cache.find(job.key);
+      jobs.push_back(std::move(job));
+    }
+  }
+
+  // Emit what the cache lacks (fast, in order), then assemble every entry on the pool.
+  struct Task {
+    size_t job, entry;
+  };
+  std::vector<Task> tasks;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    Job& job = jobs[j];
+    if (job.cached) continue;
+    const LoadedLayer& l = layers[job.layer];
+    const auto te = Clock::now();
+    codegen::SpmmOptions opt;
+    opt.tile = job.tile;
+    opt.ld = l.desc.n;
+    opt.epilogue = epilogue_of(l.desc);
+    opt.name = fmt::format("sparsert_{}", l.desc.name);
+    job.kernel = codegen::emit_spmm(l.a, inspector::make_plan(l.a, job.tile.plan), job.target, opt);
+    job.emit_seconds = since(te);
+    job.built.key = job.key;
+    job.built.block_x = job.kernel.block_x;
+    job.built.block_y = job.kernel.block_y;
+    job.built.n_tile = job.tile.n_tile;
+    for (size_t e = 0; e < job.kernel.entries.size(); ++e) {
+      const codegen::SpmmEntry& se = job.kernel.entries[e];
+      CachedEntry ce;
+      ce.name = se.name;
+      ce.block_begin = se.block_begin;
+      ce.block_end = se.block_end;
+      ce.ptx = se.ptx;
+      ce.resources.shared_bytes = se.shared_bytes;
+      job.built.entries.push_back(std::move(ce));
+      if (assemble) tasks.push_back({j, e});
+    }
+  }
+  Progress progress(options.progress, tasks.size());
+  std::atomic<size_t> next{0};
+  std::mutex error_mu;
+  std::exception_ptr first_error;
+  auto worker = [&] {
+    for (size_t i = next++; i < tasks.size(); i = next++) {
+      Job& job = jobs[tasks[i].job];
+      CachedEntry& ce = job.built.entries[tasks[i].entry];
+      try {
+        const codegen::Assembled a = codegen::Assembler::instance().assemble(ce.ptx, job.target, ce.name);
+        ce.cubin = a.cubin;
+        ce.resources = {a.usage.registers, a.usage.spill_store_bytes + a.usage.spill_load_bytes, a.usage.shared_bytes,
+                        a.usage.constant_bytes};
+        ce.assemble_seconds = a.seconds;
+        if (a.usage.spill_store_bytes > 0 || a.usage.stack_bytes > 0) {
+          throw WorkFailure(fmt::format("{} for {} spills {} bytes (stack {}): choose more row blocks", ce.name,
+                                        job.target.name(), a.usage.spill_store_bytes, a.usage.stack_bytes));
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mu);
+        if (!first_error) first_error = std::current_exception();
+        next = tasks.size();
+      }
+      progress.step(fmt::format("{} {} {}", layers[job.layer].desc.name, job.target.name(), ce.name));
+    }
+  };
+  const unsigned threads =
+      options.threads > 0 ? static_cast<unsigned>(options.threads) : std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < std::min<size_t>(threads, std::max<size_t>(tasks.size(), 1)); ++t) pool.emplace_back(worker);
+  for (auto& t : pool) t.join();
+  if (first_error) std::rethrow_exception(first_error);
+
+  // Assemble the package in a temporary directory beside the destination, then rename it into place.
+  std::random_device rd;
+  const std::filesystem::path tmp =
+      parent / fmt::format(".{}.tmp.{}.{:08x}", out_dir.filename().string(), ::getpid(), rd());
+  std::filesystem::create_directories(tmp);
+  try {
+    Package pkg;
+    pkg.dir = tmp;
+    pkg.n = layers.front().desc.n;
+    for (const auto& t : options.targets) pkg.targets.push_back(t.name());
+    pkg.ptx_only = !assemble;
+    pkg.generator = codegen::kGeneratorVersion;
+    pkg.toolkit = toolkit;
+    auto add_file = [&](const std::string& name, std::string_view bytes) {
+      write_file_atomic(tmp / name, bytes);
+      pkg.sha256[name] = sha256_hex(bytes);
+    };
+    for (size_t li = 0; li < layers.size(); ++li) {
+      const LoadedLayer& l = layers[li];
+      PackageLayer pl;
+      pl.name = l.desc.name;
+      pl.m = l.a.rows;
+      pl.k = l.a.cols;
+      pl.activation = l.desc.activation;
+      pl.clamp = l.desc.clamp;
+      pl.weights_file = fmt::format("layer{}.csr", li);
+      write_layer_weights(tmp / pl.weights_file, LayerWeights{l.a, l.desc.bias});
+      pkg.sha256[pl.weights_file] = sha256_hex(read_file(tmp / pl.weights_file));
+      for (Job& job : jobs) {
+        if (job.layer != li) continue;
+        const bool hit = job.cached.has_value();
+        const CachedKernel& k = hit ? *job.cached : job.built;
+        if (!hit && assemble) cache.store(job.built);
+        if (!hit && !assemble) cache.store(job.built);
+        // Tile parameters (hence launch shapes) may differ per target only in ways the manifest does not carry
+        // per target; the heuristic gives every target the same, and tuned results are checked here.
+        if (pl.entries.empty()) {
+          pl.block_x = k.block_x;
+          pl.block_y = k.block_y;
+          pl.n_tile = k.n_tile;
+          pl.tile = codegen::to_json(job.tile);
+          pl.cache_key = k.key;
+          for (const CachedEntry& ce : k.entries) pl.entries.push_back({ce.name, ce.block_begin, ce.block_end, {}, {}, {}});
+        }
+        SPARSERT_INTERNAL_CHECK(k.entries.size() == pl.entries.size() && k.block_x == pl.block_x &&
+                                    k.block_y == pl.block_y && k.n_tile == pl.n_tile,
+                                "layer {}: targets were given different tile parameters", pl.name);
+        LayerTargetReport r;
+        r.layer = pl.name;
+        r.target = job.target.name();
+        r.cache_hit = hit;
+        r.entries = static_cast<int>(k.entries.size());
+        r.emit_seconds = job.emit_seconds;
+        r.tile = codegen::to_json(job.tile);
+        r.tile_source = job.tile_source;
+        for (size_t e = 0; e < k.entries.size(); ++e) {
+          const CachedEntry& ce = k.entries[e];
+          const std::string base = fmt::format("layer{}.e{}.{}", li, e, job.target.name());
+          add_file(base + ".ptx", ce.ptx);
+          pl.entries[e].ptx[job.target.name()] = base + ".ptx";
+          if (!ce.cubin.empty()) {
+            add_file(base + ".cubin", std::string_view(ce.cubin.data(), ce.cubin.size()));
+            pl.entries[e].cubin[job.target.name()] = base + ".cubin";
+          }
+          pl.entries[e].resources[job.target.name()] = ce.resources;
+          r.assemble_seconds += ce.assemble_seconds;
+          r.max_registers = std::max(r.max_registers, ce.resources.registers);
+        }
+        for (const auto& e : job.kernel.entries) r.fmas += e.fmas;
+        report.hits += hit;
+        report.misses += !hit;
+        report.layers.push_back(std::move(r));
+      }
+      pkg.layers.push_back(std::move(pl));
+    }
+    write_manifest(pkg);
+    replace_directory(tmp, out_dir);
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove_all(tmp, ec);
+    throw;
+  }
+  report.seconds = since(t0);
+  return report;
+}
+
+}  // namespace sparsert::compiler

@@ -1,0 +1,182 @@
+#pragma once
+// The CUDA Driver API, loaded with dlopen at run time (never linked), so the same binary runs where there is no GPU
+// and says so. $SPARSERT_LIBCUDA names the library to load (ptxsim's emulated driver plugs in there); otherwise
+// libcuda.so.1. Every failing call throws CudaError naming the call, its CUresult name and the driver's message.
+#include "sparsert/runtime/cuda_api.h"
+#include "sparsert/runtime/error.hpp"
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sparsert::cuda {
+
+// A driver call that failed (the work failed, exit 1).
+class CudaError : public WorkFailure {
+ public:
+  CudaError(std::string call, CUresult result, std::string message)
+      : WorkFailure(message), call_(std::move(call)), result_(result) {}
+  const std::string& call() const noexcept { return call_; }
+  CUresult result() const noexcept { return result_; }
+
+ private:
+  std::string call_;
+  CUresult result_;
+};
+
+// No usable driver or device (a missing library, no GPU). A UserError: the environment, not the work, is wrong.
+class DriverUnavailable : public UserError {
+ public:
+  using UserError::UserError;
+};
+
+struct Api {
+#define SPARSERT_CUDA_MEMBER_(name, params) PFN_sparsert_##name name = nullptr;
+  SPARSERT_CUDA_DRIVER_FUNCTIONS(SPARSERT_CUDA_MEMBER_)
+#undef SPARSERT_CUDA_MEMBER_
+};
+
+class Driver {
+ public:
+  // Loads and initializes the driver once per process; throws DriverUnavailable with a one-line reason.
+  static Driver& get();
+  // Whether get() would succeed, and if not, why (does not throw).
+  static bool available(std::string* why = nullptr);
+
+  const Api& api() const { return api_; }
+  const std::string& library() const { return library_; }
+  int version() const { return version_; }  // e.g. 12040
+
+  std::string error_name(CUresult r) const;
+  // Throws CudaError "CALL failed: NAME (message)[ context]" when r != CUDA_SUCCESS.
+  void check(CUresult r, const char* call, const std::string& context = {}) const {
+    if (r != CUDA_SUCCESS) fail(r, call, context);
+  }
+
+ private:
+  Driver() = default;
+  [[noreturn]] void fail(CUresult r, const char* call, const std::string& context) const;
+  Api api_;
+  std::string library_;
+  int version_ = 0;
+  void* handle_ = nullptr;
+};
+
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;
+  int cc_major = 0, cc_minor = 0;
+  size_t total_memory = 0;
+  int multiprocessors = 0;
+  int sm() const { return cc_major * 10 + cc_minor; }
+};
+
+DeviceInfo device_info(int ordinal = 0);
+
+// The device's primary context, made current for the calling thread. Move-only.
+class Context {
+ public:
+  explicit Context(int ordinal = 0);
+  ~Context();
+  Context(Context&& o) noexcept : device_(std::exchange(o.device_, -1)), ctx_(std::exchange(o.ctx_, nullptr)) {}
+  Context& operator=(Context&&) = delete;
+  Context(const Context&) = delete;
+  CUcontext get() const { return ctx_; }
+  void synchronize() const;
+
+ private:
+  CUdevice device_ = -1;
+  CUcontext ctx_ = nullptr;
+};
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, 0)), bytes_(std::exchange(o.bytes_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  CUdeviceptr get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  void upload(const void* src, size_t bytes, size_t offset = 0);
+  void download(void* dst, size_t bytes, size_t offset = 0) const;
+  void fill_u32(uint32_t value, size_t count);
+
+ private:
+  CUdeviceptr ptr_ = 0;
+  size_t bytes_ = 0;
+};
+
+class Stream {
+ public:
+  Stream();
+  ~Stream();
+  Stream(Stream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+  Stream& operator=(Stream&&) = delete;
+  Stream(const Stream&) = delete;
+  CUstream get() const { return s_; }
+  void synchronize() const;
+
+ private:
+  CUstream s_ = nullptr;
+};
+
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(Event&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+  Event& operator=(Event&&) = delete;
+  Event(const Event&) = delete;
+  void record(const Stream& s);
+  void synchronize() const;
+  float elapsed_ms_since(const Event& start) const;
+
+ private:
+  CUevent e_ = nullptr;
+};
+
+// A loaded module (cubin or PTX). PTX is JIT-compiled by the driver; the JIT log is kept for error messages.
+class Module {
+ public:
+  Module(const void* image, const std::string& what);
+  ~Module();
+  Module(Module&& o) noexcept : m_(std::exchange(o.m_, nullptr)), what_(std::move(o.what_)) {}
+  Module& operator=(Module&&) = delete;
+  Module(const Module&) = delete;
+  CUfunction function(const std::string& name) const;
+  const std::string& what() const { return what_; }
+
+ private:
+  CUmodule m_ = nullptr;
+  std::string what_;
+};
+
+// Kernel launch; the error names the kernel and the launch dimensions.
+void launch(CUfunction f, const std::string& kernel, unsigned gx, unsigned gy, unsigned bx, unsigned by,
+            const Stream& stream, void** params, unsigned shared_bytes = 0);
+
+// A stream capture turned into an executable graph, replayed with launch(). Move-only.
+class Graph {
+ public:
+  Graph() = default;
+  ~Graph();
+  Graph(Graph&& o) noexcept : graph_(std::exchange(o.graph_, nullptr)), exec_(std::exchange(o.exec_, nullptr)) {}
+  Graph& operator=(Graph&& o) noexcept;
+  Graph(const Graph&) = delete;
+  static bool supported();
+  void begin_capture(const Stream& s);
+  void end_capture(const Stream& s);
+  void launch(const Stream& s) const;
+  bool ready() const { return exec_ != nullptr; }
+
+ private:
+  CUgraph graph_ = nullptr;
+  CUgraphExec exec_ = nullptr;
+};
+
+}  // namespace sparsert::cuda

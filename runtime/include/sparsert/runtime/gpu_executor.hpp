@@ -1,0 +1,46 @@
+#pragma once
+// Runs a compiled package on a GPU through the driver: activations stay on the device in two ping-pong buffers,
+// layers launch back to back on one stream, and repeated runs replay a CUDA Graph of the launches.
+#include "sparsert/runtime/driver.hpp"
+#include "sparsert/runtime/package.hpp"
+#include "sparsert/runtime/tensor.hpp"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sparsert {
+
+struct GpuRunOptions {
+  int device = 0;
+  bool force_ptx = false;  // JIT the PTX even where a cubin for the device exists
+  bool use_graph = true;   // capture the launches in a CUDA Graph where the driver supports it
+};
+
+struct GpuTimings {
+  std::vector<double> layer_ms;  // median over repeats, per layer
+  double total_ms = 0.0;         // median of whole-network runs (graph replay where used)
+};
+
+class GpuNetwork {
+ public:
+  GpuNetwork(const Package& package, const GpuRunOptions& options = {});
+  ~GpuNetwork();
+  GpuNetwork(const GpuNetwork&) = delete;
+  GpuNetwork& operator=(const GpuNetwork&) = delete;
+
+  // input: [K of the first layer, N] with 1 <= N <= package n; returns [M of the last layer, N].
+  DenseTensor run(const DenseTensor& input);
+  // Runs `repeats` times after one warm-up; per-layer times from events between layers.
+  GpuTimings time(const DenseTensor& input, int repeats);
+
+  const cuda::DeviceInfo& device() const;
+  // One line per layer: which image was loaded (cubin for sm_XX, or PTX JIT for sm_XX) and why.
+  const std::vector<std::string>& load_notes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sparsert

@@ -1,0 +1,80 @@
+#pragma once
+// A compiled package: what `sparsert compile` writes and `sparsert run` loads. A directory holding
+//   manifest.json        format version, layers, shapes, kernels, launch dimensions, targets, resources, hashes
+//   layerI.csr           the layer's weights and bias in a compact binary CSR (CPU executor, recompiling)
+//   layerI.eJ.SM.ptx     the PTX of entry J for target SM
+//   layerI.eJ.SM.cubin   its cubin (absent in a PTX-only package, made where the toolkit was missing)
+// Every file's sha256 is in the manifest and is checked on load.
+#include "sparsert/runtime/csr.hpp"
+#include "sparsert/runtime/reference.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace sparsert {
+
+inline constexpr const char* kPackageFormat = "sparsert-package/1";
+
+struct KernelResources {
+  int registers = 0;
+  int spill_bytes = 0;
+  int shared_bytes = 0;
+  int constant_bytes = 0;
+};
+
+struct PackageEntry {
+  std::string name;        // the .entry name
+  int32_t block_begin = 0; // plan blocks covered: grid.y = block_end - block_begin
+  int32_t block_end = 0;
+  std::map<std::string, std::string> ptx;    // target ("sm_90") -> file
+  std::map<std::string, std::string> cubin;  // target -> file (empty in a PTX-only package)
+  std::map<std::string, KernelResources> resources;  // target -> what the assembler reported
+};
+
+struct PackageLayer {
+  std::string name;
+  int32_t m = 0;  // outputs (rows of A)
+  int32_t k = 0;  // inputs
+  std::string weights_file;
+  Activation activation = Activation::kNone;
+  std::optional<float> clamp;
+  int32_t block_x = 0, block_y = 0, n_tile = 0;
+  std::vector<PackageEntry> entries;
+  nlohmann::json tile;  // the tile parameters used, for reports
+  std::string cache_key;
+};
+
+struct Package {
+  std::filesystem::path dir;
+  int32_t n = 0;  // columns every layer is compiled for (the leading dimension of activations)
+  std::vector<std::string> targets;
+  bool ptx_only = false;
+  std::string generator;
+  std::string toolkit;  // nvJitLink version, or "none"
+  std::vector<PackageLayer> layers;
+  std::map<std::string, std::string> sha256;  // file -> hash
+};
+
+// Weights and bias of one layer in the binary CSR file.
+struct LayerWeights {
+  CsrMatrix a;
+  std::vector<float> bias;  // empty, 1, or a.rows values
+};
+void write_layer_weights(const std::filesystem::path& path, const LayerWeights& w);
+LayerWeights read_layer_weights(const std::filesystem::path& path);
+
+nlohmann::json manifest_json(const Package& p);
+// Writes manifest.json atomically (the other files must already be in p.dir).
+void write_manifest(const Package& p);
+// Reads and checks manifest.json: format version, fields (UserError naming the field), and every file's sha256.
+Package load_package(const std::filesystem::path& dir, bool verify_hashes = true);
+
+// Reads the layer's weights and checks they agree with the manifest.
+LayerWeights load_layer_weights(const Package& p, size_t layer);
+
+}  // namespace sparsert

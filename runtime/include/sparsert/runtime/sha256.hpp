@@ -1,0 +1,30 @@
+#pragma once
+// SHA-256 (FIPS 180-4), for content-addressed caches and package integrity checks.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace sparsert {
+
+class Sha256 {
+ public:
+  Sha256();
+  Sha256& update(const void* data, size_t bytes);
+  Sha256& update(std::string_view s) { return update(s.data(), s.size()); }
+  // Length-prefixed, so that ("ab", "c") and ("a", "bc") hash differently.
+  Sha256& field(std::string_view s);
+  std::array<uint8_t, 32> digest();
+  std::string hex();  // 64 lowercase hex digits
+
+ private:
+  void block(const uint8_t* p);
+  uint32_t h_[8];
+  uint8_t buf_[64];
+  size_t buf_len_ = 0;
+  uint64_t total_ = 0;
+};
+
+std::string sha256_hex(std::string_view data);
+
+}  // namespace sparsert

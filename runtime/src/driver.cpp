@@ -1,0 +1,269 @@
+#include "sparsert/runtime/driver.hpp"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <mutex>
+
+namespace sparsert::cuda {
+
+namespace {
+struct LoadState {
+  Driver* driver = nullptr;
+  std::string error;
+};
+
+// Entry points that older drivers lack; the wrapper falls back to the older name or does without.
+bool optional_symbol(std::string_view name) {
+  return name.rfind("cuGraph", 0) == 0 || (name.rfind("cuStream", 0) == 0 && name.find("Capture") != name.npos) ||
+         name == "cuEventElapsedTime_v2";
+}
+}  // namespace
+
+Driver& Driver::get() {
+  static LoadState state = [] {
+    LoadState s;
+    const char* env = std::getenv("SPARSERT_LIBCUDA");
+    const std::string path = env && *env ? env : "libcuda.so.1";
+    void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      const char* why = ::dlerror();
+      s.error = fmt::format("cannot load {} ({}); no NVIDIA driver on this machine? Use --device cpu, or set "
+                            "SPARSERT_LIBCUDA to a driver library",
+                            path, why ? why : "unknown reason");
+      return s;
+    }
+    auto* d = new Driver;
+    d->handle_ = h;
+    d->library_ = path;
+#define SPARSERT_CUDA_RESOLVE_(name, params)                                                           \
+  d->api_.name = reinterpret_cast<PFN_sparsert_##name>(::dlsym(h, #name));                            \
+  if (!d->api_.name && !optional_symbol(#name) && s.error.empty()) {                                   \
+    s.error = fmt::format("{} has no symbol {} (driver too old?)", path, #name);                       \
+  }
+    SPARSERT_CUDA_DRIVER_FUNCTIONS(SPARSERT_CUDA_RESOLVE_)
+#undef SPARSERT_CUDA_RESOLVE_
+    if (!d->api_.cuEventElapsedTime_v2) {
+      d->api_.cuEventElapsedTime_v2 =
+          reinterpret_cast<PFN_sparsert_cuEventElapsedTime_v2>(::dlsym(h, "cuEventElapsedTime"));
+    }
+    if (!d->api_.cuStreamBeginCapture_v2) {
+      d->api_.cuStreamBeginCapture_v2 =
+          reinterpret_cast<PFN_sparsert_cuStreamBeginCapture_v2>(::dlsym(h, "cuStreamBeginCapture"));
+    }
+    if (s.error.empty()) {
+      CUresult r = d->api_.cuInit(0);
+      int count = 0;
+      if (r == CUDA_SUCCESS) r = d->api_.cuDeviceGetCount(&count);
+      if (r != CUDA_SUCCESS) {
+        s.error = fmt::format("cuInit failed: {} ({})", d->error_name(r), path);
+      } else if (count == 0) {
+        s.error = fmt::format("no CUDA device found ({})", path);
+      } else {
+        d->api_.cuDriverGetVersion(&d->version_);
+      }
+    }
+    if (!s.error.empty()) {
+      ::dlclose(h);
+      delete d;
+      return s;
+    }
+    s.driver = d;
+    return s;
+  }();
+  if (!state.driver) throw DriverUnavailable("CUDA driver", state.error);
+  return *state.driver;
+}
+
+bool Driver::available(std::string* why) {
+  try {
+    get();
+    return true;
+  } catch (const DriverUnavailable& e) {
+    if (why) *why = e.what();
+    return false;
+  }
+}
+
+std::string Driver::error_name(CUresult r) const {
+  const char* name = nullptr;
+  if (api_.cuGetErrorName && api_.cuGetErrorName(r, &name) == CUDA_SUCCESS && name) return name;
+  return fmt::format("CUresult {}", static_cast<int>(r));
+}
+
+void Driver::fail(CUresult r, const char* call, const std::string& context) const {
+  const char* text = nullptr;
+  if (api_.cuGetErrorString) api_.cuGetErrorString(r, &text);
+  throw CudaError(call, r,
+                  fmt::format("{} failed: {} ({}){}{}", call, error_name(r), text ? text : "no description",
+                              context.empty() ? "" : ": ", context));
+}
+
+DeviceInfo device_info(int ordinal) {
+  const Driver& d = Driver::get();
+  const Api& a = d.api();
+  DeviceInfo info;
+  info.ordinal = ordinal;
+  CUdevice dev = 0;
+  d.check(a.cuDeviceGet(&dev, ordinal), "cuDeviceGet", fmt::format("device {}", ordinal));
+  char name[256] = {};
+  d.check(a.cuDeviceGetName(name, sizeof name, dev), "cuDeviceGetName");
+  info.name = name;
+  d.check(a.cuDeviceGetAttribute(&info.cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
+          "cuDeviceGetAttribute");
+  d.check(a.cuDeviceGetAttribute(&info.cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
+          "cuDeviceGetAttribute");
+  d.check(a.cuDeviceGetAttribute(&info.multiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+          "cuDeviceGetAttribute");
+  d.check(a.cuDeviceTotalMem_v2(&info.total_memory, dev), "cuDeviceTotalMem");
+  return info;
+}
+
+Context::Context(int ordinal) {
+  const Driver& d = Driver::get();
+  d.check(d.api().cuDeviceGet(&device_, ordinal), "cuDeviceGet", fmt::format("device {}", ordinal));
+  d.check(d.api().cuDevicePrimaryCtxRetain(&ctx_, device_), "cuDevicePrimaryCtxRetain");
+  d.check(d.api().cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+}
+
+Context::~Context() {
+  if (ctx_) Driver::get().api().cuDevicePrimaryCtxRelease_v2(device_);
+}
+
+void Context::synchronize() const { Driver::get().check(Driver::get().api().cuCtxSynchronize(), "cuCtxSynchronize"); }
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+  const Driver& d = Driver::get();
+  d.check(d.api().cuMemAlloc_v2(&ptr_, std::max<size_t>(bytes, 1)), "cuMemAlloc", fmt::format("{} bytes", bytes));
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_) Driver::get().api().cuMemFree_v2(ptr_);
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    if (ptr_) Driver::get().api().cuMemFree_v2(ptr_);
+    ptr_ = std::exchange(o.ptr_, 0);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
+void DeviceBuffer::upload(const void* src, size_t bytes, size_t offset) {
+  SPARSERT_INTERNAL_CHECK(offset + bytes <= bytes_, "upload of {} bytes at {} into a buffer of {}", bytes, offset,
+                          bytes_);
+  Driver::get().check(Driver::get().api().cuMemcpyHtoD_v2(ptr_ + offset, src, bytes), "cuMemcpyHtoD");
+}
+
+void DeviceBuffer::download(void* dst, size_t bytes, size_t offset) const {
+  SPARSERT_INTERNAL_CHECK(offset + bytes <= bytes_, "download of {} bytes at {} from a buffer of {}", bytes, offset,
+                          bytes_);
+  Driver::get().check(Driver::get().api().cuMemcpyDtoH_v2(dst, ptr_ + offset, bytes), "cuMemcpyDtoH");
+}
+
+void DeviceBuffer::fill_u32(uint32_t value, size_t count) {
+  SPARSERT_INTERNAL_CHECK(count * 4 <= bytes_, "fill of {} words in a buffer of {} bytes", count, bytes_);
+  Driver::get().check(Driver::get().api().cuMemsetD32_v2(ptr_, value, count), "cuMemsetD32");
+}
+
+Stream::Stream() {
+  Driver::get().check(Driver::get().api().cuStreamCreate(&s_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+}
+Stream::~Stream() {
+  if (s_) Driver::get().api().cuStreamDestroy_v2(s_);
+}
+void Stream::synchronize() const {
+  Driver::get().check(Driver::get().api().cuStreamSynchronize(s_), "cuStreamSynchronize");
+}
+
+Event::Event() { Driver::get().check(Driver::get().api().cuEventCreate(&e_, CU_EVENT_DEFAULT), "cuEventCreate"); }
+Event::~Event() {
+  if (e_) Driver::get().api().cuEventDestroy_v2(e_);
+}
+void Event::record(const Stream& s) {
+  Driver::get().check(Driver::get().api().cuEventRecord(e_, s.get()), "cuEventRecord");
+}
+void Event::synchronize() const {
+  Driver::get().check(Driver::get().api().cuEventSynchronize(e_), "cuEventSynchronize");
+}
+float Event::elapsed_ms_since(const Event& start) const {
+  float ms = 0;
+  Driver::get().check(Driver::get().api().cuEventElapsedTime_v2(&ms, start.e_, e_), "cuEventElapsedTime");
+  return ms;
+}
+
+Module::Module(const void* image, const std::string& what) : what_(what) {
+  const Driver& d = Driver::get();
+  std::string error_log(16384, '\0');
+  std::string info_log(16384, '\0');
+  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER,
+                            CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
+  void* values[] = {error_log.data(), reinterpret_cast<void*>(error_log.size()), info_log.data(),
+                    reinterpret_cast<void*>(info_log.size())};
+  const CUresult r = d.api().cuModuleLoadDataEx(&m_, image, 4, options, values);
+  if (r != CUDA_SUCCESS) {
+    error_log.resize(error_log.find('\0'));
+    d.check(r, "cuModuleLoadDataEx", fmt::format("{}{}{}", what, error_log.empty() ? "" : "; JIT log: ", error_log));
+  }
+}
+
+Module::~Module() {
+  if (m_) Driver::get().api().cuModuleUnload(m_);
+}
+
+CUfunction Module::function(const std::string& name) const {
+  CUfunction f = nullptr;
+  Driver::get().check(Driver::get().api().cuModuleGetFunction(&f, m_, name.c_str()), "cuModuleGetFunction",
+                      fmt::format("kernel {} in {}", name, what_));
+  return f;
+}
+
+void launch(CUfunction f, const std::string& kernel, unsigned gx, unsigned gy, unsigned bx, unsigned by,
+            const Stream& stream, void** params, unsigned shared_bytes) {
+  const CUresult r = Driver::get().api().cuLaunchKernel(f, gx, gy, 1, bx, by, 1, shared_bytes, stream.get(), params,
+                                                        nullptr);
+  if (r != CUDA_SUCCESS) {
+    Driver::get().check(r, "cuLaunchKernel",
+                        fmt::format("kernel {}, grid ({}, {}, 1), block ({}, {}, 1), {} bytes dynamic shared", kernel,
+                                    gx, gy, bx, by, shared_bytes));
+  }
+}
+
+bool Graph::supported() {
+  const Api& a = Driver::get().api();
+  return a.cuStreamBeginCapture_v2 && a.cuStreamEndCapture && a.cuGraphInstantiateWithFlags && a.cuGraphLaunch &&
+         a.cuGraphExecDestroy && a.cuGraphDestroy;
+}
+
+Graph::~Graph() {
+  if (exec_) Driver::get().api().cuGraphExecDestroy(exec_);
+  if (graph_) Driver::get().api().cuGraphDestroy(graph_);
+}
+
+Graph& Graph::operator=(Graph&& o) noexcept {
+  if (this != &o) {
+    this->~Graph();
+    graph_ = std::exchange(o.graph_, nullptr);
+    exec_ = std::exchange(o.exec_, nullptr);
+  }
+  return *this;
+}
+
+void Graph::begin_capture(const Stream& s) {
+  Driver::get().check(Driver::get().api().cuStreamBeginCapture_v2(s.get(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                      "cuStreamBeginCapture");
+}
+
+void Graph::end_capture(const Stream& s) {
+  const Driver& d = Driver::get();
+  d.check(d.api().cuStreamEndCapture(s.get(), &graph_), "cuStreamEndCapture");
+  d.check(d.api().cuGraphInstantiateWithFlags(&exec_, graph_, 0), "cuGraphInstantiateWithFlags");
+}
+
+void Graph::launch(const Stream& s) const {
+  Driver::get().check(Driver::get().api().cuGraphLaunch(exec_, s.get()), "cuGraphLaunch");
+}
+
+}  // namespace sparsert::cuda

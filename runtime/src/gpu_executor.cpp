@@ -1,0 +1,215 @@
+#include "sparsert/runtime/gpu_executor.hpp"
+
+#include "sparsert/runtime/file_io.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace sparsert {
+
+namespace {
+int sm_of(const std::string& target) {
+  const bool digits = target.size() > 3 && target.find_first_not_of("0123456789", 3) == std::string::npos;
+  SPARSERT_USER_CHECK(target.rfind("sm_", 0) == 0 && digits && target.size() <= 6, "package targets",
+                      "bad target '{}'", target);
+  return std::stoi(target.substr(3));
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct LoadedEntry {
+  std::unique_ptr<cuda::Module> module;
+  CUfunction fn = nullptr;
+  std::string name;
+  unsigned grid_y = 0;
+};
+
+struct LoadedLayer {
+  std::vector<LoadedEntry> entries;
+  unsigned block_x = 0, block_y = 0, n_tile = 0;
+  int32_t m = 0, k = 0;
+};
+}  // namespace
+
+struct GpuNetwork::Impl {
+  GpuRunOptions opt;
+  Package pkg;  // a copy: callers may pass a temporary
+  cuda::DeviceInfo info;
+  std::unique_ptr<cuda::Context> ctx;
+  std::unique_ptr<cuda::Stream> stream;
+  std::vector<LoadedLayer> layers;
+  std::vector<std::string> notes;
+  cuda::DeviceBuffer ping, pong;
+  size_t max_rows = 0;
+
+  Impl(const Package& p, const GpuRunOptions& o) : opt(o), pkg(p) {
+    info = cuda::device_info(o.device);
+    ctx = std::make_unique<cuda::Context>(o.device);
+    stream = std::make_unique<cuda::Stream>();
+    const int dev_sm = info.sm();
+    const std::string dev_target = fmt::format("sm_{}", dev_sm);
+    // PTX JIT: the highest target not above the device.
+    std::string jit_target;
+    for (const std::string& t : p.targets) {
+      if (sm_of(t) <= dev_sm && (jit_target.empty() || sm_of(t) > sm_of(jit_target))) jit_target = t;
+    }
+    const bool has_cubin = !p.ptx_only && std::find(p.targets.begin(), p.targets.end(), dev_target) != p.targets.end();
+    if (!has_cubin && jit_target.empty()) {
+      throw_user_error(p.dir.string(), "package has kernels for {} only; this device ({}) is {} and needs a cubin for "
+                       "it or PTX for {} or lower (recompile with --target {})",
+                       fmt::join(p.targets, ", "), info.name, dev_target, dev_target, dev_target);
+    }
+    max_rows = static_cast<size_t>(p.layers.front().k);
+    bool cubins_rejected = false;
+    for (size_t li = 0; li < p.layers.size(); ++li) {
+      const PackageLayer& pl = p.layers[li];
+      max_rows = std::max(max_rows, static_cast<size_t>(pl.m));
+      LoadedLayer ll;
+      ll.block_x = static_cast<unsigned>(pl.block_x);
+      ll.block_y = static_cast<unsigned>(pl.block_y);
+      ll.n_tile = static_cast<unsigned>(pl.n_tile);
+      ll.m = pl.m;
+      ll.k = pl.k;
+      std::string note;
+      for (const PackageEntry& e : pl.entries) {
+        LoadedEntry le;
+        le.name = e.name;
+        le.grid_y = static_cast<unsigned>(e.block_end - e.block_begin);
+        bool loaded = false;
+        if (has_cubin && !o.force_ptx && !cubins_rejected && e.cubin.count(dev_target)) {
+          const std::string image = read_file(p.dir / e.cubin.at(dev_target));
+          try {
+            le.module = std::make_unique<cuda::Module>(image.data(), (p.dir / e.cubin.at(dev_target)).string());
+            loaded = true;
+            note = fmt::format("layer {}: cubin for {}", pl.name, dev_target);
+          } catch (const cuda::CudaError& err) {
+            if (err.result() != CUDA_ERROR_INVALID_IMAGE && err.result() != CUDA_ERROR_NO_BINARY_FOR_GPU) throw;
+            // A driver that rejects one of the package's cubins rejects them all: JIT the PTX from here on.
+            cubins_rejected = true;
+            notes.push_back(fmt::format("the driver rejected the cubins ({}); JIT-compiling the PTX for {} instead",
+                                        err.what(), jit_target));
+          }
+        }
+        if (!loaded) {
+          SPARSERT_USER_CHECK(!jit_target.empty() && e.ptx.count(jit_target), p.dir.string(),
+                              "layer {} entry {} has no PTX for {}", pl.name, e.name, jit_target);
+          const std::string ptx = read_file(p.dir / e.ptx.at(jit_target));
+          le.module = std::make_unique<cuda::Module>(ptx.c_str(), (p.dir / e.ptx.at(jit_target)).string());
+          if (note.empty()) note = fmt::format("layer {}: PTX for {} JIT-compiled by the driver", pl.name, jit_target);
+        }
+        le.fn = le.module->function(e.name);
+        ll.entries.push_back(std::move(le));
+      }
+      notes.push_back(note);
+      layers.push_back(std::move(ll));
+    }
+    ping = cuda::DeviceBuffer(max_rows * static_cast<size_t>(p.n) * 4);
+    pong = cuda::DeviceBuffer(max_rows * static_cast<size_t>(p.n) * 4);
+  }
+
+  void launch_layer(size_t li, CUdeviceptr in, CUdeviceptr out, uint32_t n) {
+    const LoadedLayer& l = layers[li];
+    const unsigned gx = (n + l.n_tile - 1) / l.n_tile;
+    for (const LoadedEntry& e : l.entries) {
+      void* params[] = {&in, &out, &n};
+      cuda::launch(e.fn, e.name, gx, e.grid_y, l.block_x, l.block_y, *stream, params);
+    }
+  }
+
+  // Launches every layer; returns which buffer holds the output.
+  const cuda::DeviceBuffer& launch_all(uint32_t n, std::vector<cuda::Event>* marks = nullptr) {
+    cuda::DeviceBuffer* in = &ping;
+    cuda::DeviceBuffer* out = &pong;
+    if (marks) (*marks)[0].record(*stream);
+    for (size_t li = 0; li < layers.size(); ++li) {
+      launch_layer(li, in->get(), out->get(), n);
+      if (marks) (*marks)[li + 1].record(*stream);
+      std::swap(in, out);
+    }
+    return *in;
+  }
+
+  uint32_t upload(const DenseTensor& input) {
+    SPARSERT_USER_CHECK(input.rank() == 2 && input.rows() == layers.front().k, "input",
+                        "shape {} does not match the first layer's {} inputs ([{}, N] expected)",
+                        input.shape_string(), layers.front().k, layers.front().k);
+    SPARSERT_USER_CHECK(input.cols() >= 1 && input.cols() <= pkg.n, "input",
+                        "{} columns; the package is compiled for 1 to {}", input.cols(), pkg.n);
+    const auto n = static_cast<uint32_t>(input.cols());
+    // Rows are laid out with the compiled leading dimension; columns past N are never read into results.
+    std::vector<float> staged(static_cast<size_t>(input.rows()) * pkg.n, 0.0f);
+    for (int64_t r = 0; r < input.rows(); ++r) {
+      std::copy_n(input.data() + r * n, n, staged.data() + r * pkg.n);
+    }
+    ping.upload(staged.data(), staged.size() * 4);
+    return n;
+  }
+
+  DenseTensor download(const cuda::DeviceBuffer& buf, uint32_t n) {
+    const int32_t m = layers.back().m;
+    std::vector<float> all(static_cast<size_t>(m) * pkg.n);
+    buf.download(all.data(), all.size() * 4);
+    DenseTensor out({m, static_cast<int64_t>(n)});
+    for (int32_t r = 0; r < m; ++r) std::copy_n(all.data() + static_cast<size_t>(r) * pkg.n, n, out.data() + r * n);
+    return out;
+  }
+};
+
+GpuNetwork::GpuNetwork(const Package& package, const GpuRunOptions& options)
+    : impl_(std::make_unique<Impl>(package, options)) {}
+GpuNetwork::~GpuNetwork() = default;
+
+const cuda::DeviceInfo& GpuNetwork::device() const { return impl_->info; }
+const std::vector<std::string>& GpuNetwork::load_notes() const { return impl_->notes; }
+
+DenseTensor GpuNetwork::run(const DenseTensor& input) {
+  const uint32_t n = impl_->upload(input);
+  const cuda::DeviceBuffer& out = impl_->launch_all(n);
+  impl_->stream->synchronize();
+  return impl_->download(out, n);
+}
+
+GpuTimings GpuNetwork::time(const DenseTensor& input, int repeats) {
+  const uint32_t n = impl_->upload(input);
+  Impl& im = *impl_;
+  std::vector<cuda::Event> marks(im.layers.size() + 1);
+  im.launch_all(n);  // warm-up
+  im.stream->synchronize();
+  std::vector<std::vector<double>> per_layer(im.layers.size());
+  for (int r = 0; r < repeats; ++r) {
+    im.launch_all(n, &marks);
+    marks.back().synchronize();
+    for (size_t li = 0; li < im.layers.size(); ++li) per_layer[li].push_back(marks[li + 1].elapsed_ms_since(marks[li]));
+  }
+  GpuTimings t;
+  for (auto& v : per_layer) t.layer_ms.push_back(median(v));
+  // Whole-network time: one CUDA Graph replay per run where supported, else plain launches.
+  std::vector<double> totals;
+  cuda::Event start, stop;
+  cuda::Graph graph;
+  if (im.opt.use_graph && cuda::Graph::supported()) {
+    graph.begin_capture(*im.stream);
+    im.launch_all(n);
+    graph.end_capture(*im.stream);
+  }
+  for (int r = 0; r < repeats; ++r) {
+    start.record(*im.stream);
+    if (graph.ready()) {
+      graph.launch(*im.stream);
+    } else {
+      im.launch_all(n);
+    }
+    stop.record(*im.stream);
+    stop.synchronize();
+    totals.push_back(stop.elapsed_ms_since(start));
+  }
+  t.total_ms = median(totals);
+  return t;
+}
+
+}  // namespace sparsert

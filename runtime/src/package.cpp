@@ -1,0 +1,252 @@
+#include "sparsert/runtime/package.hpp"
+
+#include "sparsert/runtime/error.hpp"
+#include "sparsert/runtime/file_io.hpp"
+#include "sparsert/runtime/sha256.hpp"
+
+#include <cmath>
+#include <cstring>
+
+namespace sparsert {
+
+namespace {
+constexpr char kCsrMagic[8] = {'S', 'P', 'R', 'T', 'C', 'S', 'R', '1'};
+
+template <typename T>
+void put(std::string& out, const T& v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+template <typename T>
+void put_all(std::string& out, const std::vector<T>& v) {
+  out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+class Reader {
+ public:
+  Reader(const std::string& bytes, std::string where) : bytes_(bytes), where_(std::move(where)) {}
+  template <typename T>
+  T get(const char* field) {
+    T v;
+    need(sizeof v, field);
+    std::memcpy(&v, bytes_.data() + pos_, sizeof v);
+    pos_ += sizeof v;
+    return v;
+  }
+  template <typename T>
+  std::vector<T> get_all(size_t count, const char* field) {
+    std::vector<T> v(count);
+    need(count * sizeof(T), field);
+    std::memcpy(v.data(), bytes_.data() + pos_, count * sizeof(T));
+    pos_ += count * sizeof(T);
+    return v;
+  }
+  void expect_end() {
+    SPARSERT_USER_CHECK(pos_ == bytes_.size(), where_, "{} bytes of trailing data", bytes_.size() - pos_);
+  }
+
+ private:
+  void need(size_t n, const char* field) {
+    SPARSERT_USER_CHECK(bytes_.size() - pos_ >= n, where_, "truncated in {} (need {} bytes at offset {}, file has {})",
+                        field, n, pos_, bytes_.size());
+  }
+  const std::string& bytes_;
+  std::string where_;
+  size_t pos_ = 0;
+};
+
+const nlohmann::json& field(const nlohmann::json& j, const std::string& where, const char* name) {
+  SPARSERT_USER_CHECK(j.is_object() && j.contains(name), where, "missing field '{}'", name);
+  return j.at(name);
+}
+
+template <typename T>
+T get_as(const nlohmann::json& j, const std::string& where, const char* name) {
+  const nlohmann::json& v = field(j, where, name);
+  try {
+    return v.get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw_user_error(where + "." + name, "unexpected value {}", v.dump());
+  }
+}
+}  // namespace
+
+void write_layer_weights(const std::filesystem::path& path, const LayerWeights& w) {
+  std::string out;
+  out.append(kCsrMagic, 8);
+  put(out, w.a.rows);
+  put(out, w.a.cols);
+  put(out, static_cast<int64_t>(w.a.nnz()));
+  put(out, static_cast<int32_t>(w.bias.size()));
+  put_all(out, w.a.row_ptr);
+  put_all(out, w.a.col_idx);
+  put_all(out, w.a.values);
+  put_all(out, w.bias);
+  write_file_atomic(path, out);
+}
+
+LayerWeights read_layer_weights(const std::filesystem::path& path) {
+  const std::string bytes = read_file(path);
+  const std::string where = path.string();
+  SPARSERT_USER_CHECK(bytes.size() >= 8 && std::memcmp(bytes.data(), kCsrMagic, 8) == 0, where,
+                      "not a sparsert weight file (bad magic)");
+  Reader r(bytes, where);
+  r.get<std::array<char, 8>>("magic");
+  LayerWeights w;
+  w.a.rows = r.get<int32_t>("rows");
+  w.a.cols = r.get<int32_t>("cols");
+  const auto nnz = r.get<int64_t>("nnz");
+  const auto nbias = r.get<int32_t>("bias count");
+  SPARSERT_USER_CHECK(w.a.rows >= 0 && w.a.cols >= 0 && nnz >= 0 && nnz <= INT32_MAX, where,
+                      "bad header: {}x{} with {} nonzeros", w.a.rows, w.a.cols, nnz);
+  SPARSERT_USER_CHECK(nbias == 0 || nbias == 1 || nbias == w.a.rows, where, "bad bias count {} for {} rows", nbias,
+                      w.a.rows);
+  w.a.row_ptr = r.get_all<int32_t>(static_cast<size_t>(w.a.rows) + 1, "row offsets");
+  w.a.col_idx = r.get_all<int32_t>(static_cast<size_t>(nnz), "column indices");
+  w.a.values = r.get_all<float>(static_cast<size_t>(nnz), "values");
+  w.bias = r.get_all<float>(static_cast<size_t>(nbias), "bias");
+  r.expect_end();
+  w.a.validate(where);
+  for (float b : w.bias) SPARSERT_USER_CHECK(std::isfinite(b), where, "bias value {} is not finite", b);
+  return w;
+}
+
+nlohmann::json manifest_json(const Package& p) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (const PackageLayer& l : p.layers) {
+    nlohmann::json entries = nlohmann::json::array();
+    for (const PackageEntry& e : l.entries) {
+      nlohmann::json res = nlohmann::json::object();
+      for (const auto& [t, r] : e.resources) {
+        res[t] = {{"registers", r.registers},
+                  {"spill_bytes", r.spill_bytes},
+                  {"shared_bytes", r.shared_bytes},
+                  {"constant_bytes", r.constant_bytes}};
+      }
+      entries.push_back({{"name", e.name},
+                         {"blocks", {e.block_begin, e.block_end}},
+                         {"ptx", e.ptx},
+                         {"cubin", e.cubin},
+                         {"resources", res}});
+    }
+    nlohmann::json lj = {{"name", l.name},
+                         {"m", l.m},
+                         {"k", l.k},
+                         {"weights", l.weights_file},
+                         {"activation", l.activation == Activation::kRelu ? "relu" : "none"},
+                         {"launch", {{"block", {l.block_x, l.block_y, 1}}, {"n_tile", l.n_tile}}},
+                         {"tile", l.tile},
+                         {"cache_key", l.cache_key},
+                         {"entries", entries}};
+    lj["clamp"] = l.clamp ? nlohmann::json(*l.clamp) : nlohmann::json(nullptr);
+    layers.push_back(std::move(lj));
+  }
+  return {{"format", kPackageFormat},
+          {"generator", p.generator},
+          {"toolkit", p.toolkit},
+          {"n", p.n},
+          {"targets", p.targets},
+          {"ptx_only", p.ptx_only},
+          {"layers", std::move(layers)},
+          {"sha256", p.sha256}};
+}
+
+void write_manifest(const Package& p) {
+  write_file_atomic(p.dir / "manifest.json", manifest_json(p).dump(2) + "\n");
+}
+
+Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
+  const std::filesystem::path manifest_path = dir / "manifest.json";
+  const std::string where = manifest_path.string();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(manifest_path));
+  } catch (const nlohmann::json::parse_error& e) {
+    throw_user_error(where, "not valid JSON (byte {})", e.byte);
+  }
+  const std::string format = get_as<std::string>(j, where, "format");
+  SPARSERT_USER_CHECK(format == kPackageFormat, where + ": format",
+                      "'{}' is not a package version this runtime reads ({})", format, kPackageFormat);
+  Package p;
+  p.dir = dir;
+  p.n = get_as<int32_t>(j, where, "n");
+  SPARSERT_USER_CHECK(p.n >= 1, where + ": n", "{} is not a column count", p.n);
+  p.targets = get_as<std::vector<std::string>>(j, where, "targets");
+  p.ptx_only = get_as<bool>(j, where, "ptx_only");
+  p.generator = get_as<std::string>(j, where, "generator");
+  p.toolkit = get_as<std::string>(j, where, "toolkit");
+  p.sha256 = get_as<std::map<std::string, std::string>>(j, where, "sha256");
+  const nlohmann::json& layers = field(j, where, "layers");
+  SPARSERT_USER_CHECK(layers.is_array() && !layers.empty(), where + ": layers", "expected a non-empty array");
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::string lw = fmt::format("{}: layers[{}]", where, i);
+    const nlohmann::json& lj = layers[i];
+    PackageLayer l;
+    l.name = get_as<std::string>(lj, lw, "name");
+    l.m = get_as<int32_t>(lj, lw, "m");
+    l.k = get_as<int32_t>(lj, lw, "k");
+    l.weights_file = get_as<std::string>(lj, lw, "weights");
+    const std::string act = get_as<std::string>(lj, lw, "activation");
+    SPARSERT_USER_CHECK(act == "relu" || act == "none", lw + ".activation", "'{}' is not relu or none", act);
+    l.activation = act == "relu" ? Activation::kRelu : Activation::kNone;
+    const nlohmann::json& clamp = field(lj, lw, "clamp");
+    if (!clamp.is_null()) l.clamp = get_as<float>(lj, lw, "clamp");
+    const nlohmann::json& launch = field(lj, lw, "launch");
+    const auto block = get_as<std::vector<int32_t>>(launch, lw + ".launch", "block");
+    SPARSERT_USER_CHECK(block.size() == 3, lw + ".launch.block", "expected [x, y, z]");
+    l.block_x = block[0];
+    l.block_y = block[1];
+    l.n_tile = get_as<int32_t>(launch, lw + ".launch", "n_tile");
+    l.tile = field(lj, lw, "tile");
+    l.cache_key = get_as<std::string>(lj, lw, "cache_key");
+    const nlohmann::json& entries = field(lj, lw, "entries");
+    SPARSERT_USER_CHECK(entries.is_array(), lw + ".entries", "expected an array");
+    for (size_t e = 0; e < entries.size(); ++e) {
+      const std::string ew = fmt::format("{}.entries[{}]", lw, e);
+      PackageEntry pe;
+      pe.name = get_as<std::string>(entries[e], ew, "name");
+      const auto blocks = get_as<std::vector<int32_t>>(entries[e], ew, "blocks");
+      SPARSERT_USER_CHECK(blocks.size() == 2 && blocks[0] <= blocks[1], ew + ".blocks", "expected [begin, end]");
+      pe.block_begin = blocks[0];
+      pe.block_end = blocks[1];
+      pe.ptx = get_as<std::map<std::string, std::string>>(entries[e], ew, "ptx");
+      pe.cubin = get_as<std::map<std::string, std::string>>(entries[e], ew, "cubin");
+      l.entries.push_back(std::move(pe));
+    }
+    if (i > 0) {
+      SPARSERT_USER_CHECK(l.k == p.layers.back().m, lw + ".k", "{} inputs do not chain with the previous layer's {} "
+                          "outputs", l.k, p.layers.back().m);
+    }
+    p.layers.push_back(std::move(l));
+  }
+  if (verify_hashes) {
+    for (const auto& [file, hash] : p.sha256) {
+      const std::filesystem::path path = dir / file;
+      SPARSERT_USER_CHECK(file.find('/') == std::string::npos && file.find("..") == std::string::npos,
+                          where + ": sha256", "file name '{}' leaves the package directory", file);
+      const std::string actual = sha256_hex(read_file(path));
+      SPARSERT_USER_CHECK(actual == hash, path.string(), "content does not match the manifest's sha256 (corrupted or "
+                          "altered package)");
+    }
+    auto listed = [&](const std::string& f, const std::string& what) {
+      SPARSERT_USER_CHECK(p.sha256.count(f), where, "{} file '{}' has no sha256 in the manifest", what, f);
+    };
+    for (const PackageLayer& l : p.layers) {
+      listed(l.weights_file, "weights");
+      for (const PackageEntry& e : l.entries) {
+        for (const auto& [t, f] : e.ptx) listed(f, "PTX");
+        for (const auto& [t, f] : e.cubin) listed(f, "cubin");
+      }
+    }
+  }
+  return p;
+}
+
+LayerWeights load_layer_weights(const Package& p, size_t layer) {
+  const PackageLayer& l = p.layers.at(layer);
+  LayerWeights w = read_layer_weights(p.dir / l.weights_file);
+  SPARSERT_USER_CHECK(w.a.rows == l.m && w.a.cols == l.k, (p.dir / l.weights_file).string(),
+                      "holds a {}x{} matrix, the manifest says {}x{}", w.a.rows, w.a.cols, l.m, l.k);
+  return w;
+}
+
+}  // namespace sparsert

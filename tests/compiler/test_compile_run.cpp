@@ -1,0 +1,270 @@
+// The compile → package → run workflow, through ptxsim's emulated driver (SPARSERT_LIBCUDA), the cache, and bad input.
+#include "sparsert/codegen/assembler.hpp"
+#include "sparsert/codegen/heuristic.hpp"
+#include "sparsert/compiler/compile.hpp"
+#include "sparsert/inspector/formats.hpp"
+#include "sparsert/inspector/generate.hpp"
+#include "sparsert/runtime/cpu_executor.hpp"
+#include "sparsert/runtime/file_io.hpp"
+#include "sparsert/runtime/gpu_executor.hpp"
+#include "sparsert/runtime/npy.hpp"
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <thread>
+
+using namespace sparsert;
+using namespace sparsert::compiler;
+using sparsert::testing::ScratchDir;
+
+namespace {
+// Every test in this program drives the emulated driver.
+const bool kUseEmu = [] {
+  ::setenv("SPARSERT_LIBCUDA", SPARSERT_EMU_LIB, 1);
+  return true;
+}();
+
+// Writes a small 3-layer network (48 → 40 → 40 → 24, n = 20) into `dir`; returns the JSON path.
+std::filesystem::path write_network(const ScratchDir& dir, float bias0 = -0.05f) {
+  const int32_t shapes[][2] = {{40, 48}, {40, 40}, {24, 40}};
+  for (int i = 0; i < 3; ++i) {
+    CsrMatrix a = inspector::generate_pruned_gaussian(shapes[i][0], shapes[i][1], 0.8, 10 + i);
+    for (float& v : a.values) v *= 0.3f;
+    inspector::save_matrix(dir / fmt::format("w{}.mtx", i), a);
+  }
+  write_npy(dir / "bias1.npy", DenseTensor({40}, std::vector<float>(40, 0.02f)));
+  return dir.write("net.json", fmt::format(R"({{"format": "sparsert-network/1", "layers": [
+    {{"weights": "w0.mtx", "bias": {}, "activation": "relu", "n": 20}},
+    {{"weights": "w1.mtx", "bias": "bias1.npy", "activation": "relu", "clamp": 1.5, "n": 20}},
+    {{"weights": "w2.mtx", "n": 20}}]}})",
+                                           bias0));
+}
+
+DenseTensor input(int32_t k, int32_t n) {
+  std::vector<float> v(static_cast<size_t>(k) * n);
+  inspector::fill_values(v, {inspector::ValueFill::Distribution::kUniform, 3, 1.0f});
+  return DenseTensor({k, n}, std::move(v));
+}
+
+DenseTensor reference(const std::vector<LoadedLayer>& layers, DenseTensor x) {
+  for (const LoadedLayer& l : layers) x = reference_spmm(l.a, x, {l.desc.bias, l.desc.activation, l.desc.clamp});
+  return x;
+}
+
+CompileOptions options(const ScratchDir& dir, std::vector<std::string> targets = {"sm_80", "sm_90"}) {
+  CompileOptions o;
+  for (const auto& t : targets) o.targets.push_back(codegen::Target::parse(t));
+  o.progress = false;
+  o.cache_dir = dir / "cache";
+  return o;
+}
+
+std::string user_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(no UserError)";
+}
+}  // namespace
+
+TEST(CompileRun, PackageRunsThroughEmulatedDriverAndCpu) {
+  ScratchDir dir;
+  const auto layers = load_network(read_network(write_network(dir)));
+  const CompileReport r = compile_network(layers, dir / "pkg", options(dir));
+  EXPECT_EQ(r.misses, 6);
+  const Package pkg = load_package(dir / "pkg");
+  ASSERT_EQ(pkg.layers.size(), 3u);
+  EXPECT_EQ(pkg.n, 20);
+  const bool have_toolkit = codegen::Assembler::available();
+  EXPECT_EQ(pkg.ptx_only, !have_toolkit);
+
+  for (int32_t n : {20, 7}) {  // the full width, and fewer active columns than compiled
+    const DenseTensor x = input(48, n);
+    const DenseTensor want = reference(layers, x);
+    GpuNetwork net(pkg);
+    EXPECT_EQ(net.device().sm(), 90);
+    const DenseTensor got = net.run(x);
+    EXPECT_LE(max_relative_error(got, want), 1e-5) << "n = " << n;
+    const GpuTimings t = net.time(x, 2);
+    EXPECT_EQ(t.layer_ms.size(), 3u);
+
+    CpuExecutor cpu;
+    DenseTensor y = x;
+    for (size_t i = 0; i < pkg.layers.size(); ++i) {
+      const LayerWeights w = load_layer_weights(pkg, i);
+      y = cpu.spmm(w.a, y, {w.bias, pkg.layers[i].activation, pkg.layers[i].clamp});
+    }
+    EXPECT_LE(max_relative_error(y, want), 1e-5);
+  }
+}
+
+TEST(CompileRun, CacheHitsMissesAndRecovery) {
+  ScratchDir dir;
+  const auto layers = load_network(read_network(write_network(dir)));
+  EXPECT_EQ(compile_network(layers, dir / "p1", options(dir, {"sm_90"})).misses, 3);
+  const CompileReport again = compile_network(layers, dir / "p1", options(dir, {"sm_90"}));
+  EXPECT_EQ(again.hits, 3);
+  EXPECT_EQ(again.misses, 0);
+  // A new target, a changed bias, changed tile parameters: each part of the key makes a miss.
+  EXPECT_EQ(compile_network(layers, dir / "p2", options(dir, {"sm_80"})).misses, 3);
+  ScratchDir dir2;
+  const auto changed = load_network(read_network(write_network(dir2, -0.07f)));
+  CompileOptions o = options(dir, {"sm_90"});
+  EXPECT_EQ(compile_network(changed, dir / "p3", o).misses, 1);
+  o.tiles = [](const LoadedLayer& l, const codegen::Target& t) {
+    codegen::TileParams p = codegen::default_tile_params(l.a, l.desc.n, t);
+    p.n_tile = 10;
+    return std::optional<codegen::TileParams>(p);
+  };
+  EXPECT_EQ(compile_network(layers, dir / "p4", o).misses, 3);
+
+  // Corrupt one cached file: the entry is discarded and rebuilt, and the package still runs.
+  int corrupted = 0;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir / "cache")) {
+    if (f.path().extension() == ".ptx" && corrupted == 0) {
+      std::ofstream(f.path(), std::ios::app) << "// tampered\n";
+      ++corrupted;
+    }
+  }
+  ASSERT_EQ(corrupted, 1);
+  const CompileReport rebuilt = compile_network(layers, dir / "p1", options(dir, {"sm_80", "sm_90"}));
+  EXPECT_EQ(rebuilt.misses, 1);
+  EXPECT_EQ(rebuilt.hits, 5);
+  GpuNetwork net(load_package(dir / "p1"));
+  EXPECT_LE(max_relative_error(net.run(input(48, 20)), reference(layers, input(48, 20))), 1e-5);
+}
+
+TEST(CompileRun, ConcurrentCompilesShareOneCache) {
+  ScratchDir dir;
+  const auto layers = load_network(read_network(write_network(dir)));
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(2);
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        CompileOptions o = options(dir, {"sm_90"});
+        o.threads = 1;
+        compile_network(layers, dir / fmt::format("pkg{}", t), o);
+      } catch (const std::exception& e) {
+        errors[t] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  for (int t = 0; t < 2; ++t) EXPECT_NO_THROW(load_package(dir / fmt::format("pkg{}", t)));
+  EXPECT_EQ(compile_network(layers, dir / "pkg3", options(dir, {"sm_90"})).hits, 3);
+}
+
+TEST(CompileRun, BadNetworks) {
+  ScratchDir dir;
+  write_network(dir);
+  auto net = [&](const std::string& layers_json) {
+    return dir.write("bad.json", R"({"format": "sparsert-network/1", "layers": [)" + layers_json + "]}");
+  };
+  EXPECT_NE(user_error([&] { load_network(read_network(net(R"({"weights": "missing.mtx", "n": 4})"))); })
+                .find("layer 0: weights: " + (dir / "missing.mtx").string() + " does not exist"),
+            std::string::npos);
+  EXPECT_NE(user_error([&] {
+              load_network(read_network(net(R"({"weights": "w2.mtx", "n": 4}, {"weights": "w0.mtx", "n": 4})")));
+            }).find("do not chain"),
+            std::string::npos);
+  EXPECT_NE(user_error([&] { read_network(net(R"({"weights": "w0.mtx", "n": 0})")); }).find("layer 0: n"),
+            std::string::npos);
+  EXPECT_NE(user_error([&] { read_network(net(R"({"weights": "w0.mtx", "n": 4, "bais": 1})")); }).find("bais"),
+            std::string::npos);
+  EXPECT_NE(user_error([&] { read_network(net(R"({"weights": "w0.mtx", "n": 4, "activation": "gelu"})")); })
+                .find("activation"),
+            std::string::npos);
+  write_npy(dir / "bias7.npy", DenseTensor({7}, 0.1f));
+  EXPECT_NE(user_error([&] { load_network(read_network(net(R"({"weights": "w0.mtx", "bias": "bias7.npy", "n": 4})")));
+            }).find("layer 0: bias: has 7 values; the layer has 40 outputs"),
+            std::string::npos);
+  EXPECT_NE(user_error([&] { read_network(dir.write("x.json", "{\"format\": \"sparsert-network/1\", \"layers\": [}")); })
+                .find("not valid JSON"),
+            std::string::npos);
+}
+
+namespace {
+// Runs the CLI; returns its exit code and puts its stderr in `err`.
+int cli(const std::string& args, std::string* err = nullptr) {
+  ScratchDir tmp;
+  const std::string cmd = fmt::format("'{}' {} >/dev/null 2>'{}'", SPARSERT_CLI, args, (tmp / "err").string());
+  const int status = std::system(cmd.c_str());
+  if (err) *err = read_file(tmp / "err");
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+}  // namespace
+
+TEST(CompileRun, BadPackagesAndInputs) {
+  ScratchDir dir;
+  const auto layers = load_network(read_network(write_network(dir)));
+  compile_network(layers, dir / "pkg", options(dir, {"sm_90"}));
+  const std::string pkg = (dir / "pkg").string();
+  write_npy(dir / "x.npy", input(48, 20));
+  std::string err;
+  ASSERT_EQ(cli(fmt::format("run {} --input {} --device cpu --check", pkg, (dir / "x.npy").string()), &err), 0) << err;
+
+  // Input of the wrong shape, and of the wrong dtype.
+  write_npy(dir / "wrong.npy", input(47, 20));
+  EXPECT_EQ(cli(fmt::format("run {} --input {}", pkg, (dir / "wrong.npy").string()), &err), 2);
+  EXPECT_NE(err.find("does not match the first layer's 48 inputs"), std::string::npos) << err;
+  write_npy(dir / "wide.npy", input(48, 21));
+  EXPECT_EQ(cli(fmt::format("run {} --input {}", pkg, (dir / "wide.npy").string()), &err), 2);
+  write_npy_f64(dir / "f64.npy", {48, 20}, std::vector<double>(48 * 20, 0.5));
+  EXPECT_EQ(cli(fmt::format("run {} --input {} --device cpu --check", pkg, (dir / "f64.npy").string()), &err), 0)
+      << "float64 inputs are converted";
+  std::string bytes = read_file(dir / "x.npy");
+  bytes.replace(bytes.find("<f4"), 3, "<i4");
+  write_file_atomic(dir / "int.npy", bytes);
+  EXPECT_EQ(cli(fmt::format("run {} --input {}", pkg, (dir / "int.npy").string()), &err), 2);
+  EXPECT_NE(err.find("unsupported dtype '<i4'"), std::string::npos) << err;
+
+  // An unwritable output: a package path under a regular file.
+  EXPECT_EQ(cli(fmt::format("compile {} -o {}/pkg -q", (dir / "net.json").string(), (dir / "x.npy").string()), &err),
+            2);
+  EXPECT_NE(err.find("does not exist"), std::string::npos) << err;
+  EXPECT_EQ(cli(fmt::format("run {} --input {} --device cpu --output /nonexistent/y.npy", pkg,
+                            (dir / "x.npy").string()),
+                &err),
+            2);
+  EXPECT_NE(err.find("/nonexistent/y.npy: cannot write"), std::string::npos) << err;
+
+  // A truncated kernel file fails its hash.
+  std::filesystem::copy(dir / "pkg", dir / "trunc", std::filesystem::copy_options::recursive);
+  const std::string kernel_file = load_package(dir / "trunc").layers[1].entries[0].ptx.at("sm_90");
+  const std::string text = read_file(dir / "trunc" / kernel_file);
+  write_file_atomic(dir / "trunc" / kernel_file, text.substr(0, text.size() / 2));
+  EXPECT_NE(user_error([&] { load_package(dir / "trunc"); }).find("does not match the manifest's sha256"),
+            std::string::npos);
+  EXPECT_EQ(cli(fmt::format("run {}/trunc --input {}", dir.path().string(), (dir / "x.npy").string()), &err), 2);
+
+  // A corrupted manifest.
+  std::filesystem::copy(dir / "pkg", dir / "badjson", std::filesystem::copy_options::recursive);
+  write_file_atomic(dir / "badjson" / "manifest.json", read_file(dir / "pkg" / "manifest.json").substr(0, 100));
+  EXPECT_NE(user_error([&] { load_package(dir / "badjson"); }).find("manifest.json: not valid JSON"),
+            std::string::npos);
+  std::string manifest = read_file(dir / "pkg" / "manifest.json");
+  manifest.replace(manifest.find("sparsert-package/1"), 18, "sparsert-package/9");
+  write_file_atomic(dir / "badjson" / "manifest.json", manifest);
+  EXPECT_NE(user_error([&] { load_package(dir / "badjson"); }).find("not a package version this runtime reads"),
+            std::string::npos);
+
+  // A package for another architecture: the emulated device is sm_90; claim the kernels are for sm_100 only.
+  std::filesystem::copy(dir / "pkg", dir / "arch", std::filesystem::copy_options::recursive);
+  manifest = read_file(dir / "pkg" / "manifest.json");
+  for (size_t p = manifest.find("\"sm_90\""); p != std::string::npos; p = manifest.find("\"sm_90\"", p)) {
+    manifest.replace(p, 7, "\"sm_100\"");
+  }
+  write_file_atomic(dir / "arch" / "manifest.json", manifest);
+  const Package other = load_package(dir / "arch");
+  const std::string msg = user_error([&] { GpuNetwork net(other); });
+  EXPECT_NE(msg.find("package has kernels for sm_100 only"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("is sm_90"), std::string::npos) << msg;
+}

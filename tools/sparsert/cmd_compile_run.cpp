@@ -1,0 +1,176 @@
+// sparsert compile NET.json -o PKG [--target sm_80,sm_90]   and   sparsert run PKG --input X.npy --output Y.npy
+#include "commands.hpp"
+#include "sparsert/compiler/compile.hpp"
+#include "sparsert/runtime/cpu_executor.hpp"
+#include "sparsert/runtime/gpu_executor.hpp"
+#include "sparsert/runtime/npy.hpp"
+#include "sparsert/runtime/package.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+
+namespace sparsert::cli {
+
+namespace {
+struct CompileArgs {
+  std::string network;
+  std::string output;
+  std::string targets = "sm_80,sm_90";
+  int threads = 0;
+  bool ptx_only = false;
+  bool quiet = false;
+};
+
+struct RunArgs {
+  std::string package;
+  std::string input;
+  std::string output;
+  std::string device = "auto";
+  std::string layout = "feature-major";
+  int repeat = 1;
+  int threads = 0;
+  bool force_ptx = false;
+  bool check = false;
+};
+
+DenseTensor transpose_dense(const DenseTensor& x) {
+  DenseTensor t({x.cols(), x.rows()});
+  for (int64_t r = 0; r < x.rows(); ++r)
+    for (int64_t c = 0; c < x.cols(); ++c) t.at(c, r) = x.at(r, c);
+  return t;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+}  // namespace
+
+Action add_compile(CLI::App& app) {
+  auto args = std::make_shared<CompileArgs>();
+  CLI::App* sub = app.add_subcommand("compile", "Compile a network description into a package of kernels");
+  sub->add_option("network", args->network, "Network description (.json)")->required();
+  sub->add_option("-o,--output", args->output, "Package directory to write")->required();
+  sub->add_option("--target", args->targets, "Comma-separated targets")->default_val("sm_80,sm_90");
+  sub->add_option("-j,--threads", args->threads, "Assembler threads (0: one per core)")->default_val(0);
+  sub->add_flag("--ptx-only", args->ptx_only, "Skip cubins (the driver JIT-compiles the PTX at load)");
+  sub->add_flag("-q,--quiet", args->quiet, "No progress output");
+  return [args] {
+    const compiler::NetworkDesc net = compiler::read_network(args->network);
+    const std::vector<compiler::LoadedLayer> layers = compiler::load_network(net);
+    compiler::CompileOptions opt;
+    opt.targets = codegen::Target::parse_list(args->targets, "--target");
+    opt.threads = args->threads;
+    opt.assemble = !args->ptx_only;
+    opt.progress = !args->quiet;
+    const compiler::CompileReport r = compiler::compile_network(layers, args->output, opt);
+    for (const auto& l : r.layers) {
+      fmt::print("{:<10} {}  {}  {} entr{}  emit {:.3f} s  assemble {:.2f} s  registers {}  tile {} ({})\n", l.layer,
+                 l.target, l.cache_hit ? "cache hit " : "compiled  ", l.entries, l.entries == 1 ? "y" : "ies",
+                 l.emit_seconds, l.assemble_seconds, l.max_registers, l.tile.dump(), l.tile_source);
+    }
+    if (r.ptx_only) fmt::print("package is PTX only: {}\n", r.ptx_only_reason);
+    fmt::print("wrote {} ({} layers, {} cache hits, {} compiled) in {:.2f} s\n", args->output, layers.size(), r.hits,
+               r.misses, r.seconds);
+    return static_cast<int>(kOk);
+  };
+}
+
+Action add_run(CLI::App& app) {
+  auto args = std::make_shared<RunArgs>();
+  CLI::App* sub = app.add_subcommand("run", "Run a compiled package on an input .npy");
+  sub->add_option("package", args->package, "Package directory")->required();
+  sub->add_option("--input", args->input, "Input .npy, float32 [K, N] (features x columns)")->required();
+  sub->add_option("--output", args->output, "Output .npy, float32 [M, N]");
+  sub->add_option("--device", args->device, "cuda, cpu, or auto (cuda when a driver is found)")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+      ->default_val("auto");
+  sub->add_option("--layout", args->layout, "feature-major ([K, N]) or batch-major ([N, K])")
+      ->check(CLI::IsMember({"feature-major", "batch-major"}))
+      ->default_val("feature-major");
+  sub->add_option("--repeat", args->repeat, "Timed repetitions")->default_val(1)->check(CLI::Range(1, 1000000));
+  sub->add_option("--threads", args->threads, "CPU executor threads (0: one per core)")->default_val(0);
+  sub->add_flag("--ptx", args->force_ptx, "JIT the PTX even where a cubin for the device exists");
+  sub->add_flag("--check", args->check, "Compare the output with the double-precision reference (exit 1 if off)");
+  return [args] {
+    const Package pkg = load_package(args->package);
+    DenseTensor input = read_npy_f32(args->input);
+    SPARSERT_USER_CHECK(input.rank() == 2, args->input, "shape {} is not a matrix", input.shape_string());
+    if (args->layout == "batch-major") input = transpose_dense(input);
+    SPARSERT_USER_CHECK(input.rows() == pkg.layers.front().k, args->input,
+                        "shape {} ({}) does not match the first layer's {} inputs", input.shape_string(),
+                        args->layout, pkg.layers.front().k);
+    SPARSERT_USER_CHECK(input.cols() >= 1 && input.cols() <= pkg.n, args->input,
+                        "{} columns; the package is compiled for 1 to {}", input.cols(), pkg.n);
+    std::string device = args->device;
+    if (device == "auto") {
+      std::string why;
+      device = cuda::Driver::available(&why) ? "cuda" : "cpu";
+      if (device == "cpu") fmt::print(stderr, "sparsert: no GPU ({}); running on the CPU executor\n", why);
+    }
+    std::vector<LayerWeights> weights;
+    if (device == "cpu" || args->check) {
+      for (size_t i = 0; i < pkg.layers.size(); ++i) weights.push_back(load_layer_weights(pkg, i));
+    }
+    auto epilogue = [&](size_t i) {
+      return Epilogue{weights[i].bias, pkg.layers[i].activation, pkg.layers[i].clamp};
+    };
+    DenseTensor out;
+    std::vector<double> layer_ms(pkg.layers.size(), 0.0);
+    double total_ms = 0.0;
+    if (device == "cuda") {
+      GpuRunOptions go;
+      go.force_ptx = args->force_ptx;
+      GpuNetwork net(pkg, go);
+      fmt::print("device: {} (sm_{}), driver {}\n", net.device().name, net.device().sm(),
+                 cuda::Driver::get().library());
+      for (const std::string& note : net.load_notes()) fmt::print("  {}\n", note);
+      out = net.run(input);
+      const GpuTimings t = net.time(input, args->repeat);
+      layer_ms = t.layer_ms;
+      total_ms = t.total_ms;
+    } else {
+      CpuExecutor cpu(CpuExecutorOptions{args->threads});
+      fmt::print("device: CPU executor, {} threads\n", cpu.threads());
+      std::vector<std::vector<double>> per(pkg.layers.size());
+      std::vector<double> totals;
+      for (int r = 0; r < args->repeat; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        DenseTensor x = input;
+        for (size_t i = 0; i < pkg.layers.size(); ++i) {
+          const auto tl = std::chrono::steady_clock::now();
+          x = cpu.spmm(weights[i].a, x, epilogue(i));
+          per[i].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - tl).count());
+        }
+        totals.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        out = std::move(x);
+      }
+      for (size_t i = 0; i < per.size(); ++i) layer_ms[i] = median(per[i]);
+      total_ms = median(totals);
+    }
+    for (size_t i = 0; i < pkg.layers.size(); ++i) {
+      fmt::print("  {:<10} {:>6} x {:<6} {:10.3f} ms\n", pkg.layers[i].name, pkg.layers[i].m, pkg.layers[i].k,
+                 layer_ms[i]);
+    }
+    fmt::print("total {:.3f} ms (median of {})\n", total_ms, args->repeat);
+    int rc = kOk;
+    if (args->check) {
+      DenseTensor ref = input;
+      for (size_t i = 0; i < pkg.layers.size(); ++i) ref = reference_spmm(weights[i].a, ref, epilogue(i));
+      const double err = max_relative_error(out, ref);
+      const bool ok = err <= 1e-4;
+      fmt::print("check against the reference: max relative error {:.3g} -> {}\n", err, ok ? "PASS" : "FAIL");
+      if (!ok) rc = kWorkFailed;
+    }
+    if (!args->output.empty()) {
+      write_npy(args->output, args->layout == "batch-major" ? transpose_dense(out) : out);
+      fmt::print("wrote {} {}\n", args->output, out.shape_string());
+    }
+    return rc;
+  };
+}
+
+}  // namespace sparsert::cli
