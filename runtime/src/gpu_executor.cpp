@@ -165,6 +165,14 @@ GpuNetwork::GpuNetwork(const Package& package, const GpuRunOptions& options)
 GpuNetwork::~GpuNetwork() = default;
 
 const cuda::DeviceInfo& GpuNetwork::device() const { return impl_->info; }
+const cuda::Stream& GpuNetwork::stream() const { return *impl_->stream; }
+
+void GpuNetwork::launch_layer(size_t layer, CUdeviceptr in, CUdeviceptr out, uint32_t n) {
+  SPARSERT_INTERNAL_CHECK(layer < impl_->layers.size() && n >= 1 && n <= static_cast<uint32_t>(impl_->pkg.n),
+                          "launch_layer({}, n = {}) for {} layers of width {}", layer, n, impl_->layers.size(),
+                          impl_->pkg.n);
+  impl_->launch_layer(layer, in, out, n);
+}
 const std::vector<std::string>& GpuNetwork::load_notes() const { return impl_->notes; }
 
 DenseTensor GpuNetwork::run(const DenseTensor& input) {

@@ -34,6 +34,11 @@ class GpuNetwork {
   // Runs `repeats` times after one warm-up; per-layer times from events between layers.
   GpuTimings time(const DenseTensor& input, int repeats);
 
+  // Per-layer control for executors that manage activations themselves (the Graph Challenge's dead-input filter):
+  // layer `layer` on n columns of `in` (K × package n floats) into `out` (M × package n), on stream().
+  void launch_layer(size_t layer, CUdeviceptr in, CUdeviceptr out, uint32_t n);
+  const cuda::Stream& stream() const;
+
   const cuda::DeviceInfo& device() const;
   // One line per layer: which image was loaded (cubin for sm_XX, or PTX JIT for sm_XX) and why.
   const std::vector<std::string>& load_notes() const;
