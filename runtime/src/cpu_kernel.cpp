@@ -18,17 +18,26 @@ namespace {
 
 constexpr int64_t W = kCpuBlockWidth;
 
-// One full block: W columns of one row.
+// One full block: W columns of one row, as two 16-float GCC vectors. Written with vector types rather than left to
+// the auto-vectoriser: at -O3 g++ 12 versioned the plain loop and ran a scalar, interchanged copy of it. Each clone
+// lowers a 16-float vector to one AVX-512, two AVX2 or four SSE registers.
+typedef float V16 __attribute__((vector_size(64), aligned(4)));
+static_assert(W == 32);
+
 [[gnu::always_inline]] inline void block_full(const PanelArgs& p, int32_t begin, int32_t end, const float* b,
                                               float* c, float bias, int32_t* live) {
-  float acc[W] = {};
+  V16 acc0 = {}, acc1 = {};
   for (int32_t i = begin; i < end; ++i) {
     const float w = p.values[i];
-    const float* __restrict brow = b + static_cast<int64_t>(p.col_idx[i]) * p.ldb;
-    for (int64_t j = 0; j < W; ++j) acc[j] += w * brow[j];
+    const float* brow = b + static_cast<int64_t>(p.col_idx[i]) * p.ldb;
+    acc0 += w * *reinterpret_cast<const V16*>(brow);
+    acc1 += w * *reinterpret_cast<const V16*>(brow + 16);
   }
+  float out[W];
+  *reinterpret_cast<V16*>(out) = acc0;
+  *reinterpret_cast<V16*>(out + 16) = acc1;
   for (int64_t j = 0; j < W; ++j) {
-    float v = acc[j] + bias;
+    float v = out[j] + bias;
     v = v < p.lo ? p.lo : v;
     v = p.hi < v ? p.hi : v;
     c[j] = v;
