@@ -20,5 +20,6 @@ Action add_compile(CLI::App& app);
 // Registers `gen network` on `gen`; `action` runs it.
 CLI::App* add_gen_network(CLI::App& gen, Action& action);
 Action add_run(CLI::App& app);
+Action add_bench(CLI::App& app);
 
 }  // namespace sparsert::cli

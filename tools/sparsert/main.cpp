@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   add(cli::add_graphchallenge);
   add(cli::add_compile);
   add(cli::add_run);
+  add(cli::add_bench);
 
   try {
     app.parse(argc, argv);

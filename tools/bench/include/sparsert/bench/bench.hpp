@@ -1,0 +1,130 @@
+#pragma once
+// sparsert bench: the SpMM suites of the SparseRT paper (Table 1) and the Graph Challenge, timed for sparsert's
+// executors beside vendor baselines measured in the same run, and the report that turns runs into docs/benchmarks.md.
+//
+// Every product C[M×N] = A[M×K]·B[K×N] (A sparse, B and C dense row-major) is checked against reference_spmm before
+// its time counts; a method that does not verify is recorded as such, without a time, and fails the run.
+#include "sparsert/runtime/csr.hpp"
+#include "sparsert/runtime/tensor.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sparsert::bench {
+
+inline constexpr const char* kResultsFormat = "sparsert-bench/1";
+
+struct Problem {
+  std::string family;         // "rn50-0.9", "transformer-0.95", "graphchallenge", ...
+  std::string group;          // problems of one shape, as the paper groups them: "64x256x3136"
+  std::string paper_problem;  // Table 1's problem number for the shape, or empty
+  std::string name;           // the layer
+  std::string source;         // the file, or how the weights were generated
+  int32_t n = 0;
+  CsrMatrix a;
+  std::shared_ptr<const DenseTensor> b;  // K×N; null: uniform [-1, 1) values drawn from a fixed seed
+};
+
+// "rn50-0.9", "rn50-0.95", "transformer", "mobilenet", "graphchallenge", and "smoke" (three small generated problems
+// that check the machinery in seconds).
+const std::vector<std::string>& suite_names();
+
+// $SPARSERT_DATA_DIR, else ../shared/data beside the source tree sparsert was built from.
+std::filesystem::path default_data_dir();
+
+struct SuiteOptions {
+  std::filesystem::path data_dir;  // ../shared/data
+  int graphchallenge_layers = 12;  // layers 1..L of the 1024-neuron network (6 base patterns and 6 permutations)
+};
+
+// Unknown names and missing or malformed data are UserErrors naming the suite or the file.
+std::vector<Problem> make_suite(const std::string& suite, const SuiteOptions& options);
+
+// An M×K matrix of normal draws, magnitude-pruned to `sparsity` (what the Transformer and MobileNet suites use).
+Problem generated_problem(std::string family, std::string name, int32_t m, int32_t k, int32_t n, double sparsity,
+                          uint64_t seed);
+
+// One way of computing the product. Untimed work (conversions, uploads, compilation) goes in prepare().
+class Method {
+ public:
+  virtual ~Method() = default;
+  virtual std::string name() const = 0;
+  // The largest max_relative_error (floor 1) accepted; TF32 rounds its inputs, so it gets a looser bound.
+  virtual double tolerance() const { return 1e-4; }
+  // `reference` is reference_spmm(a, b), for methods that choose among variants by checking them (cuSPARSE).
+  virtual void prepare(const Problem& p, const DenseTensor& b, const DenseTensor& reference) = 0;
+  virtual void run() = 0;
+  // Milliseconds per product over `inner` back-to-back products (default: wall clock around inner run() calls).
+  virtual double sample_ms(int64_t inner);
+  virtual DenseTensor result() = 0;  // C of the last run
+  virtual void release() {}
+  // What was chosen in prepare() (an algorithm, a tile), for the results; empty when nothing was.
+  virtual std::string detail() const { return {}; }
+};
+
+// A method that could not be built here (a library missing) and why.
+struct Unavailable {
+  std::string method;
+  std::string reason;
+};
+
+struct MethodSet {
+  std::vector<std::unique_ptr<Method>> methods;  // the subject first, then the baselines
+  std::string subject;
+  std::vector<std::string> baselines;            // the available ones, in the report's order
+  std::vector<Unavailable> unavailable;
+  nlohmann::json notes = nlohmann::json::object();  // per method: library, version, threading
+};
+
+// OpenBLAS SGEMM on the dense equivalent, Eigen's sparse × dense product and sparsert's CPU executor, all on
+// `threads` threads (0: every core).
+MethodSet cpu_methods(int threads);
+// cuBLAS SGEMM (FP32 without tensor cores, and TF32), cuSPARSE SpMM (CSR, fastest verified algorithm) and sparsert's
+// generated kernels through compile_network and GpuNetwork. Throws cuda::DriverUnavailable (a UserError) when no
+// driver can be loaded; a missing cuBLAS or cuSPARSE only makes that baseline unavailable.
+MethodSet gpu_methods(const std::filesystem::path& scratch_dir);
+
+struct Stats {
+  double median_ms = 0, min_ms = 0, max_ms = 0, q1_ms = 0, q3_ms = 0;
+};
+Stats summarize(std::vector<double> samples_ms);
+
+struct RunOptions {
+  std::string suite;
+  std::string device = "cpu";
+  int threads = 0;                // as given (0: every core); the methods report what they used
+  int repeats = 10;               // timed samples per method and problem (at least 10 for the report)
+  double min_sample_ms = 2.0;     // a sample repeats the product until it lasts about this long
+  double settle_ms = 100.0;       // pause between methods, so one library's spinning threads do not steal the next's
+  std::string command;            // the command line, for the report
+  std::function<void(const std::string&)> progress;  // one line per problem; may be empty
+};
+
+// Runs every method on every problem. The JSON is complete even when a method failed to verify: check
+// `all_verified`. Problem-level exceptions propagate.
+nlohmann::json run_suite(const std::vector<Problem>& problems, MethodSet& methods, const RunOptions& options);
+
+// Throws UserError naming `what` and the field when `results` is not a results document this version reads.
+void check_results(const nlohmann::json& results, const std::string& what);
+
+// docs/benchmarks.md from one or more results files: per problem and per shape group the medians with their spread
+// and the speedups over every baseline, geometric means, and one SVG chart per run written to `svg_dir` and linked
+// as `svg_link_prefix/NAME.svg`. Returns the Markdown; writes the SVGs atomically.
+std::string write_report(const std::vector<nlohmann::json>& runs, const std::vector<std::string>& run_files,
+                         const std::filesystem::path& svg_dir, const std::string& svg_link_prefix,
+                         const std::string& report_command);
+
+// Geometric mean of positive values (0 for none).
+double geomean(const std::vector<double>& v);
+
+// The machine: CPU model (as lscpu reports it), cores, OS; the date in UTC.
+nlohmann::json machine_info();
+std::string utc_now();
+
+}  // namespace sparsert::bench

@@ -1,0 +1,482 @@
+// The GPU method set: sparsert's generated kernels against cuBLAS (dense) and cuSPARSE (sparse). cuBLAS and cuSPARSE
+// are loaded with dlopen, like the driver, and only the few entry points used here are declared, so sparsert builds
+// without the toolkit and runs where either library is missing (that baseline is then reported unavailable).
+#include "sparsert/bench/bench.hpp"
+#include "sparsert/runtime/driver.hpp"
+#include "sparsert/runtime/error.hpp"
+
+#include "methods.hpp"
+
+#if SPARSERT_BENCH_HAVE_COMPILER
+#include "sparsert/codegen/target.hpp"
+#include "sparsert/compiler/compile.hpp"
+#include "sparsert/runtime/gpu_executor.hpp"
+#include "sparsert/runtime/package.hpp"
+#endif
+
+#include <fmt/format.h>
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+
+namespace sparsert::bench {
+
+namespace {
+
+// ---- dlopen -----------------------------------------------------------------------------------------------------
+
+// $ENV_VAR if set, else each name through the loader path, else under $CUDA_HOME/lib64 and /usr/local/cuda/lib64.
+void* open_library(const char* env_var, const std::vector<std::string>& names, std::string* opened, std::string* why) {
+  std::vector<std::string> candidates;
+  if (const char* e = std::getenv(env_var); e != nullptr && *e != '\0') {
+    candidates.push_back(e);
+  } else {
+    for (const auto& n : names) candidates.push_back(n);
+    std::vector<std::string> roots;
+    if (const char* h = std::getenv("CUDA_HOME")) roots.push_back(std::string(h) + "/lib64/");
+    roots.push_back("/usr/local/cuda/lib64/");
+    for (const auto& r : roots)
+      for (const auto& n : names) candidates.push_back(r + n);
+  }
+  std::string last;
+  for (const auto& c : candidates) {
+    if (void* h = ::dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+      *opened = c;
+      return h;
+    }
+    const char* err = ::dlerror();
+    last = err != nullptr ? err : c;
+  }
+  *why = fmt::format("cannot load {} ({})", names.front(), last);
+  return nullptr;
+}
+
+template <typename F>
+bool bind(void* handle, const char* name, F& fn, std::string* why) {
+  fn = reinterpret_cast<F>(::dlsym(handle, name));
+  if (fn == nullptr) *why = fmt::format("symbol {} not found", name);
+  return fn != nullptr;
+}
+
+// ---- shared device state ----------------------------------------------------------------------------------------
+
+struct Gpu {
+  cuda::Context context;
+  cuda::Stream stream;
+  cuda::DeviceInfo info;
+  Gpu() : context(0), info(cuda::device_info(0)) {}
+};
+
+template <typename T>
+cuda::DeviceBuffer upload(const std::vector<T>& v) {
+  cuda::DeviceBuffer d(v.size() * sizeof(T));
+  if (!v.empty()) d.upload(v.data(), v.size() * sizeof(T));
+  return d;
+}
+
+cuda::DeviceBuffer upload(const DenseTensor& t) {
+  cuda::DeviceBuffer d(static_cast<size_t>(t.size()) * sizeof(float));
+  if (t.size() > 0) d.upload(t.data(), static_cast<size_t>(t.size()) * sizeof(float));
+  return d;
+}
+
+DenseTensor download(const cuda::DeviceBuffer& d, int64_t rows, int64_t cols) {
+  DenseTensor t({rows, cols});
+  if (t.size() > 0) d.download(t.data(), static_cast<size_t>(t.size()) * sizeof(float));
+  return t;
+}
+
+// Device-side timing: events around `inner` launches on the stream.
+class GpuMethod : public Method {
+ public:
+  explicit GpuMethod(std::shared_ptr<Gpu> gpu) : gpu_(std::move(gpu)) {}
+  double sample_ms(int64_t inner) override {
+    cuda::Event start, stop;
+    start.record(gpu_->stream);
+    for (int64_t i = 0; i < inner; ++i) run();
+    stop.record(gpu_->stream);
+    stop.synchronize();
+    return static_cast<double>(stop.elapsed_ms_since(start)) / static_cast<double>(inner);
+  }
+
+ protected:
+  std::shared_ptr<Gpu> gpu_;
+};
+
+// ---- cuBLAS -----------------------------------------------------------------------------------------------------
+
+constexpr int kCublasOpN = 0;
+constexpr int kCublasDefaultMath = 0;     // FP32 arithmetic; no TF32 unless asked for (CUDA 11 and later)
+constexpr int kCublasTf32TensorOpMath = 3;
+
+struct CublasApi {
+  int (*create)(void** handle) = nullptr;
+  int (*destroy)(void* handle) = nullptr;
+  int (*set_stream)(void* handle, CUstream stream) = nullptr;
+  int (*set_math_mode)(void* handle, int mode) = nullptr;
+  int (*sgemm)(void* handle, int transa, int transb, int m, int n, int k, const float* alpha, const float* a, int lda,
+               const float* b, int ldb, const float* beta, float* c, int ldc) = nullptr;
+  void* handle = nullptr;
+  std::string library;
+
+  ~CublasApi() {
+    if (handle != nullptr) destroy(handle);
+  }
+  void check(int status, const char* call) const {
+    if (status != 0) throw WorkFailure(fmt::format("{} failed: cublasStatus {}", call, status));
+  }
+};
+
+std::shared_ptr<CublasApi> load_cublas(const Gpu& gpu, std::string* why) {
+  auto api = std::make_shared<CublasApi>();
+  void* h = open_library("SPARSERT_LIBCUBLAS", {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}, &api->library,
+                         why);
+  if (h == nullptr) return nullptr;
+  if (!bind(h, "cublasCreate_v2", api->create, why) || !bind(h, "cublasDestroy_v2", api->destroy, why) ||
+      !bind(h, "cublasSetStream_v2", api->set_stream, why) || !bind(h, "cublasSetMathMode", api->set_math_mode, why) ||
+      !bind(h, "cublasSgemm_v2", api->sgemm, why)) {
+    return nullptr;
+  }
+  if (const int s = api->create(&api->handle); s != 0) {
+    api->handle = nullptr;
+    *why = fmt::format("cublasCreate failed: cublasStatus {} ({})", s, api->library);
+    return nullptr;
+  }
+  api->check(api->set_stream(api->handle, gpu.stream.get()), "cublasSetStream");
+  return api;
+}
+
+class Cublas final : public GpuMethod {
+ public:
+  Cublas(std::shared_ptr<Gpu> gpu, std::shared_ptr<CublasApi> api, bool tf32)
+      : GpuMethod(std::move(gpu)), api_(std::move(api)), tf32_(tf32) {}
+  std::string name() const override { return tf32_ ? "cublas-tf32" : "cublas-fp32"; }
+  // TF32 keeps 10 bits of each input's mantissa.
+  double tolerance() const override { return tf32_ ? 1e-2 : 1e-4; }
+  void prepare(const Problem& p, const DenseTensor& b, const DenseTensor&) override {
+    m_ = p.a.rows;
+    k_ = p.a.cols;
+    n_ = p.n;
+    a_ = upload(detail::dense_of(p.a));
+    b_ = upload(b);
+    c_ = cuda::DeviceBuffer(static_cast<size_t>(m_) * n_ * sizeof(float));
+  }
+  void run() override {
+    // The math mode is per handle, and both cuBLAS methods share it.
+    api_->check(api_->set_math_mode(api_->handle, tf32_ ? kCublasTf32TensorOpMath : kCublasDefaultMath),
+                "cublasSetMathMode");
+    // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: the same buffers with the operands swapped.
+    const float one = 1.0f, zero = 0.0f;
+    api_->check(api_->sgemm(api_->handle, kCublasOpN, kCublasOpN, n_, m_, k_, &one,
+                            reinterpret_cast<const float*>(b_.get()), n_, reinterpret_cast<const float*>(a_.get()), k_,
+                            &zero, reinterpret_cast<float*>(c_.get()), n_),
+                "cublasSgemm");
+  }
+  DenseTensor result() override {
+    gpu_->stream.synchronize();
+    return download(c_, m_, n_);
+  }
+  void release() override {
+    a_ = cuda::DeviceBuffer{};
+    b_ = cuda::DeviceBuffer{};
+    c_ = cuda::DeviceBuffer{};
+  }
+
+ private:
+  std::shared_ptr<CublasApi> api_;
+  bool tf32_;
+  int m_ = 0, k_ = 0, n_ = 0;
+  cuda::DeviceBuffer a_, b_, c_;
+};
+
+// ---- cuSPARSE ---------------------------------------------------------------------------------------------------
+
+constexpr int kSparseIndex32 = 2;       // CUSPARSE_INDEX_32I
+constexpr int kSparseBaseZero = 0;      // CUSPARSE_INDEX_BASE_ZERO
+constexpr int kSparseOpN = 0;           // CUSPARSE_OPERATION_NON_TRANSPOSE
+constexpr int kSparseOrderRow = 2;      // CUSPARSE_ORDER_ROW
+constexpr int kCudaR32F = 0;            // CUDA_R_32F
+struct SpmmAlg {
+  int value;
+  const char* name;
+};
+// CUSPARSE_SPMM_ALG_DEFAULT and the CSR algorithms; which of them accept row-major operands varies by version, so
+// each is tried and those that fail to set up are skipped.
+constexpr SpmmAlg kSpmmAlgs[] = {{0, "ALG_DEFAULT"}, {4, "CSR_ALG1"}, {6, "CSR_ALG2"}, {12, "CSR_ALG3"}};
+
+struct CusparseApi {
+  int (*create)(void** handle) = nullptr;
+  int (*destroy)(void* handle) = nullptr;
+  int (*set_stream)(void* handle, CUstream stream) = nullptr;
+  int (*create_csr)(void** descr, int64_t rows, int64_t cols, int64_t nnz, void* row_offsets, void* col_ind,
+                    void* values, int row_type, int col_type, int base, int value_type) = nullptr;
+  int (*create_dn_mat)(void** descr, int64_t rows, int64_t cols, int64_t ld, void* values, int value_type,
+                       int order) = nullptr;
+  int (*destroy_sp_mat)(void* descr) = nullptr;
+  int (*destroy_dn_mat)(void* descr) = nullptr;
+  int (*spmm_buffer_size)(void* handle, int op_a, int op_b, const void* alpha, void* a, void* b, const void* beta,
+                          void* c, int compute_type, int alg, size_t* size) = nullptr;
+  int (*spmm_preprocess)(void* handle, int op_a, int op_b, const void* alpha, void* a, void* b, const void* beta,
+                         void* c, int compute_type, int alg, void* buffer) = nullptr;
+  int (*spmm)(void* handle, int op_a, int op_b, const void* alpha, void* a, void* b, const void* beta, void* c,
+              int compute_type, int alg, void* buffer) = nullptr;
+  void* handle = nullptr;
+  std::string library;
+
+  ~CusparseApi() {
+    if (handle != nullptr) destroy(handle);
+  }
+  void check(int status, const char* call) const {
+    if (status != 0) throw WorkFailure(fmt::format("{} failed: cusparseStatus {}", call, status));
+  }
+};
+
+std::shared_ptr<CusparseApi> load_cusparse(const Gpu& gpu, std::string* why) {
+  auto api = std::make_shared<CusparseApi>();
+  void* h = open_library("SPARSERT_LIBCUSPARSE", {"libcusparse.so.12", "libcusparse.so.11", "libcusparse.so"},
+                         &api->library, why);
+  if (h == nullptr) return nullptr;
+  if (!bind(h, "cusparseCreate", api->create, why) || !bind(h, "cusparseDestroy", api->destroy, why) ||
+      !bind(h, "cusparseSetStream", api->set_stream, why) || !bind(h, "cusparseCreateCsr", api->create_csr, why) ||
+      !bind(h, "cusparseCreateDnMat", api->create_dn_mat, why) ||
+      !bind(h, "cusparseDestroySpMat", api->destroy_sp_mat, why) ||
+      !bind(h, "cusparseDestroyDnMat", api->destroy_dn_mat, why) ||
+      !bind(h, "cusparseSpMM_bufferSize", api->spmm_buffer_size, why) ||
+      !bind(h, "cusparseSpMM_preprocess", api->spmm_preprocess, why) || !bind(h, "cusparseSpMM", api->spmm, why)) {
+    return nullptr;
+  }
+  if (const int s = api->create(&api->handle); s != 0) {
+    api->handle = nullptr;
+    *why = fmt::format("cusparseCreate failed: cusparseStatus {} ({})", s, api->library);
+    return nullptr;
+  }
+  api->check(api->set_stream(api->handle, gpu.stream.get()), "cusparseSetStream");
+  return api;
+}
+
+class Cusparse final : public GpuMethod {
+ public:
+  Cusparse(std::shared_ptr<Gpu> gpu, std::shared_ptr<CusparseApi> api) : GpuMethod(std::move(gpu)), api_(std::move(api)) {}
+  ~Cusparse() override { release(); }
+  std::string name() const override { return "cusparse"; }
+  std::string detail() const override { return detail_; }
+
+  void prepare(const Problem& p, const DenseTensor& b, const DenseTensor& reference) override {
+    release();
+    m_ = p.a.rows;
+    n_ = p.n;
+    row_ptr_ = upload(p.a.row_ptr);
+    col_idx_ = upload(p.a.col_idx);
+    values_ = upload(p.a.values);
+    b_ = upload(b);
+    c_ = cuda::DeviceBuffer(static_cast<size_t>(m_) * n_ * sizeof(float));
+    api_->check(api_->create_csr(&a_descr_, p.a.rows, p.a.cols, p.a.nnz(), reinterpret_cast<void*>(row_ptr_.get()),
+                                 reinterpret_cast<void*>(col_idx_.get()), reinterpret_cast<void*>(values_.get()),
+                                 kSparseIndex32, kSparseIndex32, kSparseBaseZero, kCudaR32F),
+                "cusparseCreateCsr");
+    api_->check(api_->create_dn_mat(&b_descr_, p.a.cols, n_, n_, reinterpret_cast<void*>(b_.get()), kCudaR32F,
+                                    kSparseOrderRow),
+                "cusparseCreateDnMat");
+    api_->check(api_->create_dn_mat(&c_descr_, m_, n_, n_, reinterpret_cast<void*>(c_.get()), kCudaR32F,
+                                    kSparseOrderRow),
+                "cusparseCreateDnMat");
+    // "Best algorithm": every algorithm that sets up and verifies is timed briefly; the fastest is kept.
+    std::vector<std::string> tried;
+    double best_ms = 0.0;
+    std::optional<SpmmAlg> best;
+    cuda::DeviceBuffer best_buffer;
+    for (const SpmmAlg& alg : kSpmmAlgs) {
+      if (!select(alg, &tried)) continue;
+      const double err = max_relative_error(result(), reference);
+      if (err > tolerance()) {
+        tried.push_back(fmt::format("{}: error {:.3g}", alg.name, err));
+        continue;
+      }
+      sample_ms(3);
+      const double ms = sample_ms(10);
+      tried.push_back(fmt::format("{}: {:.4f} ms", alg.name, ms));
+      if (!best || ms < best_ms) {
+        best = alg;
+        best_ms = ms;
+        best_buffer = std::move(buffer_);
+      }
+    }
+    if (!best) throw WorkFailure(fmt::format("cuSPARSE SpMM: no algorithm ran on {} ({})", p.name, fmt::join(tried, "; ")));
+    alg_ = *best;
+    buffer_ = std::move(best_buffer);
+    detail_ = fmt::format("{} (tried {})", alg_.name, fmt::join(tried, "; "));
+  }
+
+  void run() override {
+    const float one = 1.0f, zero = 0.0f;
+    api_->check(api_->spmm(api_->handle, kSparseOpN, kSparseOpN, &one, a_descr_, b_descr_, &zero, c_descr_, kCudaR32F,
+                           alg_.value, reinterpret_cast<void*>(buffer_.get())),
+                "cusparseSpMM");
+  }
+  DenseTensor result() override {
+    gpu_->stream.synchronize();
+    return download(c_, m_, n_);
+  }
+  void release() override {
+    if (a_descr_ != nullptr) api_->destroy_sp_mat(a_descr_);
+    if (b_descr_ != nullptr) api_->destroy_dn_mat(b_descr_);
+    if (c_descr_ != nullptr) api_->destroy_dn_mat(c_descr_);
+    a_descr_ = b_descr_ = c_descr_ = nullptr;
+    for (cuda::DeviceBuffer* d : {&row_ptr_, &col_idx_, &values_, &b_, &c_, &buffer_}) *d = cuda::DeviceBuffer{};
+  }
+
+ private:
+  // Sets up `alg` (buffer, preprocessing) and runs it once; false, with the reason in `tried`, if cuSPARSE refuses it.
+  bool select(const SpmmAlg& alg, std::vector<std::string>* tried) {
+    const float one = 1.0f, zero = 0.0f;
+    size_t bytes = 0;
+    int s = api_->spmm_buffer_size(api_->handle, kSparseOpN, kSparseOpN, &one, a_descr_, b_descr_, &zero, c_descr_,
+                                   kCudaR32F, alg.value, &bytes);
+    if (s != 0) {
+      tried->push_back(fmt::format("{}: bufferSize status {}", alg.name, s));
+      return false;
+    }
+    buffer_ = cuda::DeviceBuffer(bytes);
+    alg_ = alg;
+    // Only CSR_ALG3 has a preprocessing step worth doing once, outside the timed products.
+    if (alg.value == 12) {
+      s = api_->spmm_preprocess(api_->handle, kSparseOpN, kSparseOpN, &one, a_descr_, b_descr_, &zero, c_descr_,
+                                kCudaR32F, alg.value, reinterpret_cast<void*>(buffer_.get()));
+      if (s != 0) {
+        tried->push_back(fmt::format("{}: preprocess status {}", alg.name, s));
+        return false;
+      }
+    }
+    s = api_->spmm(api_->handle, kSparseOpN, kSparseOpN, &one, a_descr_, b_descr_, &zero, c_descr_, kCudaR32F,
+                   alg.value, reinterpret_cast<void*>(buffer_.get()));
+    if (s != 0) {
+      tried->push_back(fmt::format("{}: SpMM status {}", alg.name, s));
+      return false;
+    }
+    return true;
+  }
+
+  std::shared_ptr<CusparseApi> api_;
+  int32_t m_ = 0, n_ = 0;
+  cuda::DeviceBuffer row_ptr_, col_idx_, values_, b_, c_, buffer_;
+  void* a_descr_ = nullptr;
+  void* b_descr_ = nullptr;
+  void* c_descr_ = nullptr;
+  SpmmAlg alg_{0, "ALG_DEFAULT"};
+  std::string detail_;
+};
+
+// ---- sparsert's generated kernels ---------------------------------------------------------------------------------
+
+#if SPARSERT_BENCH_HAVE_COMPILER
+// The newest target sparsert emits that the device can run (the driver JIT-compiles PTX forward).
+codegen::Target target_for(const cuda::DeviceInfo& info) {
+  std::optional<codegen::Target> best;
+  for (const codegen::Target& t : codegen::Target::all()) {
+    if (t.sm() <= info.sm() && (!best || t.sm() > best->sm())) best = t;
+  }
+  if (!best) throw UserError("--device cuda", fmt::format("{} (sm_{}) is older than every target sparsert emits",
+                                                          info.name, info.sm()));
+  return *best;
+}
+
+class SparsertGpu final : public GpuMethod {
+ public:
+  SparsertGpu(std::shared_ptr<Gpu> gpu, std::filesystem::path scratch)
+      : GpuMethod(std::move(gpu)), scratch_(std::move(scratch)), target_(target_for(gpu_->info)) {}
+  std::string name() const override { return "sparsert-gpu"; }
+  std::string detail() const override { return detail_; }
+  void prepare(const Problem& p, const DenseTensor& b, const DenseTensor&) override {
+    release();
+    compiler::LoadedLayer layer;
+    layer.desc.name = "layer0";
+    layer.desc.n = p.n;
+    layer.a = p.a;
+    compiler::CompileOptions o;
+    o.targets = {target_};
+    o.progress = false;
+    std::filesystem::create_directories(scratch_);
+    dir_ = scratch_ / fmt::format("pkg-{}", counter_++);
+    const compiler::CompileReport r = compiler::compile_network({layer}, dir_, o);
+    detail_ = r.layers.empty() ? std::string{}
+                               : fmt::format("{} tile {} ({})", target_.name(), r.layers[0].tile.dump(),
+                                             r.layers[0].tile_source);
+    net_ = std::make_unique<GpuNetwork>(load_package(dir_));
+    b_ = &b;
+  }
+  void run() override { c_ = net_->run(*b_); }
+  // GpuNetwork times the launches itself with events (one CUDA Graph replay per product); its median over `inner`
+  // replays is one sample.
+  double sample_ms(int64_t inner) override {
+    return net_->time(*b_, static_cast<int>(std::min<int64_t>(inner, 1 << 20))).total_ms;
+  }
+  DenseTensor result() override { return c_; }
+  void release() override {
+    net_.reset();
+    c_ = DenseTensor{};
+    if (!dir_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(dir_, ec);
+      dir_.clear();
+    }
+  }
+  ~SparsertGpu() override { release(); }
+
+ private:
+  std::filesystem::path scratch_;
+  codegen::Target target_;
+  std::filesystem::path dir_;
+  int counter_ = 0;
+  std::unique_ptr<GpuNetwork> net_;
+  const DenseTensor* b_ = nullptr;
+  DenseTensor c_;
+  std::string detail_;
+};
+#endif
+
+}  // namespace
+
+MethodSet gpu_methods(const std::filesystem::path& scratch_dir) {
+  std::string why;
+  if (!cuda::Driver::available(&why)) throw cuda::DriverUnavailable("--device cuda", fmt::format("no CUDA driver: {}", why));
+  auto gpu = std::make_shared<Gpu>();
+  MethodSet set;
+#if SPARSERT_BENCH_HAVE_COMPILER
+  set.methods.push_back(std::make_unique<SparsertGpu>(gpu, scratch_dir));
+  set.subject = "sparsert-gpu";
+  set.notes["sparsert-gpu"] = fmt::format("compile_network + GpuNetwork (CUDA Graph replay) on {} (sm_{}), driver {}",
+                                          gpu->info.name, gpu->info.sm(), cuda::Driver::get().library());
+#else
+  (void)scratch_dir;
+  throw UserError("--device cuda", "this sparsert was built without the compiler layer");
+#endif
+  std::string cublas_why;
+  if (std::shared_ptr<CublasApi> api = load_cublas(*gpu, &cublas_why)) {
+    for (bool tf32 : {false, true}) {
+      auto m = std::make_unique<Cublas>(gpu, api, tf32);
+      set.baselines.push_back(m->name());
+      set.notes[m->name()] = fmt::format("{} cublasSgemm_v2 on the dense A, math mode {}", api->library,
+                                         tf32 ? "CUBLAS_TF32_TENSOR_OP_MATH" : "CUBLAS_DEFAULT_MATH (FP32, no tensor cores)");
+      set.methods.push_back(std::move(m));
+    }
+  } else {
+    set.unavailable.push_back({"cublas-fp32", cublas_why});
+    set.unavailable.push_back({"cublas-tf32", cublas_why});
+  }
+  std::string cusparse_why;
+  if (std::shared_ptr<CusparseApi> api = load_cusparse(*gpu, &cusparse_why)) {
+    auto m = std::make_unique<Cusparse>(gpu, api);
+    set.baselines.push_back(m->name());
+    set.notes[m->name()] = fmt::format("{} cusparseSpMM, CSR A, row-major B and C, fastest verified algorithm",
+                                       api->library);
+    set.methods.push_back(std::move(m));
+  } else {
+    set.unavailable.push_back({"cusparse", cusparse_why});
+  }
+  return set;
+}
+
+}  // namespace sparsert::bench

@@ -1,0 +1,219 @@
+// Timing and verification: every method of a set runs every problem; its output is checked against the double
+// reference before any time is taken, then a warm-up sample, then `repeats` timed samples.
+#include "sparsert/bench/bench.hpp"
+#include "sparsert/runtime/error.hpp"
+#include "sparsert/runtime/file_io.hpp"
+#include "sparsert/runtime/reference.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <sys/utsname.h>
+
+namespace sparsert::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Linear interpolation between order statistics (the usual "type 7" quantile).
+double quantile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0.0;
+  const double pos = q * static_cast<double>(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
+}
+
+DenseTensor uniform_b(int64_t k, int64_t n) {
+  // A fixed seed, so every method and every run sees the same operand.
+  DenseTensor b({k, n});
+  uint64_t s = 0x9E3779B97F4A7C15ull;
+  for (float& v : b.vec()) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    v = static_cast<float>(static_cast<double>(s >> 40) / static_cast<double>(1ull << 23) - 1.0);  // [-1, 1)
+  }
+  return b;
+}
+
+nlohmann::json stats_json(const Stats& s) {
+  return {{"median_ms", s.median_ms}, {"min_ms", s.min_ms}, {"max_ms", s.max_ms}, {"q1_ms", s.q1_ms},
+          {"q3_ms", s.q3_ms}};
+}
+
+}  // namespace
+
+double Method::sample_ms(int64_t inner) {
+  const auto t0 = Clock::now();
+  for (int64_t i = 0; i < inner; ++i) run();
+  return ms_since(t0) / static_cast<double>(inner);
+}
+
+Stats summarize(std::vector<double> samples) {
+  std::sort(samples.begin(), samples.end());
+  Stats s;
+  if (samples.empty()) return s;
+  s.median_ms = quantile(samples, 0.5);
+  s.q1_ms = quantile(samples, 0.25);
+  s.q3_ms = quantile(samples, 0.75);
+  s.min_ms = samples.front();
+  s.max_ms = samples.back();
+  return s;
+}
+
+double geomean(const std::vector<double>& v) {
+  if (v.empty()) return 0.0;
+  double log_sum = 0.0;
+  for (double x : v) log_sum += std::log(x);
+  return std::exp(log_sum / static_cast<double>(v.size()));
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+nlohmann::json machine_info() {
+  nlohmann::json m;
+  // lscpu's "Model name" is /proc/cpuinfo's "model name".
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  std::string model = "unknown";
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) model = line.substr(line.find_first_not_of(" \t", colon + 1));
+      break;
+    }
+  }
+  m["cpu"] = model;
+  m["cores"] = std::thread::hardware_concurrency();
+  utsname u{};
+  if (uname(&u) == 0) m["os"] = fmt::format("{} {} {}", u.sysname, u.release, u.machine);
+  return m;
+}
+
+nlohmann::json run_suite(const std::vector<Problem>& problems, MethodSet& set, const RunOptions& o) {
+  SPARSERT_USER_CHECK(o.repeats >= 1, "--repeats", "{} is not positive", o.repeats);
+  nlohmann::json out;
+  out["format"] = kResultsFormat;
+  out["suite"] = o.suite;
+  out["device"] = o.device;
+  out["threads_requested"] = o.threads;
+  out["repeats"] = o.repeats;
+  out["min_sample_ms"] = o.min_sample_ms;
+  out["date"] = utc_now();
+  out["command"] = o.command;
+  out["machine"] = machine_info();
+  out["subject"] = set.subject;
+  out["baselines"] = set.baselines;
+  out["method_notes"] = set.notes;
+  nlohmann::json unavailable = nlohmann::json::array();
+  for (const Unavailable& u : set.unavailable) unavailable.push_back({{"method", u.method}, {"reason", u.reason}});
+  out["unavailable"] = unavailable;
+
+  bool all_verified = true;
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t pi = 0; pi < problems.size(); ++pi) {
+    const Problem& p = problems[pi];
+    const DenseTensor generated = p.b ? DenseTensor{} : uniform_b(p.a.cols, p.n);
+    const DenseTensor& b = p.b ? *p.b : generated;
+    SPARSERT_USER_CHECK(b.rank() == 2 && b.rows() == p.a.cols && b.cols() == p.n, p.name,
+                        "operand B has shape {}, expected [{}, {}]", b.shape_string(), p.a.cols, p.n);
+    const DenseTensor reference = reference_spmm(p.a, b);
+    nlohmann::json row = {{"family", p.family},  {"group", p.group},     {"paper_problem", p.paper_problem},
+                          {"name", p.name},      {"source", p.source},   {"m", p.a.rows},
+                          {"k", p.a.cols},       {"n", p.n},             {"nnz", p.a.nnz()},
+                          {"density", static_cast<double>(p.a.nnz()) / (static_cast<double>(p.a.rows) * p.a.cols)}};
+    nlohmann::json results = nlohmann::json::object();
+    std::string line = fmt::format("[{}/{}] {} {} ({} nnz):", pi + 1, problems.size(), p.name, p.group, p.a.nnz());
+    for (auto& method : set.methods) {
+      nlohmann::json r;
+      method->prepare(p, b, reference);
+      method->run();
+      const double err = max_relative_error(method->result(), reference);
+      r["max_rel_error"] = err;
+      r["tolerance"] = method->tolerance();
+      r["verified"] = err <= method->tolerance();
+      if (!method->detail().empty()) r["detail"] = method->detail();
+      if (err <= method->tolerance()) {
+        // Enough products per sample that one sample lasts min_sample_ms, so timer and launch granularity vanish.
+        const double once = std::max(1e-6, method->sample_ms(1));
+        const int64_t inner = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(o.min_sample_ms / once)), 1, 1000000);
+        method->sample_ms(inner);  // warm-up
+        std::vector<double> samples;
+        for (int i = 0; i < o.repeats; ++i) samples.push_back(method->sample_ms(inner));
+        const Stats s = summarize(samples);
+        r.update(stats_json(s));
+        r["inner"] = inner;
+        r["samples_ms"] = samples;
+        r["gflops"] = 2.0 * static_cast<double>(p.a.nnz()) * p.n / (s.median_ms * 1e6);
+        line += fmt::format(" {} {:.4f} ms", method->name(), s.median_ms);
+      } else {
+        all_verified = false;
+        line += fmt::format(" {} FAILED (error {:.3g} > {:.1g})", method->name(), err, method->tolerance());
+      }
+      method->release();
+      results[method->name()] = r;
+      if (o.settle_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.settle_ms));
+    }
+    row["results"] = results;
+    rows.push_back(row);
+    if (o.progress) o.progress(line);
+  }
+  out["problems"] = rows;
+  out["all_verified"] = all_verified;
+  return out;
+}
+
+void check_results(const nlohmann::json& j, const std::string& what) {
+  SPARSERT_USER_CHECK(j.is_object(), what, "is not a JSON object");
+  SPARSERT_USER_CHECK(j.value("format", "") == kResultsFormat, what, "field 'format' is not \"{}\"", kResultsFormat);
+  for (const char* f : {"suite", "device", "date", "command", "subject"}) {
+    SPARSERT_USER_CHECK(j.contains(f) && j[f].is_string(), what, "field '{}' is missing or not a string", f);
+  }
+  for (const char* f : {"baselines", "problems"}) {
+    SPARSERT_USER_CHECK(j.contains(f) && j[f].is_array(), what, "field '{}' is missing or not an array", f);
+  }
+  SPARSERT_USER_CHECK(j.contains("machine") && j["machine"].is_object(), what, "field 'machine' is missing");
+  for (size_t i = 0; i < j["problems"].size(); ++i) {
+    const nlohmann::json& p = j["problems"][i];
+    const std::string where = fmt::format("{}: problems[{}]", what, i);
+    for (const char* f : {"name", "group", "family"}) {
+      SPARSERT_USER_CHECK(p.contains(f) && p[f].is_string(), where, "field '{}' is missing or not a string", f);
+    }
+    for (const char* f : {"m", "k", "n", "nnz"}) {
+      SPARSERT_USER_CHECK(p.contains(f) && p[f].is_number_integer(), where, "field '{}' is missing or not an integer",
+                          f);
+    }
+    SPARSERT_USER_CHECK(p.contains("results") && p["results"].is_object(), where, "field 'results' is missing");
+    for (const auto& [method, r] : p["results"].items()) {
+      SPARSERT_USER_CHECK(r.contains("verified") && r["verified"].is_boolean(), where,
+                          "results.{}.verified is missing", method);
+      if (r["verified"].get<bool>()) {
+        for (const char* f : {"median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms"}) {
+          SPARSERT_USER_CHECK(r.contains(f) && r[f].is_number() && r[f].get<double>() > 0, where,
+                              "results.{}.{} is missing or not positive", method, f);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace sparsert::bench

@@ -1,0 +1,387 @@
+// docs/benchmarks.md and its SVG charts, from results files of `sparsert bench`.
+#include "sparsert/bench/bench.hpp"
+#include "sparsert/runtime/error.hpp"
+#include "sparsert/runtime/file_io.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <cctype>
+#include <optional>
+#include <set>
+
+namespace sparsert::bench {
+
+namespace {
+
+using nlohmann::json;
+
+bool verified(const json& problem, const std::string& method) {
+  const json& r = problem["results"];
+  return r.contains(method) && r[method].value("verified", false) && r[method].contains("median_ms");
+}
+
+double median_ms(const json& problem, const std::string& method) {
+  return problem["results"][method]["median_ms"].get<double>();
+}
+
+// Baseline time over subject time, where both verified.
+std::optional<double> speedup(const json& problem, const std::string& subject, const std::string& baseline) {
+  if (!verified(problem, subject) || !verified(problem, baseline)) return std::nullopt;
+  return median_ms(problem, baseline) / median_ms(problem, subject);
+}
+
+std::string fmt_ms(double ms) {
+  if (ms >= 100) return fmt::format("{:.1f}", ms);
+  if (ms >= 1) return fmt::format("{:.3f}", ms);
+  return fmt::format("{:.4f}", ms);
+}
+
+std::string fmt_x(std::optional<double> x) { return x ? fmt::format("{:.2f}×", *x) : std::string("—"); }
+
+std::string escape_xml(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '&': o += "&amp;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+struct Group {
+  std::string name, paper;
+  std::vector<const json*> problems;
+};
+
+std::vector<Group> groups_of(const json& run) {
+  std::vector<Group> groups;
+  for (const json& p : run["problems"]) {
+    const std::string g = p["group"].get<std::string>();
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& x) { return x.name == g; });
+    if (it == groups.end()) {
+      groups.push_back({g, p.value("paper_problem", ""), {}});
+      it = groups.end() - 1;
+    }
+    it->problems.push_back(&p);
+  }
+  return groups;
+}
+
+std::vector<double> speedups(const std::vector<const json*>& problems, const std::string& subject,
+                             const std::string& baseline) {
+  std::vector<double> v;
+  for (const json* p : problems) {
+    if (auto s = speedup(*p, subject, baseline)) v.push_back(*s);
+  }
+  return v;
+}
+
+std::vector<const json*> all_problems(const json& run) {
+  std::vector<const json*> v;
+  for (const json& p : run["problems"]) v.push_back(&p);
+  return v;
+}
+
+// Horizontal bars, one cluster per shape group plus the overall geometric mean, on a log axis; lines at 1× and, where
+// given, at the goal.
+std::string chart_svg(const json& run, const std::vector<Group>& groups, std::optional<double> goal,
+                      const std::string& goal_baseline) {
+  const std::string subject = run["subject"];
+  const std::vector<std::string> baselines = run["baselines"];
+  static const char* colors[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2"};
+  struct Row {
+    std::string label;
+    std::vector<std::optional<double>> values;
+  };
+  std::vector<Row> rows;
+  for (const Group& g : groups) {
+    Row r{g.paper.empty() ? g.name : fmt::format("#{} {}", g.paper, g.name), {}};
+    for (const auto& b : baselines) {
+      const auto s = speedups(g.problems, subject, b);
+      r.values.push_back(s.empty() ? std::nullopt : std::optional<double>(geomean(s)));
+    }
+    rows.push_back(r);
+  }
+  Row all{"geometric mean", {}};
+  for (const auto& b : baselines) {
+    const auto s = speedups(all_problems(run), subject, b);
+    all.values.push_back(s.empty() ? std::nullopt : std::optional<double>(geomean(s)));
+  }
+  rows.push_back(all);
+
+  double lo = 1.0, hi = 2.0;
+  for (const Row& r : rows)
+    for (const auto& v : r.values)
+      if (v) {
+        lo = std::min(lo, *v);
+        hi = std::max(hi, *v);
+      }
+  if (goal) hi = std::max(hi, *goal);
+  const double log_lo = std::floor(std::log2(lo)), log_hi = std::ceil(std::log2(hi * 1.05));
+  const int left = 190, plot_w = 520, bar_h = 11, gap = 8, top = 40;
+  const int row_h = static_cast<int>(baselines.size()) * bar_h + gap;
+  const int height = top + static_cast<int>(rows.size()) * row_h + 40;
+  const int width = left + plot_w + 60;
+  auto x_of = [&](double v) { return left + (std::log2(v) - log_lo) / (log_hi - log_lo) * plot_w; };
+
+  std::string s = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
+      "font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+      width, height, width, height);
+  s += fmt::format("<text x=\"{}\" y=\"16\" font-size=\"13\" font-weight=\"bold\">{}: speedup of {} ({} , {}), log "
+                   "scale</text>\n",
+                   left - 180, escape_xml(run["suite"].get<std::string>()), escape_xml(subject),
+                   escape_xml(run["device"].get<std::string>()), escape_xml(run["machine"].value("cpu", "")));
+  for (double e = log_lo; e <= log_hi; e += 1) {
+    const double v = std::exp2(e);
+    const double x = x_of(v);
+    s += fmt::format("<line x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\" stroke=\"#ddd\"/>\n", x, top - 6, x,
+                     height - 34);
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}×</text>\n", x, height - 22,
+                     v >= 1 ? fmt::format("{:g}", v) : fmt::format("{:.3g}", v));
+  }
+  s += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"black\"/>\n", x_of(1.0),
+                   top - 6, height - 34);
+  if (goal) {
+    s += fmt::format(
+        "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#c00\" stroke-dasharray=\"4 3\"/>\n"
+        "<text x=\"{0:.1f}\" y=\"{3}\" fill=\"#c00\" text-anchor=\"middle\">goal {4:g}× over {5}</text>\n",
+        x_of(*goal), top - 6, height - 34, top - 10, *goal, escape_xml(goal_baseline));
+  }
+  for (size_t ri = 0; ri < rows.size(); ++ri) {
+    const int y0 = top + static_cast<int>(ri) * row_h;
+    s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\"{}>{}</text>\n", left - 6,
+                     y0 + static_cast<int>(baselines.size()) * bar_h / 2 + 4,
+                     ri + 1 == rows.size() ? " font-weight=\"bold\"" : "", escape_xml(rows[ri].label));
+    for (size_t bi = 0; bi < baselines.size(); ++bi) {
+      const auto& v = rows[ri].values[bi];
+      if (!v) continue;
+      const double x0 = x_of(std::exp2(log_lo)), x1 = x_of(*v);
+      s += fmt::format("<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\"/>\n", x0,
+                       y0 + static_cast<int>(bi) * bar_h, std::max(0.5, x1 - x0), bar_h - 1, colors[bi % 5]);
+      s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" font-size=\"9\">{:.2f}</text>\n", x1 + 3,
+                       y0 + static_cast<int>(bi) * bar_h + bar_h - 2, *v);
+    }
+  }
+  // Legend.
+  int lx = left;
+  for (size_t bi = 0; bi < baselines.size(); ++bi) {
+    s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">over "
+                     "{}</text>\n",
+                     lx, height - 14, colors[bi % 5], lx + 14, height - 5, escape_xml(baselines[bi]));
+    lx += 150;
+  }
+  s += "</svg>\n";
+  return s;
+}
+
+std::string run_id(const json& run) {
+  std::string id = run["suite"].get<std::string>() + "-" + run["device"].get<std::string>();
+  for (char& c : id)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') c = '_';
+  return id;
+}
+
+std::string method_cell(const json& p, const std::string& method) {
+  const json& r = p["results"];
+  if (!r.contains(method)) return "—";
+  if (!r[method].value("verified", false)) {
+    return fmt::format("FAILED check (error {:.3g})", r[method].value("max_rel_error", 0.0));
+  }
+  return fmt::format("{} [{}–{}]", fmt_ms(r[method]["median_ms"].get<double>()),
+                     fmt_ms(r[method]["min_ms"].get<double>()), fmt_ms(r[method]["max_ms"].get<double>()));
+}
+
+// The goals of issue 8 that a run can be held against: (suite, device, baseline) -> ratio.
+struct Goal {
+  const char* suite;
+  const char* device;
+  const char* baseline;
+  double ratio;
+  const char* what;
+};
+constexpr Goal kGoals[] = {
+    {"rn50-0.9", "cpu", "eigen", 2.0, "sparsert CPU executor over Eigen's sparse x dense, same threads, at 90%"},
+    {"rn50-0.9", "cuda", "cublas-fp32", 3.4, "the paper's T4 ratio over cuBLAS at 90%"},
+    {"rn50-0.95", "cuda", "cublas-fp32", 5.4, "the paper's T4 ratio over cuBLAS at 95%"},
+    {"rn50-0.9", "cuda", "cusparse", 20.0, "the paper's T4 ratio over cuSPARSE"},
+};
+
+std::optional<double> goal_for(const json& run, const std::string& baseline) {
+  for (const Goal& g : kGoals) {
+    if (run["suite"] == g.suite && run["device"] == g.device && baseline == g.baseline) return g.ratio;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string write_report(const std::vector<json>& runs, const std::vector<std::string>& run_files,
+                         const std::filesystem::path& svg_dir, const std::string& svg_link_prefix,
+                         const std::string& report_command) {
+  for (size_t i = 0; i < runs.size(); ++i) check_results(runs[i], run_files.at(i));
+  std::string md = "# Benchmarks\n\n";
+  md += fmt::format(
+      "Generated by `{}` from {}; do not edit by hand — rerun the commands below instead. Every time counted here "
+      "belongs to a product that matched `reference_spmm` (double accumulation) within its tolerance first. Times are "
+      "the median of the timed samples after a warm-up, with [min–max] over the samples; a sample repeats the product "
+      "back to back until it lasts at least the run's `min_sample_ms`. Speedup = baseline median / sparsert median, "
+      "per problem; groups and suites are summarised by geometric means of those ratios.\n\n",
+      report_command, fmt::join(run_files, ", "));
+
+  // ---- summary and goals
+  md += "## Summary\n\n| suite | device | machine | threads | problems | subject | geometric mean speedup |\n"
+        "|---|---|---|---|---|---|---|\n";
+  for (const json& run : runs) {
+    std::vector<std::string> parts;
+    for (const std::string b : run["baselines"]) {
+      const auto s = speedups(all_problems(run), run["subject"], b);
+      parts.push_back(fmt::format("{} over {}", s.empty() ? "—" : fmt::format("**{:.2f}×**", geomean(s)), b));
+    }
+    const std::string threads = run["method_notes"].contains(run["subject"].get<std::string>())
+                                    ? run["method_notes"][run["subject"].get<std::string>()].get<std::string>()
+                                    : "";
+    md += fmt::format("| {} | {} | {} ({} cores) | {} | {} | {} | {} |\n", run["suite"].get<std::string>(),
+                      run["device"].get<std::string>(), run["machine"].value("cpu", "?"),
+                      run["machine"].value("cores", 0), threads, run["problems"].size(),
+                      run["subject"].get<std::string>(), fmt::join(parts, ", "));
+  }
+  md += "\n### Goals\n\n";
+  for (const Goal& g : kGoals) {
+    const json* run = nullptr;
+    for (const json& r : runs)
+      if (r["suite"] == g.suite && r["device"] == g.device) run = &r;
+    if (run == nullptr) {
+      md += fmt::format("- {} (≥ {:g}×, suite {} on {}): **not measured** in these runs.\n", g.what, g.ratio, g.suite,
+                        g.device);
+      continue;
+    }
+    const auto s = speedups(all_problems(*run), (*run)["subject"], g.baseline);
+    if (s.empty()) {
+      md += fmt::format("- {} (≥ {:g}×): **no verified {} times** in the {} run.\n", g.what, g.ratio, g.baseline,
+                        g.suite);
+      continue;
+    }
+    const double gm = geomean(s);
+    md += fmt::format("- {} (≥ {:g}×): measured **{:.2f}×** (geometric mean over {} problems) — **{}**.\n", g.what,
+                      g.ratio, gm, s.size(), gm >= g.ratio ? "met" : "NOT met");
+  }
+
+  // ---- one section per run
+  for (size_t ri = 0; ri < runs.size(); ++ri) {
+    const json& run = runs[ri];
+    const std::string subject = run["subject"];
+    const std::vector<std::string> baselines = run["baselines"];
+    const std::vector<Group> groups = groups_of(run);
+    md += fmt::format("\n## {} on {}\n\n", run["suite"].get<std::string>(), run["device"].get<std::string>());
+    md += fmt::format("- machine: {}, {} cores, {}\n", run["machine"].value("cpu", "?"),
+                      run["machine"].value("cores", 0), run["machine"].value("os", "?"));
+    md += fmt::format("- date: {}\n- command: `{}` (results: {})\n", run["date"].get<std::string>(),
+                      run["command"].get<std::string>(), run_files[ri]);
+    md += fmt::format("- {} timed samples per method and problem, each at least {:g} ms\n", run.value("repeats", 0),
+                      run.value("min_sample_ms", 0.0));
+    for (const auto& [method, note] : run["method_notes"].items()) {
+      md += fmt::format("- `{}`: {}\n", method, note.is_string() ? note.get<std::string>() : note.dump());
+    }
+    for (const json& u : run["unavailable"]) {
+      md += fmt::format("- `{}` **not measured**: {}\n", u["method"].get<std::string>(), u["reason"].get<std::string>());
+    }
+    if (!run.value("all_verified", true)) md += "- **Some products did not match the reference**; see FAILED below.\n";
+    std::set<std::string> sources;
+    for (const json& p : run["problems"]) {
+      const std::string src = p.value("source", "");
+      if (src.rfind("generated:", 0) == 0) sources.insert("weights generated (not from a trained network): " + src.substr(11));
+    }
+    if (!sources.empty()) md += fmt::format("- {} problems with {}\n", run["problems"].size(), *sources.begin());
+
+    // Chart.
+    std::optional<double> goal;
+    std::string goal_baseline;
+    for (const auto& b : baselines)
+      if (auto g = goal_for(run, b)) {
+        goal = g;
+        goal_baseline = b;
+        break;
+      }
+    const std::string svg_name = run_id(run) + ".svg";
+    std::filesystem::create_directories(svg_dir);
+    write_file_atomic(svg_dir / svg_name, chart_svg(run, groups, goal, goal_baseline));
+    md += fmt::format("\n![{} speedups]({}/{})\n", run_id(run), svg_link_prefix, svg_name);
+
+    // By shape group.
+    md += "\n### By shape group\n\nTimes: geometric mean over the group's instances of each median. Speedups: "
+          "geometric mean of the per-instance ratios.\n\n";
+    md += fmt::format("| Table 1 # | M×K×N | instances | {} ms |", subject);
+    for (const auto& b : baselines) md += fmt::format(" {} ms |", b);
+    md += fmt::format(" {} GFLOP/s |", subject);
+    for (const auto& b : baselines) md += fmt::format(" over {} |", b);
+    md += "\n|---|---|---|---|";
+    for (size_t i = 0; i < 2 * baselines.size() + 1; ++i) md += "---|";
+    md += "\n";
+    auto group_ms = [&](const Group& g, const std::string& m) -> std::string {
+      std::vector<double> v;
+      for (const json* p : g.problems)
+        if (verified(*p, m)) v.push_back(median_ms(*p, m));
+      return v.size() == g.problems.size() ? fmt_ms(geomean(v)) : std::string("—");
+    };
+    for (const Group& g : groups) {
+      md += fmt::format("| {} | {} | {} | {} |", g.paper.empty() ? "—" : g.paper, g.name, g.problems.size(),
+                        group_ms(g, subject));
+      for (const auto& b : baselines) md += fmt::format(" {} |", group_ms(g, b));
+      std::vector<double> gf;
+      for (const json* p : g.problems)
+        if (verified(*p, subject)) gf.push_back((*p)["results"][subject]["gflops"].get<double>());
+      md += fmt::format(" {} |", gf.empty() ? "—" : fmt::format("{:.1f}", geomean(gf)));
+      for (const auto& b : baselines) {
+        const auto s = speedups(g.problems, subject, b);
+        md += fmt::format(" {} |", s.empty() ? "—" : fmt_x(geomean(s)));
+      }
+      md += "\n";
+    }
+    md += fmt::format("| | **all {} problems** | | | ", run["problems"].size());
+    for (size_t i = 0; i < baselines.size() + 1; ++i) md += "| ";
+    for (const auto& b : baselines) {
+      const auto s = speedups(all_problems(run), subject, b);
+      md += fmt::format("| **{}** ", s.empty() ? "—" : fmt_x(geomean(s)));
+    }
+    md += "|\n";
+    md += fmt::format("| | **over the {} groups** | | | ", groups.size());
+    for (size_t i = 0; i < baselines.size() + 1; ++i) md += "| ";
+    for (const auto& b : baselines) {
+      std::vector<double> per_group;
+      for (const Group& g : groups) {
+        const auto s = speedups(g.problems, subject, b);
+        if (!s.empty()) per_group.push_back(geomean(s));
+      }
+      md += fmt::format("| {} ", per_group.empty() ? "—" : fmt_x(geomean(per_group)));
+    }
+    md += "|\n";
+
+    // Per problem.
+    md += "\n<details><summary>Per problem: median [min–max] ms</summary>\n\n";
+    md += fmt::format("| layer | M×K×N | nnz | {} |", subject);
+    for (const auto& b : baselines) md += fmt::format(" {} |", b);
+    for (const auto& b : baselines) md += fmt::format(" over {} |", b);
+    md += "\n|---|---|---|---|";
+    for (size_t i = 0; i < 2 * baselines.size(); ++i) md += "---|";
+    md += "\n";
+    for (const json& p : run["problems"]) {
+      md += fmt::format("| {} | {}×{}×{} | {} | {} |", p["name"].get<std::string>(), p["m"].get<int64_t>(),
+                        p["k"].get<int64_t>(), p["n"].get<int64_t>(), p["nnz"].get<int64_t>(), method_cell(p, subject));
+      for (const auto& b : baselines) md += fmt::format(" {} |", method_cell(p, b));
+      for (const auto& b : baselines) md += fmt::format(" {} |", fmt_x(speedup(p, subject, b)));
+      md += "\n";
+    }
+    md += "\n</details>\n";
+  }
+  return md;
+}
+
+}  // namespace sparsert::bench

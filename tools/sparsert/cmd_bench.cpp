@@ -1,0 +1,149 @@
+// sparsert bench --suite S [--device cpu|cuda] [--threads T] [--repeats R] -o results.json
+// sparsert bench --report results.json... -o docs/benchmarks.md
+#include "commands.hpp"
+#include "sparsert/bench/bench.hpp"
+#include "sparsert/runtime/error.hpp"
+#include "sparsert/runtime/file_io.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <unistd.h>
+
+namespace sparsert::cli {
+
+namespace {
+
+struct BenchArgs {
+  std::string suite;
+  std::string device = "cpu";
+  int threads = 0;
+  int repeats = 10;
+  double min_sample_ms = 2.0;
+  std::string data;
+  int gc_layers = 12;
+  std::vector<std::string> report;
+  std::string output;
+};
+
+// The command exactly as typed, for the report (argv is not passed to subcommands).
+std::string command_line() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string out;
+  size_t start = 0;
+  bool first = true;
+  while (start < raw.size()) {
+    size_t end = raw.find('\0', start);
+    if (end == std::string::npos) end = raw.size();
+    std::string arg = raw.substr(start, end - start);
+    if (first) {
+      arg = std::filesystem::path(arg).filename().string();
+      first = false;
+    }
+    const bool plain = !arg.empty() && arg.find_first_of(" \t'\"$\\*?") == std::string::npos;
+    out += (out.empty() ? "" : " ") + (plain ? arg : "'" + arg + "'");
+    start = end + 1;
+  }
+  return out;
+}
+
+int report(const BenchArgs& a) {
+  std::vector<nlohmann::json> runs;
+  for (const std::string& f : a.report) {
+    try {
+      runs.push_back(nlohmann::json::parse(read_file(f)));
+    } catch (const nlohmann::json::parse_error& e) {
+      throw UserError(f, fmt::format("not JSON: {}", e.what()));
+    }
+  }
+  // SVGs go beside the Markdown, in a folder named after it: docs/benchmarks.md -> docs/benchmarks/*.svg.
+  const std::filesystem::path out = a.output;
+  const std::string stem = out.stem().string();
+  const std::string md = bench::write_report(runs, a.report, out.parent_path() / stem, stem, command_line());
+  write_file_atomic(out, md);
+  fmt::print("wrote {} and {}/*.svg from {} run(s)\n", out.string(), (out.parent_path() / stem).string(), runs.size());
+  return kOk;
+}
+
+int run_bench(const BenchArgs& a) {
+  SPARSERT_USER_CHECK(!a.suite.empty(), "--suite", "required (or --report)");
+  // The methods first: a missing GPU driver is reported before any data is read.
+  std::filesystem::path scratch = std::filesystem::temp_directory_path() /
+                                  fmt::format("sparsert-bench-{}-{}", ::getpid(), std::random_device{}());
+  struct Cleanup {
+    std::filesystem::path p;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(p, ec);
+    }
+  } cleanup{scratch};
+  bench::MethodSet methods = a.device == "cuda" ? bench::gpu_methods(scratch) : bench::cpu_methods(a.threads);
+  for (const auto& u : methods.unavailable) fmt::print("note: {} not measured: {}\n", u.method, u.reason);
+
+  bench::SuiteOptions so;
+  so.data_dir = a.data.empty() ? bench::default_data_dir() : std::filesystem::path(a.data);
+  so.graphchallenge_layers = a.gc_layers;
+  const std::vector<bench::Problem> problems = bench::make_suite(a.suite, so);
+  fmt::print("suite {}: {} problems on {} ({}; baselines: {})\n", a.suite, problems.size(), a.device, methods.subject,
+             fmt::join(methods.baselines, ", "));
+
+  bench::RunOptions ro;
+  ro.suite = a.suite;
+  ro.device = a.device;
+  ro.threads = a.threads;
+  ro.repeats = a.repeats;
+  ro.min_sample_ms = a.min_sample_ms;
+  ro.command = command_line();
+  ro.progress = [](const std::string& line) {
+    fmt::print("{}\n", line);
+    std::fflush(stdout);
+  };
+  const nlohmann::json results = bench::run_suite(problems, methods, ro);
+  write_file_atomic(a.output, results.dump(1) + "\n");
+  fmt::print("wrote {}\n", a.output);
+  if (!results["all_verified"].get<bool>()) {
+    throw WorkFailure("some products did not match the reference (see FAILED above); their times were not counted");
+  }
+  return kOk;
+}
+
+}  // namespace
+
+Action add_bench(CLI::App& app) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "bench", "Time sparsert against vendor baselines on the SparseRT paper's suites, or write the report");
+  sub->add_option("--suite", args->suite, "Problems to run")->check(CLI::IsMember(bench::suite_names()));
+  sub->add_option("--device", args->device, "cpu: OpenBLAS, Eigen, CPU executor; cuda: cuBLAS, cuSPARSE, kernels")
+      ->default_val("cpu")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_option("--threads", args->threads, "CPU threads for every method (0: all cores)")
+      ->default_val(0)
+      ->check(CLI::Range(0, 1024));
+  sub->add_option("--repeats", args->repeats, "Timed samples per method and problem (median and spread)")
+      ->default_val(10)
+      ->check(CLI::Range(10, 1000000));
+  sub->add_option("--min-sample-ms", args->min_sample_ms, "A sample repeats the product until it lasts this long")
+      ->default_val(2.0)
+      ->check(CLI::Range(0.0, 10000.0));
+  sub->add_option("--data", args->data, "The shared data directory (default: ../shared/data beside the checkout)");
+  sub->add_option("--gc-layers", args->gc_layers, "graphchallenge: layers 1..L of the 1024-neuron network")
+      ->default_val(12)
+      ->check(CLI::Range(1, 120));
+  sub->add_option("--report", args->report, "Results files to turn into the Markdown report (-o)")->expected(1, -1);
+  sub->add_option("-o,--output", args->output, "results.json, or with --report the Markdown file")->required();
+  return [args, sub] {
+    if (!sub->parsed()) return static_cast<int>(kBadInput);
+    if (!args->report.empty()) {
+      SPARSERT_USER_CHECK(args->suite.empty(), "--report", "cannot be combined with --suite");
+      return report(*args);
+    }
+    return run_bench(*args);
+  };
+}
+
+}  // namespace sparsert::cli
