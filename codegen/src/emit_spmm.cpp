@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -77,12 +78,30 @@ class EntryEmitter {
 
   SpmmEntry emit() {
     const int32_t max_rows = plan_.stats.max_block_rows;
-    // Registers: accumulators acc[m * cpt + j], batches of loaded B values, a few weight temporaries.
+    // About 50 bytes of text per fma with its share of loads and comments: reserving once avoids regrowing (and
+    // copying) a string of megabytes.
+    int64_t nnz = 0;
+    for (int32_t b = block_begin_; b < block_end_; ++b) nnz += plan_.blocks[b].nnz;
+    // Registers: accumulators acc[m * cpt + j], batches of loaded B values, a few weight temporaries. Every
+    // register is allocated before the body, so the declarations can be written first and the body appended after
+    // them: copying a body of many megabytes behind its header would cost more than writing it.
     preamble();
     acc_ = b_.regs(RegClass::kF32, std::max(1, max_rows) * cpt_);
     bvals_ = b_.regs(RegClass::kF32, opt_.tile.loads_per_batch * cpt_);
     if (use_const_) wtmp_ = b_.regs(RegClass::kF32, 4);
     tmp_ = b_.regs(RegClass::kF32, cpt_);
+
+    SpmmEntry e;
+    e.name = name_;
+    e.block_begin = block_begin_;
+    e.block_end = block_end_;
+    // The preamble addresses `partials` whenever gy > 1, so it is declared even when no group has work.
+    e.shared_bytes = gy_ > 1 ? std::max(16, count_slots() * opt_.tile.n_tile * 4) : 0;
+    e.weights = use_const_ ? WeightPlacement::kConstBank : WeightPlacement::kImmediate;
+    const std::string preamble_text = b_.take_body();
+    b_.reserve(static_cast<size_t>(nnz * cpt_ * 60) + preamble_text.size() + const_values_.size() * 12 + 8192);
+    b_.raw(module_header(e));
+    b_.raw(preamble_text);
 
     std::vector<int32_t> ids(static_cast<size_t>(block_end_ - block_begin_));
     std::iota(ids.begin(), ids.end(), 0);
@@ -91,25 +110,41 @@ class EntryEmitter {
     for (int32_t local = 0; local < block_end_ - block_begin_; ++local) emit_block(local);
     b_.label("$done");
     b_.inst("ret", {});
-
-    SpmmEntry e;
-    e.name = name_;
-    e.block_begin = block_begin_;
-    e.block_end = block_end_;
+    b_.raw("}\n");
+    SPARSERT_INTERNAL_CHECK(shared_slots_ * opt_.tile.n_tile * 4 <= std::max(e.shared_bytes, 16),
+                            "{}: {} partial-sum slots used, {} counted", name_, shared_slots_, count_slots());
     e.fmas = fmas_;
-    // The preamble addresses `partials` whenever gy > 1, so it is declared even when no group has work.
-    e.shared_bytes = gy_ > 1 ? std::max(16, shared_slots_ * opt_.tile.n_tile * 4) : 0;
-    e.weights = use_const_ ? WeightPlacement::kConstBank : WeightPlacement::kImmediate;
-    e.ptx = assemble_module(e);
+    e.ptx = b_.take_body();
     return e;
   }
 
  private:
+  // Shared-memory slots of the largest block: one per (group, row) pair with work.
+  int32_t count_slots() const {
+    int32_t most = 0;
+    std::vector<char> seen;
+    for (int32_t bi = block_begin_; bi < block_end_; ++bi) {
+      const int32_t rows = plan_.blocks[bi].row_end - plan_.blocks[bi].row_begin;
+      int32_t slots = 0;
+      for (const GroupWork& w : work_[bi]) {
+        seen.assign(static_cast<size_t>(std::max(rows, 0)), 0);
+        for (const Nonzero& nz : w.nz) {
+          slots += !seen[nz.m];
+          seen[nz.m] = 1;
+        }
+      }
+      most = std::max(most, slots);
+    }
+    return most;
+  }
+
   std::string block_label(int32_t local) const { return fmt::format("$b{}", block_begin_ + local); }
 
   void preamble() {
     const Reg param_b = b_.reg(RegClass::kB64), param_c = b_.reg(RegClass::kB64);
     n_reg_ = b_.reg(RegClass::kB32);
+    dispatch_pred_ = b_.reg(RegClass::kPred);
+    far_ = b_.reg(RegClass::kB64);
     const std::string pb = name_ + "_param_B", pc = name_ + "_param_C", pn = name_ + "_param_N";
     b_.inst("ld.param.u64", {param_b, SymbolAddress{pb}});
     b_.inst("ld.param.u64", {param_c, SymbolAddress{pc}});
@@ -188,9 +223,8 @@ class EntryEmitter {
     }
     const size_t mid = (lo + hi) / 2;
     const std::string upper = fmt::format("$d{}", next_label_++);
-    const Reg p = b_.reg(RegClass::kPred);
-    b_.inst("setp.ge.u32", {p, reg, IntImm{ids[mid]}});
-    b_.inst("bra", {Symbol{upper}}, Guard{p});
+    b_.inst("setp.ge.u32", {dispatch_pred_, reg, IntImm{ids[mid]}});
+    b_.inst("bra", {Symbol{upper}}, Guard{dispatch_pred_});
     dispatch_range(reg, ids, lo, mid, label);
     b_.label(upper);
     dispatch_range(reg, ids, mid, hi, label);
@@ -198,9 +232,9 @@ class EntryEmitter {
 
   Address global_address(Reg base, int64_t offset) {
     if (offset <= std::numeric_limits<int32_t>::max()) return Address{base, offset};
-    const Reg r = b_.reg(RegClass::kB64);
-    b_.inst("add.s64", {r, base, IntImm{offset}});
-    return Address{r, 0};
+    // One scratch register serves every far address: each is used by the instruction right after it.
+    b_.inst("add.s64", {far_, base, IntImm{offset}});
+    return Address{far_, 0};
   }
 
   void emit_block(int32_t local) {
@@ -233,9 +267,12 @@ class EntryEmitter {
     }
     std::vector<std::vector<int32_t>> slot(static_cast<size_t>(gy_), std::vector<int32_t>(rows, -1));
     int32_t slots = 0;
+    std::vector<char> bias_folded(static_cast<size_t>(rows), 0);
+    std::vector<float> row_bias(static_cast<size_t>(rows));
+    for (int32_t m = 0; m < rows; ++m) row_bias[m] = bias_of(opt_.epilogue, plan_.row_order[block.row_begin + m]);
     for (int32_t g : busy) {
       if (gy_ > 1) b_.label(fmt::format("$b{}_g{}", bi, g));
-      emit_group(bi, g, touched[g]);
+      emit_group(bi, g, touched[g], bias_folded, row_bias);
       if (gy_ > 1) {
         b_.comment(fmt::format("block {} group {}: partial sums to shared memory", bi, g));
         for (int32_t m = 0; m < rows; ++m) {
@@ -270,7 +307,8 @@ class EntryEmitter {
     }
   }
 
-  void emit_group(int32_t bi, int32_t g, std::vector<char>& touched) {
+  void emit_group(int32_t bi, int32_t g, std::vector<char>& touched, std::vector<char>& bias_folded,
+                  const std::vector<float>& row_bias) {
     const GroupWork& w = work_[bi][g];
     const inspector::GroupRange& range = plan_.blocks[bi].groups[g];
     b_.comment(fmt::format("block {} group {}: k in [{}, {}), {} nonzeros in {} columns", bi, g, range.k_begin,
@@ -285,18 +323,25 @@ class EntryEmitter {
         b_.inst(load_op, {cpt_ == 1 ? ptx::Operand{v[0]} : ptx::Operand{Vector{v}}, global_address(b_ptr_, offset)});
       }
       for (size_t i = start; i < end; ++i) {
-        b_.comment(fmt::format("k {}", w.ks[i]));
+        char note[24] = "k ";
+        b_.comment(std::string_view(note, static_cast<size_t>(std::to_chars(note + 2, note + sizeof note, w.ks[i]).ptr - note)));
         const Reg* bv = bvals_.data() + (i - start) * cpt_;
         for (int32_t t = w.k_offset[i]; t < w.k_offset[i + 1]; ++t) {
           const Nonzero& nz = w.nz[t];
           const bool first = !touched[nz.m];
           touched[nz.m] = 1;
+          // The bias joins the first product of its row (in the lowest group that has the row), saving an add.
+          const float* bias = nullptr;
+          if (first && !bias_folded[nz.m]) {
+            bias_folded[nz.m] = 1;
+            if (row_bias[nz.m] != 0.0f) bias = &row_bias[nz.m];
+          }
           if (use_const_) {
             const Reg wr = wtmp_[static_cast<size_t>(t) % wtmp_.size()];
             b_.inst("ld.const.f32", {wr, SymbolAddress{"weights", static_cast<int64_t>(nz.weight_index) * 4}});
-            for (int j = 0; j < cpt_; ++j) b_.fma_reg(acc_[nz.m * cpt_ + j], bv[j], wr, first);
+            for (int j = 0; j < cpt_; ++j) b_.fma_reg(acc_[nz.m * cpt_ + j], bv[j], wr, first, bias);
           } else {
-            for (int j = 0; j < cpt_; ++j) b_.fma_imm(acc_[nz.m * cpt_ + j], bv[j], nz.w, first);
+            for (int j = 0; j < cpt_; ++j) b_.fma_imm(acc_[nz.m * cpt_ + j], bv[j], nz.w, first, bias);
           }
           fmas_ += cpt_;
         }
@@ -338,8 +383,8 @@ class EntryEmitter {
         // No nonzeros in this row: the output is act(bias) everywhere.
         for (int j = 0; j < cpt_; ++j) b_.inst("mov.f32", {v[j], F32Imm{activate(ep, bias)}});
       } else {
+        // The bias is already in the sum (folded into the row's first product).
         for (int j = 0; j < cpt_; ++j) {
-          if (bias != 0.0f) b_.inst("add.rn.f32", {v[j], v[j], F32Imm{bias}});
           if (ep.activation == Activation::kRelu) b_.inst("max.f32", {v[j], v[j], F32Imm{0.0f}});
           if (ep.clamp) b_.inst("min.f32", {v[j], v[j], F32Imm{*ep.clamp}});
         }
@@ -357,7 +402,7 @@ class EntryEmitter {
     }
   }
 
-  std::string assemble_module(const SpmmEntry& e) {
+  std::string module_header(const SpmmEntry& e) {
     const int32_t bx = opt_.tile.n_tile / cpt_;
     std::string out;
     out += fmt::format("//\n// Generated by sparsert ({}). Do not edit.\n//\n", kGeneratorVersion);
@@ -383,8 +428,6 @@ class EntryEmitter {
     out += b_.declarations();
     if (e.shared_bytes > 0) out += fmt::format("\t.shared .align 16 .b8 partials[{}];\n", e.shared_bytes);
     out += '\n';
-    out += b_.body();
-    out += "}\n";
     return out;
   }
 
@@ -402,7 +445,7 @@ class EntryEmitter {
   bool use_const_;
   int32_t cpt_, gy_;
   Builder b_;
-  Reg n_reg_, group_reg_, block_reg_, b_ptr_, c_ptr_, s_ptr_, in_range_, full_;
+  Reg dispatch_pred_, far_, n_reg_, group_reg_, block_reg_, b_ptr_, c_ptr_, s_ptr_, in_range_, full_;
   std::vector<Reg> partial_, acc_, bvals_, wtmp_, tmp_;
   std::string not_full_text_;
   int32_t shared_slots_ = 0;
@@ -476,8 +519,10 @@ SpmmKernel emit_spmm(const CsrMatrix& a, const inspector::WorkPlan& plan, const 
     for (int32_t b = begin; b < end; ++b) entry_nnz += plan.blocks[b].nnz;
     const bool use_const =
         tile.weights == WeightPlacement::kConstBank && entry_nnz > 0 && entry_nnz * 4 <= target.constant_bank_bytes();
-    std::vector<std::vector<GroupWork>> entry_work = work;
     if (use_const) {
+      // Number the weights in the order the body reads them; only this entry's blocks are copied.
+      std::vector<std::vector<GroupWork>> entry_work(work.size());
+      for (int32_t b = begin; b < end; ++b) entry_work[b] = work[b];
       int32_t next = 0;
       std::vector<float> values;
       for (int32_t b = begin; b < end; ++b) {

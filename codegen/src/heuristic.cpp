@@ -12,7 +12,7 @@ TileParams default_tile_params(const CsrMatrix& a, int32_t n, const Target& targ
   t.plan.m_blocks = std::max(1, std::min(a.rows, (a.rows + rows_per_block - 1) / rows_per_block));
   const int64_t nnz_per_block = a.nnz() / t.plan.m_blocks;
   const int32_t threads_x = t.n_tile / t.cols_per_thread;
-  int32_t gy = static_cast<int32_t>(std::clamp<int64_t>(nnz_per_block / 512, 1, 8));
+  int32_t gy = static_cast<int32_t>(std::clamp<int64_t>(nnz_per_block / 2048, 1, 8));
   gy = std::min({gy, target.max_threads_per_block() / threads_x, std::max(a.cols, 1)});
   t.plan.gy = std::max(gy, 1);
   // Shrink until the resources fit: partial sums in shared memory shrink with fewer groups, accumulators with more

@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <charconv>
+#include <cstring>
 
 namespace sparsert::codegen::ptx {
 
@@ -108,28 +109,54 @@ void Builder::inst(std::string_view opcode, std::initializer_list<Operand> opera
   inst(opcode, std::span<const Operand>(operands.begin(), operands.size()), guard);
 }
 
-template <typename AppendWeight>
-void Builder::fma(Reg acc, Reg b, bool first, AppendWeight append_weight) {
-  body_.append(first ? "\tmul.rn.f32 " : "\tfma.rn.f32 ");
-  append_reg(body_, acc);
-  body_.append(", ");
-  append_reg(body_, b);
-  body_.append(", ");
-  append_weight(body_);
+namespace {
+// The fma lines are most of a kernel's text: each is formatted into a small stack buffer and appended once, since
+// many small appends cost more than the formatting.
+char* put(char* p, std::string_view s) {
+  std::memcpy(p, s.data(), s.size());
+  return p + s.size();
+}
+char* put_reg(char* p, Reg r) {
+  p = put(p, kPrefix[static_cast<int>(r.cls)]);
+  return std::to_chars(p, p + 10, r.id).ptr;
+}
+char* put_f32(char* p, float v) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  const uint32_t bits = std::bit_cast<uint32_t>(v);
+  *p++ = '0';
+  *p++ = 'f';
+  for (int i = 0; i < 8; ++i) *p++ = kHex[(bits >> (28 - 4 * i)) & 0xF];
+  return p;
+}
+}  // namespace
+
+template <typename PutWeight>
+void Builder::fma(Reg acc, Reg b, bool first, const float* addend, PutWeight put_weight) {
+  char buf[112];
+  char* p = put(buf, first && !addend ? "\tmul.rn.f32 " : "\tfma.rn.f32 ");
+  p = put_reg(p, acc);
+  p = put(p, ", ");
+  p = put_reg(p, b);
+  p = put(p, ", ");
+  p = put_weight(p);
   if (!first) {
-    body_.append(", ");
-    append_reg(body_, acc);
+    p = put(p, ", ");
+    p = put_reg(p, acc);
+  } else if (addend) {
+    p = put(p, ", ");
+    p = put_f32(p, *addend);
   }
-  body_.append(";\n");
+  p = put(p, ";\n");
+  body_.append(buf, static_cast<size_t>(p - buf));
   ++instructions_;
 }
 
-void Builder::fma_imm(Reg acc, Reg b, float w, bool first) {
-  fma(acc, b, first, [w](std::string& out) { append_f32(out, w); });
+void Builder::fma_imm(Reg acc, Reg b, float w, bool first, const float* addend) {
+  fma(acc, b, first, addend, [w](char* p) { return put_f32(p, w); });
 }
 
-void Builder::fma_reg(Reg acc, Reg b, Reg w, bool first) {
-  fma(acc, b, first, [w](std::string& out) { append_reg(out, w); });
+void Builder::fma_reg(Reg acc, Reg b, Reg w, bool first, const float* addend) {
+  fma(acc, b, first, addend, [w](char* p) { return put_reg(p, w); });
 }
 
 void Builder::comment(std::string_view text) {

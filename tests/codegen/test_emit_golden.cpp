@@ -58,29 +58,28 @@ CHECK-NEXT: .param .u32 tiny_e0_param_N
 CHECK: .reqntid 32, 1, 1
 CHECK: ld.param.u32 %r1, [tiny_e0_param_N];
 CHECK: mov.u32 %r2, %ctaid.x;
-CHECK: setp.lt.u32 %p1, %r7, %r1;
+CHECK: setp.lt.u32 %p2, %r7, %r1;
 CHECK: // block 0: rows [0, 3) in plan order, 4 nonzeros
 CHECK: // block 0 group 0: k in [0, 4), 4 nonzeros in 3 columns
-CHECK-NEXT: ld.global.nc.f32 %f4, [%rd7];
-CHECK-NEXT: ld.global.nc.f32 %f5, [%rd7+160];
-CHECK-NEXT: ld.global.nc.f32 %f6, [%rd7+320];
+CHECK-NEXT: ld.global.nc.f32 %f4, [%rd8];
+CHECK-NEXT: ld.global.nc.f32 %f5, [%rd8+160];
+CHECK-NEXT: ld.global.nc.f32 %f6, [%rd8+320];
 CHECK-NEXT: // k 0
-CHECK-NEXT: mul.rn.f32 %f1, %f4, 0f3DCCCCCD;
+CHECK-NEXT: fma.rn.f32 %f1, %f4, 0f3DCCCCCD, 0f3F000000;
 CHECK-NEXT: // k 1
 CHECK-NEXT: mul.rn.f32 %f3, %f5, 0fC0000000;
 CHECK-NEXT: // k 2
 CHECK-NEXT: fma.rn.f32 %f1, %f6, 0f3F000000, %f1;
 CHECK-NEXT: fma.rn.f32 %f3, %f6, 0f3E800000, %f3;
 CHECK: // epilogue: bias, relu, clamp 32
-CHECK-NEXT: add.rn.f32 %f1, %f1, 0f3F000000;
 CHECK-NEXT: max.f32 %f1, %f1, 0f00000000;
 CHECK-NEXT: min.f32 %f1, %f1, 0f42000000;
-CHECK-NEXT: @%p1 st.global.f32 [%rd8], %f1;
+CHECK-NEXT: @%p2 st.global.f32 [%rd9], %f1;
 CHECK-NEXT: mov.f32 %f2, 0f00000000;
-CHECK-NEXT: @%p1 st.global.f32 [%rd8+160], %f2;
+CHECK-NEXT: @%p2 st.global.f32 [%rd9+160], %f2;
 CHECK-NEXT: max.f32 %f3, %f3, 0f00000000;
 CHECK-NEXT: min.f32 %f3, %f3, 0f42000000;
-CHECK-NEXT: @%p1 st.global.f32 [%rd8+320], %f3;
+CHECK-NEXT: @%p2 st.global.f32 [%rd9+320], %f3;
 CHECK-NOT: .local
 CHECK-NOT: bar.sync
 CHECK: $done:
@@ -105,25 +104,26 @@ CHECK: .shared .align 16 .b8 partials[128];
 CHECK: // dispatch on the thread group
 CHECK: $b0_g0:
 CHECK: ld.global.nc.v2.f32
+CHECK-COUNT-2: , 0f3DCCCCCD, 0f3F000000;
 CHECK-COUNT-2: mul.rn.f32
 CHECK-NOT: fma.rn.f32
-CHECK: st.shared.v2.f32 [%rd11],
-CHECK-NEXT: st.shared.v2.f32 [%rd11+32],
+CHECK: st.shared.v2.f32 [%rd12],
+CHECK-NEXT: st.shared.v2.f32 [%rd12+32],
 CHECK-NEXT: bra.uni $b0_sync;
 CHECK: $b0_g1:
 CHECK-COUNT-2: mul.rn.f32
-CHECK: st.shared.v2.f32 [%rd11+64],
-CHECK-NEXT: st.shared.v2.f32 [%rd11+96],
+CHECK: st.shared.v2.f32 [%rd12+64],
+CHECK-NEXT: st.shared.v2.f32 [%rd12+96],
 CHECK: $b0_sync:
 CHECK-NEXT: bar.sync 0;
 CHECK: $b0_e0:
-CHECK: ld.shared.v2.f32 {%f1, %f2}, [%rd11];
-CHECK-NEXT: ld.shared.v2.f32 {%f15, %f16}, [%rd11+64];
+CHECK: ld.shared.v2.f32 {%f1, %f2}, [%rd12];
+CHECK-NEXT: ld.shared.v2.f32 {%f15, %f16}, [%rd12+64];
 CHECK-NEXT: add.rn.f32 %f1, %f1, %f15;
-CHECK: @%p2 st.global.v2.f32 [%rd8], {%f1, %f2};
+CHECK: @%p3 st.global.v2.f32 [%rd9], {%f1, %f2};
 CHECK: $b0_e1:
 CHECK: mov.f32 %f3, 0f00000000;
-CHECK: @%p2 st.global.v2.f32 [%rd8+160], {%f3, %f4};
+CHECK: @%p3 st.global.v2.f32 [%rd9+160], {%f3, %f4};
 )";
   EXPECT_EQ(filecheck(ptx, patterns), "") << ptx;
   EXPECT_EQ(k.entries[0].shared_bytes, 128);

@@ -1,6 +1,7 @@
 // sparsert graphchallenge: the Sparse DNN Graph Challenge inference on the official files, checked against the truth.
 // sparsert gen graphchallenge: synthetic networks of the official sizes in the official layout.
 #include "commands.hpp"
+#include "sparsert/compiler/graphchallenge_gpu.hpp"
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/inspector/graphchallenge.hpp"
 #include "sparsert/runtime/error.hpp"
@@ -25,6 +26,7 @@ struct GraphChallengeArgs {
   std::string categories;
   int32_t replicate = 1;
   std::string device = "cpu";
+  bool ptx_only = false;
   int threads = 0;
   int64_t panel_width = 64;
   std::optional<float> bias;
@@ -34,8 +36,14 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// The executor behind --device; the GPU one goes here beside the CPU one.
+// The executor behind --device.
 std::unique_ptr<graphchallenge::LayerExecutor> make_executor(const GraphChallengeArgs& a) {
+  if (a.device == "cuda") {
+    compiler::CudaGraphChallengeOptions options;
+    options.assemble = !a.ptx_only;
+    options.threads = a.threads;
+    return std::make_unique<compiler::CudaLayerExecutor>(options);
+  }
   CpuExecutorOptions options;
   options.threads = a.threads;
   options.panel_width = a.panel_width;
@@ -73,6 +81,10 @@ int run(const GraphChallengeArgs& a) {
     }
   }
   fmt::print("live inputs after layer:{}\n", live);
+  if (const auto* cuda = dynamic_cast<const compiler::CudaLayerExecutor*>(executor.get())) {
+    fmt::print("compile: {:.3f} s\n", cuda->compile_seconds());
+    for (const std::string& note : cuda->notes()) fmt::print("  {}\n", note);
+  }
   fmt::print("inference: {:.4f} s\n", result.seconds);
   fmt::print("rate: {:.4g} edges/s ({} inputs x {} nonzeros / {:.4f} s)\n",
              gc::edge_rate(inputs, net.total_nnz(), result.seconds), inputs, net.total_nnz(), result.seconds);
@@ -114,7 +126,9 @@ Action add_graphchallenge(CLI::App& app) {
   sub->add_option("--replicate", args->replicate, "Tile the inputs (and the truth) this many times")
       ->default_val(1)
       ->check(CLI::Range(1, 1 << 20));
-  sub->add_option("--device", args->device, "Where the layers run")->default_val("cpu")->check(CLI::IsMember({"cpu"}));
+  sub->add_option("--device", args->device, "Where the layers run")->default_val("cpu")->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_flag("--ptx-only", args->ptx_only,
+                "cuda: skip cubins and let the driver JIT-compile the PTX (what ptxsim's emulated driver runs)");
   sub->add_option("--threads", args->threads, "CPU threads (0: all cores)")->default_val(0)->check(CLI::Range(0, 1024));
   sub->add_option("--panel-width", args->panel_width, "CPU: columns of the activations per task")
       ->default_val(64)

@@ -10,7 +10,9 @@ namespace sparsert::codegen {
 //   (assembler time, instruction cache) for the same loads-per-fma ratio that taller blocks also give;
 // - n_tile: 64 columns (two warps), less when n is smaller;
 // - rows per block: 64 accumulators per thread; m_blocks = ceil(M / 64);
-// - gy: enough groups that each holds about 512 nonzeros of its block, at most 8 and at most 1024 threads;
+// - gy: enough groups that each holds about 2048 nonzeros of its block (each group pays about 3 instructions per
+//   row of the block to combine partial sums, so smaller groups add more than 10% overhead), at most 8 and at
+//   most 1024 threads;
 // - nonzero-balanced blocks, no reordering, immediates.
 // The result passes check_tile_resources for the plan it makes: m_blocks grows until it does.
 TileParams default_tile_params(const CsrMatrix& a, int32_t n, const Target& target);

@@ -64,13 +64,16 @@ class Builder {
 
   void inst(std::string_view opcode, std::initializer_list<Operand> operands, std::optional<Guard> guard = {});
   void inst(std::string_view opcode, std::span<const Operand> operands, std::optional<Guard> guard = {});
-  // The hot path of every kernel: fma.rn.f32 d, a, imm, c (or mul.rn.f32 d, a, imm when `first`).
-  void fma_imm(Reg acc, Reg b, float w, bool first);
-  void fma_reg(Reg acc, Reg b, Reg w, bool first);
+  // The hot path of every kernel: fma.rn.f32 acc, b, w, acc. The first touch of an accumulator starts it instead:
+  // mul.rn.f32 acc, b, w, or fma.rn.f32 acc, b, w, ADDEND when an addend (the bias) is given.
+  void fma_imm(Reg acc, Reg b, float w, bool first, const float* addend = nullptr);
+  void fma_reg(Reg acc, Reg b, Reg w, bool first, const float* addend = nullptr);
   void comment(std::string_view text);
   void label(std::string_view name);
   void line(std::string_view text);  // a directive or anything else, indented, as is
+  void raw(std::string_view text) { body_.append(text); }  // verbatim, no indentation or newline
   void blank();
+  void reserve(size_t bytes) { body_.reserve(bytes); }
 
   // `.reg .f32 %f<N>;` etc. for every class used.
   std::string declarations() const;
@@ -80,8 +83,8 @@ class Builder {
   int64_t instructions() const { return instructions_; }
 
  private:
-  template <typename AppendWeight>
-  void fma(Reg acc, Reg b, bool first, AppendWeight append_weight);
+  template <typename PutWeight>
+  void fma(Reg acc, Reg b, bool first, const float* addend, PutWeight put_weight);
 
   std::string body_;
   uint32_t counts_[4] = {0, 0, 0, 0};
