@@ -101,7 +101,16 @@ TEST(CorpusAssemble, DlmcRn50At90Percent) {
     const CsrMatrix a = inspector::read_smtx(f.path(), inspector::ValueFill{});
     const auto results = assemble_all(a, batch[layer], "dlmc");
     expect_clean(results, layer);
-    for (const Result& r : results) seconds += r.seconds;
+    double layer_seconds = 0;
+    int max_registers = 0;
+    for (const Result& r : results) {
+      layer_seconds += r.seconds;
+      max_registers = std::max(max_registers, r.usage.registers);
+    }
+    std::printf("%-60s %7lld nnz  N=%5d  %3zu entries  %6.1f s assembler (sm_80 + sm_90)  max %d registers\n",
+                layer.c_str(), static_cast<long long>(a.nnz()), batch[layer], results.size(), layer_seconds,
+                max_registers);
+    seconds += layer_seconds;
     ++layers;
   }
   EXPECT_EQ(layers, 54);
