@@ -19,7 +19,8 @@ using SparseRows = Eigen::SparseMatrix<float, Eigen::RowMajor, int32_t>;
 
 class EigenSparse final : public Method {
  public:
-  std::string name() const override { return "eigen"; }
+  EigenSparse(int threads, std::string name) : threads_(threads), name_(std::move(name)) {}
+  std::string name() const override { return name_; }
   void prepare(const Problem& p, const DenseTensor& b, const DenseTensor&) override {
     // A compressed row-major copy: the layout Eigen's own CSR product iterates over.
     a_ = Eigen::Map<const SparseRows>(p.a.rows, p.a.cols, p.a.nnz(), p.a.row_ptr.data(), p.a.col_idx.data(),
@@ -28,6 +29,8 @@ class EigenSparse final : public Method {
     c_.resize(p.a.rows, p.n);
   }
   void run() override {
+    // The thread count is global to Eigen, and two of these methods with different counts take turns.
+    Eigen::setNbThreads(threads_);
     const Eigen::Map<const RowMatrix> b(b_->data(), b_->rows(), b_->cols());
     c_.noalias() = a_ * b;
   }
@@ -40,6 +43,8 @@ class EigenSparse final : public Method {
   }
 
  private:
+  int threads_;
+  std::string name_;
   SparseRows a_;
   const DenseTensor* b_ = nullptr;
   RowMatrix c_;
@@ -48,6 +53,11 @@ class EigenSparse final : public Method {
 }  // namespace
 
 std::unique_ptr<Method> make_eigen(int threads, std::string*, nlohmann::json* note) {
+  if (threads == 1) {
+    *note = fmt::format("Eigen {}.{}.{} SparseMatrix<float, RowMajor> * row-major Matrix on one thread",
+                        EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION);
+    return std::make_unique<EigenSparse>(1, "eigen-1t");
+  }
   Eigen::setNbThreads(threads);
 #ifdef EIGEN_HAS_OPENMP
   const char* threading =
@@ -58,7 +68,7 @@ std::unique_ptr<Method> make_eigen(int threads, std::string*, nlohmann::json* no
 #endif
   *note = fmt::format("Eigen {}.{}.{} SparseMatrix<float, RowMajor> * row-major Matrix, nbThreads = {}; {}",
                       EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION, Eigen::nbThreads(), threading);
-  return std::make_unique<EigenSparse>();
+  return std::make_unique<EigenSparse>(threads, "eigen");
 }
 #else
 std::unique_ptr<Method> make_eigen(int, std::string* why, nlohmann::json*) {

@@ -104,6 +104,10 @@ nlohmann::json machine_info() {
   }
   m["cpu"] = model;
   m["cores"] = std::thread::hardware_concurrency();
+  // The machine may be shared: the load average says how much else was running.
+  std::ifstream loadavg("/proc/loadavg");
+  double l1 = 0, l5 = 0, l15 = 0;
+  if (loadavg >> l1 >> l5 >> l15) m["load_average"] = {l1, l5, l15};
   utsname u{};
   if (uname(&u) == 0) m["os"] = fmt::format("{} {} {}", u.sysname, u.release, u.machine);
   return m;
@@ -143,41 +147,64 @@ nlohmann::json run_suite(const std::vector<Problem>& problems, MethodSet& set, c
                           {"density", static_cast<double>(p.a.nnz()) / (static_cast<double>(p.a.rows) * p.a.cols)}};
     nlohmann::json results = nlohmann::json::object();
     std::string line = fmt::format("[{}/{}] {} {} ({} nnz):", pi + 1, problems.size(), p.name, p.group, p.a.nnz());
-    for (auto& method : set.methods) {
+    // Verify and calibrate every method first, then take the samples round-robin (one of each method in turn), so a
+    // burst of load from elsewhere on a shared machine falls on every method alike instead of on whichever ran then.
+    std::vector<int64_t> inner(set.methods.size(), 0);
+    std::vector<std::vector<double>> samples(set.methods.size());
+    auto settle = [&] {
+      if (o.settle_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.settle_ms));
+    };
+    for (size_t mi = 0; mi < set.methods.size(); ++mi) {
+      Method& method = *set.methods[mi];
       nlohmann::json r;
-      method->prepare(p, b, reference);
-      method->run();
-      const double err = max_relative_error(method->result(), reference);
+      method.prepare(p, b, reference);
+      method.run();
+      const double err = max_relative_error(method.result(), reference);
       r["max_rel_error"] = err;
-      r["tolerance"] = method->tolerance();
-      r["verified"] = err <= method->tolerance();
-      if (!method->detail().empty()) r["detail"] = method->detail();
-      if (err <= method->tolerance()) {
+      r["tolerance"] = method.tolerance();
+      r["verified"] = err <= method.tolerance();
+      if (!method.detail().empty()) r["detail"] = method.detail();
+      if (err <= method.tolerance()) {
         // Enough products per sample that one sample lasts min_sample_ms, so timer and launch granularity vanish.
-        const double once = std::max(1e-6, method->sample_ms(1));
-        const int64_t inner = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(o.min_sample_ms / once)), 1, 1000000);
-        method->sample_ms(inner);  // warm-up
-        std::vector<double> samples;
-        for (int i = 0; i < o.repeats; ++i) samples.push_back(method->sample_ms(inner));
-        const Stats s = summarize(samples);
-        r.update(stats_json(s));
-        r["inner"] = inner;
-        r["samples_ms"] = samples;
-        r["gflops"] = 2.0 * static_cast<double>(p.a.nnz()) * p.n / (s.median_ms * 1e6);
-        line += fmt::format(" {} {:.4f} ms", method->name(), s.median_ms);
+        const double once = std::max(1e-6, method.sample_ms(1));
+        inner[mi] = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(o.min_sample_ms / once)), 1, 1000000);
+        method.sample_ms(inner[mi]);  // warm-up
+        settle();
       } else {
         all_verified = false;
-        line += fmt::format(" {} FAILED (error {:.3g} > {:.1g})", method->name(), err, method->tolerance());
       }
-      method->release();
-      results[method->name()] = r;
-      if (o.settle_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.settle_ms));
+      results[method.name()] = r;
+    }
+    for (int rep = 0; rep < o.repeats; ++rep) {
+      for (size_t mi = 0; mi < set.methods.size(); ++mi) {
+        if (inner[mi] == 0) continue;
+        samples[mi].push_back(set.methods[mi]->sample_ms(inner[mi]));
+        // Libraries whose threads spin after a call (OpenBLAS, OpenMP) must not steal the next method's cores.
+        settle();
+      }
+    }
+    for (size_t mi = 0; mi < set.methods.size(); ++mi) {
+      Method& method = *set.methods[mi];
+      nlohmann::json& r = results[method.name()];
+      if (inner[mi] > 0) {
+        const Stats s = summarize(samples[mi]);
+        r.update(stats_json(s));
+        r["inner"] = inner[mi];
+        r["samples_ms"] = samples[mi];
+        r["gflops"] = 2.0 * static_cast<double>(p.a.nnz()) * p.n / (s.median_ms * 1e6);
+        line += fmt::format(" {} {:.4f} ms", method.name(), s.median_ms);
+      } else {
+        line += fmt::format(" {} FAILED (error {:.3g} > {:.1g})", method.name(), r["max_rel_error"].get<double>(),
+                            method.tolerance());
+      }
+      method.release();
     }
     row["results"] = results;
     rows.push_back(row);
     if (o.progress) o.progress(line);
   }
   out["problems"] = rows;
+  out["machine_after"] = machine_info();
   out["all_verified"] = all_verified;
   return out;
 }

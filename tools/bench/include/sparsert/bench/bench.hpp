@@ -101,7 +101,7 @@ struct RunOptions {
   int threads = 0;                // as given (0: every core); the methods report what they used
   int repeats = 10;               // timed samples per method and problem (at least 10 for the report)
   double min_sample_ms = 2.0;     // a sample repeats the product until it lasts about this long
-  double settle_ms = 100.0;       // pause between methods, so one library's spinning threads do not steal the next's
+  double settle_ms = 50.0;        // pause after each sample, so one library's spinning threads do not steal the next's
   std::string command;            // the command line, for the report
   std::function<void(const std::string&)> progress;  // one line per problem; may be empty
 };
