@@ -1,0 +1,123 @@
+// Bad input through the `sparsert` command: every case exits with code 2 and a one-line error that names the file
+// and line, or the option or field.
+#include "sparsert/runtime/file_io.hpp"
+#include "test_support.hpp"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <string>
+#include <vector>
+
+using sparsert::testing::ScratchDir;
+
+namespace {
+struct Outcome {
+  int code;
+  std::string err;
+};
+
+Outcome run(const std::string& args, const ScratchDir& dir) {
+  const std::string err_file = (dir / "stderr.txt").string();
+  const std::string cmd = fmt::format("'{}' {} >/dev/null 2>'{}'", SPARSERT_CLI, args, err_file);
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, sparsert::read_file(err_file)};
+}
+
+int lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+struct Case {
+  std::string name;     // file to create (empty: none)
+  std::string content;  // its bytes
+  std::string args;     // command line; {} is replaced by the file's path
+  std::string expect;   // must appear in the message (after the path, when there is one)
+};
+}  // namespace
+
+TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
+  ScratchDir dir;
+  const std::string npy_header = std::string("\x93NUMPY\x01\x00", 8);
+  auto npy = [&](const std::string& dict, size_t data_bytes) {
+    std::string h = dict;
+    while ((10 + h.size() + 1) % 64) h.push_back(' ');
+    h.push_back('\n');
+    return npy_header + std::string(1, static_cast<char>(h.size())) + std::string(1, '\0') + h +
+           std::string(data_bytes, '\0');
+  };
+  const std::string mtx = "%%MatrixMarket matrix coordinate real general\n";
+  const std::vector<Case> cases = {
+      {"empty.mtx", "", "inspect {}", "empty"},
+      {"banner.mtx", "%%MatrixMarket matrix array real general\n2 2\n1\n2\n3\n4\n", "inspect {}", ":1:"},
+      {"short.mtx", mtx + "3 3 3\n1 1 1.0\n2 2 2.0\n", "inspect {}", ""},
+      {"range.mtx", mtx + "3 3 2\n1 1 1.0\n4 2 2.0\n", "inspect {}", ":4:"},
+      {"token.mtx", mtx + "3 3 2\n1 1 1.0\n2 x 2.0\n", "inspect {}", ":4:"},
+      {"nan.mtx", mtx + "3 3 2\n1 1 nan\n2 2 2.0\n", "inspect {}", ":3:"},
+      {"inf.mtx", mtx + "3 3 2\n1 1 1.0\n2 2 -inf\n", "inspect {}", ":4:"},
+      {"dup.mtx", mtx + "3 3 2\n1 1 1.0\n1 1 2.0\n", "inspect {}", ":4:"},
+      {"zero.mtx", mtx + "3 3 1\n0 1 1.0\n", "inspect {}", ":3:"},
+      {"huge.mtx", mtx + "3000000000 3 1\n1 1 1.0\n", "inspect {}", ":2:"},
+      {"count.smtx", "2, 3, 3\n0 1 2\n0 1\n", "inspect {}", ""},
+      {"col.smtx", "2, 3, 2\n0 1 2\n0 7\n", "inspect {}", ":3"},
+      {"order.smtx", "2, 3, 2\n0 2 1\n0 1\n", "inspect {}", ":2"},
+      {"trunc.smtx", "2, 3, 2\n0 1 2\n", "inspect {}", ""},
+      {"header.smtx", "2, three, 2\n0 1 2\n0 1\n", "inspect {}", ":1"},
+      {"zero.tsv", "0\t1\t1.0\n", "inspect {}", ":1"},
+      {"token.tsv", "1\t1\t1.0\n2\tb\t1.0\n", "inspect {}", ":2"},
+      {"inf.tsv", "1\t1\tinf\n", "inspect {}", ":1"},
+      {"garbage.tsv", "1\t1\t1.0 extra\n", "inspect {}", ":1"},
+      {"dtype.npy", npy("{'descr': '<i8', 'fortran_order': False, 'shape': (2, 2), }", 32), "inspect {}", "descr"},
+      {"trunc.npy", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 4), }", 20), "inspect {}",
+       "truncated"},
+      {"rank.npy", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2, 2), }", 32), "inspect {}", ""},
+      {"matrix.xyz", "1 2 3\n", "inspect {}", "extension"},
+      {"", "", "inspect " + (dir / "missing.mtx").string(), "cannot open"},
+      {"ok.mtx", mtx + "3 3 2\n1 1 1.0\n2 2 2.0\n", "inspect {} --plan --m-blocks 0", "m_blocks"},
+      {"ok2.mtx", mtx + "3 3 2\n1 1 1.0\n2 2 2.0\n", "inspect {} --plan --gy 4", "gy"},
+      {"ok3.mtx", mtx + "3 3 2\n1 1 1.0\n2 2 2.0\n", "emit {} --n 8 --target sm_70 -o " + (dir / "k.ptx").string(),
+       "--target"},
+      {"ok4.mtx", mtx + "3 3 2\n1 1 1.0\n2 2 2.0\n",
+       "emit {} --n 8 --cols-per-thread 3 -o " + (dir / "k.ptx").string(), "cols_per_thread"},
+      {"ok5.mtx", mtx + "3 3 2\n1 1 1.0\n2 2 2.0\n", "emit {} --n 8 -o /nonexistent/dir/k.ptx", "cannot write"},
+      {"", "", "gen pruned --rows 4 --cols 4 --sparsity 1.5 -o " + (dir / "g.mtx").string(), "sparsity"},
+      {"net.json", "{\"format\": \"sparsert-network/1\", \"layers\": [{\"weights\": \"nope.mtx\", \"n\": 4}]}",
+       "compile {} -o " + (dir / "pkg").string(), "layer 0: weights"},
+      {"", "", "run " + dir.path().string() + " --input x.npy", "manifest.json"},
+  };
+  ASSERT_GE(cases.size(), 20u);
+  for (const Case& c : cases) {
+    std::string path;
+    if (!c.name.empty()) path = dir.write(c.name, c.content).string();
+    std::string args = c.args;
+    if (const size_t p = args.find("{}"); p != std::string::npos) args.replace(p, 2, path);
+    const Outcome o = run(args, dir);
+    EXPECT_EQ(o.code, 2) << args << "\n" << o.err;
+    EXPECT_FALSE(o.err.empty()) << args;
+    if (!c.name.empty() && c.args.rfind("inspect {}", 0) == 0 && c.args == "inspect {}") {
+      EXPECT_NE(o.err.find(path), std::string::npos) << "message does not name the file: " << o.err;
+    }
+    if (!c.expect.empty()) {
+      const size_t from = path.empty() || o.err.find(path) == std::string::npos ? 0 : o.err.find(path);
+      const size_t at = o.err.find(c.expect, from);
+      EXPECT_NE(at, std::string::npos) << args << ": expected '" << c.expect << "' in: " << o.err;
+    }
+    // CLI11's own usage errors add a "Run with --help" line; ours are exactly one line.
+    if (o.err.find("--help") == std::string::npos) EXPECT_EQ(lines(o.err), 1) << args << ": " << o.err;
+  }
+}
+
+TEST(CliBadInput, HelpAndSuccessExitZero) {
+  ScratchDir dir;
+  for (const char* sub : {"inspect", "gen", "emit", "compile", "run", "graphchallenge"}) {
+    EXPECT_EQ(run(fmt::format("{} --help", sub), dir).code, 0) << sub;
+  }
+  EXPECT_EQ(run("", dir).code, 2) << "no subcommand is bad usage";
+  EXPECT_EQ(run("frobnicate", dir).code, 2);
+  const std::string m = (dir / "g.mtx").string();
+  EXPECT_EQ(run(fmt::format("gen pruned --rows 20 --cols 30 --sparsity 0.7 --seed 3 -o {}", m), dir).code, 0);
+  EXPECT_EQ(run(fmt::format("inspect {} --json --plan --m-blocks 4 --gy 2", m), dir).code, 0);
+}
