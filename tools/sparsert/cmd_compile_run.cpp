@@ -5,6 +5,7 @@
 #include "sparsert/runtime/gpu_executor.hpp"
 #include "sparsert/runtime/npy.hpp"
 #include "sparsert/runtime/package.hpp"
+#include "tuning_support.hpp"
 
 #include <fmt/format.h>
 
@@ -22,6 +23,9 @@ struct CompileArgs {
   int threads = 0;
   bool ptx_only = false;
   bool quiet = false;
+  bool tune = false;
+  bool no_tuning_db = false;
+  std::string tuning_db;
 };
 
 struct RunArgs {
@@ -58,6 +62,10 @@ Action add_compile(CLI::App& app) {
   sub->add_option("-j,--threads", args->threads, "Assembler threads (0: one per core)")->default_val(0);
   sub->add_flag("--ptx-only", args->ptx_only, "Skip cubins (the driver JIT-compiles the PTX at load)");
   sub->add_flag("-q,--quiet", args->quiet, "No progress output");
+  sub->add_flag("--tune", args->tune, "Tune (model mode without a GPU) every layer the tuning database lacks first");
+  sub->add_option("--tuning-db", args->tuning_db, "Tuning database (default: $SPARSERT_CACHE_DIR/tuning.json or "
+                  "~/.cache/sparsert/tuning.json); compile uses its parameters wherever it has an entry");
+  sub->add_flag("--no-tuning-db", args->no_tuning_db, "Ignore the tuning database: the heuristic for every layer");
   return [args] {
     const compiler::NetworkDesc net = compiler::read_network(args->network);
     const std::vector<compiler::LoadedLayer> layers = compiler::load_network(net);
@@ -66,6 +74,34 @@ Action add_compile(CLI::App& app) {
     opt.threads = args->threads;
     opt.assemble = !args->ptx_only;
     opt.progress = !args->quiet;
+    SPARSERT_USER_CHECK(!(args->tune && args->no_tuning_db), "--tune", "cannot be combined with --no-tuning-db");
+    auto tuned = std::make_shared<int>(0);
+    if (!args->no_tuning_db) {
+      const std::filesystem::path db_path =
+          args->tuning_db.empty() ? autotune::TuningDatabase::default_path() : std::filesystem::path(args->tuning_db);
+      auto db = std::make_shared<autotune::TuningDatabase>(autotune::TuningDatabase::load(db_path));
+      const std::string toolkit = compile_toolkit(opt.assemble);
+      if (args->tune) {
+        const codegen::Target target = primary_target(opt.targets);
+        std::vector<autotune::TuneLayer> missing;
+        for (autotune::TuneLayer& l : tune_layers_of(layers)) {
+          if (!db->find(autotune::tuning_key(l.a, l.epilogue, l.n, target, toolkit))) missing.push_back(std::move(l));
+        }
+        if (!missing.empty()) {
+          autotune::TuneOptions to;
+          to.target = target;
+          to.progress = !args->quiet;
+          to.asm_cache_dir = compiler::KernelCache::default_dir() / "tune-asm";
+          const autotune::TuneReport rep = autotune::tune(missing, to);
+          record_results(rep, missing, *db);
+          db->save();
+          fmt::print("tuned {} layer{} for {} ({}, {:.1f} s)\n", missing.size(), missing.size() == 1 ? "" : "s",
+                     target.name(), rep.mode == "gpu" ? "measured on " + rep.device : "model estimates",
+                     rep.seconds);
+        }
+      }
+      if (db->size() > 0) opt.tiles = database_tile_source(db, toolkit, primary_target(opt.targets), tuned);
+    }
     const compiler::CompileReport r = compiler::compile_network(layers, args->output, opt);
     for (const auto& l : r.layers) {
       fmt::print("{:<10} {}  {}  {} entr{}  emit {:.3f} s  assemble {:.2f} s  registers {}  tile {} ({})\n", l.layer,
@@ -73,6 +109,8 @@ Action add_compile(CLI::App& app) {
                  l.emit_seconds, l.assemble_seconds, l.max_registers, l.tile.dump(), l.tile_source);
     }
     if (r.ptx_only) fmt::print("package is PTX only: {}\n", r.ptx_only_reason);
+    if (*tuned > 0) fmt::print("{} layer/target pair{} used tuned parameters from the tuning database\n", *tuned,
+                               *tuned == 1 ? "" : "s");
     fmt::print("wrote {} ({} layers, {} cache hits, {} compiled) in {:.2f} s\n", args->output, layers.size(), r.hits,
                r.misses, r.seconds);
     return static_cast<int>(kOk);

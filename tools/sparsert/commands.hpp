@@ -21,5 +21,6 @@ Action add_compile(CLI::App& app);
 CLI::App* add_gen_network(CLI::App& gen, Action& action);
 Action add_run(CLI::App& app);
 Action add_bench(CLI::App& app);
+Action add_tune(CLI::App& app);
 
 }  // namespace sparsert::cli

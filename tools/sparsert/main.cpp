@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   add(cli::add_compile);
   add(cli::add_run);
   add(cli::add_bench);
+  add(cli::add_tune);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,80 @@
+#pragma once
+// The static performance model used where no GPU is at hand (docs/autotune.md has the derivation and the figures).
+// It estimates a kernel's time from
+//   - instruction counts per class, measured by running a probe of the candidate's code in ptxsim with one thread
+//     per thread group (the code of a thread does not depend on n_tile, so one probe serves every n_tile) and scaled
+//     to the real N: every column tile runs ceil(block_x / 32) warps per group;
+//   - the plan's imbalance: the heaviest thread group bounds the block (critical path);
+//   - occupancy from registers per thread (estimated by codegen before assembly, the assembler's figure after),
+//     threads and shared memory per block;
+//   - grid size against the SM count (how many blocks the busiest SM runs).
+// Its output is an estimate in microseconds, never a measurement; reports say so.
+#include "sparsert/codegen/spmm.hpp"
+#include "sparsert/codegen/target.hpp"
+#include "sparsert/inspector/plan.hpp"
+#include "sparsert/ptxsim/ptxsim.hpp"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <string>
+#include <vector>
+
+namespace sparsert::autotune {
+
+// What the model assumes of a target's GPU. The SM counts are those of a typical part of each architecture: sm_90 is
+// an H100 SXM (132 SMs), sm_80 an A100 (108 SMs); the report prints them.
+struct MachineModel {
+  std::string part;
+  int sms = 0;
+  double clock_ghz = 0.0;
+  int max_warps_per_sm = 0;
+  int max_blocks_per_sm = 0;
+  int shared_bytes_per_sm = 0;
+  int registers_per_sm = 65536;
+  static MachineModel for_target(const codegen::Target& t);
+};
+nlohmann::json to_json(const MachineModel& m);
+
+// Issue cost of one warp instruction of each class, in scheduler cycles (see docs/autotune.md).
+double issue_cost(ptxsim::InstrClass c);
+
+// One entry of the probe: counts summed over its (block, group) threads, one thread column each.
+struct ProbeEntry {
+  ptxsim::InstrCounts counts;
+  int32_t block_begin = 0, block_end = 0;
+};
+struct Probe {
+  std::vector<ProbeEntry> entries;
+  double seconds = 0.0;  // emit + simulate
+  bool simulated = false;  // false: counts derived from the plan alone (analytic_probe)
+};
+
+// The probe's counts derived from the plan without emitting code: per thread group one fma per nonzero and column,
+// one load of B per column with work, one constant load per nonzero when weights sit in the constant bank, partial
+// sums through shared memory when gy > 1, stores, and the dispatch branches. Cheap (linear in nonzeros); it ranks
+// every candidate so that only the best few are emitted and simulated.
+Probe analytic_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, const codegen::TileParams& tile);
+
+// Emits the candidate's code with n_tile = cols_per_thread and runs it in ptxsim on N = cols_per_thread.
+// Throws what emission or simulation throws.
+Probe run_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, const codegen::TileParams& tile,
+                const codegen::Target& target, const Epilogue& epilogue);
+
+struct Estimate {
+  double microseconds = 0.0;
+  double throughput_us = 0.0;  // the busiest SM issuing its blocks' warp instructions
+  double critical_us = 0.0;    // the heaviest thread group's instructions at one warp's dependent issue rate
+  double launch_us = 0.0;      // launch overhead, one per entry
+  int blocks_per_sm = 0;       // resident blocks per SM (occupancy)
+  double occupancy = 0.0;      // resident warps / max warps per SM
+  int64_t grid_blocks = 0;
+  int64_t warp_instructions = 0;
+};
+nlohmann::json to_json(const Estimate& e);
+
+// registers: per thread (the codegen estimate, or the assembler's report when there is one).
+// Throws InvalidTileParams("occupancy", ...) when not even one block fits on an SM.
+Estimate estimate(const Probe& probe, const inspector::WorkPlan& plan, const codegen::TileParams& tile, int32_t n,
+                  int registers, int shared_bytes, const MachineModel& machine);
+
+}  // namespace sparsert::autotune

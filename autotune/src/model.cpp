@@ -1,0 +1,245 @@
+#include "sparsert/autotune/model.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace sparsert::autotune {
+
+MachineModel MachineModel::for_target(const codegen::Target& t) {
+  // Typical parts per architecture; clocks are sustained boost clocks under load, not the peak.
+  switch (t.sm()) {
+    case 75: return {"Tesla T4 (sm_75)", 40, 1.59, 32, 16, 64 * 1024, 65536};
+    case 80: return {"A100 SXM (sm_80)", 108, 1.41, 64, 32, 164 * 1024, 65536};
+    case 86: return {"RTX A6000 (sm_86)", 84, 1.80, 48, 16, 100 * 1024, 65536};
+    case 89: return {"L40S (sm_89)", 142, 2.52, 48, 24, 100 * 1024, 65536};
+    default: return {"H100 SXM (sm_90)", 132, 1.755, 64, 32, 228 * 1024, 65536};
+  }
+}
+
+nlohmann::json to_json(const MachineModel& m) {
+  return {{"part", m.part},
+          {"sms", m.sms},
+          {"clock_ghz", m.clock_ghz},
+          {"max_warps_per_sm", m.max_warps_per_sm},
+          {"max_blocks_per_sm", m.max_blocks_per_sm},
+          {"shared_bytes_per_sm", m.shared_bytes_per_sm},
+          {"registers_per_sm", m.registers_per_sm}};
+}
+
+double issue_cost(ptxsim::InstrClass c) {
+  using C = ptxsim::InstrClass;
+  switch (c) {
+    case C::LdGlobal: return 4.0;   // LSU issue plus the L1 tag/data path (B rows are mostly L1/L2 hits)
+    case C::StGlobal: return 4.0;
+    case C::LdLocal:
+    case C::StLocal: return 8.0;    // spills: never expected, priced high so they lose
+    case C::LdShared:
+    case C::StShared: return 2.0;
+    case C::LdConst: return 0.25;   // ptxas folds constant-bank loads into the FFMA's c[][] operand
+    case C::LdParam: return 0.25;   // likewise, into operands of the preamble
+    case C::Atomic: return 8.0;
+    case C::Sync: return 4.0;
+    case C::Warp: return 2.0;
+    default: return 1.0;            // fma, other arithmetic, moves, compares, branches
+  }
+}
+
+Probe run_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, const codegen::TileParams& tile,
+                const codegen::Target& target, const Epilogue& epilogue) {
+  const auto t0 = std::chrono::steady_clock::now();
+  codegen::SpmmOptions opt;
+  opt.tile = tile;
+  opt.tile.n_tile = tile.cols_per_thread;  // one thread column per group: the code per thread is unchanged
+  opt.ld = tile.cols_per_thread;
+  opt.epilogue = epilogue;
+  opt.name = "probe";
+  const codegen::SpmmKernel k = codegen::emit_spmm(a, plan, target, opt);
+  ptxsim::DeviceMemory mem;
+  const size_t b_bytes = std::max<size_t>(static_cast<size_t>(a.cols) * opt.ld * 4, 4);
+  const size_t c_bytes = std::max<size_t>(static_cast<size_t>(a.rows) * opt.ld * 4, 4);
+  const uint64_t db = mem.alloc(b_bytes), dc = mem.alloc(c_bytes);
+  // Values do not change the instruction stream (straight-line code); zeros keep every register defined.
+  const std::vector<uint8_t> zeros(std::max(b_bytes, c_bytes), 0);
+  mem.copy_to_device(db, zeros.data(), b_bytes);
+  mem.copy_to_device(dc, zeros.data(), c_bytes);
+  Probe p;
+  ptxsim::LaunchOptions lo;
+  lo.check_races = false;  // codegen's tests prove race freedom; here only the counts matter
+  for (const codegen::SpmmEntry& e : k.entries) {
+    ptxsim::Module mod(mem, e.ptx, e.name + ".ptx");
+    const ptxsim::Dim3 grid{1, static_cast<uint32_t>(e.block_end - e.block_begin), 1};
+    const ptxsim::Dim3 block{static_cast<uint32_t>(k.block_x), static_cast<uint32_t>(k.block_y), 1};
+    ProbeEntry pe;
+    pe.block_begin = e.block_begin;
+    pe.block_end = e.block_end;
+    pe.counts = mod.launch(e.name, grid, block,
+                           {ptxsim::arg_u64(db), ptxsim::arg_u64(dc),
+                            ptxsim::arg_u32(static_cast<uint32_t>(tile.cols_per_thread))},
+                           lo);
+    p.entries.push_back(pe);
+  }
+  p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  p.simulated = true;
+  return p;
+}
+
+Probe analytic_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, const codegen::TileParams& tile) {
+  using C = ptxsim::InstrClass;
+  auto add = [](ptxsim::InstrCounts& c, C k, double v) {
+    c.by_class[static_cast<size_t>(k)] += static_cast<uint64_t>(std::llround(std::max(v, 0.0)));
+  };
+  const int32_t cpt = tile.cols_per_thread, gy = tile.plan.gy;
+  const double dispatch = 2.0 * (std::log2(std::max<size_t>(plan.blocks.size(), 1)) + std::log2(std::max(gy, 1)));
+  Probe p;
+  ProbeEntry cur;
+  int64_t cur_fmas = 0;
+  std::vector<int32_t> seen(static_cast<size_t>(a.cols), -1);
+  for (size_t b = 0; b < plan.blocks.size(); ++b) {
+    const inspector::BlockPlan& bp = plan.blocks[b];
+    const int64_t fmas = bp.nnz * cpt;
+    if (cur_fmas > 0 && cur_fmas + fmas > tile.max_fmas_per_entry) {
+      cur.block_end = static_cast<int32_t>(b);
+      p.entries.push_back(cur);
+      cur = ProbeEntry{};
+      cur.block_begin = static_cast<int32_t>(b);
+      cur_fmas = 0;
+    }
+    cur_fmas += fmas;
+    const int32_t rows = bp.row_end - bp.row_begin;
+    // Distinct columns with work per group: each is one (vector) load of a row of B.
+    for (size_t g = 0; g < bp.groups.size(); ++g) {
+      const inspector::GroupRange& gr = bp.groups[g];
+      int64_t ks = 0;
+      const int32_t stamp = static_cast<int32_t>(b * 1024 + g);
+      for (int32_t pos = bp.row_begin; pos < bp.row_end && gr.nnz > 0; ++pos) {
+        const int32_t row = plan.row_order[static_cast<size_t>(pos)];
+        for (int64_t i = a.row_ptr[static_cast<size_t>(row)]; i < a.row_ptr[static_cast<size_t>(row) + 1]; ++i) {
+          const int32_t k = a.col_idx[static_cast<size_t>(i)];
+          if (k >= gr.k_begin && k < gr.k_end && seen[static_cast<size_t>(k)] != stamp) {
+            seen[static_cast<size_t>(k)] = stamp;
+            ++ks;
+          }
+        }
+      }
+      add(cur.counts, C::Fma, static_cast<double>(gr.nnz * cpt));
+      add(cur.counts, C::LdGlobal, static_cast<double>(ks));
+      if (tile.weights == codegen::WeightPlacement::kConstBank) add(cur.counts, C::LdConst, static_cast<double>(gr.nnz));
+      const double own_rows = gy > 1 ? std::ceil(static_cast<double>(rows) / gy) : rows;
+      if (gy > 1) {
+        const double slots = static_cast<double>(std::min<int64_t>(gr.nnz, rows));
+        add(cur.counts, C::StShared, slots);
+        add(cur.counts, C::LdShared, own_rows * (gy - 1));
+        add(cur.counts, C::FpArith, own_rows * (gy - 1) * cpt);
+        add(cur.counts, C::Sync, 1);
+      }
+      add(cur.counts, C::StGlobal, own_rows);
+      add(cur.counts, C::FpArith, own_rows * cpt * 2);  // bias and activation
+      add(cur.counts, C::IntArith, 12 + own_rows);
+      add(cur.counts, C::Move, 8 + own_rows * cpt);
+      add(cur.counts, C::Control, dispatch + 2);
+      add(cur.counts, C::Compare, dispatch + 2);
+      add(cur.counts, C::LdParam, 3);
+    }
+  }
+  cur.block_end = static_cast<int32_t>(plan.blocks.size());
+  p.entries.push_back(cur);
+  return p;
+}
+
+nlohmann::json to_json(const Estimate& e) {
+  return {{"microseconds", e.microseconds}, {"throughput_us", e.throughput_us}, {"critical_us", e.critical_us},
+          {"launch_us", e.launch_us},       {"blocks_per_sm", e.blocks_per_sm}, {"occupancy", e.occupancy},
+          {"grid_blocks", e.grid_blocks},   {"warp_instructions", e.warp_instructions}};
+}
+
+namespace {
+constexpr double kLaunchUs = 2.0;           // per kernel launch on a stream (graph replay would be lower)
+constexpr double kDependentCpi = 4.0;       // a lone warp issues a dependent FFMA chain every 4 cycles
+constexpr double kWarpsToHideLatency = 4.0; // per scheduler: fewer resident warps leave issue slots empty
+constexpr int kSchedulersPerSm = 4;
+
+double weighted(const ptxsim::InstrCounts& c) {
+  double w = 0.0;
+  for (size_t i = 0; i < ptxsim::kNumInstrClasses; ++i)
+    w += static_cast<double>(c.by_class[i]) * issue_cost(static_cast<ptxsim::InstrClass>(i));
+  return w;
+}
+}  // namespace
+
+Estimate estimate(const Probe& probe, const inspector::WorkPlan& plan, const codegen::TileParams& tile, int32_t n,
+                  int registers, int shared_bytes, const MachineModel& m) {
+  Estimate est;
+  const int32_t block_x = tile.n_tile / tile.cols_per_thread;
+  const int32_t warps_x = (block_x + 31) / 32;  // a partial warp issues like a full one
+  const int32_t warps_per_block = warps_x * tile.plan.gy;
+  const int64_t tiles_x = (std::max(n, 1) + tile.n_tile - 1) / tile.n_tile;
+
+  // Occupancy: registers are allocated per warp in units of 256 (8 per thread), shared memory per block.
+  const int regs_per_warp = ((std::max(registers, 1) * 32 + 255) / 256) * 256;
+  int bps = m.max_blocks_per_sm;
+  bps = std::min(bps, m.registers_per_sm / (regs_per_warp * warps_per_block));
+  bps = std::min(bps, m.max_warps_per_sm / warps_per_block);
+  if (shared_bytes > 0) bps = std::min(bps, m.shared_bytes_per_sm / shared_bytes);
+  if (bps < 1) {
+    throw inspector::InvalidTileParams(
+        "occupancy", fmt::format("{} registers x {} warps and {} bytes of shared memory do not fit one block on an SM",
+                                 registers, warps_per_block, shared_bytes));
+  }
+  est.blocks_per_sm = bps;
+
+  double cycles = 0.0, tp_cycles = 0.0, cp_cycles = 0.0;
+  double resident_warps_total = 0.0;
+  for (const ProbeEntry& e : probe.entries) {
+    const int32_t blocks = e.block_end - e.block_begin;
+    if (blocks <= 0) continue;
+    const double thread_work = weighted(e.counts);  // over blocks × gy threads, one thread column each
+    const int64_t grid_blocks = tiles_x * blocks;
+    est.grid_blocks += grid_blocks;
+    const double warp_instr = thread_work * static_cast<double>(tiles_x * warps_x);
+    est.warp_instructions += static_cast<int64_t>(std::llround(
+        static_cast<double>(e.counts.total()) * static_cast<double>(tiles_x * warps_x)));
+
+    // Throughput: the busiest SM runs ceil(blocks / SMs) blocks, issuing at a rate limited by how many warps it
+    // holds at once.
+    const int64_t per_sm = (grid_blocks + m.sms - 1) / m.sms;
+    const double resident = static_cast<double>(std::min<int64_t>(per_sm, bps) * warps_per_block);
+    const double eff = std::min(1.0, resident / (kSchedulersPerSm * kWarpsToHideLatency));
+    const double per_block = warp_instr / static_cast<double>(grid_blocks);
+    const double tp = static_cast<double>(per_sm) * per_block / (kSchedulersPerSm * eff);
+
+    // Critical path: the heaviest thread group of the entry, as a share of the entry's thread work in proportion
+    // to its nonzeros (the per-nonzero code dominates; fixed per-thread work is spread evenly).
+    int64_t max_group = 0, sum_groups = 0, groups = 0;
+    for (int32_t b = e.block_begin; b < e.block_end; ++b) {
+      for (const inspector::GroupRange& g : plan.blocks[static_cast<size_t>(b)].groups) {
+        max_group = std::max(max_group, g.nnz);
+        sum_groups += g.nnz;
+        ++groups;
+      }
+    }
+    const double mean_group = groups ? static_cast<double>(sum_groups) / static_cast<double>(groups) : 0.0;
+    const double imbalance = mean_group > 0 ? static_cast<double>(max_group) / mean_group : 1.0;
+    const double per_thread = groups ? thread_work / static_cast<double>(groups) : 0.0;
+    const double cp = per_thread * imbalance * kDependentCpi;
+
+    tp_cycles += tp;
+    cp_cycles += cp;
+    cycles += std::max(tp, cp);
+    resident_warps_total += resident;
+  }
+  const double cycles_per_us = m.clock_ghz * 1e3;
+  est.throughput_us = tp_cycles / cycles_per_us;
+  est.critical_us = cp_cycles / cycles_per_us;
+  est.launch_us = kLaunchUs * static_cast<double>(probe.entries.size());
+  est.microseconds = cycles / cycles_per_us + est.launch_us;
+  est.occupancy = probe.entries.empty()
+                      ? 0.0
+                      : resident_warps_total / static_cast<double>(probe.entries.size()) / m.max_warps_per_sm;
+  return est;
+}
+
+}  // namespace sparsert::autotune

@@ -1,0 +1,162 @@
+// sparsert tune NET.json|MATRIX --target sm_90 [--n N] [--budget S] -o REPORT.json [--html REPORT.html]
+#include "commands.hpp"
+#include "matrix_options.hpp"
+#include "sparsert/codegen/assembler.hpp"
+#include "sparsert/compiler/cache.hpp"
+#include "sparsert/runtime/file_io.hpp"
+#include "tuning_support.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+
+namespace sparsert::cli {
+
+std::vector<autotune::TuneLayer> tune_layers_of(const std::vector<compiler::LoadedLayer>& layers) {
+  std::vector<autotune::TuneLayer> out;
+  for (const compiler::LoadedLayer& l : layers) {
+    out.push_back({l.desc.name, l.a, Epilogue{l.desc.bias, l.desc.activation, l.desc.clamp}, l.desc.n});
+  }
+  return out;
+}
+
+std::string compile_toolkit(bool assemble) {
+  return assemble && codegen::Assembler::available() ? codegen::Assembler::instance().version() : "none";
+}
+
+void record_results(const autotune::TuneReport& report, const std::vector<autotune::TuneLayer>& layers,
+                    autotune::TuningDatabase& db) {
+  const codegen::Target target = codegen::Target::parse(report.target);
+  for (size_t i = 0; i < report.layers.size(); ++i) {
+    const autotune::LayerResult& l = report.layers[i];
+    if (l.winner < 0 && l.shared_from.empty()) continue;
+    autotune::TuningRecord r;
+    r.tile = l.winner_tile;
+    r.layer = l.name;
+    r.target = report.target;
+    r.n = l.n;
+    r.mode = report.mode;
+    r.device = report.mode == "gpu" ? report.device : "model of " + report.machine.part;
+    r.score = l.winner_score;
+    r.shared_from = l.shared_from;
+    // Compile keys by the toolkit it assembles with; a PTX-only compile keys with "none": record both.
+    db.put(autotune::tuning_key(layers[i].a, layers[i].epilogue, layers[i].n, target, report.toolkit), r);
+    if (report.toolkit != "none")
+      db.put(autotune::tuning_key(layers[i].a, layers[i].epilogue, layers[i].n, target, "none"), r);
+  }
+}
+
+codegen::Target primary_target(const std::vector<codegen::Target>& targets) {
+  SPARSERT_USER_CHECK(!targets.empty(), "--target", "no target given");
+  return *std::max_element(targets.begin(), targets.end(),
+                           [](const codegen::Target& x, const codegen::Target& y) { return x.sm() < y.sm(); });
+}
+
+compiler::TileSource database_tile_source(std::shared_ptr<const autotune::TuningDatabase> db,
+                                          const std::string& toolkit, const codegen::Target& primary,
+                                          std::shared_ptr<int> used) {
+  return [db, toolkit, primary, used](const compiler::LoadedLayer& l,
+                                      const codegen::Target& target) -> std::optional<codegen::TileParams> {
+    const Epilogue ep{l.desc.bias, l.desc.activation, l.desc.clamp};
+    const auto rec = db->find(autotune::tuning_key(l.a, ep, l.desc.n, primary, toolkit));
+    if (!rec) return std::nullopt;
+    try {
+      codegen::check_tile_params(rec->tile, {l.a.rows, l.a.cols, l.desc.n}, target);
+      codegen::check_tile_resources(rec->tile, inspector::make_plan(l.a, rec->tile.plan), target);
+    } catch (const inspector::InvalidTileParams&) {
+      return std::nullopt;
+    }
+    ++*used;
+    return rec->tile;
+  };
+}
+
+namespace {
+struct TuneArgs {
+  std::string input, output, html, db, target = "sm_90", mode = "auto";
+  int32_t n = 0;
+  double budget = 0;
+  int top = 1, threads = 2;
+  bool quiet = false, no_share = false, no_db = false;
+  MatrixOptions matrix;
+};
+
+bool is_network(const std::string& path) {
+  return path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+}
+}  // namespace
+
+Action add_tune(CLI::App& app) {
+  auto args = std::make_shared<TuneArgs>();
+  CLI::App* sub = app.add_subcommand("tune", "Search tile parameters per layer; write a report and the tuning database");
+  sub->add_option("input", args->input, "Network description (.json) or one weight matrix")->required();
+  sub->add_option("-o,--output", args->output, "Report to write (JSON)")->required();
+  sub->add_option("--html", args->html, "HTML report to write (default: the report's name with .html)");
+  sub->add_option("--target", args->target, "Target to tune for")->default_val("sm_90");
+  sub->add_option("--n", args->n, "Columns of B (a matrix input only; a network gives n per layer)");
+  sub->add_option("--budget", args->budget, "Seconds for the whole run (0: no limit); past it nothing new is "
+                  "assembled or timed")->default_val(0)->check(CLI::NonNegativeNumber);
+  sub->add_option("--mode", args->mode, "auto (gpu where a device is found), model or gpu")
+      ->check(CLI::IsMember({"auto", "model", "gpu"}))->default_val("auto");
+  sub->add_option("--top", args->top, "Model mode: candidates the assembler confirms; gpu mode: 8x this are timed")
+      ->default_val(1)->check(CLI::Range(1, 1000));
+  sub->add_option("-j,--threads", args->threads, "Assembler threads")->default_val(2)->check(CLI::Range(1, 256));
+  sub->add_option("--db", args->db, "Tuning database (default: $SPARSERT_CACHE_DIR/tuning.json or "
+                  "~/.cache/sparsert/tuning.json)");
+  sub->add_flag("--no-db", args->no_db, "Do not write the tuning database");
+  sub->add_flag("--no-share", args->no_share, "Tune every layer, even when an earlier one has its shape and pattern");
+  sub->add_flag("-q,--quiet", args->quiet, "No progress output");
+  add_matrix_options(*sub, args->matrix);
+  return [args] {
+    std::vector<autotune::TuneLayer> layers;
+    if (is_network(args->input)) {
+      SPARSERT_USER_CHECK(args->n == 0, "--n", "is for a matrix input; a network gives n per layer");
+      layers = tune_layers_of(compiler::load_network(compiler::read_network(args->input)));
+    } else {
+      SPARSERT_USER_CHECK(args->n >= 1, "--n", "a matrix input needs the number of columns of B (--n N, N >= 1)");
+      inspector::LoadedMatrix m = load_matrix_for_cli(args->input, args->matrix);
+      layers.push_back({std::filesystem::path(args->input).stem().string(), std::move(m.a), Epilogue{}, args->n});
+    }
+    autotune::TuneOptions opt;
+    opt.target = codegen::Target::parse(args->target, "--target");
+    opt.mode = autotune::parse_mode(args->mode);
+    opt.budget_seconds = args->budget;
+    opt.assemble_top = args->top;
+    opt.measure_top = 8 * args->top;
+    opt.threads = args->threads;
+    opt.share = !args->no_share;
+    opt.progress = !args->quiet;
+    opt.asm_cache_dir = compiler::KernelCache::default_dir() / "tune-asm";
+    // Outputs must be writable before any work is done.
+    std::string html = args->html;
+    if (html.empty()) html = std::filesystem::path(args->output).replace_extension(".html").string();
+    for (const std::string& out : {args->output, html}) {
+      const std::filesystem::path parent = std::filesystem::path(out).parent_path();
+      SPARSERT_USER_CHECK(parent.empty() || std::filesystem::is_directory(parent), out,
+                          "parent directory {} does not exist", parent.string());
+    }
+    const autotune::TuneReport report = autotune::tune(layers, opt);
+    write_file_atomic(args->output, autotune::to_json(report).dump(1));
+    write_file_atomic(html, autotune::render_html(report));
+    if (!args->no_db) {
+      autotune::TuningDatabase db = autotune::TuningDatabase::load(
+          args->db.empty() ? autotune::TuningDatabase::default_path() : std::filesystem::path(args->db));
+      record_results(report, layers, db);
+      db.save();
+      fmt::print("tuning database: {} ({} entries)\n", db.path().string(), db.size());
+    }
+    fmt::print("mode: {} — {}\n", report.mode, report.note);
+    for (const autotune::LayerResult& l : report.layers) {
+      fmt::print("{:<40} {:>4}x{:<4} n={:<5} {:>3} cand.  best {:9.2f} us  default {:9.2f} us  {:5.2f}x  {}{}\n",
+                 l.name, l.m, l.k, l.n, l.candidates.size(), l.winner_score, l.default_score,
+                 l.winner_score > 0 ? l.default_score / l.winner_score : 0.0, autotune::describe(l.winner_tile),
+                 l.shared_from.empty() ? "" : "  (shared with " + l.shared_from + ")");
+    }
+    fmt::print("wrote {} and {} ({} layers in {:.1f} s{})\n", args->output, html, report.layers.size(),
+               report.seconds, report.budget_exhausted ? "; the budget ran out" : "");
+    return static_cast<int>(kOk);
+  };
+}
+
+}  // namespace sparsert::cli
