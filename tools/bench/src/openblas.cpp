@@ -44,7 +44,7 @@ class OpenBlas final : public Method {
 
 std::unique_ptr<Method> make_openblas(int threads, std::string*, nlohmann::json* note) {
   openblas_set_num_threads(threads);
-  *note = fmt::format("OpenBLAS {} cblas_sgemm on the dense A, {} threads (openblas_get_num_threads() = {})",
+  *note = fmt::format("{} cblas_sgemm on the dense A, {} threads (openblas_get_num_threads() = {})",
                       openblas_get_config(), threads, openblas_get_num_threads());
   return std::make_unique<OpenBlas>();
 }
