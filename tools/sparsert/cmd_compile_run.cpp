@@ -24,6 +24,8 @@ struct CompileArgs {
   bool ptx_only = false;
   bool quiet = false;
   bool tune = false;
+  std::string gc_dir;
+  int32_t gc_neurons = 1024, gc_layers = 120, gc_n = 1200;
   bool no_tuning_db = false;
   std::string tuning_db;
 };
@@ -56,7 +58,15 @@ double median(std::vector<double> v) {
 Action add_compile(CLI::App& app) {
   auto args = std::make_shared<CompileArgs>();
   CLI::App* sub = app.add_subcommand("compile", "Compile a network description into a package of kernels");
-  sub->add_option("network", args->network, "Network description (.json)")->required();
+  CLI::Option* network =
+      sub->add_option("network", args->network, "Network description (.json)");
+  CLI::Option* gc = sub->add_option("--graphchallenge", args->gc_dir,
+                                    "Instead of a JSON file: the Graph Challenge network in DIR (n{N}-l{1..L}.tsv)");
+  network->excludes(gc);
+  sub->add_option("--neurons", args->gc_neurons, "--graphchallenge: neurons per layer")->default_val(1024);
+  sub->add_option("--layers", args->gc_layers, "--graphchallenge: number of layers")->default_val(120);
+  sub->add_option("--n", args->gc_n, "--graphchallenge: input columns (images) the kernels are compiled for")
+      ->default_val(1200);
   sub->add_option("-o,--output", args->output, "Package directory to write")->required();
   sub->add_option("--target", args->targets, "Comma-separated targets")->default_val("sm_80,sm_90");
   sub->add_option("-j,--threads", args->threads, "Assembler threads (0: one per core)")->default_val(0);
@@ -67,7 +77,12 @@ Action add_compile(CLI::App& app) {
                   "~/.cache/sparsert/tuning.json); compile uses its parameters wherever it has an entry");
   sub->add_flag("--no-tuning-db", args->no_tuning_db, "Ignore the tuning database: the heuristic for every layer");
   return [args] {
-    const compiler::NetworkDesc net = compiler::read_network(args->network);
+    SPARSERT_USER_CHECK(!args->network.empty() || !args->gc_dir.empty(), "compile",
+                        "give a network description (.json) or --graphchallenge DIR");
+    const compiler::NetworkDesc net =
+        args->gc_dir.empty()
+            ? compiler::read_network(args->network)
+            : compiler::graph_challenge_network(args->gc_dir, args->gc_neurons, args->gc_layers, args->gc_n);
     const std::vector<compiler::LoadedLayer> layers = compiler::load_network(net);
     compiler::CompileOptions opt;
     opt.targets = codegen::Target::parse_list(args->targets, "--target");
