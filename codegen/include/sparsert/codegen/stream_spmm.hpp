@@ -1,0 +1,147 @@
+#pragma once
+// The weight-streaming SpMM kernel: C[M×ld] = act(A·B + bias) with the weights of A read from global memory in a
+// sliced-ELL layout instead of being baked into the instructions, so the code is the same size for any nonzero count.
+//
+// Two pure functions (no driver calls):
+// - emit_stream_spmm_ptx(params, target, ld, epilogue kind): the PTX. It depends on the parameters only, never on
+//   the matrix, so every layer of a network with the same parameters shares one module (one cubin);
+// - pack_stream_weights(a, plan, params, bias): the arrays the kernel streams, built from an inspector plan.
+// emit_stream_spmm() does both. Layout and launch are documented in docs/codegen.md ("The weight-streaming kernel").
+#include "sparsert/codegen/target.hpp"
+#include "sparsert/inspector/plan.hpp"
+#include "sparsert/runtime/csr.hpp"
+#include "sparsert/runtime/reference.hpp"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace sparsert::codegen {
+
+inline constexpr const char* kStreamGeneratorVersion = "sparsert-stream-spmm/1";
+
+struct StreamParams {
+  // Defaults: the fewest instructions per useful fma on a Graph Challenge layer in ptxsim (docs/codegen.md); taller
+  // blocks reuse each staged row of B more, 16 columns per thread amortise each weight load over 16 fmas.
+  int32_t rows_per_block = 256;  // thread slots per block along x (one output row each); a multiple of 32
+  int32_t n_tile = 32;           // output columns per block; a power of two, a multiple of cols_per_thread
+  int32_t cols_per_thread = 16;  // accumulators per thread: 1, 2, 4, 8 or 16 (shared loads are .v4 from 4 up)
+  int32_t stage_rows = 256;      // rows of B staged in shared memory at a time (plus one zero row for padding)
+  int32_t unroll = 2;            // ELL steps per loop iteration (1, 2 or 4); segments are padded to a multiple
+  bool operator==(const StreamParams&) const = default;
+};
+
+nlohmann::json to_json(const StreamParams& p);
+
+// The launch shape and static shared memory of a kernel with these parameters.
+int32_t stream_block_x(const StreamParams& p);  // rows_per_block
+int32_t stream_block_y(const StreamParams& p);  // n_tile / cols_per_thread
+int32_t stream_shared_bytes(const StreamParams& p);
+
+// Throws inspector::InvalidTileParams naming the field when the parameters cannot describe a kernel for `target`
+// (the same typed error as the baked kernel's check). ld is the leading dimension of B and C.
+void check_stream_params(const StreamParams& p, int32_t ld, const Target& target);
+
+// What the PTX depends on besides the parameters: ReLU and clamp are compiled in; the bias lives in the weight
+// arrays (per row), so layers that differ only in their bias share the module.
+struct StreamEpilogueKind {
+  Activation activation = Activation::kNone;
+  std::optional<float> clamp;
+  bool operator==(const StreamEpilogueKind&) const = default;
+};
+
+// The arrays the kernel reads, host side, ready to upload (each to its own device allocation; sizes in bytes are
+// 4 × the element count, and every array is padded to at least one element so that no allocation is empty).
+// Row block b of the plan is launched as blockIdx.y = b; R = rows_per_block, W = R / 32 (warps along x).
+struct StreamWeights {
+  int32_t m = 0, k = 0;          // A is m×k
+  int32_t blocks = 0;            // grid.y
+  int64_t nnz = 0;               // nonzeros of A
+  int64_t padded_entries = 0;    // ELL entries including padding (ell.size() / 2)
+  int32_t max_stages = 0;        // most stages of any block
+  // ELL entries as pairs {value bits (f32), byte offset of the B row in the shared tile (u32)}. A segment holds the
+  // nonzeros of 32 consecutive row slots (one warp) within one stage: step j of lane l is entry seg_begin + 32·j + l,
+  // so a warp reads 256 contiguous bytes per step. Rows shorter than the segment are padded with value 0 pointing at
+  // the tile's zero row, so padding adds exactly +0 whatever B holds.
+  std::vector<uint32_t> ell;
+  // One record of 2 + 2W u32 per stage: {first, end} into krows, then W pairs {seg_begin, seg_end} (entry indices).
+  std::vector<uint32_t> stages;
+  std::vector<uint32_t> block_stages;  // blocks + 1 offsets: block b runs stages [block_stages[b], block_stages[b+1])
+  std::vector<uint32_t> krows;         // the rows of B each stage copies into shared memory, in tile order
+  // Two u32 per thread slot (b·R + x): {row of C, or 0xFFFFFFFF for a slot with no row; bias bits (f32)}.
+  std::vector<uint32_t> slots;
+
+  // Sum over the blocks of the rows of B each one stages: with nnz, the average reuse of a staged B element.
+  int64_t staged_rows = 0;
+  int64_t bytes() const;  // everything that is uploaded
+};
+
+struct StreamKernel {
+  StreamParams params;
+  Target target = Target::all().back();
+  int32_t ld = 0;
+  StreamEpilogueKind epilogue;
+  std::string name;  // the .entry
+  std::string ptx;
+  StreamWeights weights;
+
+  int32_t grid_x(int32_t n) const { return (n + params.n_tile - 1) / params.n_tile; }
+  int32_t grid_y() const { return weights.blocks; }
+  // Parameters, launch and the weight arrays in the order the entry takes them, for the package manifest.
+  nlohmann::json sidecar() const;
+};
+
+// Kernel parameters, in order: B (u64, global f32*, k×ld), C (u64, global f32*, m×ld), N (u32, 1 ≤ N ≤ ld), then
+// ell, stages, block_stages, krows, slots (u64 global pointers to the arrays above).
+std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, int32_t ld,
+                                 const StreamEpilogueKind& epilogue, const std::string& name);
+
+// `plan` must come from make_plan(a, ...) with gy = 1; its blocks may have at most rows_per_block rows (use
+// m_blocks = ceil(m / rows_per_block) with Balance::kRows, or more blocks when balancing nonzeros). Row reordering
+// is honoured through the slots' row field. bias: empty, one value, or one per row of A (UserError otherwise).
+StreamWeights pack_stream_weights(const CsrMatrix& a, const inspector::WorkPlan& plan, const StreamParams& p,
+                                  const std::vector<float>& bias);
+
+struct StreamOptions {
+  StreamParams params;
+  Epilogue epilogue;
+  int32_t ld = 0;
+  std::string name = "stream_spmm";
+};
+
+// The plan this kernel uses by default: nonzero-balanced row blocks, as many as keep every block within
+// rows_per_block rows (Balance::kRows when balancing cannot).
+inspector::WorkPlan default_stream_plan(const CsrMatrix& a, const StreamParams& p);
+
+StreamKernel emit_stream_spmm(const CsrMatrix& a, const inspector::WorkPlan& plan, const Target& target,
+                              const StreamOptions& options);
+
+// ---- Baked or streamed: the per-layer selection rule (docs/codegen.md, "Choosing baked or streamed"). ----
+enum class KernelKind { kBaked, kStreamed };
+std::string to_string(KernelKind k);
+KernelKind parse_kernel_kind(const std::string& s, const std::string& field = "kernel");  // "baked" | "streamed"
+
+struct KernelChoiceOptions {
+  std::optional<KernelKind> force;         // the autotuner's or the user's override
+  int64_t max_baked_nnz = 65536;           // one layer: above this its baked code passes ~1 MB of SASS
+  int64_t network_baked_nnz = 0;           // nonzeros of the layers already chosen baked in this network
+  int64_t max_network_baked_nnz = 1 << 20; // the whole network's baked code (and assembly time) budget
+};
+
+struct KernelChoice {
+  KernelKind kind = KernelKind::kBaked;
+  std::string reason;  // one line, for reports
+  int64_t estimated_baked_code_bytes = 0;
+};
+
+// n: active columns (the rule does not use it to pick today; it is part of the signature so the autotuner's
+// measured choice can depend on it).
+KernelChoice choose_kernel_kind(const CsrMatrix& a, int32_t n, const Target& target, const KernelChoiceOptions& o);
+
+// Bytes of SASS the baked kernel needs per nonzero (one column per thread), measured: docs/codegen.md.
+inline constexpr double kBakedSassBytesPerNonzero = 20.0;
+
+}  // namespace sparsert::codegen

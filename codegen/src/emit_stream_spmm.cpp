@@ -1,0 +1,545 @@
+// The weight-streaming SpMM kernel (docs/codegen.md, "The weight-streaming kernel").
+//
+// Thread (x, y) of block (tile, b) owns row slot x of row block b and columns tile·n_tile + y·cpt … +cpt. For every
+// stage of its block: all threads copy the stage's rows of B (this block's column tile) into shared memory, barrier,
+// then each warp walks its ELL segment: one coalesced 8-byte load {weight, tile offset} per lane and step, cpt/4
+// vector loads from the tile, cpt fmas; barrier. Epilogue: ReLU, clamp, predicated stores. Nothing here depends on
+// the matrix: the module is shared by every layer with the same parameters.
+#include "sparsert/codegen/stream_spmm.hpp"
+
+#include "sparsert/codegen/ptx_builder.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+namespace sparsert::codegen {
+
+using inspector::InvalidTileParams;
+using ptx::Address;
+using ptx::Builder;
+using ptx::F32Imm;
+using ptx::Guard;
+using ptx::IntImm;
+using ptx::Reg;
+using ptx::RegClass;
+using ptx::Special;
+using ptx::Symbol;
+using ptx::SymbolAddress;
+using ptx::Vector;
+
+namespace {
+constexpr uint32_t kNoRow = 0xFFFFFFFFu;
+constexpr int32_t kWarp = 32;
+constexpr int32_t kEntryBytes = 8;
+
+bool power_of_two(int32_t v) { return v > 0 && (v & (v - 1)) == 0; }
+int32_t log2i(int32_t v) { return std::countr_zero(static_cast<uint32_t>(v)); }
+
+// Columns per copy instruction when staging B: 16-byte loads need 16-byte aligned rows of B (ld % 4 == 0).
+int32_t copy_vector(const StreamParams& p, int32_t ld) { return (ld % 4 == 0 && p.n_tile % 4 == 0) ? 4 : 1; }
+
+int32_t stage_record_words(const StreamParams& p) { return 2 + 2 * (p.rows_per_block / kWarp); }
+
+const char* vec_suffix(int n) { return n == 4 ? ".v4" : n == 2 ? ".v2" : ""; }
+}  // namespace
+
+nlohmann::json to_json(const StreamParams& p) {
+  return {{"rows_per_block", p.rows_per_block},
+          {"n_tile", p.n_tile},
+          {"cols_per_thread", p.cols_per_thread},
+          {"stage_rows", p.stage_rows},
+          {"unroll", p.unroll}};
+}
+
+int32_t stream_block_x(const StreamParams& p) { return p.rows_per_block; }
+int32_t stream_block_y(const StreamParams& p) { return p.n_tile / p.cols_per_thread; }
+int32_t stream_shared_bytes(const StreamParams& p) { return (p.stage_rows + 1) * p.n_tile * 4; }
+
+void check_stream_params(const StreamParams& p, int32_t ld, const Target& target) {
+  auto bad = [](const char* field, std::string why) { throw InvalidTileParams(field, std::move(why)); };
+  if (p.rows_per_block < kWarp || p.rows_per_block % kWarp != 0) {
+    bad("rows_per_block", fmt::format("{} is not a positive multiple of 32 (one ELL segment per warp)",
+                                      p.rows_per_block));
+  }
+  if (p.cols_per_thread != 1 && p.cols_per_thread != 2 && p.cols_per_thread != 4 && p.cols_per_thread != 8 &&
+      p.cols_per_thread != 16) {
+    bad("cols_per_thread", fmt::format("{} is not one of 1, 2, 4, 8, 16", p.cols_per_thread));
+  }
+  if (!power_of_two(p.n_tile) || p.n_tile < p.cols_per_thread) {
+    bad("n_tile", fmt::format("{} is not a power of two at least cols_per_thread ({})", p.n_tile, p.cols_per_thread));
+  }
+  if (p.unroll != 1 && p.unroll != 2 && p.unroll != 4) bad("unroll", fmt::format("{} is not 1, 2 or 4", p.unroll));
+  if (p.stage_rows < 1) bad("stage_rows", fmt::format("{} is not at least 1", p.stage_rows));
+  if (ld < 1) bad("ld", fmt::format("{} is not at least 1", ld));
+  const int64_t threads = int64_t{p.rows_per_block} * (p.n_tile / p.cols_per_thread);
+  if (threads > target.max_threads_per_block()) {
+    bad("rows_per_block", fmt::format("{} rows × {} column groups = {} threads, more than {}", p.rows_per_block,
+                                      p.n_tile / p.cols_per_thread, threads, target.max_threads_per_block()));
+  }
+  const int64_t shared = int64_t{p.stage_rows + 1} * p.n_tile * 4;
+  if (shared > target.max_static_shared_bytes()) {
+    bad("stage_rows", fmt::format("({} + 1) staged rows × {} columns × 4 bytes = {} bytes of shared memory, more "
+                                  "than {}", p.stage_rows, p.n_tile, shared, target.max_static_shared_bytes()));
+  }
+  // Registers per thread: ptxas reports 32-40 for cpt = 1, 80 for cpt = 8 and 84 for cpt = 16 (it loads ahead
+  // across the unrolled steps), and spills at 64 with cpt = 4: 56 + 4·cpt bounds them all.
+  const int64_t regs = 56 + 4 * int64_t{p.cols_per_thread};
+  if (regs * threads > target.registers_per_sm()) {
+    bad("rows_per_block", fmt::format("about {} registers × {} threads exceed the {} of an SM", regs, threads,
+                                      target.registers_per_sm()));
+  }
+}
+
+std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, int32_t ld,
+                                 const StreamEpilogueKind& epilogue, const std::string& name) {
+  check_stream_params(p, ld, target);
+  const int32_t rows = p.rows_per_block, cpt = p.cols_per_thread, by = stream_block_y(p);
+  const int32_t threads = rows * by;
+  const int32_t vec = copy_vector(p, ld);
+  const int32_t chunks = p.n_tile / vec;  // copy chunks per staged row; a power of two dividing threads
+  const int32_t jstep = threads / chunks;
+  const int32_t row_bytes = p.n_tile * 4;
+  const int32_t record_bytes = stage_record_words(p) * 4;
+
+  Builder b;
+  const char* pnames[] = {"B", "C", "N", "ell", "stages", "block_stages", "krows", "slots"};
+  auto param = [&](int i) { return fmt::format("{}_param_{}", name, pnames[i]); };
+  const std::string pb = param(0), pc = param(1), pn = param(2), pell = param(3), pstg = param(4), pbst = param(5),
+                    pkr = param(6), psl = param(7);
+
+  // ---- preamble ----
+  Reg g[8];
+  const Reg n = b.reg(RegClass::kB32);
+  for (int i : {0, 1, 3, 4, 5, 6, 7}) {
+    const Reg raw = b.reg(RegClass::kB64);
+    g[i] = b.reg(RegClass::kB64);
+    b.inst("ld.param.u64", {raw, SymbolAddress{i == 0 ? pb : i == 1 ? pc : i == 3 ? pell : i == 4 ? pstg
+                                                : i == 5 ? pbst : i == 6 ? pkr : psl}});
+    b.inst("cvta.to.global.u64", {g[i], raw});
+  }
+  b.inst("ld.param.u32", {n, SymbolAddress{pn}});
+  const Reg tx = b.reg(RegClass::kB32), ty = b.reg(RegClass::kB32), tile = b.reg(RegClass::kB32),
+            blk = b.reg(RegClass::kB32);
+  b.inst("mov.u32", {tx, Special{"%tid.x"}});
+  b.inst("mov.u32", {ty, Special{"%tid.y"}});
+  b.inst("mov.u32", {tile, Special{"%ctaid.x"}});
+  b.inst("mov.u32", {blk, Special{"%ctaid.y"}});
+  const Reg lane = b.reg(RegClass::kB32), warp = b.reg(RegClass::kB32);
+  b.inst("and.b32", {lane, tx, IntImm{kWarp - 1}});
+  b.inst("shr.u32", {warp, tx, IntImm{5}});
+  const Reg col0 = b.reg(RegClass::kB32), cthr = b.reg(RegClass::kB32);
+  b.comment(fmt::format("this thread's first output column: ctaid.x * {} + tid.y * {}", p.n_tile, cpt));
+  b.inst("shl.b32", {col0, tile, IntImm{log2i(p.n_tile)}});
+  b.inst("mad.lo.u32", {cthr, ty, IntImm{cpt}, col0});
+
+  b.comment("slot (row of C, bias) of this thread; the accumulators start at the bias");
+  const Reg slot = b.reg(RegClass::kB32), slot_off = b.reg(RegClass::kB64), slot_ptr = b.reg(RegClass::kB64);
+  const Reg out_row = b.reg(RegClass::kB32), bias_bits = b.reg(RegClass::kB32);
+  b.inst("mad.lo.u32", {slot, blk, IntImm{rows}, tx});
+  b.inst("mul.wide.u32", {slot_off, slot, IntImm{8}});
+  b.inst("add.s64", {slot_ptr, g[7], slot_off});
+  {
+    const Reg pair[2] = {out_row, bias_bits};
+    b.inst("ld.global.nc.v2.u32", {Vector{pair}, Address{slot_ptr}});
+  }
+  const std::vector<Reg> acc = b.regs(RegClass::kF32, cpt);
+  for (const Reg& r : acc) b.inst("mov.b32", {r, bias_bits});
+
+  b.comment("shared tile: stage row j at byte j * n_tile * 4; row stage_rows holds zeros (the padding's target)");
+  const Reg sbase = b.reg(RegClass::kB32), sthr = b.reg(RegClass::kB32), tlin = b.reg(RegClass::kB32);
+  b.inst("mov.u32", {sbase, Symbol{"tile"}});
+  b.inst("mad.lo.u32", {sthr, ty, IntImm{cpt * 4}, sbase});
+  b.inst("mad.lo.u32", {tlin, ty, IntImm{rows}, tx});
+  {
+    const Reg pz = b.reg(RegClass::kPred), zaddr = b.reg(RegClass::kB32), zero = b.reg(RegClass::kF32);
+    b.inst("setp.lt.u32", {pz, tlin, IntImm{p.n_tile}});
+    b.inst("mad.lo.u32", {zaddr, tlin, IntImm{4}, sbase});
+    b.inst("mov.f32", {zero, F32Imm{0.0f}});
+    b.inst("st.shared.f32", {Address{zaddr, int64_t{p.stage_rows} * row_bytes}, zero}, Guard{pz});
+  }
+
+  b.comment(fmt::format("copy work: chunk tid % {} ({} columns) of staged rows tid / {}, {}, ...", chunks, vec,
+                        chunks, fmt::format("+{}", jstep)));
+  const Reg cv = b.reg(RegClass::kB32), j0 = b.reg(RegClass::kB32), ccol = b.reg(RegClass::kB32),
+            lcol = b.reg(RegClass::kB32), sdst0 = b.reg(RegClass::kB32), bcol = b.reg(RegClass::kB64);
+  const Reg pin = b.reg(RegClass::kPred);
+  b.inst("and.b32", {cv, tlin, IntImm{chunks - 1}});
+  b.inst("shr.u32", {j0, tlin, IntImm{log2i(chunks)}});
+  b.inst("mad.lo.u32", {ccol, cv, IntImm{vec}, col0});
+  b.inst("setp.lt.u32", {pin, ccol, n});
+  b.comment("columns at or past N copy column 0 (always in bounds): their outputs are never stored");
+  b.inst("selp.b32", {lcol, ccol, IntImm{0}, pin});
+  {
+    const Reg off = b.reg(RegClass::kB64), t = b.reg(RegClass::kB32);
+    b.inst("mul.wide.u32", {off, lcol, IntImm{4}});
+    b.inst("add.s64", {bcol, g[0], off});
+    b.inst("mad.lo.u32", {t, j0, IntImm{row_bytes}, sbase});
+    b.inst("mad.lo.u32", {sdst0, cv, IntImm{vec * 4}, t});
+  }
+  const Reg warp_off = b.reg(RegClass::kB64);
+  b.inst("mul.wide.u32", {warp_off, warp, IntImm{8}});
+
+  b.comment("this block's stages");
+  const Reg s = b.reg(RegClass::kB32), s_end = b.reg(RegClass::kB32), pr = b.reg(RegClass::kPred);
+  {
+    const Reg off = b.reg(RegClass::kB64), ptr = b.reg(RegClass::kB64);
+    b.inst("mul.wide.u32", {off, blk, IntImm{4}});
+    b.inst("add.s64", {ptr, g[5], off});
+    b.inst("ld.global.nc.u32", {s, Address{ptr}});
+    b.inst("ld.global.nc.u32", {s_end, Address{ptr, 4}});
+  }
+  b.inst("setp.ge.u32", {pr, s, s_end});
+  b.inst("bra", {Symbol{"$epilogue"}}, Guard{pr});
+
+  // ---- stage loop ----
+  b.blank();
+  b.label("$stage");
+  const Reg rec = b.reg(RegClass::kB64), wrec = b.reg(RegClass::kB64);
+  const Reg kb = b.reg(RegClass::kB32), ke = b.reg(RegClass::kB32), sb = b.reg(RegClass::kB32),
+            se = b.reg(RegClass::kB32);
+  {
+    const Reg off = b.reg(RegClass::kB64);
+    b.inst("mul.wide.u32", {off, s, IntImm{record_bytes}});
+    b.inst("add.s64", {rec, g[4], off});
+    const Reg kr[2] = {kb, ke};
+    b.inst("ld.global.nc.v2.u32", {Vector{kr}, Address{rec}});
+    b.inst("add.s64", {wrec, rec, warp_off});
+    const Reg sr[2] = {sb, se};
+    b.inst("ld.global.nc.v2.u32", {Vector{sr}, Address{wrec, 8}});
+  }
+  b.comment("copy rows [kb, ke) of krows: B[krows[j]][tile columns] -> tile row j - kb");
+  const Reg j = b.reg(RegClass::kB32), sdst = b.reg(RegClass::kB32);
+  b.inst("add.u32", {j, kb, j0});
+  b.inst("mov.u32", {sdst, sdst0});
+  b.inst("setp.ge.u32", {pr, j, ke});
+  b.inst("bra", {Symbol{"$copied"}}, Guard{pr});
+  b.label("$copy");
+  {
+    const Reg off = b.reg(RegClass::kB64), kptr = b.reg(RegClass::kB64), krow = b.reg(RegClass::kB32),
+              boff = b.reg(RegClass::kB64), bptr = b.reg(RegClass::kB64);
+    b.inst("mul.wide.u32", {off, j, IntImm{4}});
+    b.inst("add.s64", {kptr, g[6], off});
+    b.inst("ld.global.nc.u32", {krow, Address{kptr}});
+    b.inst("mul.wide.u32", {boff, krow, IntImm{int64_t{ld} * 4}});
+    b.inst("add.s64", {bptr, bcol, boff});
+    const std::vector<Reg> v = b.regs(RegClass::kF32, vec);
+    const ptx::Operand vop = vec == 1 ? ptx::Operand{v[0]} : ptx::Operand{Vector{v}};
+    b.inst(fmt::format("ld.global.nc{}.f32", vec_suffix(vec)), {vop, Address{bptr}});
+    b.inst(fmt::format("st.shared{}.f32", vec_suffix(vec)), {Address{sdst}, vop});
+    b.inst("add.u32", {j, j, IntImm{jstep}});
+    b.inst("add.u32", {sdst, sdst, IntImm{int64_t{jstep} * row_bytes}});
+    b.inst("setp.lt.u32", {pr, j, ke});
+    b.inst("bra", {Symbol{"$copy"}}, Guard{pr});
+  }
+  b.label("$copied");
+  b.inst("bar.sync", {IntImm{0}});
+
+  b.comment("this warp's ELL segment: entries [sb, se), lane l reads sb + l, sb + 32 + l, ...");
+  b.inst("setp.ge.u32", {pr, sb, se});
+  b.inst("bra", {Symbol{"$computed"}}, Guard{pr});
+  const Reg pe = b.reg(RegClass::kB64), pend = b.reg(RegClass::kB64);
+  {
+    const Reg e = b.reg(RegClass::kB32), off = b.reg(RegClass::kB64), len = b.reg(RegClass::kB32),
+              lenb = b.reg(RegClass::kB64);
+    b.inst("add.u32", {e, sb, lane});
+    b.inst("mul.wide.u32", {off, e, IntImm{kEntryBytes}});
+    b.inst("add.s64", {pe, g[3], off});
+    b.inst("sub.u32", {len, se, sb});
+    b.inst("mul.wide.u32", {lenb, len, IntImm{kEntryBytes}});
+    b.inst("add.s64", {pend, pe, lenb});
+  }
+  b.label("$loop");
+  {
+    const Reg w = b.reg(RegClass::kB32), so = b.reg(RegClass::kB32), addr = b.reg(RegClass::kB32);
+    const int32_t lvec = std::min(cpt, 4);
+    const std::vector<Reg> bv = b.regs(RegClass::kF32, cpt);
+    for (int32_t u = 0; u < p.unroll; ++u) {
+      const Reg pair[2] = {w, so};
+      b.inst("ld.global.nc.v2.u32", {Vector{pair}, Address{pe, int64_t{u} * kWarp * kEntryBytes}});
+      b.inst("add.u32", {addr, sthr, so});
+      for (int32_t c = 0; c < cpt; c += lvec) {
+        std::span<const Reg> part(bv.data() + c, static_cast<size_t>(lvec));
+        b.inst(fmt::format("ld.shared{}.f32", vec_suffix(lvec)),
+               {lvec == 1 ? ptx::Operand{part[0]} : ptx::Operand{Vector{part}}, Address{addr, int64_t{c} * 4}});
+      }
+      // The weight's bits are in a .b32 register, which f32 instructions accept as is (no conversion).
+      for (int32_t c = 0; c < cpt; ++c) b.inst("fma.rn.f32", {acc[c], w, bv[c], acc[c]});
+    }
+    b.inst("add.s64", {pe, pe, IntImm{int64_t{p.unroll} * kWarp * kEntryBytes}});
+    b.inst("setp.lt.u64", {pr, pe, pend});
+    b.inst("bra", {Symbol{"$loop"}}, Guard{pr});
+  }
+  b.label("$computed");
+  b.comment("the next stage overwrites the tile");
+  b.inst("bar.sync", {IntImm{0}});
+  b.inst("add.u32", {s, s, IntImm{1}});
+  b.inst("setp.lt.u32", {pr, s, s_end});
+  b.inst("bra", {Symbol{"$stage"}}, Guard{pr});
+
+  // ---- epilogue ----
+  b.blank();
+  b.label("$epilogue");
+  b.inst("setp.eq.u32", {pr, out_row, IntImm{kNoRow}});
+  b.inst("bra", {Symbol{"$done"}}, Guard{pr});
+  {
+    const Reg roff = b.reg(RegClass::kB64), coff = b.reg(RegClass::kB64), t = b.reg(RegClass::kB64),
+              cptr = b.reg(RegClass::kB64);
+    b.inst("mul.wide.u32", {roff, out_row, IntImm{int64_t{ld} * 4}});
+    b.inst("mul.wide.u32", {coff, cthr, IntImm{4}});
+    b.inst("add.s64", {t, g[1], roff});
+    b.inst("add.s64", {cptr, t, coff});
+    for (int32_t c = 0; c < cpt; ++c) {
+      if (epilogue.activation == Activation::kRelu) b.inst("max.f32", {acc[c], acc[c], F32Imm{0.0f}});
+      if (epilogue.clamp) b.inst("min.f32", {acc[c], acc[c], F32Imm{*epilogue.clamp}});
+      const Reg col = b.reg(RegClass::kB32), pc = b.reg(RegClass::kPred);
+      b.inst("add.u32", {col, cthr, IntImm{c}});
+      b.inst("setp.lt.u32", {pc, col, n});
+      b.inst("st.global.f32", {Address{cptr, int64_t{c} * 4}, acc[c]}, Guard{pc});
+    }
+  }
+  b.label("$done");
+  b.inst("ret", {});
+
+  std::string out;
+  out += fmt::format("//\n// Generated by sparsert ({}). Do not edit.\n//\n", kStreamGeneratorVersion);
+  out += fmt::format(".version {}\n.target {}\n.address_size 64\n\n", target.ptx_version(), target.name());
+  out += fmt::format(
+      "// launch: grid = (ceil(N / {}), row blocks, 1), block = ({}, {}, 1), static shared = {} bytes\n"
+      "// C[m x ld] = act(A * B + bias), A streamed from sliced-ELL arrays; ld = {}; epilogue:{}{}\n",
+      p.n_tile, rows, by, stream_shared_bytes(p), ld, epilogue.activation == Activation::kRelu ? " relu" : "",
+      epilogue.clamp ? fmt::format(" clamp {}", *epilogue.clamp) : "");
+  out += fmt::format(".visible .entry {}(\n", name);
+  for (int i = 0; i < 8; ++i) {
+    out += fmt::format("\t.param .{} {}{}\n", i == 2 ? "u32" : "u64", param(i), i + 1 < 8 ? "," : "");
+  }
+  out += fmt::format(")\n.reqntid {}, {}, 1\n{{\n", rows, by);
+  out += b.declarations();
+  out += fmt::format("\t.shared .align 16 .b8 tile[{}];\n\n", stream_shared_bytes(p));
+  out += b.body();
+  out += "}\n";
+  return out;
+}
+
+int64_t StreamWeights::bytes() const {
+  return 4 * static_cast<int64_t>(ell.size() + stages.size() + block_stages.size() + krows.size() + slots.size());
+}
+
+StreamWeights pack_stream_weights(const CsrMatrix& a, const inspector::WorkPlan& plan, const StreamParams& p,
+                                  const std::vector<float>& bias) {
+  SPARSERT_INTERNAL_CHECK(plan.rows == a.rows && plan.cols == a.cols && plan.nnz == a.nnz(),
+                          "pack_stream_weights: the plan is for another matrix");
+  if (plan.params.gy != 1) throw InvalidTileParams("gy", fmt::format("{}: the streaming kernel needs gy = 1",
+                                                                     plan.params.gy));
+  if (plan.stats.max_block_rows > p.rows_per_block) {
+    throw InvalidTileParams("m_blocks", fmt::format("a block of {} rows does not fit rows_per_block = {}",
+                                                    plan.stats.max_block_rows, p.rows_per_block));
+  }
+  if (bias.size() > 1 && bias.size() != static_cast<size_t>(a.rows)) {
+    throw_user_error("bias", "has {} entries, expected 1 or {} (rows of A)", bias.size(), a.rows);
+  }
+  for (float v : bias) SPARSERT_USER_CHECK(std::isfinite(v), "bias", "value {} is not finite", v);
+  if (plan.blocks.size() > 65535) {
+    throw InvalidTileParams("m_blocks", fmt::format("{} row blocks exceed grid.y's 65535", plan.blocks.size()));
+  }
+
+  const int32_t rows = p.rows_per_block, warps = rows / kWarp, row_bytes = p.n_tile * 4;
+  StreamWeights out;
+  out.m = a.rows;
+  out.k = a.cols;
+  out.nnz = a.nnz();
+  out.blocks = static_cast<int32_t>(plan.blocks.size());
+  out.block_stages.push_back(0);
+  out.slots.assign(static_cast<size_t>(out.blocks) * rows * 2, 0);
+  std::vector<int32_t> local(static_cast<size_t>(a.cols), -1);  // B row -> tile row of this block's footprint
+  std::vector<int32_t> footprint;
+  std::vector<int32_t> cursor(static_cast<size_t>(kWarp));
+  const uint32_t zero_row = static_cast<uint32_t>(p.stage_rows) * static_cast<uint32_t>(row_bytes);
+
+  for (int32_t bi = 0; bi < out.blocks; ++bi) {
+    const inspector::BlockPlan& block = plan.blocks[bi];
+    const int32_t nrows = block.row_end - block.row_begin;
+    auto row_of = [&](int32_t x) { return plan.row_order[static_cast<size_t>(block.row_begin + x)]; };
+    for (int32_t x = 0; x < rows; ++x) {
+      const size_t at = (static_cast<size_t>(bi) * rows + x) * 2;
+      if (x >= nrows) {
+        out.slots[at] = kNoRow;
+        continue;
+      }
+      const int32_t r = row_of(x);
+      out.slots[at] = static_cast<uint32_t>(r);
+      const float bv = bias.empty() ? 0.0f : bias.size() == 1 ? bias[0] : bias[static_cast<size_t>(r)];
+      out.slots[at + 1] = std::bit_cast<uint32_t>(bv);
+    }
+    // The block's footprint: every B row its nonzeros touch, in increasing order, cut into stages.
+    footprint.clear();
+    for (int32_t x = 0; x < nrows; ++x) {
+      const int32_t r = row_of(x);
+      for (int32_t t = a.row_ptr[r]; t < a.row_ptr[r + 1]; ++t) {
+        if (local[a.col_idx[t]] < 0) {
+          local[a.col_idx[t]] = 0;
+          footprint.push_back(a.col_idx[t]);
+        }
+      }
+    }
+    std::sort(footprint.begin(), footprint.end());
+    for (size_t i = 0; i < footprint.size(); ++i) local[footprint[i]] = static_cast<int32_t>(i);
+    out.staged_rows += static_cast<int64_t>(footprint.size());
+    const int32_t nstages = static_cast<int32_t>((footprint.size() + p.stage_rows - 1) / p.stage_rows);
+    // Rows are walked front to back across the stages (their columns increase, so do their tile rows).
+    std::vector<int32_t> next(static_cast<size_t>(rows), 0);
+    for (int32_t x = 0; x < nrows; ++x) next[x] = a.row_ptr[row_of(x)];
+    for (int32_t st = 0; st < nstages; ++st) {
+      const int32_t first = st * p.stage_rows;
+      const int32_t last = std::min<int32_t>(first + p.stage_rows, static_cast<int32_t>(footprint.size()));
+      out.stages.push_back(static_cast<uint32_t>(out.krows.size()));
+      for (int32_t i = first; i < last; ++i) out.krows.push_back(static_cast<uint32_t>(footprint[i]));
+      out.stages.push_back(static_cast<uint32_t>(out.krows.size()));
+      for (int32_t w = 0; w < warps; ++w) {
+        // Lane l's nonzeros in this stage are [next[x], cursor[l]).
+        int32_t steps = 0;
+        for (int32_t l = 0; l < kWarp; ++l) {
+          const int32_t x = w * kWarp + l;
+          if (x >= nrows) {
+            cursor[l] = 0;
+            continue;
+          }
+          const int32_t r = row_of(x);
+          int32_t c = next[x];
+          while (c < a.row_ptr[r + 1] && local[a.col_idx[c]] < last) ++c;
+          cursor[l] = c;
+          steps = std::max(steps, c - next[x]);
+        }
+        steps = (steps + p.unroll - 1) / p.unroll * p.unroll;
+        const size_t seg_begin = out.ell.size() / 2;
+        out.ell.resize(out.ell.size() + static_cast<size_t>(steps) * kWarp * 2);
+        for (int32_t l = 0; l < kWarp; ++l) {
+          const int32_t x = w * kWarp + l;
+          int32_t c = x < nrows ? next[x] : 0;
+          for (int32_t step = 0; step < steps; ++step) {
+            const size_t e = (seg_begin + static_cast<size_t>(step) * kWarp + l) * 2;
+            if (x < nrows && c < cursor[l]) {
+              out.ell[e] = std::bit_cast<uint32_t>(a.values[c]);
+              out.ell[e + 1] = static_cast<uint32_t>(local[a.col_idx[c]] - first) * row_bytes;
+              ++c;
+            } else {
+              out.ell[e] = 0;  // +0.0f
+              out.ell[e + 1] = zero_row;
+            }
+          }
+          if (x < nrows) next[x] = cursor[l];
+        }
+        out.stages.push_back(static_cast<uint32_t>(seg_begin));
+        out.stages.push_back(static_cast<uint32_t>(out.ell.size() / 2));
+        SPARSERT_INTERNAL_CHECK(out.ell.size() / 2 < (size_t{1} << 32), "ELL entries overflow 32-bit indices");
+      }
+    }
+    for (int32_t x = 0; x < nrows; ++x) {
+      SPARSERT_INTERNAL_CHECK(next[x] == a.row_ptr[row_of(x) + 1], "row {} not fully packed", row_of(x));
+    }
+    out.max_stages = std::max(out.max_stages, nstages);
+    out.block_stages.push_back(static_cast<uint32_t>(out.stages.size() / stage_record_words(p)));
+    for (int32_t k : footprint) local[k] = -1;
+  }
+  out.padded_entries = static_cast<int64_t>(out.ell.size() / 2);
+  // No array is empty: a zero-size device allocation is not a valid pointer to pass.
+  for (std::vector<uint32_t>* v : {&out.ell, &out.stages, &out.krows}) {
+    if (v->empty()) v->push_back(0);
+  }
+  return out;
+}
+
+inspector::WorkPlan default_stream_plan(const CsrMatrix& a, const StreamParams& p) {
+  const int32_t blocks = std::max<int32_t>(1, (a.rows + p.rows_per_block - 1) / p.rows_per_block);
+  inspector::PlanParams pp{std::min(blocks, std::max(a.rows, 1)), 1, inspector::Balance::kNonzeros, false};
+  inspector::WorkPlan plan = inspector::make_plan(a, pp);
+  if (plan.stats.max_block_rows <= p.rows_per_block) return plan;
+  pp.balance = inspector::Balance::kRows;
+  return inspector::make_plan(a, pp);
+}
+
+StreamKernel emit_stream_spmm(const CsrMatrix& a, const inspector::WorkPlan& plan, const Target& target,
+                              const StreamOptions& options) {
+  StreamKernel k;
+  k.params = options.params;
+  k.target = target;
+  k.ld = options.ld;
+  k.epilogue = StreamEpilogueKind{options.epilogue.activation, options.epilogue.clamp};
+  k.name = options.name;
+  k.ptx = emit_stream_spmm_ptx(options.params, target, options.ld, k.epilogue, options.name);
+  k.weights = pack_stream_weights(a, plan, options.params, options.epilogue.bias);
+  return k;
+}
+
+nlohmann::json StreamKernel::sidecar() const {
+  auto arr = [](const char* n, const char* what, size_t count) {
+    return nlohmann::json{{"name", n}, {"type", "u64"}, {"what", what}, {"bytes", 4 * count}};
+  };
+  return {{"format", "sparsert-stream-kernel/1"},
+          {"generator", kStreamGeneratorVersion},
+          {"entry", name},
+          {"target", target.name()},
+          {"ptx_version", target.ptx_version()},
+          {"shape", {{"m", weights.m}, {"k", weights.k}, {"ld", ld}}},
+          {"params_tile", to_json(params)},
+          {"epilogue",
+           {{"relu", epilogue.activation == Activation::kRelu},
+            {"clamp", epilogue.clamp ? nlohmann::json(*epilogue.clamp) : nlohmann::json(nullptr)}}},
+          {"params",
+           nlohmann::json::array({{{"name", "B"}, {"type", "u64"}, {"what", "global f32*, k x ld, row-major"}},
+                                  {{"name", "C"}, {"type", "u64"}, {"what", "global f32*, m x ld, row-major"}},
+                                  {{"name", "N"}, {"type", "u32"}, {"what", "active columns, 1 <= N <= ld"}},
+                                  arr("ell", "u32 pairs {weight bits, tile byte offset}", weights.ell.size()),
+                                  arr("stages", "u32 stage records", weights.stages.size()),
+                                  arr("block_stages", "u32 per block + 1", weights.block_stages.size()),
+                                  arr("krows", "u32 staged B rows", weights.krows.size()),
+                                  arr("slots", "u32 pairs {row of C, bias bits}", weights.slots.size())})},
+          {"launch",
+           {{"block", {stream_block_x(params), stream_block_y(params), 1}},
+            {"grid_x", fmt::format("ceil(N / {})", params.n_tile)},
+            {"grid_y", weights.blocks},
+            {"static_shared_bytes", stream_shared_bytes(params)}}},
+          {"nnz", weights.nnz},
+          {"padded_entries", weights.padded_entries}};
+}
+
+// ---- selection rule ----
+
+std::string to_string(KernelKind k) { return k == KernelKind::kBaked ? "baked" : "streamed"; }
+
+KernelKind parse_kernel_kind(const std::string& s, const std::string& field) {
+  if (s == "baked") return KernelKind::kBaked;
+  if (s == "streamed") return KernelKind::kStreamed;
+  throw UserError(field, fmt::format("'{}' is not one of: baked, streamed", s));
+}
+
+KernelChoice choose_kernel_kind(const CsrMatrix& a, int32_t n, const Target& target, const KernelChoiceOptions& o) {
+  (void)n;
+  (void)target;
+  KernelChoice c;
+  const int64_t nnz = a.nnz();
+  c.estimated_baked_code_bytes = static_cast<int64_t>(std::llround(static_cast<double>(nnz) *
+                                                                   kBakedSassBytesPerNonzero));
+  if (o.force) {
+    c.kind = *o.force;
+    c.reason = fmt::format("forced {}", to_string(*o.force));
+  } else if (nnz > o.max_baked_nnz) {
+    c.kind = KernelKind::kStreamed;
+    c.reason = fmt::format("{} nonzeros > {} per baked layer (~{} KB of baked code)", nnz, o.max_baked_nnz,
+                           c.estimated_baked_code_bytes / 1024);
+  } else if (o.network_baked_nnz + nnz > o.max_network_baked_nnz) {
+    c.kind = KernelKind::kStreamed;
+    c.reason = fmt::format("network baked budget: {} + {} nonzeros > {}", o.network_baked_nnz, nnz,
+                           o.max_network_baked_nnz);
+  } else {
+    c.kind = KernelKind::kBaked;
+    c.reason = fmt::format("{} nonzeros fit the per-layer ({}) and network ({} of {} used) budgets", nnz,
+                           o.max_baked_nnz, o.network_baked_nnz, o.max_network_baked_nnz);
+  }
+  return c;
+}
+
+}  // namespace sparsert::codegen
