@@ -118,7 +118,7 @@ NpyArray read_npy(const std::filesystem::path& path) {
       arr.values[i] = f;
     }
   } else {
-    std::memcpy(arr.values.data(), p, need);
+    if (need > 0) std::memcpy(arr.values.data(), p, need);  // an empty array's data() may be null
   }
   return arr;
 }

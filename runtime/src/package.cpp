@@ -18,6 +18,7 @@ void put(std::string& out, const T& v) {
 }
 template <typename T>
 void put_all(std::string& out, const std::vector<T>& v) {
+  if (v.empty()) return;
   out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
 }
 
@@ -35,6 +36,7 @@ class Reader {
   template <typename T>
   std::vector<T> get_all(size_t count, const char* field) {
     std::vector<T> v(count);
+    if (count == 0) return v;  // v.data() may be null, which memcpy must not see
     need(count * sizeof(T), field);
     std::memcpy(v.data(), bytes_.data() + pos_, count * sizeof(T));
     pos_ += count * sizeof(T);

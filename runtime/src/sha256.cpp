@@ -55,6 +55,7 @@ void Sha256::block(const uint8_t* p) {
 }
 
 Sha256& Sha256::update(const void* data, size_t bytes) {
+  if (bytes == 0) return *this;  // data may be null then (an empty vector's data()), and memcpy must not see it
   const auto* p = static_cast<const uint8_t*>(data);
   total_ += bytes;
   if (buf_len_ > 0) {
