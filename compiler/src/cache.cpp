@@ -28,6 +28,16 @@ std::string kernel_cache_key(const CsrMatrix& a, const Epilogue& ep, const codeg
   return h.hex();
 }
 
+std::string stream_cache_key(const codegen::StreamParams& p, const codegen::StreamEpilogueKind& ep, int32_t n,
+                             const codegen::Target& target, const std::string& toolkit) {
+  Sha256 h;
+  h.field(codegen::kStreamGeneratorVersion).field(codegen::to_json(p).dump());
+  h.field(ep.activation == Activation::kRelu ? "relu" : "none");
+  h.field(ep.clamp ? fmt::format("{:a}", *ep.clamp) : "noclamp");
+  h.field(std::to_string(n)).field(target.name()).field(toolkit);
+  return h.hex();
+}
+
 std::filesystem::path KernelCache::default_dir() {
   if (const char* d = std::getenv("SPARSERT_CACHE_DIR"); d && *d) return d;
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::filesystem::path(x) / "sparsert";

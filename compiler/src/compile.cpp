@@ -51,6 +51,8 @@ class Progress {
 struct Job {
   size_t layer;
   codegen::Target target;
+  bool streamed = false;
+  std::optional<size_t> streamed_alias;  // an earlier job of this compile with the same streamed key
   std::string key;
   codegen::TileParams tile;
   std::string tile_source;
@@ -108,10 +110,30 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
                       parent.string());
 
   KernelCache cache(options.cache_dir);
+  // Baked or streamed, per layer, in network order (the rule budgets the network's baked code).
+  std::vector<codegen::KernelChoice> kinds;
+  int64_t baked_nnz = 0;
+  for (const LoadedLayer& l : layers) {
+    codegen::KernelChoiceOptions ko;
+    ko.force = options.kernel_kind;
+    ko.network_baked_nnz = baked_nnz;
+    kinds.push_back(codegen::choose_kernel_kind(l.a, l.desc.n, options.targets.front(), ko));
+    if (kinds.back().kind == codegen::KernelKind::kBaked) baked_nnz += l.a.nnz();
+  }
   std::vector<Job> jobs;
   for (size_t li = 0; li < layers.size(); ++li) {
     for (const codegen::Target& target : options.targets) {
-      Job job{li, target, {}, {}, "heuristic", std::nullopt, {}, {}, 0.0};
+      Job job{li, target, false, std::nullopt, {}, {}, "heuristic", std::nullopt, {}, {}, 0.0};
+      if (kinds[li].kind == codegen::KernelKind::kStreamed) {
+        const LayerDesc& d = layers[li].desc;
+        codegen::check_stream_params(options.stream_params, d.n, target);
+        job.streamed = true;
+        job.tile_source = "streamed";
+        job.key = stream_cache_key(options.stream_params, {d.activation, d.clamp}, d.n, target, toolkit);
+        job.cached = cache.find(job.key);
+        jobs.push_back(std::move(job));
+        continue;
+      }
       std::optional<codegen::TileParams> tuned;
       if (options.tiles) tuned = options.tiles(layers[li], target);
       job.tile = tuned ? *tuned : codegen::default_tile_params(layers[li].a, layers[li].desc.n, target);
@@ -130,9 +152,28 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
   std::vector<Task> tasks;
   for (size_t j = 0; j < jobs.size(); ++j) {
     Job& job = jobs[j];
-    if (job.cached) continue;
+    if (job.cached || job.streamed_alias) continue;
     const LoadedLayer& l = layers[job.layer];
     const auto te = Clock::now();
+    if (job.streamed) {
+      const codegen::StreamParams& sp = options.stream_params;
+      CachedEntry ce;
+      ce.name = "sparsert_stream";  // shared by every layer with these parameters, so it names none of them
+      ce.ptx = codegen::emit_stream_spmm_ptx(sp, job.target, l.desc.n, {l.desc.activation, l.desc.clamp}, ce.name);
+      ce.resources.shared_bytes = codegen::stream_shared_bytes(sp);
+      job.emit_seconds = since(te);
+      job.built.key = job.key;
+      job.built.block_x = codegen::stream_block_x(sp);
+      job.built.block_y = codegen::stream_block_y(sp);
+      job.built.n_tile = sp.n_tile;
+      job.built.entries.push_back(std::move(ce));
+      if (assemble) tasks.push_back({j, 0});
+      // Two layers of one compile can share the key: the second takes the first's result instead of rebuilding.
+      for (size_t other = j + 1; other < jobs.size(); ++other) {
+        if (jobs[other].key == job.key && !jobs[other].cached) jobs[other].streamed_alias = j;
+      }
+      continue;
+    }
     codegen::SpmmOptions opt;
     opt.tile = job.tile;
     opt.ld = l.desc.n;
@@ -217,12 +258,30 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       pl.weights_file = fmt::format("layer{}.csr", li);
       write_layer_weights(tmp / pl.weights_file, LayerWeights{l.a, l.desc.bias});
       pkg.sha256[pl.weights_file] = sha256_hex(read_file(tmp / pl.weights_file));
+      std::optional<codegen::StreamWeights> stream_weights;
+      if (kinds[li].kind == codegen::KernelKind::kStreamed) {
+        // The weights travel in arrays the kernel streams; they depend on the layer, not the target.
+        pl.kind = "streamed";
+        stream_weights = codegen::pack_stream_weights(
+            l.a, codegen::default_stream_plan(l.a, options.stream_params), options.stream_params, l.desc.bias);
+        const std::pair<const char*, const std::vector<uint32_t>*> arrays[] = {
+            {"ell", &stream_weights->ell},
+            {"stages", &stream_weights->stages},
+            {"block_stages", &stream_weights->block_stages},
+            {"krows", &stream_weights->krows},
+            {"slots", &stream_weights->slots}};
+        for (const auto& [what, data] : arrays) {
+          const std::string file = fmt::format("layer{}.{}.u32", li, what);
+          add_file(file, std::string_view(reinterpret_cast<const char*>(data->data()), data->size() * 4));
+          pl.arrays.push_back(file);
+        }
+      }
       for (Job& job : jobs) {
         if (job.layer != li) continue;
-        const bool hit = job.cached.has_value();
-        const CachedKernel& k = hit ? *job.cached : job.built;
-        if (!hit && assemble) cache.store(job.built);
-        if (!hit && !assemble) cache.store(job.built);
+        const Job& owner = job.streamed_alias ? jobs[*job.streamed_alias] : job;
+        const bool hit = owner.cached.has_value();
+        const CachedKernel& k = hit ? *owner.cached : owner.built;
+        if (!hit && !job.streamed_alias) cache.store(job.built);
         // Tile parameters (hence launch shapes) may differ per target only in ways the manifest does not carry
         // per target; the heuristic gives every target the same, and tuned results are checked here.
         if (pl.entries.empty()) {
@@ -232,6 +291,10 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
           pl.tile = codegen::to_json(job.tile);
           pl.cache_key = k.key;
           for (const CachedEntry& ce : k.entries) pl.entries.push_back({ce.name, ce.block_begin, ce.block_end, {}, {}, {}});
+          if (stream_weights) {
+            pl.tile = codegen::to_json(options.stream_params);
+            pl.entries.front().block_end = stream_weights->blocks;  // the shared entry covers this layer's blocks
+          }
         }
         SPARSERT_INTERNAL_CHECK(k.entries.size() == pl.entries.size() && k.block_x == pl.block_x &&
                                     k.block_y == pl.block_y && k.n_tile == pl.n_tile,
@@ -242,8 +305,10 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
         r.cache_hit = hit;
         r.entries = static_cast<int>(k.entries.size());
         r.emit_seconds = job.emit_seconds;
-        r.tile = codegen::to_json(job.tile);
+        r.tile = stream_weights ? codegen::to_json(options.stream_params) : codegen::to_json(job.tile);
         r.tile_source = job.tile_source;
+        r.kind = codegen::to_string(kinds[li].kind);
+        r.kind_reason = kinds[li].reason;
         for (size_t e = 0; e < k.entries.size(); ++e) {
           const CachedEntry& ce = k.entries[e];
           const std::string base = fmt::format("layer{}.e{}.{}", li, e, job.target.name());
@@ -258,6 +323,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
           r.max_registers = std::max(r.max_registers, ce.resources.registers);
         }
         for (const auto& e : job.kernel.entries) r.fmas += e.fmas;
+        if (stream_weights) r.fmas = l.a.nnz();
         report.hits += hit;
         report.misses += !hit;
         report.layers.push_back(std::move(r));

@@ -31,6 +31,8 @@ struct LoadedEntry {
 
 struct LoadedLayer {
   std::vector<LoadedEntry> entries;
+  std::vector<cuda::DeviceBuffer> arrays;  // a streamed layer's weights, passed after B, C and N
+  std::vector<CUdeviceptr> array_ptrs;
   unsigned block_x = 0, block_y = 0, n_tile = 0;
   int32_t m = 0, k = 0;
 };
@@ -76,6 +78,13 @@ struct GpuNetwork::Impl {
       ll.m = pl.m;
       ll.k = pl.k;
       std::string note;
+      for (const std::string& f : pl.arrays) {
+        const std::string bytes = read_file(p.dir / f);
+        SPARSERT_USER_CHECK(!bytes.empty(), (p.dir / f).string(), "empty weight array");
+        ll.arrays.emplace_back(bytes.size());
+        ll.arrays.back().upload(bytes.data(), bytes.size());
+        ll.array_ptrs.push_back(ll.arrays.back().get());
+      }
       for (const PackageEntry& e : pl.entries) {
         LoadedEntry le;
         le.name = e.name;
@@ -115,9 +124,11 @@ struct GpuNetwork::Impl {
   void launch_layer(size_t li, CUdeviceptr in, CUdeviceptr out, uint32_t n) {
     const LoadedLayer& l = layers[li];
     const unsigned gx = (n + l.n_tile - 1) / l.n_tile;
+    std::vector<void*> params = {&in, &out, &n};
+    std::vector<CUdeviceptr> arrays = l.array_ptrs;  // cuLaunchKernel reads the values through these pointers
+    for (CUdeviceptr& a : arrays) params.push_back(&a);
     for (const LoadedEntry& e : l.entries) {
-      void* params[] = {&in, &out, &n};
-      cuda::launch(e.fn, e.name, gx, e.grid_y, l.block_x, l.block_y, *stream, params);
+      cuda::launch(e.fn, e.name, gx, e.grid_y, l.block_x, l.block_y, *stream, params.data());
     }
   }
 

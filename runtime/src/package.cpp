@@ -131,6 +131,8 @@ nlohmann::json manifest_json(const Package& p) {
                          {"resources", res}});
     }
     nlohmann::json lj = {{"name", l.name},
+                         {"kind", l.kind},
+                         {"arrays", l.arrays},
                          {"m", l.m},
                          {"k", l.k},
                          {"weights", l.weights_file},
@@ -184,6 +186,11 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     const nlohmann::json& lj = layers[i];
     PackageLayer l;
     l.name = get_as<std::string>(lj, lw, "name");
+    l.kind = get_as<std::string>(lj, lw, "kind");
+    SPARSERT_USER_CHECK(l.kind == "baked" || l.kind == "streamed", lw + ".kind", "'{}' is not baked or streamed",
+                        l.kind);
+    l.arrays = get_as<std::vector<std::string>>(lj, lw, "arrays");
+    SPARSERT_USER_CHECK(l.kind == "streamed" || l.arrays.empty(), lw + ".arrays", "a baked layer has no arrays");
     l.m = get_as<int32_t>(lj, lw, "m");
     l.k = get_as<int32_t>(lj, lw, "k");
     l.weights_file = get_as<std::string>(lj, lw, "weights");
@@ -234,6 +241,7 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     };
     for (const PackageLayer& l : p.layers) {
       listed(l.weights_file, "weights");
+      for (const std::string& f : l.arrays) listed(f, "weight array");
       for (const PackageEntry& e : l.entries) {
         for (const auto& [t, f] : e.ptx) listed(f, "PTX");
         for (const auto& [t, f] : e.cubin) listed(f, "cubin");

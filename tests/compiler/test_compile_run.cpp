@@ -268,3 +268,38 @@ TEST(CompileRun, BadPackagesAndInputs) {
   EXPECT_NE(msg.find("package has kernels for sm_100 only"), std::string::npos) << msg;
   EXPECT_NE(msg.find("is sm_90"), std::string::npos) << msg;
 }
+
+TEST(CompileRun, StreamedLayersRunThroughTheEmulatedDriver) {
+  ScratchDir dir;
+  const auto layers = load_network(read_network(write_network(dir)));
+  CompileOptions o = options(dir, {"sm_90"});
+  o.kernel_kind = codegen::KernelKind::kStreamed;
+  o.stream_params.rows_per_block = 32;
+  o.stream_params.n_tile = 8;
+  o.stream_params.cols_per_thread = 4;
+  o.stream_params.stage_rows = 16;
+  const CompileReport r = compile_network(layers, dir / "pkg", o);
+  ASSERT_EQ(r.layers.size(), 3u);
+  EXPECT_EQ(r.layers[0].kind, "streamed");
+  // The three layers differ in their epilogue (ReLU, ReLU + clamp, none): three kernels. The streamed code does not
+  // depend on the matrix or the bias, so another network with the same epilogues finds all three in the cache.
+  EXPECT_EQ(r.misses, 3);
+  ScratchDir dir2;
+  const auto other = load_network(read_network(write_network(dir2, -0.2f)));
+  EXPECT_EQ(compile_network(other, dir2 / "pkg", o).hits, 3);
+  const Package pkg = load_package(dir / "pkg");
+  EXPECT_EQ(pkg.layers[1].kind, "streamed");
+  EXPECT_EQ(pkg.layers[1].arrays.size(), 5u);
+  GpuNetwork net(pkg);
+  for (int32_t n : {20, 9}) {
+    const DenseTensor x = input(48, n);
+    EXPECT_LE(max_relative_error(net.run(x), reference(layers, x)), 1e-5) << "n = " << n;
+  }
+  // Mixed: the rule bakes layers until the network budget is spent, then streams.
+  CompileOptions mixed = options(dir, {"sm_90"});
+  mixed.stream_params = o.stream_params;
+  const CompileReport auto_kinds = compile_network(layers, dir / "pkg2", mixed);
+  EXPECT_EQ(auto_kinds.layers[0].kind, "baked");
+  const DenseTensor x = input(48, 20);
+  EXPECT_LE(max_relative_error(GpuNetwork(load_package(dir / "pkg2")).run(x), reference(layers, x)), 1e-5);
+}

@@ -24,6 +24,7 @@ struct CompileArgs {
   bool ptx_only = false;
   bool quiet = false;
   bool tune = false;
+  std::string kernel = "auto";
   std::string gc_dir;
   int32_t gc_neurons = 1024, gc_layers = 120, gc_n = 1200;
   bool no_tuning_db = false;
@@ -72,6 +73,11 @@ Action add_compile(CLI::App& app) {
   sub->add_option("-j,--threads", args->threads, "Assembler threads (0: one per core)")->default_val(0);
   sub->add_flag("--ptx-only", args->ptx_only, "Skip cubins (the driver JIT-compiles the PTX at load)");
   sub->add_flag("-q,--quiet", args->quiet, "No progress output");
+  sub->add_option("--kernel", args->kernel,
+                  "baked (weights in the instructions), streamed (weights read from memory), or auto: bake layers "
+                  "up to 65536 nonzeros while the network's baked total stays under 2^20, stream the rest")
+      ->check(CLI::IsMember({"auto", "baked", "streamed"}))
+      ->default_val("auto");
   sub->add_flag("--tune", args->tune, "Tune (model mode without a GPU) every layer the tuning database lacks first");
   sub->add_option("--tuning-db", args->tuning_db, "Tuning database (default: $SPARSERT_CACHE_DIR/tuning.json or "
                   "~/.cache/sparsert/tuning.json); compile uses its parameters wherever it has an entry");
@@ -89,6 +95,7 @@ Action add_compile(CLI::App& app) {
     opt.threads = args->threads;
     opt.assemble = !args->ptx_only;
     opt.progress = !args->quiet;
+    if (args->kernel != "auto") opt.kernel_kind = codegen::parse_kernel_kind(args->kernel, "--kernel");
     SPARSERT_USER_CHECK(!(args->tune && args->no_tuning_db), "--tune", "cannot be combined with --no-tuning-db");
     auto tuned = std::make_shared<int>(0);
     if (!args->no_tuning_db) {
@@ -119,9 +126,10 @@ Action add_compile(CLI::App& app) {
     }
     const compiler::CompileReport r = compiler::compile_network(layers, args->output, opt);
     for (const auto& l : r.layers) {
-      fmt::print("{:<10} {}  {}  {} entr{}  emit {:.3f} s  assemble {:.2f} s  registers {}  tile {} ({})\n", l.layer,
-                 l.target, l.cache_hit ? "cache hit " : "compiled  ", l.entries, l.entries == 1 ? "y" : "ies",
-                 l.emit_seconds, l.assemble_seconds, l.max_registers, l.tile.dump(), l.tile_source);
+      fmt::print("{:<10} {}  {:<8} {}  {} entr{}  emit {:.3f} s  assemble {:.2f} s  registers {}  tile {} ({})\n",
+                 l.layer, l.target, l.kind, l.cache_hit ? "cache hit " : "compiled  ", l.entries,
+                 l.entries == 1 ? "y" : "ies", l.emit_seconds, l.assemble_seconds, l.max_registers, l.tile.dump(),
+                 l.tile_source);
     }
     if (r.ptx_only) fmt::print("package is PTX only: {}\n", r.ptx_only_reason);
     if (*tuned > 0) fmt::print("{} layer/target pair{} used tuned parameters from the tuning database\n", *tuned,

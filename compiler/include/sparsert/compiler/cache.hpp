@@ -5,6 +5,7 @@
 // with their checksums. Entries are written to a temporary directory and renamed into place, so concurrent compiles
 // never see half an entry; an entry whose files do not match their checksums is discarded and rebuilt.
 #include "sparsert/codegen/spmm.hpp"
+#include "sparsert/codegen/stream_spmm.hpp"
 #include "sparsert/runtime/package.hpp"
 
 #include <filesystem>
@@ -30,6 +31,10 @@ struct CachedKernel {
 };
 
 std::string kernel_cache_key(const CsrMatrix& a, const Epilogue& ep, const codegen::TileParams& tile, int32_t n,
+                             const codegen::Target& target, const std::string& toolkit);
+// The weight-streaming kernel's code does not depend on the matrix or the bias (they travel in arrays), so its key
+// leaves them out and every layer with the same parameters shares one entry.
+std::string stream_cache_key(const codegen::StreamParams& p, const codegen::StreamEpilogueKind& ep, int32_t n,
                              const codegen::Target& target, const std::string& toolkit);
 
 class KernelCache {

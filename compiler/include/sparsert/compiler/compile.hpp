@@ -2,6 +2,7 @@
 // sparsert compile: network → package. For every layer and target: plan, emit PTX, assemble cubins through
 // nvJitLink (in process, no GPU), through the kernel cache; assembly runs on a thread pool.
 #include "sparsert/codegen/target.hpp"
+#include "sparsert/codegen/stream_spmm.hpp"
 #include "sparsert/codegen/tile.hpp"
 #include "sparsert/compiler/cache.hpp"
 #include "sparsert/compiler/network.hpp"
@@ -21,6 +22,9 @@ struct CompileOptions {
   bool progress = true;       // a progress bar on a terminal, plain lines otherwise
   bool assemble = true;       // false, or no toolkit: a PTX-only package
   TileSource tiles;           // may be empty
+  // Baked or streamed per layer: forced here, else codegen::choose_kernel_kind's rule (docs/codegen.md).
+  std::optional<codegen::KernelKind> kernel_kind;
+  codegen::StreamParams stream_params;
   std::filesystem::path cache_dir = KernelCache::default_dir();
 };
 
@@ -33,7 +37,9 @@ struct LayerTargetReport {
   double assemble_seconds = 0.0;  // summed over entries (CPU time of the assembler)
   int max_registers = 0;
   nlohmann::json tile;
-  std::string tile_source;  // "tuned" | "heuristic"
+  std::string tile_source;  // "tuned" | "heuristic" | "streamed"
+  std::string kind;         // "baked" | "streamed"
+  std::string kind_reason;
 };
 
 struct CompileReport {

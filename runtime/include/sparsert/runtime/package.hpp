@@ -38,6 +38,10 @@ struct PackageEntry {
 
 struct PackageLayer {
   std::string name;
+  // "baked": weights in the instructions; "streamed": the kernel reads them from `arrays` (uploaded once, passed
+  // after B, C and N in this order; docs/codegen.md, "The weight-streaming kernel").
+  std::string kind = "baked";
+  std::vector<std::string> arrays;
   int32_t m = 0;  // outputs (rows of A)
   int32_t k = 0;  // inputs
   std::string weights_file;
