@@ -4,6 +4,7 @@
 #include "sparsert/runtime/error.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
@@ -35,6 +36,15 @@ std::vector<int32_t> split_rows(const CsrMatrix& a, int64_t parts) {
   return cuts;
 }
 
+// A buffer of at least `count` floats starting on a cache line, so that each vector load of a packed B row touches
+// one line, not two.
+float* aligned_scratch(std::vector<float>& v, int64_t count) {
+  constexpr size_t kLine = 64 / sizeof(float);
+  if (v.size() < static_cast<size_t>(count) + kLine) v.resize(static_cast<size_t>(count) + kLine);
+  const auto addr = reinterpret_cast<uintptr_t>(v.data());
+  return v.data() + ((64 - addr % 64) % 64) / sizeof(float);
+}
+
 }  // namespace
 
 void reshape_for_overwrite(DenseTensor& t, std::vector<int64_t> shape) {
@@ -46,7 +56,7 @@ void reshape_for_overwrite(DenseTensor& t, std::vector<int64_t> shape) {
 
 CpuExecutor::CpuExecutor(CpuExecutorOptions options) : options_(options) {
   SPARSERT_USER_CHECK(options_.panel_width > 0, "panel width", "{} is not positive", options_.panel_width);
-  const int64_t w = detail::kCpuBlockWidth;
+  const int64_t w = detail::kCpuVector;
   options_.panel_width = (options_.panel_width + w - 1) / w * w;
   pool_ = std::make_unique<ThreadPool>(options_.threads);
   options_.threads = pool_->size();
@@ -95,8 +105,38 @@ void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int6
 
   // A panel of a wide B is K short rows a whole B row apart: one page each, beyond the TLB and the prefetchers.
   // Copying it to a contiguous block first costs 1/(nonzeros per row) of the arithmetic and makes the reads of
-  // every row of A sequential-ish and cache-resident.
-  const bool pack = ldb > panel;
+  // every row of A sequential-ish and cache-resident. A panel whose width is not a whole number of vectors is
+  // copied too, with its rows padded, because the kernel reads whole vectors (see detail::PanelArgs::b).
+  const bool pack = ldb > panel || detail::cpu_padded_width(std::min(panel, n)) != std::min(panel, n) ||
+                    detail::cpu_padded_width(n - (panels - 1) * panel) != n - (panels - 1) * panel;
+  const int64_t k_rows = a.cols;
+  auto pack_panel = [&](int64_t j0, int64_t width, int64_t k0, int64_t k1, float* dst) {
+    const int64_t stride = detail::cpu_padded_width(width);
+    for (int64_t k = k0; k < k1; ++k) {
+      float* row = dst + k * stride;
+      std::memcpy(row, b + k * ldb + j0, static_cast<size_t>(width) * sizeof(float));
+      // Zeros rather than whatever was there: the padding lanes are computed and dropped, and garbage could hold
+      // denormals, which are slow.
+      std::fill(row + width, row + stride, 0.0f);
+    }
+  };
+  // When row ranges share a panel, the panel is copied once for all of them, before any of them runs; otherwise
+  // each task copies its own panel just before use, while it is still in cache for the product.
+  const bool shared_pack = pack && ranges > 1;
+  const int64_t panel_floats = k_rows * detail::cpu_padded_width(panel);
+  float* packed_all = nullptr;
+  if (shared_pack) {
+    packed_all = aligned_scratch(packed_, panels * panel_floats);
+    const int64_t k_chunk = std::max<int64_t>(64, (k_rows + 4 * threads() - 1) / (4 * threads()));
+    const int64_t k_chunks = (k_rows + k_chunk - 1) / k_chunk;
+    pool_->parallel_for(panels * k_chunks, [&](int64_t t) {
+      const int64_t p = t / k_chunks;
+      const int64_t k0 = (t % k_chunks) * k_chunk;
+      const int64_t j0 = p * panel;
+      pack_panel(j0, std::min(panel, n - j0), k0, std::min(k_rows, k0 + k_chunk), packed_all + p * panel_floats);
+    });
+  }
+
   pool_->parallel_for(panels * ranges, [&](int64_t task) {
     const int64_t p = task % panels;
     const int64_t range = task / panels;
@@ -106,14 +146,15 @@ void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int6
     args.row_end = cuts[static_cast<size_t>(range) + 1];
     args.width = std::min(panel, n - j0);
     args.b = b + j0;
-    if (pack) {
-      thread_local std::vector<float> packed;
-      packed.resize(static_cast<size_t>(a.cols * args.width));
-      for (int64_t k = 0; k < a.cols; ++k) {
-        std::memcpy(packed.data() + k * args.width, b + k * ldb + j0, static_cast<size_t>(args.width) * sizeof(float));
-      }
-      args.b = packed.data();
-      args.ldb = args.width;
+    if (shared_pack) {
+      args.b = packed_all + p * panel_floats;
+      args.ldb = detail::cpu_padded_width(args.width);
+    } else if (pack) {
+      thread_local std::vector<float> own;
+      float* dst = aligned_scratch(own, k_rows * detail::cpu_padded_width(args.width));
+      pack_panel(j0, args.width, 0, k_rows, dst);
+      args.b = dst;
+      args.ldb = detail::cpu_padded_width(args.width);
     }
     args.c = c + j0;
     if (flags != nullptr) args.live = flags + range * n + j0;

@@ -10,9 +10,11 @@ struct PanelArgs {
   const float* values = nullptr;
   int32_t row_begin = 0;
   int32_t row_end = 0;
-  const float* b = nullptr;  // column 0 of this panel in row 0 of B
+  // Column 0 of this panel in row 0 of B. Every row of B must be readable for round_up(width, kCpuVector) floats:
+  // the last block loads whole vectors and drops the extra lanes, which is cheaper than a scalar or masked tail.
+  const float* b = nullptr;
   int64_t ldb = 0;
-  float* c = nullptr;        // column 0 of this panel in row 0 of C
+  float* c = nullptr;        // column 0 of this panel in row 0 of C; only `width` columns are written
   int64_t ldc = 0;
   int64_t width = 0;         // columns in the panel
   const float* bias = nullptr;  // bias of row r is bias[r * bias_stride]; null: no bias
@@ -24,7 +26,11 @@ struct PanelArgs {
 
 void cpu_spmm_panel(const PanelArgs& args);
 
-// Width of the register block of accumulators; panels are cut at multiples of it.
-inline constexpr int64_t kCpuBlockWidth = 32;
+// Floats per vector of the kernel; B's rows must be readable up to a multiple of it (see PanelArgs::b).
+inline constexpr int64_t kCpuVector = 16;
+// Widest register block: one pass over a row's nonzeros covers up to this many columns.
+inline constexpr int64_t kCpuBlockWidth = 64;
+
+inline constexpr int64_t cpu_padded_width(int64_t width) { return (width + kCpuVector - 1) / kCpuVector * kCpuVector; }
 
 }  // namespace sparsert::detail

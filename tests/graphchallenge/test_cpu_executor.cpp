@@ -93,7 +93,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{257, 129, 97, 0.05, 7, 40},   // many threads, more than the panels
                       Shape{8, 300, 1000, 0.02, 16, 3},   // more threads than rows: the rows cannot all be split
                       Shape{50, 50, 64, 0.0, 2, 0},       // no nonzeros: C is the epilogue of the bias alone
-                      Shape{40, 30, 130, 1.0, 2, 40}),    // every row empty
+                      Shape{40, 30, 130, 1.0, 2, 40},     // every row empty
+                      // The register blocks of 1 to 4 vectors, each with rows long enough to run the nonzero-unrolled
+                      // loop and its remainder; widths off the vector size make B's rows padded copies.
+                      Shape{90, 515, 49, 0.3, 1, 0},      // four vectors, 15 padding lanes, one task per panel
+                      Shape{90, 515, 49, 0.3, 2, 3},      // the same with row ranges sharing one padded copy of B
+                      Shape{61, 203, 48, 0.25, 1, 0},     // three whole vectors: B used in place, no copy
+                      Shape{61, 203, 48, 0.25, 3, 0},
+                      Shape{70, 333, 196, 0.2, 2, 0},     // three panels of 64 and a 4-column one
+                      Shape{45, 257, 16, 0.4, 2, 0},      // exactly one vector
+                      Shape{45, 257, 23, 0.4, 1, 0}),     // two vectors, the second mostly padding
     [](const ::testing::TestParamInfo<Shape>& info) {
       const Shape& s = info.param;
       return fmt::format("m{}_k{}_n{}_t{}_empty{}", s.m, s.k, s.n, s.threads, s.empty_rows);

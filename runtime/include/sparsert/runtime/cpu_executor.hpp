@@ -21,7 +21,7 @@ namespace sparsert {
 
 struct CpuExecutorOptions {
   int threads = 0;           // participants, the caller included; 0: std::thread::hardware_concurrency()
-  int64_t panel_width = 64;  // columns of B per task; rounded up to a multiple of the register block (32)
+  int64_t panel_width = 64;  // columns of B per task; rounded up to a multiple of the vector (16)
 };
 
 class CpuExecutor {
@@ -53,6 +53,7 @@ class CpuExecutor {
   std::unique_ptr<ThreadPool> pool_;
   DenseTensor scratch_;               // the uncompacted product of spmm_live
   std::vector<int32_t> live_flags_;   // per (row range, column) flags of spmm_live
+  std::vector<float> packed_;         // B's panels, copied once when several row ranges share each panel
 };
 
 // Gives `t` the shape `shape`, keeping its allocation when it is large enough; the contents are unspecified.
