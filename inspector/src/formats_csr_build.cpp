@@ -6,7 +6,7 @@
 
 namespace sparsert::inspector::detail {
 
-CsrMatrix csr_from_entries(int32_t rows, int32_t cols, std::vector<Triplet> entries, DuplicatePolicy duplicates,
+CsrMatrix csr_from_entries(int32_t rows, int32_t cols, std::vector<Triplet>& entries, DuplicatePolicy duplicates,
                            const std::string& path, const std::function<std::vector<int64_t>()>& entry_lines) {
   SPARSERT_USER_CHECK(entries.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()), path,
                       "{} nonzeros overflow 32-bit indices", entries.size());
@@ -37,7 +37,7 @@ CsrMatrix csr_from_entries(int32_t rows, int32_t cols, std::vector<Triplet> entr
   return csr_from_triplets(rows, cols, std::move(entries), duplicates, path, &lines);
 }
 
-std::vector<int64_t> nonblank_lines(const std::string& buffer) {
+std::vector<int64_t> nonblank_lines(std::string_view buffer) {
   std::vector<int64_t> lines;
   int64_t line = 1;
   bool content = false;

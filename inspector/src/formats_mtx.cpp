@@ -97,7 +97,7 @@ namespace detail {
 CsrMatrix read_mtx_impl(const std::filesystem::path& path, const ValueFill& fill, DuplicatePolicy duplicates,
                         bool* generated) {
   const std::string where = path.string();
-  const std::string buffer = read_file(path);
+  const FileBytes buffer = read_file_bytes(path);
   SPARSERT_USER_CHECK(!buffer.empty(), where, "empty file");
   TextScanner s(buffer, where);
   const Banner banner = parse_banner(s);
@@ -155,7 +155,7 @@ CsrMatrix read_mtx_impl(const std::filesystem::path& path, const ValueFill& fill
   }
   if (s.skip_empty_lines()) s.fail("more entries than the {} the size line (line {}) declares", declared, size_line);
   if (generated) *generated = banner.field == Field::kPattern;
-  return csr_from_entries(static_cast<int32_t>(rows), static_cast<int32_t>(cols), std::move(entries), duplicates,
+  return csr_from_entries(static_cast<int32_t>(rows), static_cast<int32_t>(cols), entries, duplicates,
                           where, [&] { return lines; });
 }
 

@@ -39,7 +39,7 @@ void sort_rows(CsrMatrix& m, const detail::TextScanner& s, int64_t line) {
 
 CsrMatrix read_smtx(const std::filesystem::path& path, const ValueFill& fill) {
   const std::string where = path.string();
-  const std::string buffer = read_file(path);
+  const FileBytes buffer = read_file_bytes(path);
   SPARSERT_USER_CHECK(!buffer.empty(), where, "empty file");
   detail::TextScanner s(buffer, where);
 

@@ -32,34 +32,45 @@ CsrMatrix read_tsv_triples(const std::filesystem::path& path, TsvShape shape, Du
   const std::string where = path.string();
   check_shape_field(shape.rows, where, "rows");
   check_shape_field(shape.cols, where, "cols");
-  const std::string buffer = read_file(path);
+  const FileBytes buffer = read_file_bytes(path);
   SPARSERT_USER_CHECK(!buffer.empty(), where, "empty file");
   detail::TextScanner s(buffer, where);
 
-  // Reserving by line count (a vectorized pass) rather than by a bytes-per-line bound keeps the vector small
-  // enough that the allocator serves it from the heap it already has, instead of mapping (and page-faulting)
-  // fresh memory for every file: that was a third of the time of reading the Graph Challenge layers.
-  std::vector<Triplet> entries;
-  entries.reserve(detail::count_newlines(buffer) + 1);
+  // Reused by every call on a thread: a fresh vector would need sizing (a pass counting lines, or a bytes-per-line
+  // bound that overallocates) and would be page-faulted in again for every file. Huge files do not pin their
+  // memory: above 64 MiB it is given back on the way out.
+  thread_local std::vector<Triplet> entries;
+  entries.clear();
+  struct GiveBackHuge {
+    ~GiveBackHuge() {
+      if (entries.capacity() * sizeof(Triplet) > (size_t{64} << 20)) std::vector<Triplet>().swap(entries);
+    }
+  } give_back_huge;
   const int64_t row_limit = shape.rows.value_or(kMaxIndex);
   const int64_t col_limit = shape.cols.value_or(kMaxIndex);
   int64_t max_row = 0, max_col = 0;
-  while (s.skip_empty_lines()) {
-    const int64_t r = s.read_int("row");
-    const int64_t c = s.read_int("column");
-    const float v = s.read_float("value");
+  auto add = [&](int64_t r, int64_t c, float v) {
     if (r < 1 || r > row_limit) [[unlikely]] fail_index(s, "row", r, shape.rows);
     if (c < 1 || c > col_limit) [[unlikely]] fail_index(s, "column", c, shape.cols);
     max_row = r > max_row ? r : max_row;
     max_col = c > max_col ? c : max_col;
     entries.push_back({static_cast<int32_t>(r - 1), static_cast<int32_t>(c - 1), v});
+  };
+  while (true) {
+    s.index_index_value_lines(add);
+    if (!s.skip_empty_lines()) break;
+    // Whatever stopped the fast path is read here, line by line; the fast path resumes at the next line.
+    const int64_t r = s.read_int("row");
+    const int64_t c = s.read_int("column");
+    const float v = s.read_float("value");
+    add(r, c, v);
     s.finish_line();
   }
   SPARSERT_USER_CHECK(!entries.empty(), where, "no entries (the file holds only blank lines)");
   const auto rows = static_cast<int32_t>(shape.rows ? *shape.rows : max_row);
   const auto cols = static_cast<int32_t>(shape.cols ? *shape.cols : max_col);
-  return detail::csr_from_entries(rows, cols, std::move(entries), duplicates, where,
-                                  [&] { return detail::nonblank_lines(buffer); });
+  return detail::csr_from_entries(rows, cols, entries, duplicates, where,
+                                  [&] { return detail::nonblank_lines(buffer.view()); });
 }
 
 void write_tsv_triples(const std::filesystem::path& path, const CsrMatrix& a) {
@@ -75,7 +86,7 @@ void write_tsv_triples(const std::filesystem::path& path, const CsrMatrix& a) {
 
 std::vector<int32_t> read_categories(const std::filesystem::path& path) {
   const std::string where = path.string();
-  const std::string buffer = read_file(path);
+  const FileBytes buffer = read_file_bytes(path);
   SPARSERT_USER_CHECK(!buffer.empty(), where, "empty file");
   detail::TextScanner s(buffer, where);
   std::vector<int32_t> out;

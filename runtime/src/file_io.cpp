@@ -8,11 +8,17 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <random>
+#include <tuple>
+#include <utility>
 
 namespace sparsert {
 
-std::string read_file(const std::filesystem::path& path) {
+namespace {
+
+// Opens `path` for reading, with the errors both readers give.
+int open_for_read(const std::filesystem::path& path, size_t* size) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   SPARSERT_USER_CHECK(fd >= 0, path.string(), "cannot open ({})", std::strerror(errno));
   struct stat st {};
@@ -20,12 +26,18 @@ std::string read_file(const std::filesystem::path& path) {
     ::close(fd);
     throw_user_error(path.string(), "cannot read (is it a directory?)");
   }
-  std::string out;
-  out.resize(static_cast<size_t>(st.st_size));
+  *size = static_cast<size_t>(st.st_size);
+  return fd;
+}
+
+// Reads fd to its end into buf[got, cap), calling grow(got) for more room whenever it is full (files that grow,
+// or report size 0: pipes, /proc). Returns the number of bytes read; closes fd.
+template <typename Grow>
+size_t read_all(const std::filesystem::path& path, int fd, char* buf, size_t cap, Grow grow) {
   size_t got = 0;
   while (true) {
-    if (got == out.size()) out.resize(out.size() + 65536);  // files that grow or report size 0 (pipes, /proc)
-    ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    if (got == cap) std::tie(buf, cap) = grow(got);
+    ssize_t n = ::read(fd, buf + got, cap - got);
     if (n < 0) {
       if (errno == EINTR) continue;
       int e = errno;
@@ -36,7 +48,39 @@ std::string read_file(const std::filesystem::path& path) {
     got += static_cast<size_t>(n);
   }
   ::close(fd);
+  return got;
+}
+
+}  // namespace
+
+std::string read_file(const std::filesystem::path& path) {
+  size_t size = 0;
+  const int fd = open_for_read(path, &size);
+  std::string out;
+  out.resize(size);
+  const size_t got = read_all(path, fd, out.data(), out.size(), [&](size_t) {
+    out.resize(out.size() + 65536);
+    return std::pair<char*, size_t>(out.data(), out.size());
+  });
   out.resize(got);
+  return out;
+}
+
+FileBytes read_file_bytes(const std::filesystem::path& path) {
+  size_t size = 0;
+  const int fd = open_for_read(path, &size);
+  FileBytes out;
+  // One byte beyond the reported size, so that reaching the end of a regular file does not need a second buffer.
+  size_t cap = size + 1;
+  out.data_ = std::make_unique_for_overwrite<char[]>(cap + FileBytes::kPadding);
+  out.size_ = read_all(path, fd, out.data_.get(), cap, [&](size_t got) {
+    cap = cap * 2 + 65536;
+    auto bigger = std::make_unique_for_overwrite<char[]>(cap + FileBytes::kPadding);
+    std::memcpy(bigger.get(), out.data_.get(), got);
+    out.data_ = std::move(bigger);
+    return std::pair<char*, size_t>(out.data_.get(), cap);
+  });
+  std::memset(out.data_.get() + out.size_, 0, FileBytes::kPadding);
   return out;
 }
 

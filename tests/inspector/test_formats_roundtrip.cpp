@@ -3,6 +3,7 @@
 #include "sparsert/runtime/npy.hpp"
 #include "test_formats_util.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -201,6 +202,62 @@ TEST(FormatsFloatParsing, MatchesFromCharsOnRandomStrings) {
     if (x != y && mismatches++ < 5) ADD_FAILURE() << "value #" << i << ": " << a.values[i] << " vs " << expect[i];
   }
   EXPECT_EQ(mismatches, 0u);
+}
+
+// The .tsv reader takes machine-written lines ("INDEX<TAB>INDEX<TAB>VALUE<LF>") on a fast path that finds tabs and
+// line ends in 64-byte windows and reuses the value of a token equal to the previous one; everything else goes
+// through the general scanner. Random mixes of both kinds of line, lines across window edges, long lines, 9-digit
+// indices and value tokens that repeat or nearly repeat must all read as the spelling says, and an error after
+// them must still name its line.
+TEST(FormatsTsv, FastAndGeneralLinesReadAlike) {
+  std::mt19937_64 rng(777);
+  const std::vector<std::string> tokens = {"0.5",          "0.50",       "0.55",    "5e-1",   "6.250000e-02",
+                                           "6.250001e-02", "-0.25",      "1",       "16777217", "0.0625",
+                                           "1e-45",        "+3",         "0",       "-0",     "1.5E+2",
+                                           "0.500000000000000000000000000000000000000000000000000000000001"};
+  std::vector<Triplet> expect;
+  std::string text;
+  int line = 1;
+  for (int32_t k = 0; k < 20000; ++k) {
+    if (rng() % 50 == 0) {
+      text += rng() % 2 ? "\n" : " \t \n";
+      ++line;
+    }
+    const int32_t row = 1 + static_cast<int32_t>(rng() % 40);
+    const int32_t col = k + 1 + (k % 7 == 0 ? 100000000 : 0);  // distinct; every 7th has 9 digits
+    const std::string& tok = tokens[rng() % 4 == 0 ? rng() % tokens.size() : rng() % 3];
+    float v = 0;
+    const char* b = tok.data() + ((tok[0] == '-' || tok[0] == '+') ? 1 : 0);
+    std::from_chars(b, tok.data() + tok.size(), v);
+    expect.push_back({row - 1, col - 1, tok[0] == '-' ? -v : v});
+    const bool odd = rng() % 10 == 0;  // a line only the general scanner takes
+    const std::string r = odd && rng() % 2 ? "00" + std::to_string(row) : std::to_string(row);
+    const char* sep = odd && rng() % 2 ? " " : "\t";
+    const char* end = odd && rng() % 2 ? "\r\n" : "\n";
+    text += r + sep + std::to_string(col) + "\t" + tok + end;
+    ++line;
+  }
+  TempDir d;
+  auto good = d.write("good.tsv", text);
+  int32_t max_row = 0, max_col = 0;
+  for (const Triplet& t : expect) {
+    max_row = std::max(max_row, t.row + 1);
+    max_col = std::max(max_col, t.col + 1);
+  }
+  const CsrMatrix want = csr_from_triplets(max_row, max_col, expect, DuplicatePolicy::kError, "expected");
+  const CsrMatrix got = read_tsv_triples(good);
+  EXPECT_EQ(got.rows, want.rows);
+  EXPECT_EQ(got.cols, want.cols);
+  EXPECT_EQ(got.row_ptr, want.row_ptr);
+  EXPECT_EQ(got.col_idx, want.col_idx);
+  ASSERT_EQ(got.values.size(), want.values.size());
+  for (size_t i = 0; i < want.values.size(); ++i) {
+    ASSERT_EQ(std::signbit(got.values[i]), std::signbit(want.values[i])) << i;
+    ASSERT_EQ(got.values[i], want.values[i]) << i;
+  }
+  auto bad = d.write("bad.tsv", text + "3\t0\t0.5\n");
+  testing::expect_user_error([&] { read_tsv_triples(bad); }, testing::at(bad, line),
+                             "column 0 out of range: indices are 1-based");
 }
 
 TEST(FormatsFloatParsing, UnderflowRoundsToZeroNotAnError) {

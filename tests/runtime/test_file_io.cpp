@@ -33,3 +33,29 @@ TEST(FileIo, ErrorsNameThePath) {
   }
   EXPECT_THROW(read_file(dir.path()), UserError);
 }
+
+TEST(FileIo, ReadFileBytesMatchesReadFileAndIsPadded) {
+  ScratchDir dir;
+  std::string content;
+  for (int i = 0; i < 100000; ++i) content += static_cast<char>('a' + i % 26);
+  write_file_atomic(dir / "big.txt", content);
+  write_file_atomic(dir / "empty.txt", "");
+  // /proc files report size 0 and are read by growing the buffer.
+  const std::filesystem::path proc = "/proc/self/maps";
+  for (const std::filesystem::path& p : {dir / "big.txt", dir / "empty.txt", proc}) {
+    const FileBytes b = read_file_bytes(p);
+    const std::string s = read_file(p);
+    if (p != proc) EXPECT_EQ(b.view(), s) << p;  // the maps change between the two reads
+    EXPECT_EQ(b.empty(), b.size() == 0) << p;
+    for (size_t i = 0; i < FileBytes::kPadding; ++i) ASSERT_EQ(b.data()[b.size() + i], '\0') << p << " +" << i;
+  }
+  EXPECT_GT(read_file_bytes(proc).size(), 0u);
+  EXPECT_EQ(read_file_bytes(dir / "big.txt").view(), content);
+  try {
+    read_file_bytes(dir / "nope");
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("nope: cannot open"), std::string::npos);
+  }
+  EXPECT_THROW(read_file_bytes(dir.path()), UserError);
+}
