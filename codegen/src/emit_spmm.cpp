@@ -289,7 +289,7 @@ class EntryEmitter {
     shared_slots_ = std::max(shared_slots_, slots);
     if (gy_ == 1) {
       std::vector<char> any = touched[0];
-      emit_epilogue(block, 0, 1, any, {});
+      emit_epilogue(bi, block, 0, 1, any, {});
       b_.inst("bra.uni", {Symbol{"$done"}});
       return;
     }
@@ -302,7 +302,7 @@ class EntryEmitter {
     for (int32_t g = 0; g < gy_; ++g) {
       b_.label(fmt::format("$b{}_e{}", bi, g));
       std::vector<char> any(static_cast<size_t>(rows), 0);
-      emit_epilogue(block, g, gy_, any, slot);
+      emit_epilogue(bi, block, g, gy_, any, slot);
       b_.inst("bra.uni", {Symbol{"$done"}});
     }
   }
@@ -351,8 +351,8 @@ class EntryEmitter {
 
   // Rows m with m % stride == g. With gy == 1 the sums are in acc already (touched); otherwise they are read from the
   // shared-memory slots in group order.
-  void emit_epilogue(const inspector::BlockPlan& block, int32_t g, int32_t stride, std::vector<char>& have,
-                     const std::vector<std::vector<int32_t>>& slot) {
+  void emit_epilogue(int32_t block_index, const inspector::BlockPlan& block, int32_t g, int32_t stride,
+                     std::vector<char>& have, const std::vector<std::vector<int32_t>>& slot) {
     const int32_t rows = block.row_end - block.row_begin;
     const Epilogue& ep = opt_.epilogue;
     b_.comment(fmt::format("epilogue{}: bias{}{}", stride > 1 ? fmt::format(" of group {}", g) : "",
@@ -389,17 +389,34 @@ class EntryEmitter {
           if (ep.clamp) b_.inst("min.f32", {v[j], v[j], F32Imm{*ep.clamp}});
         }
       }
-      const int64_t offset = static_cast<int64_t>(row) * opt_.ld * 4;
       if (cpt_ == 1) {
+        const int64_t offset = static_cast<int64_t>(row) * opt_.ld * 4;
         b_.inst("st.global.f32", {global_address(c_ptr_, offset), v[0]}, Guard{in_range_});
-      } else {
-        const Address addr = global_address(c_ptr_, offset);
-        b_.inst(fmt::format("st.global{}.f32", vec_suffix(cpt_)), {addr, vop}, Guard{full_});
-        for (int j = 0; j < cpt_; ++j) {
-          b_.inst("st.global.f32", {Address{addr.base, addr.offset + 4 * j}, v[j]}, Guard{partial_[j]});
-        }
       }
     }
+    if (cpt_ == 1) return;
+    // Wider threads store whole vectors when all their columns are below N, else one predicated scalar per column.
+    // The two cases are separate paths (uniform except in the last column tile) so the common one does not issue
+    // the predicated-off scalar stores.
+    const std::string partial = fmt::format("$b{}_e{}_partial", block_index, g);
+    const std::string stored = fmt::format("$b{}_e{}_stored", block_index, g);
+    b_.inst("bra", {Symbol{partial}}, Guard{full_, true});
+    for (int32_t m = g; m < rows; m += stride) {
+      std::span<const Reg> v(acc_.data() + static_cast<size_t>(m) * cpt_, static_cast<size_t>(cpt_));
+      const int64_t offset = static_cast<int64_t>(plan_.row_order[block.row_begin + m]) * opt_.ld * 4;
+      b_.inst(fmt::format("st.global{}.f32", vec_suffix(cpt_)), {global_address(c_ptr_, offset), Vector{v}});
+    }
+    b_.inst("bra.uni", {Symbol{stored}});
+    b_.label(partial);
+    for (int32_t m = g; m < rows; m += stride) {
+      std::span<const Reg> v(acc_.data() + static_cast<size_t>(m) * cpt_, static_cast<size_t>(cpt_));
+      const int64_t offset = static_cast<int64_t>(plan_.row_order[block.row_begin + m]) * opt_.ld * 4;
+      const Address addr = global_address(c_ptr_, offset);
+      for (int j = 0; j < cpt_; ++j) {
+        b_.inst("st.global.f32", {Address{addr.base, addr.offset + 4 * j}, v[j]}, Guard{partial_[j]});
+      }
+    }
+    b_.label(stored);
   }
 
   std::string module_header(const SpmmEntry& e) {

@@ -6,9 +6,15 @@ namespace sparsert::codegen {
 
 TileParams default_tile_params(const CsrMatrix& a, int32_t n, const Target& target) {
   TileParams t;
-  t.cols_per_thread = 1;
-  t.n_tile = std::min(64, std::max(n, 1));
-  const int32_t rows_per_block = 64 / t.cols_per_thread;
+  // Small layers (few fmas of code either way) take 4 columns per thread: one 128-bit load feeds 4 columns, and the
+  // per-output ReLU and store, which their few nonzeros per row cannot amortise, become one vector store per 4
+  // outputs. Accumulators: 64, or 128 for those small layers, whose code size allows it.
+  const bool small = a.nnz() * 4 <= 32768 && n % 4 == 0;
+  t.cols_per_thread = small ? 4 : 1;
+  t.n_tile = std::min(32 * t.cols_per_thread, std::max(n, 1));
+  if (small) t.n_tile = std::min(128, (std::max(n, 4) + 3) / 4 * 4);
+  if (!small) t.n_tile = std::min(64, std::max(n, 1));
+  const int32_t rows_per_block = (small ? 128 : 64) / t.cols_per_thread;
   t.plan.m_blocks = std::max(1, std::min(a.rows, (a.rows + rows_per_block - 1) / rows_per_block));
   const int64_t nnz_per_block = a.nnz() / t.plan.m_blocks;
   const int32_t threads_x = t.n_tile / t.cols_per_thread;

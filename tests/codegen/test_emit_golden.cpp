@@ -120,10 +120,17 @@ CHECK: $b0_e0:
 CHECK: ld.shared.v2.f32 {%f1, %f2}, [%rd12];
 CHECK-NEXT: ld.shared.v2.f32 {%f15, %f16}, [%rd12+64];
 CHECK-NEXT: add.rn.f32 %f1, %f1, %f15;
-CHECK: @%p3 st.global.v2.f32 [%rd9], {%f1, %f2};
+CHECK: @!%p3 bra $b0_e0_partial;
+CHECK-NEXT: st.global.v2.f32 [%rd9], {%f1, %f2};
+CHECK-NEXT: st.global.v2.f32 [%rd9+320], {%f5, %f6};
+CHECK-NEXT: bra.uni $b0_e0_stored;
+CHECK-NEXT: $b0_e0_partial:
+CHECK-NEXT: @%p4 st.global.f32 [%rd9], %f1;
+CHECK-NEXT: @%p5 st.global.f32 [%rd9+4], %f2;
 CHECK: $b0_e1:
 CHECK: mov.f32 %f3, 0f00000000;
-CHECK: @%p3 st.global.v2.f32 [%rd9+160], {%f3, %f4};
+CHECK: @!%p3 bra $b0_e1_partial;
+CHECK-NEXT: st.global.v2.f32 [%rd9+160], {%f3, %f4};
 )";
   EXPECT_EQ(filecheck(ptx, patterns), "") << ptx;
   EXPECT_EQ(k.entries[0].shared_bytes, 128);

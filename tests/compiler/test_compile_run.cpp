@@ -118,20 +118,17 @@ TEST(CompileRun, CacheHitsMissesAndRecovery) {
   EXPECT_EQ(compile_network(changed, dir / "p3", o).misses, 1);
   o.tiles = [](const LoadedLayer& l, const codegen::Target& t) {
     codegen::TileParams p = codegen::default_tile_params(l.a, l.desc.n, t);
-    p.n_tile = 10;
+    p.n_tile = 2 * p.cols_per_thread;  // differs from the heuristic's tile for n = 20
     return std::optional<codegen::TileParams>(p);
   };
   EXPECT_EQ(compile_network(layers, dir / "p4", o).misses, 3);
 
-  // Corrupt one cached file: the entry is discarded and rebuilt, and the package still runs.
-  int corrupted = 0;
-  for (const auto& f : std::filesystem::recursive_directory_iterator(dir / "cache")) {
-    if (f.path().extension() == ".ptx" && corrupted == 0) {
-      std::ofstream(f.path(), std::ios::app) << "// tampered\n";
-      ++corrupted;
-    }
-  }
-  ASSERT_EQ(corrupted, 1);
+  // Corrupt one cached file (layer 1's sm_90 kernel, as p1 records its key): that entry is discarded and rebuilt,
+  // and the package still runs.
+  const std::string key = load_package(dir / "p1").layers[1].cache_key;
+  const std::filesystem::path victim = KernelCache(dir / "cache").entry_dir(key) / "e0.ptx";
+  ASSERT_TRUE(std::filesystem::exists(victim)) << victim;
+  std::ofstream(victim, std::ios::app) << "// tampered\n";
   const CompileReport rebuilt = compile_network(layers, dir / "p1", options(dir, {"sm_80", "sm_90"}));
   EXPECT_EQ(rebuilt.misses, 1);
   EXPECT_EQ(rebuilt.hits, 5);
