@@ -90,6 +90,7 @@ std::vector<Reg> Builder::regs(RegClass cls, int n) {
 }
 
 void Builder::inst(std::string_view opcode, std::span<const Operand> operands, std::optional<Guard> guard) {
+  flush();
   body_.push_back('\t');
   if (guard) {
     body_.append(guard->negate ? "@!" : "@");
@@ -116,8 +117,20 @@ char* put(char* p, std::string_view s) {
   std::memcpy(p, s.data(), s.size());
   return p + s.size();
 }
+// Literals have a size known at compile time, so the copy is inlined instead of a library call per piece.
+template <size_t N>
+char* put(char* p, const char (&s)[N]) {
+  std::memcpy(p, s, N - 1);
+  return p + N - 1;
+}
 char* put_reg(char* p, Reg r) {
-  p = put(p, kPrefix[static_cast<int>(r.cls)]);
+  *p++ = '%';
+  switch (r.cls) {
+    case RegClass::kPred: *p++ = 'p'; break;
+    case RegClass::kB32: *p++ = 'r'; break;
+    case RegClass::kB64: *p++ = 'r'; *p++ = 'd'; break;
+    case RegClass::kF32: *p++ = 'f'; break;
+  }
   return std::to_chars(p, p + 10, r.id).ptr;
 }
 char* put_f32(char* p, float v) {
@@ -132,8 +145,8 @@ char* put_f32(char* p, float v) {
 
 template <typename PutWeight>
 void Builder::fma(Reg acc, Reg b, bool first, const float* addend, PutWeight put_weight) {
-  char buf[112];
-  char* p = put(buf, first && !addend ? "\tmul.rn.f32 " : "\tfma.rn.f32 ");
+  char* const buf = pending(112);
+  char* p = first && !addend ? put(buf, "\tmul.rn.f32 ") : put(buf, "\tfma.rn.f32 ");
   p = put_reg(p, acc);
   p = put(p, ", ");
   p = put_reg(p, b);
@@ -147,7 +160,7 @@ void Builder::fma(Reg acc, Reg b, bool first, const float* addend, PutWeight put
     p = put_f32(p, *addend);
   }
   p = put(p, ";\n");
-  body_.append(buf, static_cast<size_t>(p - buf));
+  pending_len_ += static_cast<size_t>(p - buf);
   ++instructions_;
 }
 
@@ -160,23 +173,37 @@ void Builder::fma_reg(Reg acc, Reg b, Reg w, bool first, const float* addend) {
 }
 
 void Builder::comment(std::string_view text) {
-  body_.append("\t// ");
-  body_.append(text);
-  body_.push_back('\n');
+  if (text.size() > 256) {
+    flush();
+    body_.append("\t// ");
+    body_.append(text);
+    body_.push_back('\n');
+    return;
+  }
+  char* const buf = pending(text.size() + 8);
+  char* p = put(buf, "\t// ");
+  p = put(p, text);
+  *p++ = '\n';
+  pending_len_ += static_cast<size_t>(p - buf);
 }
 
 void Builder::label(std::string_view name) {
+  flush();
   body_.append(name);
   body_.append(":\n");
 }
 
 void Builder::line(std::string_view text) {
+  flush();
   body_.push_back('\t');
   body_.append(text);
   body_.push_back('\n');
 }
 
-void Builder::blank() { body_.push_back('\n'); }
+void Builder::blank() {
+  flush();
+  body_.push_back('\n');
+}
 
 std::string Builder::declarations() const {
   std::string out;

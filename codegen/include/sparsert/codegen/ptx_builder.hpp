@@ -71,14 +71,26 @@ class Builder {
   void comment(std::string_view text);
   void label(std::string_view name);
   void line(std::string_view text);  // a directive or anything else, indented, as is
-  void raw(std::string_view text) { body_.append(text); }  // verbatim, no indentation or newline
+  void raw(std::string_view text) {  // verbatim, no indentation or newline
+    flush();
+    body_.append(text);
+  }
   void blank();
-  void reserve(size_t bytes) { body_.reserve(bytes); }
+  void reserve(size_t bytes) {
+    flush();
+    body_.reserve(bytes);
+  }
 
   // `.reg .f32 %f<N>;` etc. for every class used.
   std::string declarations() const;
-  const std::string& body() const { return body_; }
-  std::string take_body() { return std::move(body_); }
+  const std::string& body() const {
+    flush();
+    return body_;
+  }
+  std::string take_body() {
+    flush();
+    return std::move(body_);
+  }
   uint32_t count(RegClass cls) const { return counts_[static_cast<int>(cls)]; }
   int64_t instructions() const { return instructions_; }
 
@@ -86,7 +98,20 @@ class Builder {
   template <typename PutWeight>
   void fma(Reg acc, Reg b, bool first, const float* addend, PutWeight put_weight);
 
-  std::string body_;
+  // The hot lines (fmas, k comments) are written straight into a small buffer that is appended to body_ a few KB at
+  // a time: one append per line would be one library copy call per instruction.
+  void flush() const {
+    body_.append(pending_, pending_len_);
+    pending_len_ = 0;
+  }
+  char* pending(size_t need) {
+    if (pending_len_ + need > sizeof pending_) flush();
+    return pending_ + pending_len_;
+  }
+
+  mutable std::string body_;
+  mutable char pending_[8192];
+  mutable size_t pending_len_ = 0;
   uint32_t counts_[4] = {0, 0, 0, 0};
   int64_t instructions_ = 0;
 };
