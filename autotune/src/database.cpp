@@ -16,13 +16,7 @@ std::string tuning_key(const CsrMatrix& a, const Epilogue& ep, int32_t n, const 
   Sha256 h;
   h.field("sparsert-tuning/1");
   h.field(codegen::kGeneratorVersion);
-  h.field(fmt::format("{}x{}", a.rows, a.cols));
-  auto bytes = [](const auto& v) {
-    return std::string_view(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(v[0]));
-  };
-  h.field(bytes(a.row_ptr)).field(bytes(a.col_idx)).field(bytes(a.values)).field(bytes(ep.bias));
-  h.field(ep.activation == Activation::kRelu ? "relu" : "none");
-  h.field(ep.clamp ? fmt::format("{:a}", *ep.clamp) : "noclamp");
+  hash_layer(h, a, ep);
   h.field(std::to_string(n)).field(target.name()).field(toolkit);
   return h.hex();
 }

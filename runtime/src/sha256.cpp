@@ -1,5 +1,10 @@
 #include "sparsert/runtime/sha256.hpp"
 
+#include "sparsert/runtime/csr.hpp"
+#include "sparsert/runtime/reference.hpp"
+
+#include <fmt/format.h>
+
 #include <cstring>
 
 namespace sparsert {
@@ -111,5 +116,15 @@ std::string Sha256::hex() {
 }
 
 std::string sha256_hex(std::string_view data) { return Sha256().update(data).hex(); }
+
+void hash_layer(Sha256& h, const CsrMatrix& a, const Epilogue& ep) {
+  auto bytes = [](const auto& v) {
+    return std::string_view(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(v[0]));
+  };
+  h.field(fmt::format("{}x{}", a.rows, a.cols));
+  h.field(bytes(a.row_ptr)).field(bytes(a.col_idx)).field(bytes(a.values)).field(bytes(ep.bias));
+  h.field(ep.activation == Activation::kRelu ? "relu" : "none");
+  h.field(ep.clamp ? fmt::format("{:a}", *ep.clamp) : "noclamp");
+}
 
 }  // namespace sparsert

@@ -27,4 +27,10 @@ class Sha256 {
 
 std::string sha256_hex(std::string_view data);
 
+struct CsrMatrix;
+struct Epilogue;
+// Feeds everything a layer's result depends on into `h`: the matrix (shape, structure, values) and the epilogue
+// (bias, activation, clamp). Cache and tuning keys both start from it.
+void hash_layer(Sha256& h, const CsrMatrix& a, const Epilogue& ep);
+
 }  // namespace sparsert
