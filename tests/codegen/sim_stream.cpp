@@ -293,7 +293,7 @@ TEST(StreamAssemble, Sm80AndSm90NoSpills) {
 
 TEST(KernelChoice, Rule) {
   const CsrMatrix small = inspector::generate_random(256, 256, 0.1, 1);     // ~6.5K nonzeros
-  const CsrMatrix gc = transpose(inspector::generate_graphchallenge_layer(4096, 1, 7));  // 131072 nonzeros
+  const CsrMatrix gc = transpose(inspector::generate_graphchallenge_layer(16384, 1, 7));  // 524288 nonzeros
   const Target t = Target::parse("sm_90");
   EXPECT_EQ(choose_kernel_kind(small, 64, t, {}).kind, KernelKind::kBaked);
   const KernelChoice big = choose_kernel_kind(gc, 64, t, {});
