@@ -17,6 +17,16 @@ if ((${#missing[@]})); then
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# Optional: headless Chromium renders the autotuner's HTML report in a test (which skips without it). A failed
+# install must not stop the build.
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "bootstrap: installing chromium (optional)"
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 ||
+    echo "bootstrap: chromium not installed; the HTML rendering test will report SKIPPED"
+fi
+
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 if [ -e "$cuda/include/nvJitLink.h" ]; then
   echo "bootstrap: CUDA toolkit at $cuda"
