@@ -1,6 +1,7 @@
 #pragma once
 // Helpers for the format tests: a private temporary directory and checks on UserError messages.
 #include "sparsert/runtime/error.hpp"
+#include "test_support.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -12,33 +13,8 @@
 
 namespace sparsert::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::temp_directory_path() /
-            ("sparsert-formats-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
-             (info ? std::string(info->name()) : std::string("x")));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path write(const std::string& name, const std::string& content) const {
-    const auto p = path_ / name;
-    std::ofstream(p, std::ios::binary) << content;
-    return p;
-  }
-
- private:
-  std::filesystem::path path_;
-};
+// The shared scratch directory of tests/support, under the name these tests use.
+using TempDir = ScratchDir;
 
 // Runs `f`, which must throw UserError whose location is `expected_where` (e.g. "/tmp/.../a.tsv:3") and whose
 // reason mentions `reason_part`; the whole message must be one line. Returns the message for further checks.
