@@ -4,11 +4,14 @@
 #include "sparsert/codegen/spmm.hpp"
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/ptxsim/ptxsim.hpp"
+#include "sparsert/runtime/process_memory.hpp"
 
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <string_view>
 
 using namespace sparsert;
 using namespace sparsert::codegen;
@@ -113,4 +116,14 @@ const bool registered = [] {
 }();
 }  // namespace
 
-BENCHMARK_MAIN();
+// The allocator policy of the sparsert command (runtime/process_memory.hpp), so that emission is measured as the
+// command runs it; SPARSERT_BENCH_DEFAULT_MALLOC=1 measures glibc's defaults instead.
+int main(int argc, char** argv) {
+  const char* plain = std::getenv("SPARSERT_BENCH_DEFAULT_MALLOC");
+  if (!(plain && std::string_view(plain) == "1")) sparsert::keep_freed_memory_for_reuse();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

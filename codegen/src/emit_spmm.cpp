@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -181,12 +182,11 @@ class EntryEmitter {
       const Reg end = b_.reg(RegClass::kB32);
       b_.inst("add.u32", {end, c0, IntImm{cpt_}});
       b_.inst("setp.le.u32", {full_, end, n_reg_});
+      // The per-column predicates of the partial path are set there, so that full threads do not pay for them.
+      c0_ = c0;
       for (int j = 0; j < cpt_; ++j) {
-        const Reg cj = b_.reg(RegClass::kB32);
-        const Reg pj = b_.reg(RegClass::kPred);
-        b_.inst("add.u32", {cj, c0, IntImm{j}});
-        b_.inst("setp.lt.and.u32", {pj, cj, n_reg_, Symbol{not_full_name()}});
-        partial_.push_back(pj);
+        col_.push_back(j > 0 ? b_.reg(RegClass::kB32) : c0);
+        partial_.push_back(b_.reg(RegClass::kPred));
       }
     }
     if (gy_ > 1) {
@@ -198,11 +198,6 @@ class EntryEmitter {
     }
   }
 
-  std::string not_full_name() {
-    not_full_text_ = "!";
-    ptx::append_reg(not_full_text_, full_);
-    return not_full_text_;
-  }
 
   // Branches to label(id) for the value of `reg`, among `ids` (sorted), with a binary tree of compares.
   template <typename LabelFn>
@@ -358,6 +353,14 @@ class EntryEmitter {
     b_.comment(fmt::format("epilogue{}: bias{}{}", stride > 1 ? fmt::format(" of group {}", g) : "",
                            ep.activation == Activation::kRelu ? ", relu" : "",
                            ep.clamp ? fmt::format(", clamp {}", *ep.clamp) : ""));
+    // Rows without nonzeros hold the constant act(bias): one register per distinct value, set once and stored as
+    // every column of each such row.
+    std::vector<std::pair<uint32_t, Reg>> constants;
+    std::vector<Reg> repeated(static_cast<size_t>(rows) * cpt_);
+    auto row_regs = [&](int32_t m) {
+      const size_t at = static_cast<size_t>(m) * cpt_;
+      return std::span<const Reg>((have[m] ? acc_.data() : repeated.data()) + at, static_cast<size_t>(cpt_));
+    };
     for (int32_t m = g; m < rows; m += stride) {
       std::span<const Reg> v(acc_.data() + static_cast<size_t>(m) * cpt_, static_cast<size_t>(cpt_));
       const ptx::Operand vop = cpt_ == 1 ? ptx::Operand{v[0]} : ptx::Operand{Vector{v}};
@@ -381,7 +384,14 @@ class EntryEmitter {
       const float bias = bias_of(ep, row);
       if (!have[m]) {
         // No nonzeros in this row: the output is act(bias) everywhere.
-        for (int j = 0; j < cpt_; ++j) b_.inst("mov.f32", {v[j], F32Imm{activate(ep, bias)}});
+        const float value = activate(ep, bias);
+        const uint32_t bits = std::bit_cast<uint32_t>(value);
+        auto known = std::find_if(constants.begin(), constants.end(), [&](const auto& c) { return c.first == bits; });
+        if (known == constants.end()) {
+          b_.inst("mov.f32", {v[0], F32Imm{value}});
+          known = constants.insert(constants.end(), {bits, v[0]});
+        }
+        std::fill_n(repeated.begin() + static_cast<ptrdiff_t>(m) * cpt_, cpt_, known->second);
       } else {
         // The bias is already in the sum (folded into the row's first product).
         for (int j = 0; j < cpt_; ++j) {
@@ -391,7 +401,7 @@ class EntryEmitter {
       }
       if (cpt_ == 1) {
         const int64_t offset = static_cast<int64_t>(row) * opt_.ld * 4;
-        b_.inst("st.global.f32", {global_address(c_ptr_, offset), v[0]}, Guard{in_range_});
+        b_.inst("st.global.f32", {global_address(c_ptr_, offset), row_regs(m)[0]}, Guard{in_range_});
       }
     }
     if (cpt_ == 1) return;
@@ -401,15 +411,20 @@ class EntryEmitter {
     const std::string partial = fmt::format("$b{}_e{}_partial", block_index, g);
     const std::string stored = fmt::format("$b{}_e{}_stored", block_index, g);
     b_.inst("bra", {Symbol{partial}}, Guard{full_, true});
+    const std::string st_vector = fmt::format("st.global{}.f32", vec_suffix(cpt_));
     for (int32_t m = g; m < rows; m += stride) {
-      std::span<const Reg> v(acc_.data() + static_cast<size_t>(m) * cpt_, static_cast<size_t>(cpt_));
       const int64_t offset = static_cast<int64_t>(plan_.row_order[block.row_begin + m]) * opt_.ld * 4;
-      b_.inst(fmt::format("st.global{}.f32", vec_suffix(cpt_)), {global_address(c_ptr_, offset), Vector{v}});
+      b_.inst(st_vector, {global_address(c_ptr_, offset), Vector{row_regs(m)}});
     }
     b_.inst("bra.uni", {Symbol{stored}});
     b_.label(partial);
+    b_.comment("the last column tile: a predicate per column");
+    for (int j = 0; j < cpt_; ++j) {
+      if (j > 0) b_.inst("add.u32", {col_[j], c0_, IntImm{j}});
+      b_.inst("setp.lt.u32", {partial_[j], j > 0 ? col_[j] : c0_, n_reg_});
+    }
     for (int32_t m = g; m < rows; m += stride) {
-      std::span<const Reg> v(acc_.data() + static_cast<size_t>(m) * cpt_, static_cast<size_t>(cpt_));
+      std::span<const Reg> v = row_regs(m);
       const int64_t offset = static_cast<int64_t>(plan_.row_order[block.row_begin + m]) * opt_.ld * 4;
       const Address addr = global_address(c_ptr_, offset);
       for (int j = 0; j < cpt_; ++j) {
@@ -462,9 +477,8 @@ class EntryEmitter {
   bool use_const_;
   int32_t cpt_, gy_;
   Builder b_;
-  Reg dispatch_pred_, far_, n_reg_, group_reg_, block_reg_, b_ptr_, c_ptr_, s_ptr_, in_range_, full_;
-  std::vector<Reg> partial_, acc_, bvals_, wtmp_, tmp_;
-  std::string not_full_text_;
+  Reg dispatch_pred_, far_, n_reg_, group_reg_, block_reg_, b_ptr_, c_ptr_, s_ptr_, in_range_, full_, c0_;
+  std::vector<Reg> col_, partial_, acc_, bvals_, wtmp_, tmp_;
   int32_t shared_slots_ = 0;
   int64_t fmas_ = 0;
   int next_label_ = 0;
@@ -487,31 +501,52 @@ SpmmKernel emit_spmm(const CsrMatrix& a, const inspector::WorkPlan& plan, const 
   }
   for (float b : ep.bias) SPARSERT_USER_CHECK(std::isfinite(b), "bias", "value {} is not finite", b);
 
-  // Gather each (block, group)'s nonzeros by column.
-  // Column-major view with rows in plan order: each column lists (position, value) by increasing position, so walking
-  // the blocks in order consumes each column front to back.
-  const CsrMatrix cv = transpose(permute_rows(a, plan.row_order));
-  std::vector<int32_t> cursor(cv.row_ptr.begin(), cv.row_ptr.end() - 1);
+  // Gather each (block, group)'s nonzeros by column, then by row: a counting sort of the block's rows by column.
+  // Reading the block's rows in plan order keeps the accesses sequential; rows come out ascending within a column.
   std::vector<std::vector<GroupWork>> work(plan.blocks.size());
+  std::vector<int32_t> start(static_cast<size_t>(a.cols) + 1);
+  struct Entry {
+    int32_t k, m;
+    float w;
+  };
+  std::vector<Entry> sorted;
   for (size_t bi = 0; bi < plan.blocks.size(); ++bi) {
     const inspector::BlockPlan& block = plan.blocks[bi];
     work[bi].resize(block.groups.size());
-    for (size_t g = 0; g < block.groups.size(); ++g) {
-      GroupWork& w = work[bi][g];
-      w.k_offset.push_back(0);
-      for (int32_t k = block.groups[g].k_begin; k < block.groups[g].k_end; ++k) {
-        int32_t& c = cursor[k];
-        const size_t before = w.nz.size();
-        while (c < cv.row_ptr[k + 1] && cv.col_idx[c] < block.row_end) {
-          w.nz.push_back({cv.col_idx[c] - block.row_begin, cv.values[c], 0});
-          ++c;
-        }
-        if (w.nz.size() > before) {
-          w.ks.push_back(k);
-          w.k_offset.push_back(static_cast<int32_t>(w.nz.size()));
-        }
+    std::fill(start.begin(), start.end(), 0);
+    for (int32_t pos = block.row_begin; pos < block.row_end; ++pos) {
+      const int32_t r = plan.row_order[pos];
+      for (int64_t c = a.row_ptr[r]; c < a.row_ptr[r + 1]; ++c) ++start[a.col_idx[c] + 1];
+    }
+    for (int32_t k = 0; k < a.cols; ++k) start[k + 1] += start[k];
+    sorted.resize(static_cast<size_t>(start[a.cols]));
+    for (int32_t pos = block.row_begin; pos < block.row_end; ++pos) {
+      const int32_t r = plan.row_order[pos];
+      for (int64_t c = a.row_ptr[r]; c < a.row_ptr[r + 1]; ++c) {
+        sorted[start[a.col_idx[c]]++] = {a.col_idx[c], pos - block.row_begin, a.values[c]};
       }
     }
+    size_t next = 0;
+    for (size_t g = 0; g < block.groups.size(); ++g) {
+      const inspector::GroupRange& range = block.groups[g];
+      GroupWork& w = work[bi][g];
+      size_t end = next;
+      while (end < sorted.size() && sorted[end].k < range.k_end) ++end;
+      w.nz.reserve(end - next);
+      w.k_offset.push_back(0);
+      for (size_t i = next; i < end; ++i) {
+        SPARSERT_INTERNAL_CHECK(sorted[i].k >= range.k_begin, "emit_spmm: group ranges do not cover column {}",
+                                sorted[i].k);
+        if (w.ks.empty() || w.ks.back() != sorted[i].k) {
+          if (!w.ks.empty()) w.k_offset.push_back(static_cast<int32_t>(w.nz.size()));
+          w.ks.push_back(sorted[i].k);
+        }
+        w.nz.push_back({sorted[i].m, sorted[i].w, 0});
+      }
+      if (!w.ks.empty()) w.k_offset.push_back(static_cast<int32_t>(w.nz.size()));
+      next = end;
+    }
+    SPARSERT_INTERNAL_CHECK(next == sorted.size(), "emit_spmm: block {} has nonzeros past its groups' ranges", bi);
   }
 
   SpmmKernel kernel;

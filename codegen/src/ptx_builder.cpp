@@ -1,5 +1,7 @@
 #include "sparsert/codegen/ptx_builder.hpp"
 
+#include "sparsert/runtime/error.hpp"
+
 #include <bit>
 #include <charconv>
 #include <cstring>
@@ -77,42 +79,9 @@ std::string to_string(const Operand& op) {
   return s;
 }
 
-Reg Builder::reg(RegClass cls) {
-  // Numbering starts at 1, as nvcc's does, so that %f<N> declarations cover [0, N) with N = count + 1.
-  return Reg{cls, ++counts_[static_cast<int>(cls)]};
-}
-
-std::vector<Reg> Builder::regs(RegClass cls, int n) {
-  std::vector<Reg> out;
-  out.reserve(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) out.push_back(reg(cls));
-  return out;
-}
-
-void Builder::inst(std::string_view opcode, std::span<const Operand> operands, std::optional<Guard> guard) {
-  flush();
-  body_.push_back('\t');
-  if (guard) {
-    body_.append(guard->negate ? "@!" : "@");
-    append_reg(body_, guard->pred);
-    body_.push_back(' ');
-  }
-  body_.append(opcode);
-  for (size_t i = 0; i < operands.size(); ++i) {
-    body_.append(i == 0 ? " " : ", ");
-    append_operand(body_, operands[i]);
-  }
-  body_.append(";\n");
-  ++instructions_;
-}
-
-void Builder::inst(std::string_view opcode, std::initializer_list<Operand> operands, std::optional<Guard> guard) {
-  inst(opcode, std::span<const Operand>(operands.begin(), operands.size()), guard);
-}
-
 namespace {
-// The fma lines are most of a kernel's text: each is formatted into a small stack buffer and appended once, since
-// many small appends cost more than the formatting.
+// Every line is formatted into the builder's staging buffer and appended a few KB at a time: many small appends to a
+// string of megabytes cost more than the formatting itself.
 char* put(char* p, std::string_view s) {
   std::memcpy(p, s.data(), s.size());
   return p + s.size();
@@ -123,15 +92,10 @@ char* put(char* p, const char (&s)[N]) {
   std::memcpy(p, s, N - 1);
   return p + N - 1;
 }
-char* put_reg(char* p, Reg r) {
-  *p++ = '%';
-  switch (r.cls) {
-    case RegClass::kPred: *p++ = 'p'; break;
-    case RegClass::kB32: *p++ = 'r'; break;
-    case RegClass::kB64: *p++ = 'r'; *p++ = 'd'; break;
-    case RegClass::kF32: *p++ = 'f'; break;
-  }
-  return std::to_chars(p, p + 10, r.id).ptr;
+char* put_int(char* p, int64_t v) { return std::to_chars(p, p + 24, v).ptr; }
+char* put_offset(char* p, int64_t offset) {
+  if (offset > 0) *p++ = '+';
+  return offset != 0 ? put_int(p, offset) : p;
 }
 char* put_f32(char* p, float v) {
   static constexpr char kHex[] = "0123456789ABCDEF";
@@ -141,7 +105,122 @@ char* put_f32(char* p, float v) {
   for (int i = 0; i < 8; ++i) *p++ = kHex[(bits >> (28 - 4 * i)) & 0xF];
   return p;
 }
+// The longest text an operand can take: names are copied whole, numbers take at most 20 digits and a sign.
+size_t operand_bound(const Operand& op) {
+  if (const auto* a = std::get_if<SymbolAddress>(&op)) return a->symbol.size() + 32;
+  if (const auto* s = std::get_if<Special>(&op)) return s->name.size();
+  if (const auto* s = std::get_if<Symbol>(&op)) return s->name.size();
+  if (const auto* v = std::get_if<Vector>(&op)) return v->regs.size() * (Builder::kRegText + 2) + 2;
+  return 48;
+}
 }  // namespace
+
+Reg Builder::reg(RegClass cls) {
+  // Numbering starts at 1, as nvcc's does, so that %f<N> declarations cover [0, N) with N = count + 1.
+  const Reg r{cls, ++counts_[static_cast<int>(cls)]};
+  // The register's name is formatted once here; the body copies it for each of its (many) uses.
+  RegText& t = reg_text_[static_cast<int>(cls)].emplace_back();
+  std::string name;
+  append_reg(name, r);
+  SPARSERT_INTERNAL_CHECK(name.size() < kRegText, "register name {} too long", name);
+  std::memcpy(t.text, name.data(), name.size());
+  t.len = static_cast<uint8_t>(name.size());
+  return r;
+}
+
+std::vector<Reg> Builder::regs(RegClass cls, int n) {
+  std::vector<Reg> out;
+  out.reserve(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) out.push_back(reg(cls));
+  return out;
+}
+
+namespace {
+// A register the builder did not allocate (tests build operands by hand) is formatted on the spot.
+[[gnu::noinline, gnu::cold]] char* put_unlisted_reg(char* p, Reg r) {
+  std::string name;
+  append_reg(name, r);
+  return put(p, name);
+}
+}  // namespace
+
+inline char* Builder::put_reg(char* p, Reg r) const {
+  const auto& table = reg_text_[static_cast<int>(r.cls)];
+  if (r.id - 1 >= table.size()) [[unlikely]] return put_unlisted_reg(p, r);
+  const RegText& t = table[r.id - 1];
+  static_assert(sizeof(RegText) == kRegText);
+  std::memcpy(p, &t, kRegText);
+  return p + t.len;
+}
+
+char* Builder::put_operand(char* p, const Operand& op) const {
+  switch (op.index()) {
+    case 0: return put_reg(p, std::get<Reg>(op));
+    case 1: return put_f32(p, std::get<F32Imm>(op).value);
+    case 2: return put_int(p, std::get<IntImm>(op).value);
+    case 3: {
+      const Address& a = std::get<Address>(op);
+      *p++ = '[';
+      p = put_offset(put_reg(p, a.base), a.offset);
+      *p++ = ']';
+      return p;
+    }
+    case 4: {
+      const SymbolAddress& a = std::get<SymbolAddress>(op);
+      *p++ = '[';
+      p = put_offset(put(p, a.symbol), a.offset);
+      *p++ = ']';
+      return p;
+    }
+    case 5: return put(p, std::get<Special>(op).name);
+    case 6: return put(p, std::get<Symbol>(op).name);
+    default: {
+      const Vector& v = std::get<Vector>(op);
+      *p++ = '{';
+      for (size_t i = 0; i < v.regs.size(); ++i) {
+        if (i) p = put(p, ", ");
+        p = put_reg(p, v.regs[i]);
+      }
+      *p++ = '}';
+      return p;
+    }
+  }
+}
+
+char* Builder::format_inst(char* p, std::string_view opcode, std::span<const Operand> operands,
+                           const std::optional<Guard>& guard) const {
+  *p++ = '\t';
+  if (guard) {
+    p = put(p, guard->negate ? "@!" : "@");
+    p = put_reg(p, guard->pred);
+    *p++ = ' ';
+  }
+  p = put(p, opcode);
+  for (size_t i = 0; i < operands.size(); ++i) {
+    p = i == 0 ? put(p, " ") : put(p, ", ");
+    p = put_operand(p, operands[i]);
+  }
+  return put(p, ";\n");
+}
+
+void Builder::inst(std::string_view opcode, std::span<const Operand> operands, std::optional<Guard> guard) {
+  size_t bound = opcode.size() + kRegText + 8;
+  for (const Operand& op : operands) bound += operand_bound(op) + 2;
+  ++instructions_;
+  if (bound > sizeof pending_ / 2) {
+    // A line longer than the staging buffer allows (very long symbol names): formatted on the heap.
+    std::vector<char> line(bound);
+    flush();
+    body_.append(line.data(), format_inst(line.data(), opcode, operands, guard));
+    return;
+  }
+  char* const buf = pending(bound);
+  pending_len_ += static_cast<size_t>(format_inst(buf, opcode, operands, guard) - buf);
+}
+
+void Builder::inst(std::string_view opcode, std::initializer_list<Operand> operands, std::optional<Guard> guard) {
+  inst(opcode, std::span<const Operand>(operands.begin(), operands.size()), guard);
+}
 
 template <typename PutWeight>
 void Builder::fma(Reg acc, Reg b, bool first, const float* addend, PutWeight put_weight) {
@@ -169,7 +248,7 @@ void Builder::fma_imm(Reg acc, Reg b, float w, bool first, const float* addend) 
 }
 
 void Builder::fma_reg(Reg acc, Reg b, Reg w, bool first, const float* addend) {
-  fma(acc, b, first, addend, [w](char* p) { return put_reg(p, w); });
+  fma(acc, b, first, addend, [this, w](char* p) { return put_reg(p, w); });
 }
 
 void Builder::comment(std::string_view text) {

@@ -125,12 +125,17 @@ CHECK-NEXT: st.global.v2.f32 [%rd9], {%f1, %f2};
 CHECK-NEXT: st.global.v2.f32 [%rd9+320], {%f5, %f6};
 CHECK-NEXT: bra.uni $b0_e0_stored;
 CHECK-NEXT: $b0_e0_partial:
+CHECK-NEXT: // the last column tile: a predicate per column
+CHECK-NEXT: setp.lt.u32 %p4, %r7, %r1;
+CHECK-NEXT: add.u32 %r10, %r7, 1;
+CHECK-NEXT: setp.lt.u32 %p5, %r10, %r1;
 CHECK-NEXT: @%p4 st.global.f32 [%rd9], %f1;
 CHECK-NEXT: @%p5 st.global.f32 [%rd9+4], %f2;
 CHECK: $b0_e1:
 CHECK: mov.f32 %f3, 0f00000000;
+CHECK-NOT: mov.f32
 CHECK: @!%p3 bra $b0_e1_partial;
-CHECK-NEXT: st.global.v2.f32 [%rd9+160], {%f3, %f4};
+CHECK-NEXT: st.global.v2.f32 [%rd9+160], {%f3, %f3};
 )";
   EXPECT_EQ(filecheck(ptx, patterns), "") << ptx;
   EXPECT_EQ(k.entries[0].shared_bytes, 128);

@@ -48,3 +48,24 @@ TEST(PtxBuilder, InstructionsAndDeclarations) {
   EXPECT_EQ(b.declarations(), "\t.reg .pred %p<2>;\n\t.reg .b64 %rd<2>;\n\t.reg .f32 %f<3>;\n");
   EXPECT_EQ(b.instructions(), 7);
 }
+
+// Registers the builder did not allocate, register ids of every width, and a line longer than the staging buffer
+// take the slow paths; the text must not change.
+TEST(PtxBuilder, UnlistedRegistersAndLongLines) {
+  Builder b;
+  const Reg mine = b.reg(RegClass::kB32);
+  const Reg foreign{RegClass::kF32, 4000000000u};
+  const Reg zero{RegClass::kB64, 0};
+  b.inst("mov.b32", {mine, IntImm{-9223372036854775807LL}});
+  b.fma_imm(foreign, foreign, 1.0f, false);
+  b.inst("ld.global.f32", {foreign, Address{zero, -4}});
+  const std::string label(6000, 'L');
+  b.inst("bra", {Symbol{label}});
+  b.inst("ld.const.f32", {foreign, SymbolAddress{label, 8}});
+  EXPECT_EQ(b.body(), "\tmov.b32 %r1, -9223372036854775807;\n"
+                      "\tfma.rn.f32 %f4000000000, %f4000000000, 0f3F800000, %f4000000000;\n"
+                      "\tld.global.f32 %f4000000000, [%rd0-4];\n"
+                      "\tbra " + label + ";\n"
+                      "\tld.const.f32 %f4000000000, [" + label + "+8];\n");
+  EXPECT_EQ(b.instructions(), 5);
+}

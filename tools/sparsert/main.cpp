@@ -1,6 +1,7 @@
 // sparsert: the command-line front end of the compiler and runtime.
 #include "commands.hpp"
 #include "sparsert/runtime/error.hpp"
+#include "sparsert/runtime/process_memory.hpp"
 
 #include <fmt/format.h>
 
@@ -10,6 +11,7 @@
 
 int main(int argc, char** argv) {
   using namespace sparsert;
+  keep_freed_memory_for_reuse();
   CLI::App app{"sparsert: a compiler and runtime for sparse DNN inference on NVIDIA GPUs"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "sparsert 0.1.0");

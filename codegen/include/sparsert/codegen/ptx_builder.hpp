@@ -59,6 +59,8 @@ std::string to_string(const Operand& op);
 
 class Builder {
  public:
+  static constexpr size_t kRegText = 16;  // bytes written per register name: "%rd" and up to 10 digits, padded
+
   Reg reg(RegClass cls);                      // a fresh register of the class
   std::vector<Reg> regs(RegClass cls, int n); // n fresh registers
 
@@ -95,6 +97,14 @@ class Builder {
   int64_t instructions() const { return instructions_; }
 
  private:
+  struct RegText {  // 16 bytes, copied whole: the padding past len is overwritten by what follows
+    char text[kRegText - 1];
+    uint8_t len;
+  };
+  char* put_reg(char* p, Reg r) const;
+  char* put_operand(char* p, const Operand& op) const;
+  char* format_inst(char* p, std::string_view opcode, std::span<const Operand> operands,
+                    const std::optional<Guard>& guard) const;
   template <typename PutWeight>
   void fma(Reg acc, Reg b, bool first, const float* addend, PutWeight put_weight);
 
@@ -113,6 +123,7 @@ class Builder {
   mutable char pending_[8192];
   mutable size_t pending_len_ = 0;
   uint32_t counts_[4] = {0, 0, 0, 0};
+  std::vector<RegText> reg_text_[4];  // the name of each allocated register, by class and id - 1
   int64_t instructions_ = 0;
 };
 
