@@ -3,7 +3,9 @@
 // Rates are inputs × total nonzeros / inference seconds (reading excluded), as the challenge defines them; both runs
 // check their categories against the official truth and report an error instead of a rate when they differ.
 //
-// Environment: SPARSERT_GC_REPLICATE (default 50), SPARSERT_GC_LAYERS (default 120).
+// Environment: SPARSERT_GC_REPLICATE (default 50), SPARSERT_GC_LAYERS (default 120). For the synthetic networks of
+// `sparsert gen graphchallenge` (no truth, so categories are not checked): SPARSERT_GC_WEIGHTS=DIR/neuronN,
+// SPARSERT_GC_INPUTS=DIR/sparse-images-N.tsv and SPARSERT_GC_NEURONS=N.
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/inspector/graphchallenge.hpp"
 #include "sparsert/runtime/graphchallenge.hpp"
@@ -35,6 +37,7 @@ struct Problem {
   std::vector<CsrMatrix> weights;  // as stored: row = input neuron
   gc::Network net;
   CsrMatrix images;
+  int32_t neurons = 1024;
   int32_t replicate = 1;
   std::vector<int32_t> truth;  // 0-based, tiled
   std::string skip;            // why the benchmark cannot run
@@ -43,6 +46,20 @@ struct Problem {
 const Problem& problem() {
   static const std::unique_ptr<Problem> p = [] {
     auto out = std::make_unique<Problem>();
+    const int32_t layers = env_int("SPARSERT_GC_LAYERS", 120);
+    out->replicate = env_int("SPARSERT_GC_REPLICATE", 50);
+    if (const char* weights = std::getenv("SPARSERT_GC_WEIGHTS")) {
+      const char* inputs = std::getenv("SPARSERT_GC_INPUTS");
+      if (inputs == nullptr) {
+        out->skip = "SPARSERT_GC_WEIGHTS is set without SPARSERT_GC_INPUTS";
+        return out;
+      }
+      out->neurons = env_int("SPARSERT_GC_NEURONS", 1024);
+      out->weights = sparsert::inspector::read_graphchallenge_layers(weights, out->neurons, layers);
+      out->net = gc::make_network(out->weights, out->neurons, gc::official_bias(out->neurons));
+      out->images = sparsert::inspector::read_graphchallenge_images(inputs, out->neurons);
+      return out;
+    }
     const std::filesystem::path data = std::filesystem::path(SPARSERT_SHARED_DATA) / "graphchallenge";
     if (!std::filesystem::exists(data / "neuron1024.tar.gz")) {
       out->skip = "../shared/data/graphchallenge is absent";
@@ -55,8 +72,6 @@ const Problem& problem() {
       out->skip = "cannot extract neuron1024.tar.gz";
       return out;
     }
-    const int32_t layers = env_int("SPARSERT_GC_LAYERS", 120);
-    out->replicate = env_int("SPARSERT_GC_REPLICATE", 50);
     out->weights = sparsert::inspector::read_graphchallenge_layers(dir / "neuron1024", 1024, layers);
     std::filesystem::remove_all(dir);
     out->net = gc::make_network(out->weights, 1024, gc::official_bias(1024));
@@ -91,7 +106,7 @@ void BM_GraphChallengeCpu(benchmark::State& state) {
   std::vector<int32_t> categories;
   for (auto _ : state) {
     state.PauseTiming();
-    sparsert::DenseTensor y0 = gc::feature_major_inputs(p.images, 1024, p.replicate);
+    sparsert::DenseTensor y0 = gc::feature_major_inputs(p.images, p.neurons, p.replicate);
     state.ResumeTiming();
     gc::InferenceResult r = gc::run_inference(p.net, std::move(y0), exec);
     state.SetIterationTime(r.seconds);
@@ -137,7 +152,7 @@ void BM_GraphChallengeEigen(benchmark::State& state) {
   double seconds = 0;
   std::vector<int32_t> categories;
   for (auto _ : state) {
-    Sparse y(inputs, 1024);
+    Sparse y(inputs, p.neurons);
     y.setFromTriplets(triplets.begin(), triplets.end());
     const auto start = std::chrono::steady_clock::now();
     for (const Sparse& wl : w) {
