@@ -2,6 +2,7 @@
 // are loaded with dlopen, like the driver, and only the few entry points used here are declared, so sparsert builds
 // without the toolkit and runs where either library is missing (that baseline is then reported unavailable).
 #include "sparsert/bench/bench.hpp"
+#include "sparsert/bench/vendor_abi.hpp"
 #include "sparsert/runtime/driver.hpp"
 #include "sparsert/runtime/error.hpp"
 
@@ -23,6 +24,8 @@
 #include <optional>
 
 namespace sparsert::bench {
+
+using namespace vendor;
 
 namespace {
 
@@ -108,10 +111,6 @@ class GpuMethod : public Method {
 
 // ---- cuBLAS -----------------------------------------------------------------------------------------------------
 
-constexpr int kCublasOpN = 0;
-constexpr int kCublasDefaultMath = 0;     // FP32 arithmetic; no TF32 unless asked for (CUDA 11 and later)
-constexpr int kCublasTf32TensorOpMath = 3;
-
 struct CublasApi {
   int (*create)(void** handle) = nullptr;
   int (*destroy)(void* handle) = nullptr;
@@ -130,16 +129,18 @@ struct CublasApi {
   }
 };
 
+bool bind_cublas(void* h, CublasApi& api, std::string* why) {
+  return bind(h, "cublasCreate_v2", api.create, why) && bind(h, "cublasDestroy_v2", api.destroy, why) &&
+         bind(h, "cublasSetStream_v2", api.set_stream, why) && bind(h, "cublasSetMathMode", api.set_math_mode, why) &&
+         bind(h, "cublasSgemm_v2", api.sgemm, why);
+}
+
 std::shared_ptr<CublasApi> load_cublas(const Gpu& gpu, std::string* why) {
   auto api = std::make_shared<CublasApi>();
   void* h = open_library("SPARSERT_LIBCUBLAS", {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}, &api->library,
                          why);
   if (h == nullptr) return nullptr;
-  if (!bind(h, "cublasCreate_v2", api->create, why) || !bind(h, "cublasDestroy_v2", api->destroy, why) ||
-      !bind(h, "cublasSetStream_v2", api->set_stream, why) || !bind(h, "cublasSetMathMode", api->set_math_mode, why) ||
-      !bind(h, "cublasSgemm_v2", api->sgemm, why)) {
-    return nullptr;
-  }
+  if (!bind_cublas(h, *api, why)) return nullptr;
   if (const int s = api->create(&api->handle); s != 0) {
     api->handle = nullptr;
     *why = fmt::format("cublasCreate failed: cublasStatus {} ({})", s, api->library);
@@ -194,19 +195,6 @@ class Cublas final : public GpuMethod {
 
 // ---- cuSPARSE ---------------------------------------------------------------------------------------------------
 
-constexpr int kSparseIndex32 = 2;       // CUSPARSE_INDEX_32I
-constexpr int kSparseBaseZero = 0;      // CUSPARSE_INDEX_BASE_ZERO
-constexpr int kSparseOpN = 0;           // CUSPARSE_OPERATION_NON_TRANSPOSE
-constexpr int kSparseOrderRow = 2;      // CUSPARSE_ORDER_ROW
-constexpr int kCudaR32F = 0;            // CUDA_R_32F
-struct SpmmAlg {
-  int value;
-  const char* name;
-};
-// CUSPARSE_SPMM_ALG_DEFAULT and the CSR algorithms; which of them accept row-major operands varies by version, so
-// each is tried and those that fail to set up are skipped.
-constexpr SpmmAlg kSpmmAlgs[] = {{0, "ALG_DEFAULT"}, {4, "CSR_ALG1"}, {6, "CSR_ALG2"}, {12, "CSR_ALG3"}};
-
 struct CusparseApi {
   int (*create)(void** handle) = nullptr;
   int (*destroy)(void* handle) = nullptr;
@@ -234,20 +222,22 @@ struct CusparseApi {
   }
 };
 
+bool bind_cusparse(void* h, CusparseApi& api, std::string* why) {
+  return bind(h, "cusparseCreate", api.create, why) && bind(h, "cusparseDestroy", api.destroy, why) &&
+         bind(h, "cusparseSetStream", api.set_stream, why) && bind(h, "cusparseCreateCsr", api.create_csr, why) &&
+         bind(h, "cusparseCreateDnMat", api.create_dn_mat, why) &&
+         bind(h, "cusparseDestroySpMat", api.destroy_sp_mat, why) &&
+         bind(h, "cusparseDestroyDnMat", api.destroy_dn_mat, why) &&
+         bind(h, "cusparseSpMM_bufferSize", api.spmm_buffer_size, why) &&
+         bind(h, "cusparseSpMM_preprocess", api.spmm_preprocess, why) && bind(h, "cusparseSpMM", api.spmm, why);
+}
+
 std::shared_ptr<CusparseApi> load_cusparse(const Gpu& gpu, std::string* why) {
   auto api = std::make_shared<CusparseApi>();
   void* h = open_library("SPARSERT_LIBCUSPARSE", {"libcusparse.so.12", "libcusparse.so.11", "libcusparse.so"},
                          &api->library, why);
   if (h == nullptr) return nullptr;
-  if (!bind(h, "cusparseCreate", api->create, why) || !bind(h, "cusparseDestroy", api->destroy, why) ||
-      !bind(h, "cusparseSetStream", api->set_stream, why) || !bind(h, "cusparseCreateCsr", api->create_csr, why) ||
-      !bind(h, "cusparseCreateDnMat", api->create_dn_mat, why) ||
-      !bind(h, "cusparseDestroySpMat", api->destroy_sp_mat, why) ||
-      !bind(h, "cusparseDestroyDnMat", api->destroy_dn_mat, why) ||
-      !bind(h, "cusparseSpMM_bufferSize", api->spmm_buffer_size, why) ||
-      !bind(h, "cusparseSpMM_preprocess", api->spmm_preprocess, why) || !bind(h, "cusparseSpMM", api->spmm, why)) {
-    return nullptr;
-  }
+  if (!bind_cusparse(h, *api, why)) return nullptr;
   if (const int s = api->create(&api->handle); s != 0) {
     api->handle = nullptr;
     *why = fmt::format("cusparseCreate failed: cusparseStatus {} ({})", s, api->library);
@@ -438,6 +428,29 @@ class SparsertGpu final : public GpuMethod {
 #endif
 
 }  // namespace
+
+namespace vendor {
+namespace {
+template <typename Api, typename BindAll>
+std::string resolve(const std::string& path, BindAll bind_all) {
+  void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) {
+    const char* err = ::dlerror();
+    return fmt::format("cannot load {} ({})", path, err != nullptr ? err : "unknown error");
+  }
+  std::string why;
+  {
+    Api api;  // no handle is created, so nothing is destroyed
+    if (!bind_all(h, api, &why) && why.empty()) why = "binding failed";
+  }
+  ::dlclose(h);
+  return why;
+}
+}  // namespace
+
+std::string resolve_cublas(const std::string& path) { return resolve<CublasApi>(path, bind_cublas); }
+std::string resolve_cusparse(const std::string& path) { return resolve<CusparseApi>(path, bind_cusparse); }
+}  // namespace vendor
 
 MethodSet gpu_methods(const std::filesystem::path& scratch_dir) {
   std::string why;
