@@ -21,6 +21,26 @@ std::string tuning_key(const CsrMatrix& a, const Epilogue& ep, int32_t n, const 
   return h.hex();
 }
 
+namespace {
+// The kind and its parameters of one entry; an entry without "kind" predates the kind's search and is baked.
+TuningRecord kernel_of(const nlohmann::json& e, const std::string& where) {
+  SPARSERT_USER_CHECK(e.is_object(), where, "not an object");
+  TuningRecord r;
+  if (e.contains("kind")) {
+    SPARSERT_USER_CHECK(e.at("kind").is_string(), where, "kind is not a string");
+    r.kind = codegen::parse_kernel_kind(e.at("kind").get<std::string>(), where + ".kind");
+  }
+  if (r.kind == codegen::KernelKind::kStreamed) {
+    SPARSERT_USER_CHECK(e.contains("stream"), where, "stream: missing (the record's kind is streamed)");
+    r.stream = stream_from_json(e.at("stream"), where + ".stream");
+  } else {
+    SPARSERT_USER_CHECK(e.contains("tile"), where, "tile: missing");
+    r.tile = tile_from_json(e.at("tile"), where + ".tile");
+  }
+  return r;
+}
+}  // namespace
+
 std::filesystem::path TuningDatabase::default_path() {
   if (const char* d = std::getenv("SPARSERT_CACHE_DIR"); d && *d) return std::filesystem::path(d) / "tuning.json";
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
@@ -46,9 +66,7 @@ TuningDatabase TuningDatabase::load(const std::filesystem::path& path) {
   SPARSERT_USER_CHECK(j.contains("entries") && j.at("entries").is_object(), file, "entries: missing or not an object");
   for (const auto& [key, e] : j.at("entries").items()) {
     const std::string where = fmt::format("{}: entries.{}", file, key.substr(0, 12));
-    SPARSERT_USER_CHECK(e.is_object() && e.contains("tile"), where, "tile: missing");
-    TuningRecord r;
-    r.tile = tile_from_json(e.at("tile"), where + ".tile");
+    TuningRecord r = kernel_of(e, where);
     try {
       r.layer = e.value("layer", "");
       r.target = e.value("target", "");
@@ -68,9 +86,14 @@ TuningDatabase TuningDatabase::load(const std::filesystem::path& path) {
 void TuningDatabase::save() const {
   nlohmann::json entries = nlohmann::json::object();
   for (const auto& [key, r] : records_) {
-    entries[key] = {{"tile", codegen::to_json(r.tile)}, {"layer", r.layer},   {"target", r.target},
-                    {"n", r.n},                         {"mode", r.mode},     {"device", r.device},
-                    {"score_us", r.score},              {"shared_from", r.shared_from}};
+    entries[key] = {{"kind", codegen::to_string(r.kind)}, {"layer", r.layer},   {"target", r.target},
+                    {"n", r.n},                              {"mode", r.mode},     {"device", r.device},
+                    {"score_us", r.score},                   {"shared_from", r.shared_from}};
+    if (r.kind == codegen::KernelKind::kStreamed) {
+      entries[key]["stream"] = codegen::to_json(r.stream);
+    } else {
+      entries[key]["tile"] = codegen::to_json(r.tile);
+    }
   }
   const nlohmann::json j = {{"format", "sparsert-tuning/1"}, {"entries", std::move(entries)}};
   std::error_code ec;

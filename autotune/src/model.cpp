@@ -168,17 +168,10 @@ double weighted(const ptxsim::InstrCounts& c) {
     w += static_cast<double>(c.by_class[i]) * issue_cost(static_cast<ptxsim::InstrClass>(i));
   return w;
 }
-}  // namespace
 
-Estimate estimate(const Probe& probe, const inspector::WorkPlan& plan, const codegen::TileParams& tile, int32_t n,
-                  int registers, int shared_bytes, const MachineModel& m) {
-  Estimate est;
-  const int32_t block_x = tile.n_tile / tile.cols_per_thread;
-  const int32_t warps_x = (block_x + 31) / 32;  // a partial warp issues like a full one
-  const int32_t warps_per_block = warps_x * tile.plan.gy;
-  const int64_t tiles_x = (std::max(n, 1) + tile.n_tile - 1) / tile.n_tile;
-
-  // Occupancy: registers are allocated per warp in units of 256 (8 per thread), shared memory per block.
+// Resident blocks per SM: registers are allocated per warp in units of 256 (8 per thread), shared memory per block.
+// Throws InvalidTileParams("occupancy") when not even one block fits.
+int blocks_per_sm(int registers, int warps_per_block, int shared_bytes, const MachineModel& m) {
   const int regs_per_warp = ((std::max(registers, 1) * 32 + 255) / 256) * 256;
   int bps = m.max_blocks_per_sm;
   bps = std::min(bps, m.registers_per_sm / (regs_per_warp * warps_per_block));
@@ -189,57 +182,243 @@ Estimate estimate(const Probe& probe, const inspector::WorkPlan& plan, const cod
         "occupancy", fmt::format("{} registers x {} warps and {} bytes of shared memory do not fit one block on an SM",
                                  registers, warps_per_block, shared_bytes));
   }
+  return bps;
+}
+
+// One kernel launch as the machine model sees it, whichever kernel it is.
+struct LaunchWork {
+  int64_t grid_blocks = 0;
+  double warp_cycles = 0.0;        // Σ issue cost of every warp instruction of the launch
+  double warp_instructions = 0.0;
+  double critical_cycles = 0.0;    // the heaviest warp's instructions at one warp's dependent issue rate
+};
+
+// Throughput: the busiest SM runs ceil(blocks / SMs) blocks, issuing at a rate limited by how many warps it holds at
+// once; each launch takes the longer of that and its critical path, plus the launch overhead.
+Estimate combine(const std::vector<LaunchWork>& launches, int warps_per_block, int bps, const MachineModel& m) {
+  Estimate est;
   est.blocks_per_sm = bps;
-
-  double cycles = 0.0, tp_cycles = 0.0, cp_cycles = 0.0;
-  double resident_warps_total = 0.0;
-  for (const ProbeEntry& e : probe.entries) {
-    const int32_t blocks = e.block_end - e.block_begin;
-    if (blocks <= 0) continue;
-    const double thread_work = weighted(e.counts);  // over blocks × gy threads, one thread column each
-    const int64_t grid_blocks = tiles_x * blocks;
-    est.grid_blocks += grid_blocks;
-    const double warp_instr = thread_work * static_cast<double>(tiles_x * warps_x);
-    est.warp_instructions += static_cast<int64_t>(std::llround(
-        static_cast<double>(e.counts.total()) * static_cast<double>(tiles_x * warps_x)));
-
-    // Throughput: the busiest SM runs ceil(blocks / SMs) blocks, issuing at a rate limited by how many warps it
-    // holds at once.
-    const int64_t per_sm = (grid_blocks + m.sms - 1) / m.sms;
+  double cycles = 0.0, tp_cycles = 0.0, cp_cycles = 0.0, resident_warps_total = 0.0;
+  for (const LaunchWork& l : launches) {
+    if (l.grid_blocks <= 0) continue;  // launched but empty: only its overhead counts
+    est.grid_blocks += l.grid_blocks;
+    est.warp_instructions += static_cast<int64_t>(std::llround(l.warp_instructions));
+    const int64_t per_sm = (l.grid_blocks + m.sms - 1) / m.sms;
     const double resident = static_cast<double>(std::min<int64_t>(per_sm, bps) * warps_per_block);
     const double eff = std::min(1.0, resident / (kSchedulersPerSm * kWarpsToHideLatency));
-    const double per_block = warp_instr / static_cast<double>(grid_blocks);
+    const double per_block = l.warp_cycles / static_cast<double>(l.grid_blocks);
     const double tp = static_cast<double>(per_sm) * per_block / (kSchedulersPerSm * eff);
-
-    // Critical path: the heaviest thread group of the entry, as a share of the entry's thread work in proportion
-    // to its nonzeros (the per-nonzero code dominates; fixed per-thread work is spread evenly).
-    int64_t max_group = 0, sum_groups = 0, groups = 0;
-    for (int32_t b = e.block_begin; b < e.block_end; ++b) {
-      for (const inspector::GroupRange& g : plan.blocks[static_cast<size_t>(b)].groups) {
-        max_group = std::max(max_group, g.nnz);
-        sum_groups += g.nnz;
-        ++groups;
-      }
-    }
-    const double mean_group = groups ? static_cast<double>(sum_groups) / static_cast<double>(groups) : 0.0;
-    const double imbalance = mean_group > 0 ? static_cast<double>(max_group) / mean_group : 1.0;
-    const double per_thread = groups ? thread_work / static_cast<double>(groups) : 0.0;
-    const double cp = per_thread * imbalance * kDependentCpi;
-
     tp_cycles += tp;
-    cp_cycles += cp;
-    cycles += std::max(tp, cp);
+    cp_cycles += l.critical_cycles;
+    cycles += std::max(tp, l.critical_cycles);
     resident_warps_total += resident;
   }
   const double cycles_per_us = m.clock_ghz * 1e3;
   est.throughput_us = tp_cycles / cycles_per_us;
   est.critical_us = cp_cycles / cycles_per_us;
-  est.launch_us = kLaunchUs * static_cast<double>(probe.entries.size());
+  est.launch_us = kLaunchUs * static_cast<double>(launches.size());
   est.microseconds = cycles / cycles_per_us + est.launch_us;
-  est.occupancy = probe.entries.empty()
+  est.occupancy = launches.empty()
                       ? 0.0
-                      : resident_warps_total / static_cast<double>(probe.entries.size()) / m.max_warps_per_sm;
+                      : resident_warps_total / static_cast<double>(launches.size()) / m.max_warps_per_sm;
   return est;
+}
+
+// The heaviest thread group of a baked entry against the mean, by nonzeros (the per-nonzero code dominates; fixed
+// per-thread work is spread evenly).
+double group_imbalance(const inspector::WorkPlan& plan, const ProbeEntry& e, int64_t* groups_out) {
+  int64_t max_group = 0, sum_groups = 0, groups = 0;
+  for (int32_t b = e.block_begin; b < e.block_end; ++b) {
+    for (const inspector::GroupRange& g : plan.blocks[static_cast<size_t>(b)].groups) {
+      max_group = std::max(max_group, g.nnz);
+      sum_groups += g.nnz;
+      ++groups;
+    }
+  }
+  *groups_out = groups;
+  const double mean_group = groups ? static_cast<double>(sum_groups) / static_cast<double>(groups) : 0.0;
+  return mean_group > 0 ? static_cast<double>(max_group) / mean_group : 1.0;
+}
+}  // namespace
+
+Estimate estimate(const Probe& probe, const inspector::WorkPlan& plan, const codegen::TileParams& tile, int32_t n,
+                  int registers, int shared_bytes, const MachineModel& m) {
+  const int32_t block_x = tile.n_tile / tile.cols_per_thread;
+  const int32_t warps_x = (block_x + 31) / 32;  // a partial warp issues like a full one
+  const int32_t warps_per_block = warps_x * tile.plan.gy;
+  const int64_t tiles_x = (std::max(n, 1) + tile.n_tile - 1) / tile.n_tile;
+  const int bps = blocks_per_sm(registers, warps_per_block, shared_bytes, m);
+
+  std::vector<LaunchWork> launches;
+  for (const ProbeEntry& e : probe.entries) {
+    const int32_t blocks = e.block_end - e.block_begin;
+    LaunchWork l;
+    if (blocks <= 0) {
+      launches.push_back(l);
+      continue;
+    }
+    // The probe ran one thread per group: it stands for the warps_x warps of that group in every column tile.
+    const double thread_work = weighted(e.counts);
+    const double warps = static_cast<double>(tiles_x * warps_x);
+    l.grid_blocks = tiles_x * blocks;
+    l.warp_cycles = thread_work * warps;
+    l.warp_instructions = static_cast<double>(e.counts.total()) * warps;
+    int64_t groups = 0;
+    const double imbalance = group_imbalance(plan, e, &groups);
+    const double per_thread = groups ? thread_work / static_cast<double>(groups) : 0.0;
+    l.critical_cycles = per_thread * imbalance * kDependentCpi;
+    launches.push_back(l);
+  }
+  return combine(launches, warps_per_block, bps, m);
+}
+
+StreamShape stream_shape(const codegen::StreamWeights& w, const codegen::StreamParams& p) {
+  const int32_t warps = p.rows_per_block / 32;
+  const size_t words = 2 + 2 * static_cast<size_t>(warps);  // one stage record (docs/codegen.md)
+  StreamShape s;
+  s.blocks = w.blocks;
+  s.rows = w.m;
+  s.padded_entries = w.padded_entries;
+  s.staged_rows = w.staged_rows;
+  s.stages = w.block_stages.empty() ? 0 : w.block_stages.back();
+  s.segments = s.stages * warps;
+  int64_t heaviest_block = 0;
+  for (int32_t b = 0; b < w.blocks; ++b) {
+    int64_t block_steps = 0;  // the block waits at each stage's barrier for its longest segment
+    const uint32_t first = w.block_stages[static_cast<size_t>(b)], end = w.block_stages[static_cast<size_t>(b) + 1];
+    for (uint32_t st = first; st < end; ++st) {
+      int64_t longest = 0;
+      for (int32_t wi = 0; wi < warps; ++wi) {
+        const size_t at = st * words + 2 + 2 * static_cast<size_t>(wi);
+        const int64_t steps = (int64_t{w.stages[at + 1]} - w.stages[at]) / 32;
+        longest = std::max(longest, steps);
+        s.nonempty_segments += steps > 0;
+      }
+      block_steps += longest;
+    }
+    heaviest_block = std::max(heaviest_block, block_steps);
+  }
+  const double mean_warp =
+      static_cast<double>(s.padded_entries) / 32.0 / std::max<double>(static_cast<double>(s.blocks) * warps, 1.0);
+  s.imbalance = mean_warp > 0 ? static_cast<double>(heaviest_block) / mean_warp : 1.0;
+  return s;
+}
+
+Probe analytic_stream_probe(const StreamShape& s, const codegen::StreamParams& p, int32_t n, const Epilogue& ep) {
+  using C = ptxsim::InstrClass;
+  const int64_t by = codegen::stream_block_y(p), cpt = p.cols_per_thread;
+  const int64_t threads = int64_t{s.blocks} * p.rows_per_block * by;
+  const int64_t row_threads = int64_t{s.rows} * by;         // threads whose slot holds a row: they store
+  const int64_t stage_threads = s.stages * p.rows_per_block * by;  // every thread of a block runs each of its stages
+  // The kernel copies with 16-byte loads when rows of B are 16-byte aligned (emit_stream_spmm.cpp, copy_vector).
+  const int64_t vec = (n % 4 == 0 && p.n_tile % 4 == 0) ? 4 : 1;
+  const int64_t copies = s.staged_rows * (p.n_tile / vec);
+  const int64_t lane_steps = s.padded_entries * by;
+  const int64_t iterations = lane_steps / p.unroll;
+  const int64_t setups = s.nonempty_segments * 32 * by;
+  const int64_t epi_fp = (ep.activation == Activation::kRelu ? 1 : 0) + (ep.clamp ? 1 : 0);
+  ptxsim::InstrCounts c;
+  auto add = [&](C k, int64_t v) {
+    c.by_class[static_cast<size_t>(k)] += static_cast<uint64_t>(std::max<int64_t>(v, 0));
+  };
+  // Per thread: preamble (8 parameters, ids, slot, bias, shared zero row, copy setup) and epilogue.
+  add(C::LdParam, 8 * threads);
+  add(C::Move, (13 + cpt) * threads);
+  add(C::IntArith, 20 * threads + (4 + cpt) * row_threads);
+  add(C::LdGlobal, 3 * threads);
+  add(C::Compare, 5 * threads + cpt * row_threads);
+  add(C::StShared, threads);
+  add(C::Control, 3 * threads);
+  add(C::StGlobal, cpt * row_threads);
+  add(C::FpArith, epi_fp * cpt * row_threads);
+  // Per thread and stage: the stage record, the copy loop's entry, two barriers, the segment check, the loop step.
+  add(C::IntArith, 5 * stage_threads + 6 * setups);
+  add(C::LdGlobal, 2 * stage_threads);
+  add(C::Move, stage_threads);
+  add(C::Compare, 3 * stage_threads);
+  add(C::Control, 3 * stage_threads);
+  add(C::Sync, 2 * stage_threads);
+  // Per copied chunk of a staged row: its krows entry, the load of B, the store to the tile, the loop step.
+  add(C::IntArith, 6 * copies);
+  add(C::LdGlobal, 2 * copies);
+  add(C::StShared, copies);
+  add(C::Compare, copies);
+  add(C::Control, copies);
+  // Per ELL step of a lane (every column group walks its row's segment): the 8-byte pair, the tile address, the
+  // shared loads and the fmas; per unrolled iteration the pointer step and the branch.
+  add(C::LdGlobal, lane_steps);
+  add(C::IntArith, lane_steps + iterations);
+  add(C::LdShared, lane_steps * (cpt / std::min<int64_t>(cpt, 4)));
+  add(C::Fma, lane_steps * cpt);
+  add(C::Compare, iterations);
+  add(C::Control, iterations);
+  Probe probe;
+  probe.entries.push_back(ProbeEntry{c, 0, s.blocks});
+  return probe;
+}
+
+namespace {
+// The probe's leading dimension: the kernel copies B with vector loads only when ld % 4 == 0, so keep the real N's
+// alignment.
+int32_t probe_ld(const codegen::StreamParams& p, int32_t n) { return n % 4 == 0 ? p.n_tile : p.n_tile + 1; }
+
+uint64_t upload_u32(ptxsim::DeviceMemory& mem, const std::vector<uint32_t>& v) {
+  const uint64_t d = mem.alloc(std::max<size_t>(v.size() * 4, 4));
+  if (!v.empty()) mem.copy_to_device(d, v.data(), v.size() * 4);
+  return d;
+}
+}  // namespace
+
+Probe run_stream_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, const codegen::StreamParams& p, int32_t n,
+                       const codegen::Target& target, const Epilogue& epilogue) {
+  const auto t0 = std::chrono::steady_clock::now();
+  codegen::StreamOptions so;
+  so.params = p;
+  so.epilogue = epilogue;
+  so.ld = probe_ld(p, n);
+  so.name = "probe_stream";
+  const codegen::StreamKernel k = codegen::emit_stream_spmm(a, plan, target, so);
+  ptxsim::DeviceMemory mem;
+  // Values do not change the instruction stream (the ELL walk depends on the packed arrays only); zeros keep every
+  // register defined.
+  const size_t b_words = std::max<size_t>(static_cast<size_t>(a.cols) * so.ld, 1);
+  const size_t c_words = std::max<size_t>(static_cast<size_t>(a.rows) * so.ld, 1);
+  const uint64_t db = upload_u32(mem, std::vector<uint32_t>(b_words, 0));
+  const uint64_t dc = upload_u32(mem, std::vector<uint32_t>(c_words, 0));
+  const codegen::StreamWeights& w = k.weights;
+  std::vector<ptxsim::Arg> args = {ptxsim::arg_u64(db), ptxsim::arg_u64(dc),
+                                   ptxsim::arg_u32(static_cast<uint32_t>(p.n_tile))};
+  for (const std::vector<uint32_t>* v : {&w.ell, &w.stages, &w.block_stages, &w.krows, &w.slots})
+    args.push_back(ptxsim::arg_u64(upload_u32(mem, *v)));
+  ptxsim::Module mod(mem, k.ptx, k.name + ".ptx");
+  ptxsim::LaunchOptions lo;
+  lo.check_races = false;  // codegen's tests prove race freedom; here only the counts matter
+  const ptxsim::Dim3 grid{1, static_cast<uint32_t>(k.grid_y()), 1};
+  const ptxsim::Dim3 block{static_cast<uint32_t>(codegen::stream_block_x(p)),
+                           static_cast<uint32_t>(codegen::stream_block_y(p)), 1};
+  Probe probe;
+  probe.entries.push_back(ProbeEntry{mod.launch(k.name, grid, block, args, lo), 0, k.grid_y()});
+  probe.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  probe.simulated = true;
+  return probe;
+}
+
+Estimate estimate_stream(const Probe& probe, const StreamShape& shape, const codegen::StreamParams& p, int32_t n,
+                         int registers, const MachineModel& m) {
+  const int32_t warps_per_block = (p.rows_per_block / 32) * codegen::stream_block_y(p);
+  const int bps = blocks_per_sm(registers, warps_per_block, codegen::stream_shared_bytes(p), m);
+  const int64_t tiles_x = (std::max(n, 1) + p.n_tile - 1) / p.n_tile;
+  ptxsim::InstrCounts counts;
+  for (const ProbeEntry& e : probe.entries) counts += e.counts;
+  // Per-thread counts of one column tile; a warp issues each instruction once for its 32 threads.
+  const double tile_cycles = weighted(counts) / 32.0;
+  const double tile_warps = static_cast<double>(shape.blocks) * warps_per_block;
+  LaunchWork l;
+  l.grid_blocks = tiles_x * shape.blocks;
+  l.warp_cycles = tile_cycles * static_cast<double>(tiles_x);
+  l.warp_instructions = static_cast<double>(counts.total()) / 32.0 * static_cast<double>(tiles_x);
+  l.critical_cycles = tile_warps > 0 ? tile_cycles / tile_warps * shape.imbalance * kDependentCpi : 0.0;
+  return combine({l}, warps_per_block, bps, m);
 }
 
 }  // namespace sparsert::autotune

@@ -6,18 +6,42 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 namespace sparsert::autotune {
 
 namespace {
+// The kind and the parameters of that kind: "tile" for a baked kernel, "stream" for a streamed one.
+nlohmann::json params_json(const Candidate& c) {
+  nlohmann::json j = {{"kind", codegen::to_string(c.kind)}, {"label", describe(c)}};
+  if (c.streamed()) {
+    j["stream"] = codegen::to_json(c.stream);
+  } else {
+    j["tile"] = codegen::to_json(c.tile);
+  }
+  return j;
+}
+
+nlohmann::json kind_best_json(const LayerResult& l, const KindBest& b) {
+  if (b.index < 0) return nullptr;
+  return {{"index", b.index}, {"score_us", b.score}, {"status", b.status},
+          {"label", describe(l.candidates[static_cast<size_t>(b.index)].cand)}};
+}
+
+// Best streamed over best baked, when both were ranked on the same basis: both measured, or both model estimates.
+std::optional<double> streamed_over_baked(const LayerResult& l) {
+  if (l.best_baked.index < 0 || l.best_streamed.index < 0 || l.best_baked.score <= 0) return std::nullopt;
+  if ((l.best_baked.status == "measured") != (l.best_streamed.status == "measured")) return std::nullopt;
+  return l.best_streamed.score / l.best_baked.score;
+}
+
 nlohmann::json candidate_json(const CandidateResult& r) {
-  nlohmann::json j = {{"tile", codegen::to_json(r.cand.tile)},
-                      {"label", describe(r.cand.tile)},
-                      {"default", r.cand.is_default},
-                      {"status", r.status},
-                      {"registers", r.registers},
-                      {"registers_from", r.registers_from_assembler ? "assembler" : "codegen estimate"},
-                      {"spill_bytes", r.spill_bytes}};
+  nlohmann::json j = params_json(r.cand);
+  j.update(nlohmann::json{{"default", r.cand.is_default},
+                          {"status", r.status},
+                          {"registers", r.registers},
+                          {"registers_from", r.registers_from_assembler ? "assembler" : "codegen estimate"},
+                          {"spill_bytes", r.spill_bytes}});
   if (!r.reason.empty()) j["reason"] = r.reason;
   if (!r.cand.rejected_field.empty()) j["rejected_field"] = r.cand.rejected_field;
   if (r.estimate) {
@@ -96,7 +120,7 @@ std::string layer_svg(const LayerResult& l, const std::string& unit) {
     s += fmt::format(
         "<rect class=\"bar\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"{}><title>{}: "
         "{:.3g} {} ({}{}{})</title></rect>",
-        x, yv, std::max(bw - 1, 0.5), h - bottom - yv, status_color(r.status), stroke, esc(describe(r.cand.tile)),
+        x, yv, std::max(bw - 1, 0.5), h - bottom - yv, status_color(r.status), stroke, esc(describe(r.cand)),
         r.score(), unit, r.status, win ? ", winner" : "", r.cand.is_default ? ", default" : "");
   }
   s += "</svg>";
@@ -150,8 +174,11 @@ nlohmann::json to_json(const TuneReport& r) {
     for (const CandidateResult& c : l.candidates) cands.push_back(candidate_json(c));
     nlohmann::json j = {{"name", l.name}, {"m", l.m},         {"k", l.k},   {"n", l.n},
                         {"nnz", l.nnz},   {"seconds", l.seconds}, {"candidates", std::move(cands)}};
-    j["winner"] = {{"tile", codegen::to_json(l.winner_tile)}, {"label", describe(l.winner_tile)},
-                   {"score_us", l.winner_score}};
+    j["winner"] = params_json(l.winner_candidate());
+    j["winner"]["score_us"] = l.winner_score;
+    j["best_by_kind"] = {{"baked", kind_best_json(l, l.best_baked)},
+                         {"streamed", kind_best_json(l, l.best_streamed)}};
+    if (auto ratio = streamed_over_baked(l)) j["streamed_over_baked"] = *ratio;
     if (l.winner >= 0) j["winner"]["index"] = l.winner;
     j["default_score_us"] = l.default_score;
     if (l.winner_score > 0 && l.default_score > 0) j["speedup_vs_default"] = l.default_score / l.winner_score;
@@ -189,14 +216,17 @@ std::string render_html(const TuneReport& r) {
   s += fmt::format("<p>Device: {}. Toolkit: {}. {} layers in {:.1f} s{}.</p>\n", esc(r.device), esc(r.toolkit),
                    r.layers.size(), r.seconds, r.budget_exhausted ? " (the time budget ran out)" : "");
   s += "<h2>Best against default per layer</h2>\n" + summary_svg(r, unit) + "\n";
-  s += "<table><tr><th>#</th><th>layer</th><th>M×K, N</th><th>nnz</th><th>winner</th><th>best</th><th>default</th>"
-       "<th>speedup</th><th>note</th></tr>\n";
+  s += "<table><tr><th>#</th><th>layer</th><th>M×K, N</th><th>nnz</th><th>kind</th><th>winner</th><th>best</th>"
+       "<th>default</th><th>speedup</th><th>streamed / baked</th><th>note</th></tr>\n";
   for (size_t i = 0; i < r.layers.size(); ++i) {
     const LayerResult& l = r.layers[i];
-    s += fmt::format("<tr><td>{}</td><td>{}</td><td>{}×{}, {}</td><td>{}</td><td>{}</td><td>{:.3g}</td><td>{:.3g}</td>"
-                     "<td>{:.2f}x</td><td>{}</td></tr>\n",
-                     i, esc(l.name), l.m, l.k, l.n, l.nnz, esc(describe(l.winner_tile)), l.winner_score,
-                     l.default_score, l.winner_score > 0 ? l.default_score / l.winner_score : 0.0,
+    const auto ratio = streamed_over_baked(l);
+    s += fmt::format("<tr><td>{}</td><td>{}</td><td>{}×{}, {}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3g}</td>"
+                     "<td>{:.3g}</td><td>{:.2f}x</td><td>{}</td><td>{}</td></tr>\n",
+                     i, esc(l.name), l.m, l.k, l.n, l.nnz, codegen::to_string(l.winner_kind),
+                     esc(describe(l.winner_candidate())), l.winner_score, l.default_score,
+                     l.winner_score > 0 ? l.default_score / l.winner_score : 0.0,
+                     ratio ? fmt::format("{:.2f}", *ratio) : "",
                      l.shared_from.empty() ? "" : esc("shared with " + l.shared_from));
   }
   s += "</table>\n";

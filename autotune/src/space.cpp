@@ -7,8 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <map>
-#include <set>
+#include <tuple>
 
 namespace sparsert::autotune {
 
@@ -16,6 +17,16 @@ std::string describe(const codegen::TileParams& t) {
   return fmt::format("mb={} gy={} nt={} cpt={} {} {}{}", t.plan.m_blocks, t.plan.gy, t.n_tile, t.cols_per_thread,
                      codegen::to_string(t.weights), inspector::to_string(t.plan.balance),
                      t.plan.reorder_rows ? " reorder" : "");
+}
+
+std::string describe(const Candidate& c) {
+  if (!c.streamed()) return "baked " + describe(c.tile);
+  const codegen::StreamParams def;
+  std::string s = fmt::format("streamed rpb={} nt={} cpt={}", c.stream.rows_per_block, c.stream.n_tile,
+                              c.stream.cols_per_thread);
+  if (c.stream.stage_rows != def.stage_rows) s += fmt::format(" sr={}", c.stream.stage_rows);
+  if (c.stream.unroll != def.unroll) s += fmt::format(" u={}", c.stream.unroll);
+  return s;
 }
 
 codegen::TileParams tile_from_json(const nlohmann::json& j, const std::string& where) {
@@ -50,6 +61,19 @@ codegen::TileParams tile_from_json(const nlohmann::json& j, const std::string& w
   return t;
 }
 
+codegen::StreamParams stream_from_json(const nlohmann::json& j, const std::string& where) {
+  SPARSERT_USER_CHECK(j.is_object(), where, "stream parameters are not an object");
+  codegen::StreamParams p;
+  for (auto [field, out] : {std::pair{"rows_per_block", &p.rows_per_block}, std::pair{"n_tile", &p.n_tile},
+                            std::pair{"cols_per_thread", &p.cols_per_thread}, std::pair{"stage_rows", &p.stage_rows},
+                            std::pair{"unroll", &p.unroll}}) {
+    if (!j.contains(field)) continue;
+    SPARSERT_USER_CHECK(j.at(field).is_number_integer(), where, "{} is not an integer", field);
+    *out = j.at(field).get<int32_t>();
+  }
+  return p;
+}
+
 namespace {
 struct Shape {
   int32_t n_tile, cpt;
@@ -64,21 +88,75 @@ int32_t cap_tile(int32_t n_tile, int32_t cpt, int32_t n) {
   const int32_t capped = std::min(n_tile, ((std::max(n, 1) + cpt - 1) / cpt) * cpt);
   return std::max(capped, cpt);
 }
-}  // namespace
 
-std::vector<Candidate> enumerate_candidates(const CsrMatrix& a, int32_t n, const codegen::Target& target) {
-  std::vector<codegen::TileParams> grid;
+// The streaming kernel's n_tile is a power of two: cap it (and the columns per thread, which must not exceed it)
+// at the smallest power of two holding N.
+codegen::StreamParams cap_stream(codegen::StreamParams p, int32_t n) {
+  const int32_t limit = static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(std::max(n, 1))));
+  p.cols_per_thread = std::min(p.cols_per_thread, limit);
+  p.n_tile = std::max(std::min(p.n_tile, limit), p.cols_per_thread);
+  return p;
+}
+
+using PlanCache = std::map<inspector::PlanParams, inspector::WorkPlan,
+                           bool (*)(const inspector::PlanParams&, const inspector::PlanParams&)>;
+PlanCache make_plan_cache() {
+  return PlanCache([](const inspector::PlanParams& x, const inspector::PlanParams& y) {
+    return std::tie(x.m_blocks, x.gy, x.balance, x.reorder_rows) <
+           std::tie(y.m_blocks, y.gy, y.balance, y.reorder_rows);
+  });
+}
+
+void check_baked(const codegen::TileParams& t, const CsrMatrix& a, int32_t n, const codegen::Target& target,
+                 PlanCache& plans) {
+  // compile streams a layer above the per-layer cap whatever its tuning says, so tuning it baked is wasted work.
+  const codegen::KernelChoiceOptions rule;
+  if (a.nnz() > rule.max_baked_nnz) {
+    throw inspector::InvalidTileParams(
+        "kernel", fmt::format("{} nonzeros > {} per baked layer: compile streams this layer", a.nnz(),
+                              rule.max_baked_nnz));
+  }
+  codegen::check_tile_params(t, codegen::KernelShape{a.rows, a.cols, n}, target);
+  auto it = plans.find(t.plan);
+  if (it == plans.end()) it = plans.emplace(t.plan, inspector::make_plan(a, t.plan)).first;
+  codegen::check_tile_resources(t, it->second, target);
+}
+
+void check_streamed(const codegen::StreamParams& p, const CsrMatrix& a, int32_t n, const codegen::Target& target) {
+  codegen::check_stream_params(p, n, target);
+  // pack_stream_weights' one limit that depends on the matrix: the row blocks are grid.y.
+  const int64_t blocks = (int64_t{a.rows} + p.rows_per_block - 1) / p.rows_per_block;
+  if (blocks > 65535) {
+    throw inspector::InvalidTileParams("rows_per_block",
+                                       fmt::format("{} row blocks exceed grid.y's 65535", blocks));
+  }
+}
+
+void check_one(const Candidate& c, const CsrMatrix& a, int32_t n, const codegen::Target& target, PlanCache& plans) {
+  if (c.streamed()) {
+    check_streamed(c.stream, a, n, target);
+  } else {
+    check_baked(c.tile, a, n, target, plans);
+  }
+}
+
+bool wants(const KindSet& kinds, codegen::KernelKind k) {
+  return std::find(kinds.begin(), kinds.end(), k) != kinds.end();
+}
+
+std::vector<Candidate> baked_grid(const CsrMatrix& a, int32_t n) {
+  std::vector<Candidate> grid;
   auto add = [&](int32_t rows_per_block, int32_t gy, Shape s, codegen::WeightPlacement w, inspector::Balance bal,
                  bool reorder) {
-    codegen::TileParams t;
-    t.plan.m_blocks = blocks_for(a.rows, rows_per_block);
-    t.plan.gy = gy;
-    t.plan.balance = bal;
-    t.plan.reorder_rows = reorder;
-    t.cols_per_thread = s.cpt;
-    t.n_tile = cap_tile(s.n_tile, s.cpt, n);
-    t.weights = w;
-    grid.push_back(t);
+    Candidate c;
+    c.tile.plan.m_blocks = blocks_for(a.rows, rows_per_block);
+    c.tile.plan.gy = gy;
+    c.tile.plan.balance = bal;
+    c.tile.plan.reorder_rows = reorder;
+    c.tile.cols_per_thread = s.cpt;
+    c.tile.n_tile = cap_tile(s.n_tile, s.cpt, n);
+    c.tile.weights = w;
+    grid.push_back(c);
   };
   using W = codegen::WeightPlacement;
   using B = inspector::Balance;
@@ -92,42 +170,89 @@ std::vector<Candidate> enumerate_candidates(const CsrMatrix& a, int32_t n, const
         for (W w : {W::kImmediate, W::kConstBank})
           for (B bal : {B::kNonzeros, B::kRows})
             for (bool reorder : {false, true}) add(rpb, gy, s, w, bal, reorder);
+  return grid;
+}
 
-  codegen::TileParams def;
-  bool have_default = false;
-  try {
-    def = codegen::default_tile_params(a, n, target);
-    have_default = true;
-  } catch (const inspector::InvalidTileParams&) {
-    // No parameters fit this matrix at all; every candidate below is rejected with its own reason.
+// Taller blocks reuse each staged row of B more; 16 columns per thread amortise each weight load over 16 fmas, 8
+// halve the registers, a 64-column tile halves the blocks per column (docs/codegen.md, the measurements). 256 staged
+// rows, fewer when the tile is wider than 32 columns: 256 × 64 columns would need 65.8 KB of shared memory, past the
+// 48 KB of static shared memory, so every tile holds at most 256 × 32 floats (33 KB).
+constexpr int32_t kStreamTileFloats = 256 * 32;
+
+std::vector<Candidate> streamed_grid(int32_t n) {
+  std::vector<Candidate> grid;
+  auto add = [&](const codegen::StreamParams& p) {
+    Candidate c;
+    c.kind = codegen::KernelKind::kStreamed;
+    c.stream = cap_stream(p, n);
+    c.stream.stage_rows = std::min(c.stream.stage_rows, kStreamTileFloats / c.stream.n_tile);
+    grid.push_back(c);
+  };
+  for (int32_t rpb : {128, 256})
+    for (Shape s : {Shape{32, 16}, Shape{32, 8}, Shape{64, 16}}) {
+      codegen::StreamParams p;
+      p.rows_per_block = rpb;
+      p.n_tile = s.n_tile;
+      p.cols_per_thread = s.cpt;
+      p.stage_rows = 256;
+      p.unroll = 2;
+      add(p);
+    }
+  add(codegen::StreamParams{});
+  return grid;
+}
+}  // namespace
+
+bool Candidate::operator==(const Candidate& o) const {
+  if (kind != o.kind) return false;
+  return streamed() ? stream == o.stream : tile == o.tile;
+}
+
+KindSet all_kinds() { return {codegen::KernelKind::kBaked, codegen::KernelKind::kStreamed}; }
+
+Candidate default_candidate(const CsrMatrix& a, int32_t n, const codegen::Target& target, const KindSet& kinds) {
+  SPARSERT_INTERNAL_CHECK(!kinds.empty(), "default_candidate: no kernel kind to search");
+  codegen::KernelKind kind = codegen::choose_kernel_kind(a, n, target, codegen::KernelChoiceOptions{}).kind;
+  if (!wants(kinds, kind)) kind = kinds.front();
+  Candidate c;
+  c.kind = kind;
+  c.is_default = true;
+  if (c.streamed()) {
+    c.stream = codegen::StreamParams{};  // compile's stream parameters when none are given
+  } else {
+    c.tile = codegen::default_tile_params(a, n, target);
   }
-  if (have_default) grid.push_back(def);
+  return c;
+}
+
+void check_candidate(const Candidate& c, const CsrMatrix& a, int32_t n, const codegen::Target& target) {
+  PlanCache plans = make_plan_cache();
+  check_one(c, a, n, target, plans);
+}
+
+std::vector<Candidate> enumerate_candidates(const CsrMatrix& a, int32_t n, const codegen::Target& target,
+                                            const KindSet& kinds) {
+  std::vector<Candidate> grid;
+  if (wants(kinds, codegen::KernelKind::kBaked)) grid = baked_grid(a, n);
+  if (wants(kinds, codegen::KernelKind::kStreamed)) {
+    for (Candidate& c : streamed_grid(n)) grid.push_back(std::move(c));
+  }
+  try {
+    grid.push_back(default_candidate(a, n, target, kinds));
+  } catch (const inspector::InvalidTileParams&) {
+    // No baked parameters fit this matrix at all; every baked candidate below is rejected with its own reason.
+  }
 
   std::vector<Candidate> out;
-  std::set<std::string> seen;
-  std::map<inspector::PlanParams, std::optional<inspector::WorkPlan>, bool (*)(const inspector::PlanParams&,
-                                                                              const inspector::PlanParams&)>
-      plans([](const inspector::PlanParams& x, const inspector::PlanParams& y) {
-        return std::tie(x.m_blocks, x.gy, x.balance, x.reorder_rows) <
-               std::tie(y.m_blocks, y.gy, y.balance, y.reorder_rows);
-      });
-  for (const codegen::TileParams& t : grid) {
-    const std::string key = codegen::to_json(t).dump();
-    if (!seen.insert(key).second) {
-      if (have_default && t == def) {
-        for (Candidate& c : out)
-          if (c.tile == def) c.is_default = true;
-      }
+  PlanCache plans = make_plan_cache();
+  for (Candidate& c : grid) {
+    auto same = std::find(out.begin(), out.end(), c);
+    if (same != out.end()) {
+      same->is_default = same->is_default || c.is_default;
       continue;
     }
-    Candidate c;
-    c.tile = t;
-    c.is_default = have_default && t == def;
     try {
-      codegen::check_tile_params(t, codegen::KernelShape{a.rows, a.cols, n}, target);
-      auto it = plans.find(t.plan);
-      if (it == plans.end()) it = plans.emplace(t.plan, inspector::make_plan(a, t.plan)).first;
-      codegen::check_tile_resources(t, *it->second, target);
+      check_one(c, a, n, target, plans);
     } catch (const inspector::InvalidTileParams& e) {
       c.rejected_field = e.field();
       c.rejected_reason = e.reason();

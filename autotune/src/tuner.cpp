@@ -3,6 +3,7 @@
 #include "sparsert/codegen/assembler.hpp"
 #include "sparsert/codegen/heuristic.hpp"
 #include "sparsert/codegen/spmm.hpp"
+#include "sparsert/codegen/stream_spmm.hpp"
 #include "sparsert/inspector/plan.hpp"
 #include "sparsert/runtime/driver.hpp"
 #include "sparsert/runtime/file_io.hpp"
@@ -37,6 +38,14 @@ double CandidateResult::score() const {
   if (time_us) return *time_us;
   if (estimate) return estimate->microseconds;
   return std::numeric_limits<double>::infinity();
+}
+
+Candidate LayerResult::winner_candidate() const {
+  Candidate c;
+  c.kind = winner_kind;
+  c.tile = winner_tile;
+  c.stream = winner_stream;
+  return c;
 }
 
 bool similar_layers(const TuneLayer& x, const TuneLayer& y) {
@@ -219,10 +228,19 @@ std::string plan_key(const inspector::PlanParams& p) {
 
 // A candidate's kernel for the real N, with each entry's assembled result.
 struct Built {
-  codegen::SpmmKernel kernel;
+  codegen::SpmmKernel kernel;                   // baked
+  std::optional<codegen::StreamKernel> stream;  // streamed: one entry and the weight arrays it reads
   std::vector<AsmResult> asm_results;
   std::string error;
+
+  size_t entries() const { return stream ? 1 : kernel.entries.size(); }
+  const std::string& entry_name(size_t i) const { return stream ? stream->name : kernel.entries[i].name; }
+  const std::string& entry_ptx(size_t i) const { return stream ? stream->ptx : kernel.entries[i].ptx; }
 };
+
+std::string stream_key(const codegen::StreamParams& p) {
+  return fmt::format("{}/{}/{}/{}/{}", p.rows_per_block, p.n_tile, p.cols_per_thread, p.stage_rows, p.unroll);
+}
 
 struct LayerContext {
   const TuneLayer& layer;
@@ -231,6 +249,8 @@ struct LayerContext {
   AsmStore* store;  // null without an assembler
   std::map<std::string, inspector::WorkPlan> plans;
   std::map<std::string, std::variant<Probe, std::string>> probes;
+  std::map<int32_t, inspector::WorkPlan> stream_plans;  // by rows per block (default_stream_plan's only input)
+  std::map<std::string, std::variant<StreamShape, std::string>> stream_shapes;
 
   const inspector::WorkPlan& plan(const inspector::PlanParams& p) {
     const std::string k = plan_key(p);
@@ -257,20 +277,80 @@ struct LayerContext {
     return it->second;
   }
 
+  // The streamed kernel's plan: compile's (default_stream_plan), so that what is tuned is what compile builds.
+  const inspector::WorkPlan& stream_plan(const codegen::StreamParams& p) {
+    auto it = stream_plans.find(p.rows_per_block);
+    if (it == stream_plans.end()) {
+      it = stream_plans.emplace(p.rows_per_block, codegen::default_stream_plan(layer.a, p)).first;
+    }
+    return it->second;
+  }
+  // The packed weights' shape depends on rows per block, staged rows and unroll (n_tile only scales offsets).
+  const std::variant<StreamShape, std::string>& stream_shape_of(const codegen::StreamParams& p) {
+    const std::string k = fmt::format("{}/{}/{}", p.rows_per_block, p.stage_rows, p.unroll);
+    auto it = stream_shapes.find(k);
+    if (it == stream_shapes.end()) {
+      std::variant<StreamShape, std::string> v;
+      try {
+        v = stream_shape(codegen::pack_stream_weights(layer.a, stream_plan(p), p, layer.epilogue.bias), p);
+      } catch (const std::exception& e) {
+        v = fmt::format("pack: {}", e.what());
+      }
+      it = stream_shapes.emplace(k, std::move(v)).first;
+    }
+    return it->second;
+  }
+  const std::variant<Probe, std::string>& stream_probe(const codegen::StreamParams& p, bool simulate) {
+    const std::string k = fmt::format("stream/{}/{}", stream_key(p), simulate);
+    auto it = probes.find(k);
+    if (it == probes.end()) {
+      std::variant<Probe, std::string> v;
+      try {
+        if (simulate) {
+          v = run_stream_probe(layer.a, stream_plan(p), p, layer.n, opt.target, layer.epilogue);
+        } else if (const auto* shape = std::get_if<StreamShape>(&stream_shape_of(p))) {
+          v = analytic_stream_probe(*shape, p, layer.n, layer.epilogue);
+        } else {
+          v = std::get<std::string>(stream_shape_of(p));
+        }
+      } catch (const std::exception& e) {
+        v = fmt::format("probe: {}", e.what());
+      }
+      it = probes.emplace(k, std::move(v)).first;
+    }
+    return it->second;
+  }
+
   // Ranks one candidate with codegen's resource estimate (or `registers` when given).
   void model(CandidateResult& r, bool simulate, std::optional<int> registers = std::nullopt) {
-    const inspector::WorkPlan& pl = plan(r.cand.tile.plan);
-    const codegen::ResourceEstimate res = codegen::estimate_resources(r.cand.tile, pl);
-    const auto& pr = probe(r.cand.tile, simulate);
     r.counts_from = simulate ? "ptxsim" : "analytic";
-    if (const std::string* err = std::get_if<std::string>(&pr)) {
-      r.status = "failed";
-      r.reason = *err;
+    if (r.cand.streamed()) {
+      const codegen::StreamParams& p = r.cand.stream;
+      const auto& shape = stream_shape_of(p);
+      const auto& pr = stream_probe(p, simulate);
+      if (const std::string* err = std::get_if<std::string>(&shape)) return fail(r, *err);
+      finish(r, pr, registers.value_or(codegen::stream_registers_estimate(p)), [&](const Probe& probe, int regs) {
+        return estimate_stream(probe, std::get<StreamShape>(shape), p, layer.n, regs, machine);
+      });
       return;
     }
-    r.registers = registers.value_or(res.registers);
+    const inspector::WorkPlan& pl = plan(r.cand.tile.plan);
+    const codegen::ResourceEstimate res = codegen::estimate_resources(r.cand.tile, pl);
+    finish(r, probe(r.cand.tile, simulate), registers.value_or(res.registers), [&](const Probe& probe, int regs) {
+      return estimate(probe, pl, r.cand.tile, layer.n, regs, res.shared_bytes, machine);
+    });
+  }
+  static void fail(CandidateResult& r, const std::string& why) {
+    r.status = "failed";
+    r.reason = why;
+  }
+  // The model's verdict from a probe (or the error that stopped it); an occupancy that fits no block rejects.
+  template <typename Estimator>
+  static void finish(CandidateResult& r, const std::variant<Probe, std::string>& pr, int registers, Estimator est) {
+    if (const std::string* err = std::get_if<std::string>(&pr)) return fail(r, *err);
+    r.registers = registers;
     try {
-      r.estimate = estimate(std::get<Probe>(pr), pl, r.cand.tile, layer.n, r.registers, res.shared_bytes, machine);
+      r.estimate = est(std::get<Probe>(pr), registers);
       if (r.status.empty()) r.status = "estimated";
     } catch (const inspector::InvalidTileParams& e) {
       r.status = "rejected";
@@ -278,31 +358,49 @@ struct LayerContext {
     }
   }
 
-  Built build(const codegen::TileParams& t, bool need_cubin) {
+  // Emits the candidate's kernel for the real N (a streamed one with its packed weights) and assembles its entries.
+  Built build(const Candidate& c, bool need_cubin) {
     Built b;
     try {
-      codegen::SpmmOptions so;
-      so.tile = t;
-      so.ld = layer.n;
-      so.epilogue = layer.epilogue;
-      so.name = "tune";
-      b.kernel = codegen::emit_spmm(layer.a, plan(t.plan), opt.target, so);
+      if (c.streamed()) {
+        codegen::StreamOptions so;
+        so.params = c.stream;
+        so.ld = layer.n;
+        so.epilogue = layer.epilogue;
+        so.name = "tune_stream";
+        b.stream = codegen::emit_stream_spmm(layer.a, stream_plan(c.stream), opt.target, so);
+      } else {
+        codegen::SpmmOptions so;
+        so.tile = c.tile;
+        so.ld = layer.n;
+        so.epilogue = layer.epilogue;
+        so.name = "tune";
+        b.kernel = codegen::emit_spmm(layer.a, plan(c.tile.plan), opt.target, so);
+      }
     } catch (const std::exception& e) {
       b.error = fmt::format("emit: {}", e.what());
       return b;
     }
-    b.asm_results.resize(b.kernel.entries.size());
-    run_parallel(b.kernel.entries.size(), opt.threads, [&](size_t i) {
-      const codegen::SpmmEntry& e = b.kernel.entries[i];
-      b.asm_results[i] = store->get(e.ptx, e.name, opt.target, need_cubin);
+    b.asm_results.resize(b.entries());
+    run_parallel(b.entries(), opt.threads, [&](size_t i) {
+      b.asm_results[i] = store->get(b.entry_ptx(i), b.entry_name(i), opt.target, need_cubin);
     });
     for (size_t i = 0; i < b.asm_results.size(); ++i) {
       if (!b.asm_results[i].error.empty()) {
-        b.error = fmt::format("assemble {}: {}", b.kernel.entries[i].name, b.asm_results[i].error);
+        b.error = fmt::format("assemble {}: {}", b.entry_name(i), b.asm_results[i].error);
         break;
       }
     }
     return b;
+  }
+
+  // What assembling the candidate costs grows with its fmas (baked); the streamed kernel's code does not depend on
+  // the matrix (~0.03 s), so it counts as none.
+  double fmas(const Candidate& c) {
+    if (c.streamed()) return 0.0;
+    double f = 0;
+    for (const auto& b : plan(c.tile.plan).blocks) f += static_cast<double>(b.nnz);
+    return f * c.tile.cols_per_thread;
   }
 
   // Folds an assembled kernel into its result: registers from the assembler, spills reject, model refreshed.
@@ -336,6 +434,40 @@ struct LayerContext {
   }
 };
 
+// The best ranked candidate that `keep` accepts: measured beats assembled beats estimated from ptxsim's counts beats
+// estimated from analytic counts (a rough ranking only), then the lowest score; -1 when none.
+template <typename Keep>
+int best_of(const std::vector<CandidateResult>& cands, Keep keep) {
+  auto rank_of = [](const CandidateResult& r) {
+    if (r.status == "measured") return 0;
+    if (r.status == "assembled") return 1;
+    if (r.status == "estimated") return r.counts_from == "ptxsim" ? 2 : 3;
+    return 4;
+  };
+  int best = -1;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const CandidateResult& r = cands[i];
+    if (rank_of(r) > 3 || !keep(r.cand)) continue;
+    if (best < 0) {
+      best = static_cast<int>(i);
+      continue;
+    }
+    const CandidateResult& w = cands[static_cast<size_t>(best)];
+    if (std::pair(rank_of(r), r.score()) < std::pair(rank_of(w), w.score())) best = static_cast<int>(i);
+  }
+  return best;
+}
+
+KindBest kind_best(const std::vector<CandidateResult>& cands, codegen::KernelKind kind) {
+  KindBest b;
+  b.index = best_of(cands, [&](const Candidate& c) { return c.kind == kind; });
+  if (b.index >= 0) {
+    b.score = cands[static_cast<size_t>(b.index)].score();
+    b.status = cands[static_cast<size_t>(b.index)].status;
+  }
+  return b;
+}
+
 DenseTensor random_input(int64_t k, int64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
@@ -362,34 +494,62 @@ struct GpuBench {
 
   // Returns the median time in microseconds; throws on a failed load, launch or verification.
   double run(const Built& built, bool* verified) {
-    const codegen::SpmmKernel& k = built.kernel;
     std::vector<cuda::Module> modules;
     std::vector<CUfunction> fns;
-    for (size_t e = 0; e < k.entries.size(); ++e) {
-      const std::vector<char>& cubin = built.asm_results[e].cubin;
-      bool loaded = false;
-      if (!cubin.empty()) {
-        try {
-          modules.emplace_back(cubin.data(), k.entries[e].name + ".cubin");
-          loaded = true;
-        } catch (const cuda::CudaError& err) {
-          // The emulated driver (and a driver older than the toolkit) takes PTX only.
-          if (err.result() != CUDA_ERROR_INVALID_IMAGE && err.result() != CUDA_ERROR_NO_BINARY_FOR_GPU) throw;
-        }
-      }
-      if (!loaded) modules.emplace_back(k.entries[e].ptx.c_str(), k.entries[e].name + ".ptx");
-      fns.push_back(modules.back().function(k.entries[e].name));
+    for (size_t e = 0; e < built.entries(); ++e) {
+      modules.push_back(load_entry(built, e));
+      fns.push_back(modules.back().function(built.entry_name(e)));
     }
     uint32_t n = static_cast<uint32_t>(layer.n);
     CUdeviceptr pb = db.get(), pc = dc.get();
+    std::vector<void*> params = {&pb, &pc, &n};
+    // A streamed kernel reads its weights from five arrays, passed after B, C and N (docs/codegen.md).
+    std::vector<cuda::DeviceBuffer> arrays;
+    std::vector<CUdeviceptr> array_ptrs;
+    if (built.stream) {
+      const codegen::StreamWeights& w = built.stream->weights;
+      for (const std::vector<uint32_t>* v : {&w.ell, &w.stages, &w.block_stages, &w.krows, &w.slots}) {
+        arrays.emplace_back(std::max<size_t>(v->size() * 4, 4));
+        arrays.back().upload(v->data(), v->size() * 4);
+      }
+      for (const cuda::DeviceBuffer& a : arrays) array_ptrs.push_back(a.get());
+      for (CUdeviceptr& a : array_ptrs) params.push_back(&a);
+    }
     auto launch_all = [&] {
+      if (built.stream) {
+        const codegen::StreamKernel& k = *built.stream;
+        cuda::launch(fns[0], k.name, static_cast<unsigned>(k.grid_x(layer.n)), static_cast<unsigned>(k.grid_y()),
+                     static_cast<unsigned>(codegen::stream_block_x(k.params)),
+                     static_cast<unsigned>(codegen::stream_block_y(k.params)), stream, params.data());
+        return;
+      }
+      const codegen::SpmmKernel& k = built.kernel;
       for (size_t e = 0; e < k.entries.size(); ++e) {
-        void* params[] = {&pb, &pc, &n};
         cuda::launch(fns[e], k.entries[e].name, static_cast<unsigned>(k.grid_x(layer.n)),
                      static_cast<unsigned>(k.entries[e].block_end - k.entries[e].block_begin),
-                     static_cast<unsigned>(k.block_x), static_cast<unsigned>(k.block_y), stream, params);
+                     static_cast<unsigned>(k.block_x), static_cast<unsigned>(k.block_y), stream, params.data());
       }
     };
+    verify(launch_all, verified);
+    return median_time(launch_all);
+  }
+
+ private:
+  // The entry's cubin, else its PTX: the emulated driver (and a driver older than the toolkit) takes PTX only.
+  static cuda::Module load_entry(const Built& built, size_t e) {
+    const std::vector<char>& cubin = built.asm_results[e].cubin;
+    if (!cubin.empty()) {
+      try {
+        return cuda::Module(cubin.data(), built.entry_name(e) + ".cubin");
+      } catch (const cuda::CudaError& err) {
+        if (err.result() != CUDA_ERROR_INVALID_IMAGE && err.result() != CUDA_ERROR_NO_BINARY_FOR_GPU) throw;
+      }
+    }
+    return cuda::Module(built.entry_ptx(e).c_str(), built.entry_name(e) + ".ptx");
+  }
+
+  template <typename Launch>
+  void verify(const Launch& launch_all, bool* verified) {
     dc.fill_u32(0x7fc00000u, static_cast<size_t>(layer.a.rows) * layer.n);  // NaN: an unwritten output shows
     launch_all();
     stream.synchronize();
@@ -398,6 +558,10 @@ struct GpuBench {
     const double err = max_relative_error(got, want);
     if (!(err <= 1e-4)) throw WorkFailure(fmt::format("verify: max relative error {:.3g} against the reference", err));
     *verified = true;
+  }
+
+  template <typename Launch>
+  double median_time(const Launch& launch_all) {
     for (int w = 0; w < 2; ++w) launch_all();
     std::vector<double> times;
     for (int r = 0; r < repeats; ++r) {
@@ -483,7 +647,7 @@ TuneReport tune(const std::vector<TuneLayer>& layers, const TuneOptions& options
     lr.k = layer.a.cols;
     lr.n = layer.n;
     lr.nnz = layer.a.nnz();
-    LayerContext ctxl{layer, options, report.machine, store.get(), {}, {}};
+    LayerContext ctxl{layer, options, report.machine, store.get(), {}, {}, {}, {}};
 
     // Sharing: an earlier layer of the same shape and pattern whose winner is also valid here.
     if (options.share) {
@@ -491,20 +655,20 @@ TuneReport tune(const std::vector<TuneLayer>& layers, const TuneOptions& options
         const LayerResult& prev = report.layers[pj];
         if (!prev.shared_from.empty() || prev.winner < 0 || !similar_layers(layers[pj], layer)) continue;
         CandidateResult shared, def;
-        shared.cand.tile = prev.winner_tile;
+        shared.cand = prev.winner_candidate();
         try {
-          codegen::check_tile_params(shared.cand.tile, {layer.a.rows, layer.a.cols, layer.n}, options.target);
-          codegen::check_tile_resources(shared.cand.tile, ctxl.plan(shared.cand.tile.plan), options.target);
+          check_candidate(shared.cand, layer.a, layer.n, options.target);
+          def.cand = default_candidate(layer.a, layer.n, options.target, options.kinds);
         } catch (const inspector::InvalidTileParams&) {
           continue;
         }
         ctxl.model(shared, true);
-        def.cand.tile = codegen::default_tile_params(layer.a, layer.n, options.target);
-        def.cand.is_default = true;
         ctxl.model(def, true);
         if (!shared.estimate || !def.estimate) continue;
         lr.shared_from = prev.name;
+        lr.winner_kind = shared.cand.kind;
         lr.winner_tile = shared.cand.tile;
+        lr.winner_stream = shared.cand.stream;
         lr.winner_score = shared.score();
         lr.default_score = def.score();
       }
@@ -518,7 +682,7 @@ TuneReport tune(const std::vector<TuneLayer>& layers, const TuneOptions& options
     }
 
     // 1. Candidates, checked by the shared validity check.
-    for (Candidate& c : enumerate_candidates(layer.a, layer.n, options.target)) {
+    for (Candidate& c : enumerate_candidates(layer.a, layer.n, options.target, options.kinds)) {
       CandidateResult r;
       r.cand = std::move(c);
       if (!r.cand.valid()) {
@@ -542,12 +706,25 @@ TuneReport tune(const std::vector<TuneLayer>& layers, const TuneOptions& options
                        [&](size_t x, size_t y) { return lr.candidates[x].score() < lr.candidates[y].score(); });
       return out;
     };
-    // 2b. ptxsim's counts for the best of the analytic ranking (and the default, the baseline of every report).
+    // 2b. ptxsim's counts for the best of the analytic ranking, the default (the baseline of every report) and the
+    // best streamed candidates (so that the kernel kind is decided on simulated counts, not left out of the race).
     {
-      std::vector<size_t> sim = rank(false);
-      sim.resize(std::min(sim.size(), static_cast<size_t>(std::max(options.simulate_top, 1))));
+      const std::vector<size_t> analytic = rank(false);
+      const size_t top = std::min(analytic.size(), static_cast<size_t>(std::max(options.simulate_top, 1)));
+      std::vector<size_t> sim(analytic.begin(), analytic.begin() + static_cast<std::ptrdiff_t>(top));
+      auto include = [&](size_t i) {
+        if (std::find(sim.begin(), sim.end(), i) == sim.end()) sim.push_back(i);
+      };
       if (lr.default_index >= 0 && lr.candidates[static_cast<size_t>(lr.default_index)].status == "estimated")
-        sim.push_back(static_cast<size_t>(lr.default_index));
+        include(static_cast<size_t>(lr.default_index));
+      int streamed = 0;
+      for (size_t i : analytic) {
+        if (streamed >= options.stream_simulate_top) break;
+        if (lr.candidates[i].cand.streamed()) {
+          include(i);
+          ++streamed;
+        }
+      }
       for (size_t i : sim) {
         CandidateResult& r = lr.candidates[i];
         r.estimate.reset();
@@ -561,11 +738,20 @@ TuneReport tune(const std::vector<TuneLayer>& layers, const TuneOptions& options
     // included so that best and default are compared on the same basis.
     if (store) {
       const size_t top = static_cast<size_t>(std::max(1, gpu ? options.measure_top : options.assemble_top));
-      std::vector<size_t> chosen(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(std::min(top, ranked.size())));
+      std::vector<size_t> chosen(ranked.begin(),
+                                 ranked.begin() + static_cast<std::ptrdiff_t>(std::min(top, ranked.size())));
       if (gpu && lr.default_index >= 0 &&
           lr.candidates[static_cast<size_t>(lr.default_index)].status == "estimated" &&
           std::find(chosen.begin(), chosen.end(), static_cast<size_t>(lr.default_index)) == chosen.end())
         chosen.push_back(static_cast<size_t>(lr.default_index));
+      // The best streamed candidate too: assembling it costs ~0.03 s whatever the layer (its code does not depend on
+      // the matrix), and its registers from the assembler (~84 for 16 columns per thread) replace the 56 + 4·cpt
+      // bound, so the kinds are compared on real occupancy. (A baked candidate's assembly grows with its nonzeros:
+      // only the top ones are confirmed.)
+      auto streamed = [&](size_t i) { return lr.candidates[i].cand.streamed(); };
+      if (std::none_of(chosen.begin(), chosen.end(), streamed)) {
+        if (auto it = std::find_if(ranked.begin(), ranked.end(), streamed); it != ranked.end()) chosen.push_back(*it);
+      }
       // Layers left share what is left of the budget.
       const double left = budgeted ? std::chrono::duration<double>(deadline - Clock::now()).count() : 0.0;
       const auto layer_deadline =
@@ -576,9 +762,7 @@ TuneReport tune(const std::vector<TuneLayer>& layers, const TuneOptions& options
       auto allowed = [&](size_t i) {
         if (!budgeted) return true;
         if (past_deadline()) return false;
-        double fmas = 0;
-        for (const auto& e : ctxl.plan(lr.candidates[chosen[i]].cand.tile.plan).blocks) fmas += static_cast<double>(e.nnz);
-        fmas *= lr.candidates[chosen[i]].cand.tile.cols_per_thread;
+        const double fmas = ctxl.fmas(lr.candidates[chosen[i]].cand);
         const double rate = asm_fmas > 0 ? asm_seconds / asm_fmas : 4.0 / 16384;
         const double predicted = fmas * rate / std::max(options.threads, 1);
         return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(predicted)) <=
@@ -597,8 +781,8 @@ TuneReport tune(const std::vector<TuneLayer>& layers, const TuneOptions& options
           promises[i]->set_value(Built{});
           return;
         }
-        Built b = ctxl.build(lr.candidates[chosen[i]].cand.tile, gpu);
-        {
+        Built b = ctxl.build(lr.candidates[chosen[i]].cand, gpu);
+        if (!b.stream) {  // the assembly rate is per fma of baked code
           std::lock_guard<std::mutex> lock(rate_mu);
           for (size_t e = 0; e < b.asm_results.size(); ++e) {
             if (b.asm_results[e].reused) continue;
@@ -634,24 +818,16 @@ TuneReport tune(const std::vector<TuneLayer>& layers, const TuneOptions& options
       producers.join();
     }
 
-    // 4. The winner: measured beats assembled beats estimated; within a status, the lowest score.
-    auto rank_of = [](const std::string& s) {
-      return s == "measured" ? 0 : s == "assembled" ? 1 : s == "estimated" ? 2 : 3;
-    };
-    for (size_t i = 0; i < lr.candidates.size(); ++i) {
-      const CandidateResult& r = lr.candidates[i];
-      if (rank_of(r.status) > 2) continue;
-      if (lr.winner < 0) {
-        lr.winner = static_cast<int>(i);
-        continue;
-      }
-      const CandidateResult& w = lr.candidates[static_cast<size_t>(lr.winner)];
-      if (std::pair(rank_of(r.status), r.score()) < std::pair(rank_of(w.status), w.score()))
-        lr.winner = static_cast<int>(i);
-    }
+    // 4. The winner: measured beats assembled beats estimated (ptxsim's counts before analytic ones); then the lowest
+    // score. The same order picks the best of each kind.
+    lr.winner = best_of(lr.candidates, [](const Candidate&) { return true; });
+    lr.best_baked = kind_best(lr.candidates, codegen::KernelKind::kBaked);
+    lr.best_streamed = kind_best(lr.candidates, codegen::KernelKind::kStreamed);
     if (lr.winner >= 0) {
       const CandidateResult& w = lr.candidates[static_cast<size_t>(lr.winner)];
+      lr.winner_kind = w.cand.kind;
       lr.winner_tile = w.cand.tile;
+      lr.winner_stream = w.cand.stream;
       lr.winner_score = w.score();
     }
     if (lr.default_index >= 0) lr.default_score = lr.candidates[static_cast<size_t>(lr.default_index)].score();

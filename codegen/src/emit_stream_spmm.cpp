@@ -58,6 +58,9 @@ nlohmann::json to_json(const StreamParams& p) {
 int32_t stream_block_x(const StreamParams& p) { return p.rows_per_block; }
 int32_t stream_block_y(const StreamParams& p) { return p.n_tile / p.cols_per_thread; }
 int32_t stream_shared_bytes(const StreamParams& p) { return (p.stage_rows + 1) * p.n_tile * 4; }
+// ptxas reports 32-40 registers for cpt = 1, 80 for cpt = 8 and 84 for cpt = 16 (it loads ahead across the unrolled
+// steps), and spills at 64 with cpt = 4: 56 + 4·cpt bounds them all.
+int32_t stream_registers_estimate(const StreamParams& p) { return 56 + 4 * p.cols_per_thread; }
 
 void check_stream_params(const StreamParams& p, int32_t ld, const Target& target) {
   auto bad = [](const char* field, std::string why) { throw InvalidTileParams(field, std::move(why)); };
@@ -85,9 +88,7 @@ void check_stream_params(const StreamParams& p, int32_t ld, const Target& target
     bad("stage_rows", fmt::format("({} + 1) staged rows × {} columns × 4 bytes = {} bytes of shared memory, more "
                                   "than {}", p.stage_rows, p.n_tile, shared, target.max_static_shared_bytes()));
   }
-  // Registers per thread: ptxas reports 32-40 for cpt = 1, 80 for cpt = 8 and 84 for cpt = 16 (it loads ahead
-  // across the unrolled steps), and spills at 64 with cpt = 4: 56 + 4·cpt bounds them all.
-  const int64_t regs = 56 + 4 * int64_t{p.cols_per_thread};
+  const int64_t regs = stream_registers_estimate(p);
   if (regs * threads > target.registers_per_sm()) {
     bad("rows_per_block", fmt::format("about {} registers × {} threads exceed the {} of an SM", regs, threads,
                                       target.registers_per_sm()));

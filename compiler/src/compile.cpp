@@ -52,6 +52,7 @@ struct Job {
   size_t layer;
   codegen::Target target;
   bool streamed = false;
+  codegen::StreamParams stream;  // when streamed
   std::optional<size_t> streamed_alias;  // an earlier job of this compile with the same streamed key
   std::string key;
   codegen::TileParams tile;
@@ -63,6 +64,64 @@ struct Job {
 };
 
 Epilogue epilogue_of(const LayerDesc& d) { return Epilogue{d.bias, d.activation, d.clamp}; }
+
+// Baked or streamed for one layer, and the stream parameters when streamed.
+struct LayerKernel {
+  codegen::KernelChoice choice;
+  codegen::StreamParams stream;
+  bool stream_tuned = false;  // the parameters came from the tile source
+};
+
+// tuned[layer][target]: what the tile source says, asked once per pair.
+using TunedTable = std::vector<std::vector<std::optional<TunedKernel>>>;
+
+TunedTable ask_tile_source(const std::vector<LoadedLayer>& layers, const CompileOptions& options) {
+  TunedTable t(layers.size());
+  for (size_t li = 0; li < layers.size(); ++li) {
+    for (const codegen::Target& target : options.targets) {
+      t[li].push_back(options.tiles ? options.tiles(layers[li], target) : std::nullopt);
+    }
+  }
+  return t;
+}
+
+// A package holds one launch shape per layer, so a layer is tuned streamed only when every target's record says
+// streamed with the same parameters.
+std::optional<codegen::StreamParams> tuned_stream(const std::vector<std::optional<TunedKernel>>& per_target) {
+  if (per_target.empty() || !per_target.front()) return std::nullopt;
+  for (const std::optional<TunedKernel>& t : per_target) {
+    if (!t || t->kind != codegen::KernelKind::kStreamed || !(t->stream == per_target.front()->stream))
+      return std::nullopt;
+  }
+  return per_target.front()->stream;
+}
+
+// Per layer, in network order: --kernel decides the kind; else a streamed record streams the layer; else the rule,
+// which budgets the network's baked code (a layer tuned baked stays subject to its caps).
+std::vector<LayerKernel> choose_kernels(const std::vector<LoadedLayer>& layers, const CompileOptions& options,
+                                        const TunedTable& tuned) {
+  std::vector<LayerKernel> kinds;
+  int64_t baked_nnz = 0;
+  for (size_t li = 0; li < layers.size(); ++li) {
+    const LoadedLayer& l = layers[li];
+    const std::optional<codegen::StreamParams> ts = tuned_stream(tuned[li]);
+    codegen::KernelChoiceOptions ko;
+    ko.force = options.kernel_kind;
+    if (!ko.force && ts) ko.force = codegen::KernelKind::kStreamed;
+    ko.network_baked_nnz = baked_nnz;
+    LayerKernel k;
+    k.choice = codegen::choose_kernel_kind(l.a, l.desc.n, options.targets.front(), ko);
+    if (!options.kernel_kind && ts) k.choice.reason = "tuned streamed (tuning database)";
+    k.stream = options.stream_params;
+    if (k.choice.kind == codegen::KernelKind::kStreamed && ts) {
+      k.stream = *ts;
+      k.stream_tuned = true;
+    }
+    if (k.choice.kind == codegen::KernelKind::kBaked) baked_nnz += l.a.nnz();
+    kinds.push_back(k);
+  }
+  return kinds;
+}
 
 void replace_directory(const std::filesystem::path& tmp, const std::filesystem::path& out) {
   std::error_code ec;
@@ -110,34 +169,28 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
                       parent.string());
 
   KernelCache cache(options.cache_dir);
-  // Baked or streamed, per layer, in network order (the rule budgets the network's baked code).
-  std::vector<codegen::KernelChoice> kinds;
-  int64_t baked_nnz = 0;
-  for (const LoadedLayer& l : layers) {
-    codegen::KernelChoiceOptions ko;
-    ko.force = options.kernel_kind;
-    ko.network_baked_nnz = baked_nnz;
-    kinds.push_back(codegen::choose_kernel_kind(l.a, l.desc.n, options.targets.front(), ko));
-    if (kinds.back().kind == codegen::KernelKind::kBaked) baked_nnz += l.a.nnz();
-  }
+  const TunedTable tuned = ask_tile_source(layers, options);
+  const std::vector<LayerKernel> kinds = choose_kernels(layers, options, tuned);
   std::vector<Job> jobs;
   for (size_t li = 0; li < layers.size(); ++li) {
-    for (const codegen::Target& target : options.targets) {
-      Job job{li, target, false, std::nullopt, {}, {}, "heuristic", std::nullopt, {}, {}, 0.0};
-      if (kinds[li].kind == codegen::KernelKind::kStreamed) {
+    for (size_t ti = 0; ti < options.targets.size(); ++ti) {
+      const codegen::Target& target = options.targets[ti];
+      Job job{li, target, false, {}, std::nullopt, {}, {}, "heuristic", std::nullopt, {}, {}, 0.0};
+      if (kinds[li].choice.kind == codegen::KernelKind::kStreamed) {
         const LayerDesc& d = layers[li].desc;
-        codegen::check_stream_params(options.stream_params, d.n, target);
+        codegen::check_stream_params(kinds[li].stream, d.n, target);
         job.streamed = true;
-        job.tile_source = "streamed";
-        job.key = stream_cache_key(options.stream_params, {d.activation, d.clamp}, d.n, target, toolkit);
+        job.stream = kinds[li].stream;
+        job.tile_source = kinds[li].stream_tuned ? "tuned" : "streamed";
+        job.key = stream_cache_key(job.stream, {d.activation, d.clamp}, d.n, target, toolkit);
         job.cached = cache.find(job.key);
         jobs.push_back(std::move(job));
         continue;
       }
-      std::optional<codegen::TileParams> tuned;
-      if (options.tiles) tuned = options.tiles(layers[li], target);
-      job.tile = tuned ? *tuned : codegen::default_tile_params(layers[li].a, layers[li].desc.n, target);
-      if (tuned) job.tile_source = "tuned";
+      const std::optional<TunedKernel>& rec = tuned[li][ti];
+      const bool baked_record = rec && rec->kind == codegen::KernelKind::kBaked;
+      job.tile = baked_record ? rec->tile : codegen::default_tile_params(layers[li].a, layers[li].desc.n, target);
+      if (baked_record) job.tile_source = "tuned";
       job.key = kernel_cache_key(layers[li].a, epilogue_of(layers[li].desc), job.tile, layers[li].desc.n, target,
                                  toolkit);
       job.cached = cache.find(job.key);
@@ -156,7 +209,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     const LoadedLayer& l = layers[job.layer];
     const auto te = Clock::now();
     if (job.streamed) {
-      const codegen::StreamParams& sp = options.stream_params;
+      const codegen::StreamParams& sp = job.stream;
       CachedEntry ce;
       ce.name = "sparsert_stream";  // shared by every layer with these parameters, so it names none of them
       ce.ptx = codegen::emit_stream_spmm_ptx(sp, job.target, l.desc.n, {l.desc.activation, l.desc.clamp}, ce.name);
@@ -259,11 +312,11 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       write_layer_weights(tmp / pl.weights_file, LayerWeights{l.a, l.desc.bias});
       pkg.sha256[pl.weights_file] = sha256_hex(read_file(tmp / pl.weights_file));
       std::optional<codegen::StreamWeights> stream_weights;
-      if (kinds[li].kind == codegen::KernelKind::kStreamed) {
+      const codegen::StreamParams& sp = kinds[li].stream;
+      if (kinds[li].choice.kind == codegen::KernelKind::kStreamed) {
         // The weights travel in arrays the kernel streams; they depend on the layer, not the target.
         pl.kind = "streamed";
-        stream_weights = codegen::pack_stream_weights(
-            l.a, codegen::default_stream_plan(l.a, options.stream_params), options.stream_params, l.desc.bias);
+        stream_weights = codegen::pack_stream_weights(l.a, codegen::default_stream_plan(l.a, sp), sp, l.desc.bias);
         const std::pair<const char*, const std::vector<uint32_t>*> arrays[] = {
             {"ell", &stream_weights->ell},
             {"stages", &stream_weights->stages},
@@ -292,7 +345,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
           pl.cache_key = k.key;
           for (const CachedEntry& ce : k.entries) pl.entries.push_back({ce.name, ce.block_begin, ce.block_end, {}, {}, {}});
           if (stream_weights) {
-            pl.tile = codegen::to_json(options.stream_params);
+            pl.tile = codegen::to_json(sp);
             pl.entries.front().block_end = stream_weights->blocks;  // the shared entry covers this layer's blocks
           }
         }
@@ -305,10 +358,10 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
         r.cache_hit = hit;
         r.entries = static_cast<int>(k.entries.size());
         r.emit_seconds = job.emit_seconds;
-        r.tile = stream_weights ? codegen::to_json(options.stream_params) : codegen::to_json(job.tile);
+        r.tile = stream_weights ? codegen::to_json(sp) : codegen::to_json(job.tile);
         r.tile_source = job.tile_source;
-        r.kind = codegen::to_string(kinds[li].kind);
-        r.kind_reason = kinds[li].reason;
+        r.kind = codegen::to_string(kinds[li].choice.kind);
+        r.kind_reason = kinds[li].choice.reason;
         for (size_t e = 0; e < k.entries.size(); ++e) {
           const CachedEntry& ce = k.entries[e];
           const std::string base = fmt::format("layer{}.e{}.{}", li, e, job.target.name());

@@ -31,6 +31,15 @@ TuneOptions model_options() {
   return o;
 }
 
+// gpu mode on ptxsim's emulated driver, timing the two best-ranked candidates (and the default).
+TuneOptions on_emulated_gpu(TuneOptions o, int repeats) {
+  ::setenv("SPARSERT_LIBCUDA", SPARSERT_EMU_LIB, 1);
+  o.mode = Mode::kGpu;
+  o.measure_top = 2;
+  o.repeats = repeats;
+  return o;
+}
+
 // Every opening tag has its closing tag, properly nested (void elements aside): the HTML is well formed.
 void expect_balanced(const std::string& html) {
   static const std::set<std::string> kVoid = {"meta", "line", "br", "!DOCTYPE"};
@@ -65,7 +74,7 @@ TEST(Space, GridIsSmallHasTheDefaultAndTypedRejections) {
   int defaults = 0, rejected = 0;
   for (const Candidate& c : cands) {
     defaults += c.is_default;
-    if (!c.valid()) {
+    if (!c.valid() && !c.streamed()) {
       ++rejected;
       EXPECT_TRUE(std::set<std::string>({"registers", "shared_memory", "threads", "gy", "m_blocks"}).count(
           c.rejected_field))
@@ -170,12 +179,7 @@ TEST(Sharing, SimilarLayerReusesTheResult) {
 
 TEST(Gpu, EmulatedDriverTimesVerifiesAndSaysSo) {
   if (!codegen::Assembler::available()) GTEST_SKIP() << codegen::Assembler::unavailable_reason();
-  ::setenv("SPARSERT_LIBCUDA", SPARSERT_EMU_LIB, 1);
-  TuneOptions o = model_options();
-  o.mode = Mode::kGpu;
-  o.measure_top = 2;
-  o.repeats = 2;
-  const TuneReport r = tune({small_layer("g", 17, 40, 48, 8)}, o);
+  const TuneReport r = tune({small_layer("g", 17, 40, 48, 8)}, on_emulated_gpu(model_options(), 2));
   EXPECT_EQ(r.mode, "gpu");
   EXPECT_TRUE(r.emulated);
   EXPECT_NE(r.note.find("emulated"), std::string::npos);
@@ -201,4 +205,274 @@ TEST(Html, RendersInHeadlessChromium) {
   const std::string dom = read_file(dir / "dom.html");
   EXPECT_EQ(count(dom, "<svg"), 2u);
   EXPECT_GE(count(dom, "<rect"), 4u);
+}
+
+// ---- The kernel kind as a dimension of the search ----
+
+namespace {
+std::vector<Candidate> streamed_of(const std::vector<Candidate>& cands) {
+  std::vector<Candidate> out;
+  for (const Candidate& c : cands)
+    if (c.streamed()) out.push_back(c);
+  return out;
+}
+
+const Candidate* find_stream(const std::vector<Candidate>& cands, int32_t rpb, int32_t nt, int32_t cpt) {
+  for (const Candidate& c : cands)
+    if (c.streamed() && c.stream.rows_per_block == rpb && c.stream.n_tile == nt && c.stream.cols_per_thread == cpt)
+      return &c;
+  return nullptr;
+}
+
+TuneOptions streamed_only() {
+  TuneOptions o = model_options();
+  o.kinds = {codegen::KernelKind::kStreamed};
+  return o;
+}
+}  // namespace
+
+TEST(Space, StreamedCandidatesAreEnumeratedWithTypedRejections) {
+  const TuneLayer l = small_layer("l", 3, 300, 200, 64);
+  const codegen::Target t = codegen::Target::parse("sm_90");
+  const std::vector<Candidate> st = streamed_of(enumerate_candidates(l.a, l.n, t));
+  // rows per block {128, 256} x {(32,16), (32,8), (64,16)}; StreamParams' defaults are one of them.
+  EXPECT_EQ(st.size(), 6u);
+  const Candidate* def = find_stream(st, 256, 32, 16);
+  ASSERT_NE(def, nullptr);
+  EXPECT_TRUE(def->valid());
+  EXPECT_EQ(describe(*def), "streamed rpb=256 nt=32 cpt=16");
+  // 256 rows x 4 column groups = 1024 threads of about 88 registers: more than an SM has.
+  const Candidate* wide = find_stream(st, 256, 32, 8);
+  ASSERT_NE(wide, nullptr);
+  EXPECT_EQ(wide->rejected_field, "rows_per_block");
+  // The 64-column tile stages 128 rows (257 x 64 x 4 bytes would pass the 48 KB of static shared memory); with 256
+  // rows per block it is again 1024 threads, of about 120 registers.
+  const Candidate* narrow = find_stream(st, 128, 64, 16);
+  ASSERT_NE(narrow, nullptr);
+  EXPECT_TRUE(narrow->valid()) << narrow->rejected_reason;
+  EXPECT_EQ(narrow->stream.stage_rows, 128);
+  EXPECT_EQ(describe(*narrow), "streamed rpb=128 nt=64 cpt=16 sr=128");
+  const Candidate* big_tile = find_stream(st, 256, 64, 16);
+  ASSERT_NE(big_tile, nullptr);
+  EXPECT_EQ(big_tile->rejected_field, "rows_per_block");
+  for (const Candidate& c : st) {
+    if (c.valid()) {
+      EXPECT_NO_THROW(codegen::check_stream_params(c.stream, l.n, t)) << describe(c);
+      continue;
+    }
+    // The shared check agrees: the same parameters throw the same field.
+    try {
+      codegen::check_stream_params(c.stream, l.n, t);
+      ADD_FAILURE() << describe(c) << " was rejected but passes the check";
+    } catch (const inspector::InvalidTileParams& e) {
+      EXPECT_EQ(e.field(), c.rejected_field);
+      EXPECT_EQ(e.reason(), c.rejected_reason);
+    }
+  }
+  EXPECT_EQ(stream_from_json(codegen::to_json(def->stream), "s"), def->stream);
+}
+
+TEST(Space, StreamedTilesAreCappedAtNAndKindsCanBeRestricted) {
+  const TuneLayer l = small_layer("l", 3, 300, 200, 6);
+  const codegen::Target t = codegen::Target::parse("sm_90");
+  const std::vector<Candidate> cands = enumerate_candidates(l.a, l.n, t, {codegen::KernelKind::kStreamed});
+  ASSERT_FALSE(cands.empty());
+  int defaults = 0;
+  for (const Candidate& c : cands) {
+    ASSERT_TRUE(c.streamed());
+    defaults += c.is_default;
+    if (c.is_default) {
+      // The baked default is not searched, so the streamed one is the baseline: what compile streams with.
+      EXPECT_EQ(c.stream, codegen::StreamParams{});
+      continue;
+    }
+    EXPECT_EQ(c.stream.n_tile, 8) << describe(c);  // the power of two holding N = 6
+    EXPECT_EQ(c.stream.cols_per_thread, 8) << describe(c);
+  }
+  EXPECT_EQ(defaults, 1);
+  EXPECT_EQ(cands.size(), 3u);  // rows per block 128 and 256 with 8 columns of 8 (duplicates dropped), the default
+}
+
+TEST(Space, LayerAboveThePerLayerCapIsNotTunedBaked) {
+  const CsrMatrix a = inspector::generate_random(600, 600, 0.75, 21);  // 270K nonzeros > 262144
+  ASSERT_GT(a.nnz(), codegen::KernelChoiceOptions{}.max_baked_nnz);
+  const auto cands = enumerate_candidates(a, 16, codegen::Target::parse("sm_90"));
+  int valid_streamed = 0;
+  for (const Candidate& c : cands) {
+    if (!c.streamed()) {
+      EXPECT_EQ(c.rejected_field, "kernel") << describe(c);
+    }
+    valid_streamed += c.streamed() && c.valid();
+    if (c.is_default) {
+      EXPECT_TRUE(c.streamed()) << "compile streams this layer without tuning";
+    }
+  }
+  EXPECT_GT(valid_streamed, 0);
+}
+
+TEST(Model, StreamedAnalyticCountsAgreeWithPtxsim) {
+  const codegen::Target t = codegen::Target::parse("sm_90");
+  struct Case {
+    int32_t rows, cols, n, rpb, nt, cpt, stage_rows, unroll;
+    Epilogue ep;
+  };
+  const Case cases[] = {
+      {200, 150, 24, 64, 16, 8, 32, 2, Epilogue{{0.1f}, Activation::kRelu, {}}},       // several stages per block
+      {130, 90, 13, 32, 8, 1, 16, 4, Epilogue{{}, Activation::kNone, {}}},             // N % 4 != 0: scalar copies
+      {96, 300, 40, 128, 32, 16, 256, 1, Epilogue{{-0.2f}, Activation::kRelu, 2.0f}},  // one stage, partial block
+  };
+  for (const Case& c : cases) {
+    const CsrMatrix a = inspector::generate_pruned_gaussian(c.rows, c.cols, 0.8, 23);
+    const codegen::StreamParams p{c.rpb, c.nt, c.cpt, c.stage_rows, c.unroll};
+    const inspector::WorkPlan plan = codegen::default_stream_plan(a, p);
+    const StreamShape shape = stream_shape(codegen::pack_stream_weights(a, plan, p, c.ep.bias), p);
+    EXPECT_GE(shape.imbalance, 1.0);
+    const Probe sim = run_stream_probe(a, plan, p, c.n, t, c.ep);
+    const Probe ana = analytic_stream_probe(shape, p, c.n, c.ep);
+    ASSERT_EQ(sim.entries.size(), 1u);
+    ASSERT_EQ(ana.entries.size(), 1u);
+    const ptxsim::InstrCounts& s = sim.entries[0].counts;
+    const ptxsim::InstrCounts& m = ana.entries[0].counts;
+    const std::string both = "\n ptxsim " + s.to_string() + "\n model  " + m.to_string();
+    using C = ptxsim::InstrClass;
+    for (C k : {C::Fma, C::LdShared, C::LdGlobal, C::Sync, C::StGlobal, C::StShared, C::LdParam})
+      EXPECT_EQ(m.of(k), s.of(k)) << c.rows << "x" << c.cols << " " << ptxsim::instr_class_name(k) << both;
+    EXPECT_NEAR(static_cast<double>(m.total()), static_cast<double>(s.total()), 0.02 * static_cast<double>(s.total()))
+        << both;
+  }
+}
+
+TEST(Model, StreamedCandidatesRankBesideBakedOnes) {
+  const TuneReport r = tune({small_layer("both", 29, 256, 256, 32)}, model_options());
+  const LayerResult& lr = r.layers[0];
+  ASSERT_GE(lr.best_baked.index, 0);
+  ASSERT_GE(lr.best_streamed.index, 0);
+  // The best streamed candidate got ptxsim's counts, so it takes part in the same ranking as the baked ones.
+  const CandidateResult& s = lr.candidates[static_cast<size_t>(lr.best_streamed.index)];
+  EXPECT_EQ(s.counts_from, "ptxsim");
+  EXPECT_GT(s.estimate->microseconds, 0.0);
+  if (codegen::Assembler::available()) {
+    // Confirmed by the assembler whatever its rank (it costs ~0.03 s): real registers, below the bound.
+    EXPECT_EQ(s.status, "assembled");
+    EXPECT_TRUE(s.registers_from_assembler);
+    EXPECT_LE(s.registers, codegen::stream_registers_estimate(s.cand.stream));
+  } else {
+    EXPECT_EQ(s.registers, codegen::stream_registers_estimate(s.cand.stream));
+  }
+  const nlohmann::json j = to_json(r).at("layers")[0];
+  EXPECT_EQ(j.at("best_by_kind").at("streamed").at("index"), lr.best_streamed.index);
+  EXPECT_EQ(j.at("winner").at("kind"), codegen::to_string(lr.winner_kind));
+  size_t streamed_listed = 0;
+  for (const nlohmann::json& c : j.at("candidates")) {
+    if (c.at("kind") != "streamed") continue;
+    ++streamed_listed;
+    EXPECT_TRUE(c.contains("stream"));
+    EXPECT_FALSE(c.contains("tile"));
+    EXPECT_EQ(c.at("label").get<std::string>().rfind("streamed ", 0), 0u);
+  }
+  EXPECT_GT(streamed_listed, 0u);
+}
+
+TEST(Model, StreamingWinsWhereTheBakedKernelNeedsManyLaunches) {
+  // 8192 x 64 with about 2.5 nonzeros per row: 20K nonzeros split every baked candidate into at least two entries
+  // (16384 fmas each, two launches of 2 us in the model), while the streamed kernel is one launch whose blocks each
+  // stage the 64 rows of B once and walk a few ELL steps per warp: at N = 16 the work is far below a launch.
+  const TuneLayer l{"tall", inspector::generate_random(8192, 64, 2.5 / 64, 31), Epilogue{{-0.3f}, Activation::kRelu,
+                    32.0f}, 16};
+  ASSERT_GT(l.a.nnz(), codegen::TileParams{}.max_fmas_per_entry);
+  TuneOptions o = model_options();
+  o.simulate_top = 2;
+  const TuneReport r = tune({l}, o);
+  const LayerResult& lr = r.layers[0];
+  ASSERT_GE(lr.winner, 0);
+  EXPECT_EQ(lr.winner_kind, codegen::KernelKind::kStreamed) << describe(lr.winner_candidate());
+  ASSERT_GE(lr.best_baked.index, 0);
+  EXPECT_LT(lr.best_streamed.score, lr.best_baked.score);
+  EXPECT_TRUE(to_json(r).at("layers")[0].contains("streamed_over_baked"));
+  const std::string html = render_html(r);
+  expect_balanced(html);
+  EXPECT_NE(html.find("streamed rpb="), std::string::npos);
+}
+
+TEST(Database, RecordsTheKindAndReadsOldRecordsAsBaked) {
+  sparsert::testing::ScratchDir dir;
+  TuningDatabase db = TuningDatabase::load(dir / "tuning.json");
+  TuningRecord s;
+  s.kind = codegen::KernelKind::kStreamed;
+  s.stream.rows_per_block = 128;
+  s.stream.cols_per_thread = 8;
+  s.stream.unroll = 4;
+  s.layer = "s";
+  db.put("streamed-key", s);
+  TuningRecord b;
+  b.tile.plan.gy = 4;
+  db.put("baked-key", b);
+  db.save();
+  const nlohmann::json saved = nlohmann::json::parse(read_file(dir / "tuning.json"));
+  EXPECT_EQ(saved.at("entries").at("streamed-key").at("kind"), "streamed");
+  EXPECT_FALSE(saved.at("entries").at("streamed-key").contains("tile"));
+  const TuningDatabase back = TuningDatabase::load(dir / "tuning.json");
+  ASSERT_TRUE(back.find("streamed-key"));
+  EXPECT_EQ(back.find("streamed-key")->kind, codegen::KernelKind::kStreamed);
+  EXPECT_EQ(back.find("streamed-key")->stream, s.stream);
+  EXPECT_EQ(back.find("baked-key")->kind, codegen::KernelKind::kBaked);
+  EXPECT_EQ(back.find("baked-key")->tile, b.tile);
+
+  // A record written before the kind was searched: no "kind", a tile.
+  write_file_atomic(dir / "old.json",
+                    R"({"format":"sparsert-tuning/1","entries":{"k":{"tile":{"m_blocks":3,"gy":2},"layer":"x"}}})");
+  const auto old = TuningDatabase::load(dir / "old.json").find("k");
+  ASSERT_TRUE(old);
+  EXPECT_EQ(old->kind, codegen::KernelKind::kBaked);
+  EXPECT_EQ(old->tile.plan.gy, 2);
+
+  auto error_of = [&](const std::string& entry) {
+    write_file_atomic(dir / "bad.json", R"({"format":"sparsert-tuning/1","entries":{"k":)" + entry + "}}");
+    try {
+      TuningDatabase::load(dir / "bad.json");
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no UserError)");
+  };
+  EXPECT_NE(error_of(R"({"kind":"fused","tile":{}})").find("entries.k.kind: 'fused' is not one of"),
+            std::string::npos)
+      << error_of(R"({"kind":"fused","tile":{}})");
+  EXPECT_NE(error_of(R"({"kind":7})").find("kind is not a string"), std::string::npos);
+  EXPECT_NE(error_of(R"({"kind":"streamed","tile":{}})").find("stream: missing"), std::string::npos);
+  const std::string bad_unroll = error_of(R"({"kind":"streamed","stream":{"unroll":"two"}})");
+  EXPECT_NE(bad_unroll.find("entries.k.stream: unroll is not an integer"), std::string::npos) << bad_unroll;
+  EXPECT_NE(bad_unroll.find("bad.json"), std::string::npos) << bad_unroll;
+}
+
+TEST(Sharing, ASimilarLayerReusesAStreamedWinner) {
+  const TuneLayer a = small_layer("first", 11);
+  TuneLayer b = a;
+  b.name = "second";
+  for (float& v : b.a.values) v *= 0.5f;
+  const TuneReport r = tune({a, b}, streamed_only());
+  ASSERT_EQ(r.layers.size(), 2u);
+  EXPECT_EQ(r.layers[0].winner_kind, codegen::KernelKind::kStreamed);
+  EXPECT_EQ(r.layers[1].shared_from, "first");
+  EXPECT_EQ(r.layers[1].winner_kind, codegen::KernelKind::kStreamed);
+  EXPECT_EQ(r.layers[1].winner_stream, r.layers[0].winner_stream);
+  EXPECT_GT(r.layers[1].winner_score, 0.0);
+}
+
+TEST(Gpu, EmulatedDriverTimesAndVerifiesStreamedCandidates) {
+  if (!codegen::Assembler::available()) GTEST_SKIP() << codegen::Assembler::unavailable_reason();
+  const TuneReport r = tune({small_layer("gs", 37, 70, 48, 10)}, on_emulated_gpu(streamed_only(), 1));
+  ASSERT_EQ(r.mode, "gpu");
+  int measured = 0;
+  for (const CandidateResult& c : r.layers[0].candidates) {
+    ASSERT_TRUE(c.cand.streamed());
+    if (c.status == "failed") ADD_FAILURE() << describe(c.cand) << ": " << c.reason;
+    if (c.status != "measured") continue;
+    ++measured;
+    EXPECT_TRUE(c.verified);  // against reference_spmm, bias and ReLU included
+    EXPECT_GT(*c.time_us, 0.0);
+  }
+  EXPECT_GE(measured, 2);
+  EXPECT_EQ(r.layers[0].winner_kind, codegen::KernelKind::kStreamed);
+  EXPECT_EQ(r.layers[0].best_streamed.status, "measured");
 }

@@ -117,9 +117,10 @@ TEST(CompileRun, CacheHitsMissesAndRecovery) {
   CompileOptions o = options(dir, {"sm_90"});
   EXPECT_EQ(compile_network(changed, dir / "p3", o).misses, 1);
   o.tiles = [](const LoadedLayer& l, const codegen::Target& t) {
-    codegen::TileParams p = codegen::default_tile_params(l.a, l.desc.n, t);
-    p.n_tile = 2 * p.cols_per_thread;  // differs from the heuristic's tile for n = 20
-    return std::optional<codegen::TileParams>(p);
+    TunedKernel k;
+    k.tile = codegen::default_tile_params(l.a, l.desc.n, t);
+    k.tile.n_tile = 2 * k.tile.cols_per_thread;  // differs from the heuristic's tile for n = 20
+    return std::optional<TunedKernel>(k);
   };
   EXPECT_EQ(compile_network(layers, dir / "p4", o).misses, 3);
 
@@ -299,4 +300,115 @@ TEST(CompileRun, StreamedLayersRunThroughTheEmulatedDriver) {
   EXPECT_EQ(auto_kinds.layers[0].kind, "baked");
   const DenseTensor x = input(48, 20);
   EXPECT_LE(max_relative_error(GpuNetwork(load_package(dir / "pkg2")).run(x), reference(layers, x)), 1e-5);
+}
+
+namespace {
+// Small stream parameters for the 40- and 24-row test layers (several stages per block).
+codegen::StreamParams small_stream() {
+  codegen::StreamParams p;
+  p.rows_per_block = 32;
+  p.n_tile = 8;
+  p.cols_per_thread = 4;
+  p.stage_rows = 16;
+  return p;
+}
+}  // namespace
+
+TEST(CompileRun, TunedKindsChooseTheKernelPerLayer) {
+  ScratchDir dir;
+  const auto layers = load_network(read_network(write_network(dir)));
+  CompileOptions o = options(dir, {"sm_80", "sm_90"});
+  // Layer 1's record says streamed (with its parameters), the others' say baked with a non-default tile.
+  o.tiles = [](const LoadedLayer& l, const codegen::Target& t) {
+    TunedKernel k;
+    if (l.desc.name == "layer1") {
+      k.kind = codegen::KernelKind::kStreamed;
+      k.stream = small_stream();
+    } else {
+      k.tile = codegen::default_tile_params(l.a, l.desc.n, t);
+      k.tile.n_tile = 2 * k.tile.cols_per_thread;
+    }
+    return std::optional<TunedKernel>(k);
+  };
+  const CompileReport r = compile_network(layers, dir / "pkg", o);
+  ASSERT_EQ(r.layers.size(), 6u);
+  for (const LayerTargetReport& l : r.layers) {
+    EXPECT_EQ(l.tile_source, "tuned") << l.layer;
+    EXPECT_EQ(l.kind, l.layer == "layer1" ? "streamed" : "baked") << l.layer << ": " << l.kind_reason;
+  }
+  const Package pkg = load_package(dir / "pkg");
+  EXPECT_EQ(pkg.layers[1].kind, "streamed");
+  EXPECT_EQ(pkg.layers[1].tile, codegen::to_json(small_stream()));
+  EXPECT_EQ(pkg.layers[1].block_x, small_stream().rows_per_block);
+  EXPECT_EQ(pkg.layers[0].n_tile, pkg.layers[0].tile.at("cols_per_thread").get<int>() * 2);
+  GpuNetwork net(pkg);
+  for (int32_t n : {20, 5}) {
+    const DenseTensor x = input(48, n);
+    EXPECT_LE(max_relative_error(net.run(x), reference(layers, x)), 1e-5) << "n = " << n;
+  }
+
+  // --kernel still decides: forced baked, the streamed record is ignored and layer 1 gets the heuristic's tile.
+  o.kernel_kind = codegen::KernelKind::kBaked;
+  const CompileReport forced = compile_network(layers, dir / "pkg2", o);
+  EXPECT_EQ(forced.layers[2].kind, "baked");
+  EXPECT_EQ(forced.layers[2].tile_source, "heuristic");
+  EXPECT_EQ(forced.layers[0].tile_source, "tuned");
+}
+
+TEST(CompileRun, TunedBakedLayerAboveTheCapIsStreamed) {
+  ScratchDir dir;
+  inspector::save_matrix(dir / "big.mtx", inspector::generate_random(600, 600, 0.75, 4));  // 270K nonzeros
+  const auto layers = load_network(read_network(
+      dir.write("big.json", R"({"format": "sparsert-network/1", "layers": [{"weights": "big.mtx", "n": 8}]})")));
+  ASSERT_GT(layers[0].a.nnz(), codegen::KernelChoiceOptions{}.max_baked_nnz);
+  CompileOptions o = options(dir, {"sm_90"});
+  o.assemble = false;  // the kind is decided before assembly
+  o.tiles = [](const LoadedLayer& l, const codegen::Target& t) {
+    return std::optional<TunedKernel>(TunedKernel{codegen::KernelKind::kBaked,
+                                                  codegen::default_tile_params(l.a, l.desc.n, t), {}});
+  };
+  const CompileReport r = compile_network(layers, dir / "pkg", o);
+  EXPECT_EQ(r.layers[0].kind, "streamed");
+  EXPECT_NE(r.layers[0].kind_reason.find("per baked layer"), std::string::npos) << r.layers[0].kind_reason;
+}
+
+TEST(CompileRun, TuneDatabaseCompilePathProducesARunningStreamedPackage) {
+  ScratchDir dir;
+  // The CLI's caches (kernels, assembled tuning results) go to the scratch directory, not the user's.
+  struct CacheDir {
+    std::optional<std::string> old;
+    explicit CacheDir(const std::filesystem::path& p) {
+      if (const char* v = std::getenv("SPARSERT_CACHE_DIR")) old = v;
+      ::setenv("SPARSERT_CACHE_DIR", p.c_str(), 1);
+    }
+    ~CacheDir() { old ? ::setenv("SPARSERT_CACHE_DIR", old->c_str(), 1) : ::unsetenv("SPARSERT_CACHE_DIR"); }
+  } cache_dir(dir / "cache");
+  const std::string net = write_network(dir).string();
+  const std::string db = (dir / "tuning.json").string();
+  std::string err;
+  // Tune (model mode) with only streamed candidates, then compile with the database the tune run wrote.
+  ASSERT_EQ(cli(fmt::format("tune {} --mode model --kernel streamed -o {} --db {} -q", net,
+                            (dir / "report.json").string(), db),
+                &err),
+            0)
+      << err;
+  const nlohmann::json report = nlohmann::json::parse(read_file(dir / "report.json"));
+  for (const nlohmann::json& l : report.at("layers")) EXPECT_EQ(l.at("winner").at("kind"), "streamed");
+  const nlohmann::json saved = nlohmann::json::parse(read_file(db));
+  // 3 layers, keyed for the assembler's toolkit and for "none" (only the latter without an assembler).
+  ASSERT_EQ(saved.at("entries").size(), codegen::Assembler::available() ? 6u : 3u);
+  for (const auto& [key, e] : saved.at("entries").items()) EXPECT_EQ(e.at("kind"), "streamed") << key;
+
+  ASSERT_EQ(cli(fmt::format("compile {} -o {} --target sm_90 --tuning-db {} -q", net, (dir / "pkg").string(), db),
+                &err),
+            0)
+      << err;
+  const Package pkg = load_package(dir / "pkg");
+  const auto layers = load_network(read_network(net));
+  for (size_t i = 0; i < pkg.layers.size(); ++i) {
+    EXPECT_EQ(pkg.layers[i].kind, "streamed") << i;
+    EXPECT_EQ(pkg.layers[i].tile, report.at("layers")[i].at("winner").at("stream")) << i;
+  }
+  const DenseTensor x = input(48, 20);
+  EXPECT_LE(max_relative_error(GpuNetwork(pkg).run(x), reference(layers, x)), 1e-5);
 }

@@ -97,7 +97,6 @@ Action add_compile(CLI::App& app) {
     opt.progress = !args->quiet;
     if (args->kernel != "auto") opt.kernel_kind = codegen::parse_kernel_kind(args->kernel, "--kernel");
     SPARSERT_USER_CHECK(!(args->tune && args->no_tuning_db), "--tune", "cannot be combined with --no-tuning-db");
-    auto tuned = std::make_shared<int>(0);
     if (!args->no_tuning_db) {
       const std::filesystem::path db_path =
           args->tuning_db.empty() ? autotune::TuningDatabase::default_path() : std::filesystem::path(args->tuning_db);
@@ -122,7 +121,7 @@ Action add_compile(CLI::App& app) {
                      rep.seconds);
         }
       }
-      if (db->size() > 0) opt.tiles = database_tile_source(db, toolkit, primary_target(opt.targets), tuned);
+      if (db->size() > 0) opt.tiles = database_tile_source(db, toolkit, primary_target(opt.targets));
     }
     const compiler::CompileReport r = compiler::compile_network(layers, args->output, opt);
     for (const auto& l : r.layers) {
@@ -132,8 +131,10 @@ Action add_compile(CLI::App& app) {
                  l.tile_source);
     }
     if (r.ptx_only) fmt::print("package is PTX only: {}\n", r.ptx_only_reason);
-    if (*tuned > 0) fmt::print("{} layer/target pair{} used tuned parameters from the tuning database\n", *tuned,
-                               *tuned == 1 ? "" : "s");
+    const auto tuned = std::count_if(r.layers.begin(), r.layers.end(),
+                                     [](const compiler::LayerTargetReport& l) { return l.tile_source == "tuned"; });
+    if (tuned > 0) fmt::print("{} layer/target pair{} used tuned parameters from the tuning database\n", tuned,
+                              tuned == 1 ? "" : "s");
     fmt::print("wrote {} ({} layers, {} cache hits, {} compiled) in {:.2f} s\n", args->output, layers.size(), r.hits,
                r.misses, r.seconds);
     return static_cast<int>(kOk);

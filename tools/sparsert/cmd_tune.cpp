@@ -32,7 +32,9 @@ void record_results(const autotune::TuneReport& report, const std::vector<autotu
     const autotune::LayerResult& l = report.layers[i];
     if (l.winner < 0 && l.shared_from.empty()) continue;
     autotune::TuningRecord r;
+    r.kind = l.winner_kind;
     r.tile = l.winner_tile;
+    r.stream = l.winner_stream;
     r.layer = l.name;
     r.target = report.target;
     r.n = l.n;
@@ -54,33 +56,41 @@ codegen::Target primary_target(const std::vector<codegen::Target>& targets) {
 }
 
 compiler::TileSource database_tile_source(std::shared_ptr<const autotune::TuningDatabase> db,
-                                          const std::string& toolkit, const codegen::Target& primary,
-                                          std::shared_ptr<int> used) {
-  return [db, toolkit, primary, used](const compiler::LoadedLayer& l,
-                                      const codegen::Target& target) -> std::optional<codegen::TileParams> {
+                                          const std::string& toolkit, const codegen::Target& primary) {
+  return [db, toolkit, primary](const compiler::LoadedLayer& l,
+                                const codegen::Target& target) -> std::optional<compiler::TunedKernel> {
     const Epilogue ep{l.desc.bias, l.desc.activation, l.desc.clamp};
     const auto rec = db->find(autotune::tuning_key(l.a, ep, l.desc.n, primary, toolkit));
     if (!rec) return std::nullopt;
+    autotune::Candidate c;
+    c.kind = rec->kind;
+    c.tile = rec->tile;
+    c.stream = rec->stream;
     try {
-      codegen::check_tile_params(rec->tile, {l.a.rows, l.a.cols, l.desc.n}, target);
-      codegen::check_tile_resources(rec->tile, inspector::make_plan(l.a, rec->tile.plan), target);
+      autotune::check_candidate(c, l.a, l.desc.n, target);
     } catch (const inspector::InvalidTileParams&) {
       return std::nullopt;
     }
-    ++*used;
-    return rec->tile;
+    return compiler::TunedKernel{rec->kind, rec->tile, rec->stream};
   };
 }
 
 namespace {
 struct TuneArgs {
-  std::string input, output, html, db, target = "sm_90", mode = "auto";
+  std::string input, output, html, db, target = "sm_90", mode = "auto", kernel = "auto";
   int32_t n = 0;
   double budget = 0;
   int top = 1, threads = 2;
   bool quiet = false, no_share = false, no_db = false;
   MatrixOptions matrix;
 };
+
+// "  streamed/baked 0.83 (estimated/assembled)": the best of each kind against each other, when both were ranked.
+std::string kind_comparison(const autotune::LayerResult& l) {
+  if (l.best_baked.index < 0 || l.best_streamed.index < 0 || l.best_baked.score <= 0) return "";
+  return fmt::format("  streamed/baked {:.2f} ({}/{})", l.best_streamed.score / l.best_baked.score,
+                     l.best_streamed.status, l.best_baked.status);
+}
 
 bool is_network(const std::string& path) {
   return path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
@@ -99,6 +109,8 @@ Action add_tune(CLI::App& app) {
                   "assembled or timed")->default_val(0)->check(CLI::NonNegativeNumber);
   sub->add_option("--mode", args->mode, "auto (gpu where a device is found), model or gpu")
       ->check(CLI::IsMember({"auto", "model", "gpu"}))->default_val("auto");
+  sub->add_option("--kernel", args->kernel, "Kernel kinds to search: auto (baked and streamed), baked or streamed")
+      ->check(CLI::IsMember({"auto", "baked", "streamed"}))->default_val("auto");
   sub->add_option("--top", args->top, "Model mode: candidates the assembler confirms; gpu mode: 8x this are timed")
       ->default_val(1)->check(CLI::Range(1, 1000));
   sub->add_option("-j,--threads", args->threads, "Assembler threads")->default_val(2)->check(CLI::Range(1, 256));
@@ -121,6 +133,7 @@ Action add_tune(CLI::App& app) {
     autotune::TuneOptions opt;
     opt.target = codegen::Target::parse(args->target, "--target");
     opt.mode = autotune::parse_mode(args->mode);
+    if (args->kernel != "auto") opt.kinds = {codegen::parse_kernel_kind(args->kernel, "--kernel")};
     opt.budget_seconds = args->budget;
     opt.assemble_top = args->top;
     opt.measure_top = 8 * args->top;
@@ -148,9 +161,10 @@ Action add_tune(CLI::App& app) {
     }
     fmt::print("mode: {} — {}\n", report.mode, report.note);
     for (const autotune::LayerResult& l : report.layers) {
-      fmt::print("{:<40} {:>4}x{:<4} n={:<5} {:>3} cand.  best {:9.2f} us  default {:9.2f} us  {:5.2f}x  {}{}\n",
+      fmt::print("{:<40} {:>4}x{:<4} n={:<5} {:>3} cand.  best {:9.2f} us  default {:9.2f} us  {:5.2f}x  {}{}{}\n",
                  l.name, l.m, l.k, l.n, l.candidates.size(), l.winner_score, l.default_score,
-                 l.winner_score > 0 ? l.default_score / l.winner_score : 0.0, autotune::describe(l.winner_tile),
+                 l.winner_score > 0 ? l.default_score / l.winner_score : 0.0,
+                 autotune::describe(l.winner_candidate()), kind_comparison(l),
                  l.shared_from.empty() ? "" : "  (shared with " + l.shared_from + ")");
     }
     fmt::print("wrote {} and {} ({} layers in {:.1f} s{})\n", args->output, html, report.layers.size(),

@@ -23,10 +23,10 @@ void record_results(const autotune::TuneReport& report, const std::vector<autotu
 // all: the newest of the list.
 codegen::Target primary_target(const std::vector<codegen::Target>& targets);
 
-// Looks each layer up in the database under `primary`; a record whose parameters do not pass the shared validity
-// check for the requested target is ignored (the heuristic takes over). `used` counts the hits.
+// Looks each layer up in the database under `primary`: the recorded kind and its parameters. A record whose
+// parameters do not pass the shared validity check of their kind for the requested target is ignored (compile's
+// rules take over).
 compiler::TileSource database_tile_source(std::shared_ptr<const autotune::TuningDatabase> db,
-                                          const std::string& toolkit, const codegen::Target& primary,
-                                          std::shared_ptr<int> used);
+                                          const std::string& toolkit, const codegen::Target& primary);
 
 }  // namespace sparsert::cli

@@ -1,7 +1,9 @@
 #pragma once
-// The tuning database: one JSON file mapping a key to the tile parameters tuning chose. A key is the sha256 of what
+// The tuning database: one JSON file mapping a key to the kernel tuning chose: its kind (baked or streamed) and the
+// parameters of that kind (tile parameters, or stream parameters). A key is the sha256 of what
 // determines a layer's kernels for a target except the tile parameters (which are the result): generator version,
 // matrix structure and values, bias and epilogue, N, target, toolkit version — the fields of the kernel cache key.
+#include "sparsert/codegen/stream_spmm.hpp"
 #include "sparsert/codegen/target.hpp"
 #include "sparsert/codegen/tile.hpp"
 #include "sparsert/runtime/csr.hpp"
@@ -20,7 +22,11 @@ std::string tuning_key(const CsrMatrix& a, const Epilogue& ep, int32_t n, const 
                        const std::string& toolkit);
 
 struct TuningRecord {
-  codegen::TileParams tile;
+  // Records written before the kind was searched have none: they are baked. Stored as "kind", with "tile" for a baked
+  // kernel and "stream" for a streamed one.
+  codegen::KernelKind kind = codegen::KernelKind::kBaked;
+  codegen::TileParams tile;      // baked
+  codegen::StreamParams stream;  // streamed
   std::string layer;   // informational: the layer or matrix it was tuned as
   std::string target;
   int32_t n = 0;

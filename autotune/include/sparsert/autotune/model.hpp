@@ -9,7 +9,13 @@
 //     threads and shared memory per block;
 //   - grid size against the SM count (how many blocks the busiest SM runs).
 // Its output is an estimate in microseconds, never a measurement; reports say so.
+//
+// The weight-streaming kernel goes through the same machine model: its probe is the real kernel run in ptxsim on one
+// column tile (N = n_tile, every row block), scaled by ceil(N / n_tile) tiles; the counts are per thread, so a warp
+// issues 1/32 of them (the ELL walk is uniform across a warp). Its critical path is the block with the most ELL steps
+// between barriers.
 #include "sparsert/codegen/spmm.hpp"
+#include "sparsert/codegen/stream_spmm.hpp"
 #include "sparsert/codegen/target.hpp"
 #include "sparsert/inspector/plan.hpp"
 #include "sparsert/ptxsim/ptxsim.hpp"
@@ -60,6 +66,31 @@ Probe analytic_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, const 
 Probe run_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, const codegen::TileParams& tile,
                 const codegen::Target& target, const Epilogue& epilogue);
 
+// What the streamed model needs of the packed weights (pack_stream_weights), summed over every row block.
+struct StreamShape {
+  int32_t blocks = 0;
+  int32_t rows = 0;                // rows of A: the thread slots that store outputs
+  int64_t stages = 0;
+  int64_t segments = 0;            // (stage, warp) pairs
+  int64_t nonempty_segments = 0;   // of which hold at least one ELL step
+  int64_t padded_entries = 0;      // ELL entries including padding: lane-steps
+  int64_t staged_rows = 0;         // rows of B copied into shared memory
+  double imbalance = 1.0;  // the heaviest block's ELL steps between barriers (Σ over stages of its longest warp
+                           // segment) / the mean warp's ELL steps; 1 when balanced
+};
+StreamShape stream_shape(const codegen::StreamWeights& w, const codegen::StreamParams& p);
+
+// The streamed probe without simulating: the kernel's instructions counted per thread from the packed weights
+// (preamble, per stage the copy and the barriers, per ELL step one 8-byte load, one add, cols_per_thread/4 shared
+// loads and cols_per_thread fmas, the epilogue), for one column tile with N = n_tile. Cheap: it ranks the streamed
+// candidates before the best are simulated. n: the real N (its alignment decides vector copies).
+Probe analytic_stream_probe(const StreamShape& s, const codegen::StreamParams& p, int32_t n, const Epilogue& epilogue);
+
+// Emits the streamed kernel and runs it in ptxsim over every row block for one column tile (N = n_tile; ld keeps the
+// real N's vector-copy choice). Throws what emission, packing or simulation throws.
+Probe run_stream_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, const codegen::StreamParams& p, int32_t n,
+                       const codegen::Target& target, const Epilogue& epilogue);
+
 struct Estimate {
   double microseconds = 0.0;
   double throughput_us = 0.0;  // the busiest SM issuing its blocks' warp instructions
@@ -76,5 +107,10 @@ nlohmann::json to_json(const Estimate& e);
 // Throws InvalidTileParams("occupancy", ...) when not even one block fits on an SM.
 Estimate estimate(const Probe& probe, const inspector::WorkPlan& plan, const codegen::TileParams& tile, int32_t n,
                   int registers, int shared_bytes, const MachineModel& machine);
+
+// The same model for the streaming kernel: one launch of ceil(N / n_tile) × blocks blocks of
+// stream_block_x × stream_block_y threads and stream_shared_bytes of shared memory.
+Estimate estimate_stream(const Probe& probe, const StreamShape& shape, const codegen::StreamParams& p, int32_t n,
+                         int registers, const MachineModel& machine);
 
 }  // namespace sparsert::autotune

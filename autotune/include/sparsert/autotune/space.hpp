@@ -1,6 +1,8 @@
 #pragma once
-// The search space of one layer: a hand-picked grid of tile parameters, each checked by the validity check that
-// codegen uses (check_tile_params / check_tile_resources), so a candidate the tuner keeps is one codegen accepts.
+// The search space of one layer: a hand-picked grid of baked tile parameters and of weight-streaming parameters,
+// each checked by the validity check that codegen uses (check_tile_params / check_tile_resources for baked kernels,
+// check_stream_params for streamed ones), so a candidate the tuner keeps is one codegen accepts.
+#include "sparsert/codegen/stream_spmm.hpp"
 #include "sparsert/codegen/target.hpp"
 #include "sparsert/codegen/tile.hpp"
 #include "sparsert/runtime/csr.hpp"
@@ -12,26 +14,52 @@
 namespace sparsert::autotune {
 
 struct Candidate {
-  codegen::TileParams tile;
-  bool is_default = false;  // the heuristic's choice (default_tile_params): the baseline of every report
+  codegen::KernelKind kind = codegen::KernelKind::kBaked;
+  codegen::TileParams tile;      // the baked kernel's parameters (kind == kBaked)
+  codegen::StreamParams stream;  // the streaming kernel's parameters (kind == kStreamed)
+  bool is_default = false;  // what compile does without tuning (default_candidate): the baseline of every report
   // Set when the shared check rejected it: the parameter it names (InvalidTileParams::field()) and why.
   std::string rejected_field;
   std::string rejected_reason;
   bool valid() const { return rejected_field.empty(); }
+  bool streamed() const { return kind == codegen::KernelKind::kStreamed; }
+  bool operator==(const Candidate& o) const;  // same kind and same parameters of that kind
 };
 
-// The grid (docs/autotune.md): rows per block {16, 32, 64, 128} × gy {1, 2, 4, 8} × (n_tile, cols_per_thread)
-// {(32,1), (64,1), (64,2), (128,2), (128,4)} with immediates, nonzero balance and no reordering; then every
-// combination of weights {imm, const} × balance {nnz, rows} × reorder {off, on} around the middle of the grid
-// (rows per block {32, 64} × gy {2, 4} × {(64,1), (128,2)}); then the default. n_tile is capped at N (rounded up
-// to cols_per_thread) and duplicates are dropped, so small layers get fewer candidates. Each is checked against the
-// matrix and target; rejected ones stay in the list with the typed reason.
-std::vector<Candidate> enumerate_candidates(const CsrMatrix& a, int32_t n, const codegen::Target& target);
+// The kinds a search may cover; both unless the caller restricts it (`sparsert tune --kernel`).
+using KindSet = std::vector<codegen::KernelKind>;
+KindSet all_kinds();
+
+// What compile does with a layer when no tuning result exists: the streaming kernel with StreamParams' defaults for
+// a layer above choose_kernel_kind's per-layer cap, else the baked kernel with default_tile_params. When that kind
+// is not in `kinds`, the other kind's default. Throws InvalidTileParams when default_tile_params finds nothing.
+Candidate default_candidate(const CsrMatrix& a, int32_t n, const codegen::Target& target, const KindSet& kinds);
+
+// The grid (docs/autotune.md). Baked: rows per block {16, 32, 64, 128} × gy {1, 2, 4, 8} × (n_tile,
+// cols_per_thread) {(32,1), (64,1), (64,2), (128,2), (128,4)} with immediates, nonzero balance and no reordering;
+// then every combination of weights {imm, const} × balance {nnz, rows} × reorder {off, on} around the middle of the
+// grid (rows per block {32, 64} × gy {2, 4} × {(64,1), (128,2)}). Streamed: rows per block {128, 256} × (n_tile,
+// cols_per_thread) {(32,16), (32,8), (64,16)}, 256 staged rows (128 for the 64-column tile, which would not fit the
+// static shared memory with 256), unroll 2, plus StreamParams' defaults. Then the
+// default. n_tile is capped at N (baked: rounded up to cols_per_thread; streamed: to a power of two, and
+// cols_per_thread with it) and duplicates are dropped, so small layers get fewer candidates. Each is checked against
+// the matrix and target; rejected ones stay in the list with the typed reason. Baked candidates of a layer above
+// choose_kernel_kind's per-layer cap are rejected (field "kernel"): compile streams such a layer whatever the tuning.
+std::vector<Candidate> enumerate_candidates(const CsrMatrix& a, int32_t n, const codegen::Target& target,
+                                            const KindSet& kinds = all_kinds());
+
+// Runs the shared validity check of the candidate's kind for this matrix, N and target; throws InvalidTileParams.
+void check_candidate(const Candidate& c, const CsrMatrix& a, int32_t n, const codegen::Target& target);
 
 // A short stable label of the parameters, e.g. "mb=8 gy=2 nt=64 cpt=1 imm nnz".
 std::string describe(const codegen::TileParams& t);
+// The same with the kind in front: "baked mb=8 gy=2 ..." or "streamed rpb=256 nt=32 cpt=16" (staged rows and
+// unroll follow when they are not the defaults).
+std::string describe(const Candidate& c);
 
 // Inverse of codegen::to_json(TileParams); UserError naming `where` and the field on malformed input.
 codegen::TileParams tile_from_json(const nlohmann::json& j, const std::string& where);
+// Inverse of codegen::to_json(StreamParams); UserError naming `where` and the field on malformed input.
+codegen::StreamParams stream_from_json(const nlohmann::json& j, const std::string& where);
 
 }  // namespace sparsert::autotune

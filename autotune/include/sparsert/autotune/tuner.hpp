@@ -29,8 +29,10 @@ Mode parse_mode(const std::string& s);    // "auto" | "model" | "gpu"
 struct TuneOptions {
   codegen::Target target = codegen::Target::parse("sm_90");
   Mode mode = Mode::kAuto;
+  KindSet kinds = all_kinds();   // kernel kinds searched (baked, streamed); `sparsert tune --kernel` restricts it
   double budget_seconds = 0.0;   // whole run; 0: no limit. Past it, no new candidate is assembled or timed.
   int simulate_top = 12;         // how many of the analytic ranking's best get instruction counts from ptxsim
+  int stream_simulate_top = 2;   // and how many of the best streamed candidates besides (so that both kinds rank)
   int assemble_top = 1;          // model mode: how many of the best-ranked candidates the assembler confirms
   int measure_top = 24;          // gpu mode: how many of the best-ranked candidates are timed
   int threads = 2;               // assembler threads
@@ -56,6 +58,13 @@ struct CandidateResult {
   double score() const;           // time where measured, else estimate; +inf when neither
 };
 
+// The best candidate of one kernel kind, on the winner's ordering (status first, then score).
+struct KindBest {
+  int index = -1;  // into LayerResult::candidates; -1 when no candidate of the kind was ranked
+  double score = 0.0;
+  std::string status;
+};
+
 struct LayerResult {
   std::string name;
   int32_t m = 0, k = 0, n = 0;
@@ -63,11 +72,15 @@ struct LayerResult {
   std::vector<CandidateResult> candidates;  // empty when shared
   int winner = -1;                          // index into candidates
   int default_index = -1;
-  codegen::TileParams winner_tile;
+  codegen::KernelKind winner_kind = codegen::KernelKind::kBaked;
+  codegen::TileParams winner_tile;      // when the winner is baked
+  codegen::StreamParams winner_stream;  // when the winner is streamed
+  KindBest best_baked, best_streamed;   // what each kind achieved (empty when shared)
   double winner_score = 0.0;   // microseconds
   double default_score = 0.0;  // microseconds (same basis as winner_score)
   std::string shared_from;     // the layer whose result this one reuses
   double seconds = 0.0;
+  Candidate winner_candidate() const;  // kind and parameters of the winner
 };
 
 struct TuneReport {

@@ -40,6 +40,8 @@ nlohmann::json to_json(const StreamParams& p);
 int32_t stream_block_x(const StreamParams& p);  // rows_per_block
 int32_t stream_block_y(const StreamParams& p);  // n_tile / cols_per_thread
 int32_t stream_shared_bytes(const StreamParams& p);
+// Registers per thread before assembly: the bound check_stream_params applies (the assembler's figure replaces it).
+int32_t stream_registers_estimate(const StreamParams& p);
 
 // Throws inspector::InvalidTileParams naming the field when the parameters cannot describe a kernel for `target`
 // (the same typed error as the baked kernel's check). ld is the leading dimension of B and C.

@@ -12,9 +12,16 @@
 
 namespace sparsert::compiler {
 
-// Where tile parameters come from: a tuning database, else the documented heuristic.
-using TileSource =
-    std::function<std::optional<codegen::TileParams>(const LoadedLayer&, const codegen::Target&)>;
+// A tuned kernel for one layer and target: its kind and the parameters of that kind.
+struct TunedKernel {
+  codegen::KernelKind kind = codegen::KernelKind::kBaked;
+  codegen::TileParams tile;      // baked
+  codegen::StreamParams stream;  // streamed
+};
+
+// Where kernels come from: a tuning database, else the documented rules (choose_kernel_kind, the heuristic's tile
+// parameters, CompileOptions::stream_params). Called once per layer and target.
+using TileSource = std::function<std::optional<TunedKernel>(const LoadedLayer&, const codegen::Target&)>;
 
 struct CompileOptions {
   std::vector<codegen::Target> targets;
@@ -22,9 +29,11 @@ struct CompileOptions {
   bool progress = true;       // a progress bar on a terminal, plain lines otherwise
   bool assemble = true;       // false, or no toolkit: a PTX-only package
   TileSource tiles;           // may be empty
-  // Baked or streamed per layer: forced here, else codegen::choose_kernel_kind's rule (docs/codegen.md).
+  // Baked or streamed per layer: forced here; else streamed where `tiles` says streamed for every target (with its
+  // parameters); else codegen::choose_kernel_kind's rule, whose per-layer cap and network budget also apply to a
+  // layer tuned baked (docs/autotune.md).
   std::optional<codegen::KernelKind> kernel_kind;
-  codegen::StreamParams stream_params;
+  codegen::StreamParams stream_params;  // streamed layers without tuned parameters
   std::filesystem::path cache_dir = KernelCache::default_dir();
 };
 
@@ -37,7 +46,7 @@ struct LayerTargetReport {
   double assemble_seconds = 0.0;  // summed over entries (CPU time of the assembler)
   int max_registers = 0;
   nlohmann::json tile;
-  std::string tile_source;  // "tuned" | "heuristic" | "streamed"
+  std::string tile_source;  // "tuned" (from `tiles`) | "heuristic" (baked) | "streamed" (CompileOptions::stream_params)
   std::string kind;         // "baked" | "streamed"
   std::string kind_reason;
 };
