@@ -4,7 +4,8 @@
 #   bash scripts/gpu_checks.sh STAGE [BUILD_DIR] [OUT_DIR]
 #
 # STAGE: info | tests | bench-rn50 | bench-rest | graphchallenge | tune | all
-# BUILD_DIR: a configured and built tree (default: build, as scripts/build.sh makes it)
+# BUILD_DIR: a configured and built tree (default: build, as scripts/build.sh makes it), or the bundle that
+#   scripts/gpu_bundle.sh makes (.gpu-bundle: bin/, lib/, data/) for a device machine without the build's packages
 # OUT_DIR: where results and logs go (default: $OUT when set, as on the device machine, else gpu-results)
 #
 # Every stage writes STAGE.log with the date, the GPU (nvidia-smi) and each command; the benchmarks write their JSON
@@ -18,6 +19,14 @@ out=${3:-${OUT:-gpu-results}}
 root=$(cd "$(dirname "$0")/.." && pwd)
 data=${SPARSERT_DATA:-$root/../shared/data}
 sparsert=$build/tools/sparsert/sparsert
+bundle=0
+if [[ -x $build/bin/sparsert ]]; then
+  bundle=1
+  sparsert=$build/bin/sparsert
+  export LD_LIBRARY_PATH=$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  [[ -d $build/data/graphchallenge ]] && data=$build/data
+fi
+export SPARSERT_DATA_DIR=$data
 mkdir -p "$out"
 
 log() { echo "$*" | tee -a "$out/$stage.log"; }
@@ -41,12 +50,16 @@ case $stage in
   info) ;;
   tests)
     # The real-driver tests and everything else that can use the GPU; none may be skipped.
-    run ctest --test-dir "$build" -R 'RealGpu|DriverApi|Gpu\.|CompileRun|Bench\.' --output-on-failure
-    if grep -q -E 'Skipped|\*\*\*Not Run' "$out/$stage.log"; then
+    if (( bundle )); then
+      run "$build/bin/real_gpu_tests"
+    else
+      run ctest --test-dir "$build" -R 'RealGpu|DriverApi|Gpu\.|CompileRun|Bench\.' --output-on-failure
+    fi
+    if grep -q -E 'Skipped|SKIPPED|\*\*\*Not Run' "$out/$stage.log"; then
       log "gpu_checks.sh: a GPU test was skipped: this is not a GPU result"
       exit 1
     fi
-    if ! grep -q -E 'RealGpu\..*Passed' "$out/$stage.log"; then
+    if ! grep -q -E 'OK \] RealGpu\.|RealGpu\..*Passed' "$out/$stage.log"; then
       log "gpu_checks.sh: no RealGpu test ran (is $build fully built?)"
       exit 1
     fi
