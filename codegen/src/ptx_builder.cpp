@@ -1,7 +1,5 @@
 #include "sparsert/codegen/ptx_builder.hpp"
 
-#include "sparsert/runtime/error.hpp"
-
 #include <bit>
 #include <charconv>
 #include <cstring>
@@ -12,76 +10,8 @@ namespace {
 constexpr std::string_view kPrefix[] = {"%p", "%r", "%rd", "%f"};
 constexpr std::string_view kDeclType[] = {".pred", ".b32", ".b64", ".f32"};
 
-void append_int(std::string& out, int64_t v) {
-  char buf[24];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, end);
-}
-
-void append_offset(std::string& out, int64_t offset) {
-  if (offset > 0) {
-    out.push_back('+');
-    append_int(out, offset);
-  } else if (offset < 0) {
-    append_int(out, offset);
-  }
-}
-}  // namespace
-
-void append_reg(std::string& out, Reg r) {
-  out.append(kPrefix[static_cast<int>(r.cls)]);
-  append_int(out, r.id);
-}
-
-void append_f32(std::string& out, float v) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  const uint32_t bits = std::bit_cast<uint32_t>(v);
-  char buf[10] = {'0', 'f'};
-  for (int i = 0; i < 8; ++i) buf[2 + i] = kHex[(bits >> (28 - 4 * i)) & 0xF];
-  out.append(buf, 10);
-}
-
-void append_operand(std::string& out, const Operand& op) {
-  struct Visitor {
-    std::string& out;
-    void operator()(Reg r) const { append_reg(out, r); }
-    void operator()(F32Imm f) const { append_f32(out, f.value); }
-    void operator()(IntImm i) const { append_int(out, i.value); }
-    void operator()(const Address& a) const {
-      out.push_back('[');
-      append_reg(out, a.base);
-      append_offset(out, a.offset);
-      out.push_back(']');
-    }
-    void operator()(const SymbolAddress& a) const {
-      out.push_back('[');
-      out.append(a.symbol);
-      append_offset(out, a.offset);
-      out.push_back(']');
-    }
-    void operator()(Special s) const { out.append(s.name); }
-    void operator()(Symbol s) const { out.append(s.name); }
-    void operator()(const Vector& v) const {
-      out.push_back('{');
-      for (size_t i = 0; i < v.regs.size(); ++i) {
-        if (i) out.append(", ");
-        append_reg(out, v.regs[i]);
-      }
-      out.push_back('}');
-    }
-  };
-  std::visit(Visitor{out}, op);
-}
-
-std::string to_string(const Operand& op) {
-  std::string s;
-  append_operand(s, op);
-  return s;
-}
-
-namespace {
-// Every line is formatted into the builder's staging buffer and appended a few KB at a time: many small appends to a
-// string of megabytes cost more than the formatting itself.
+// Every line is formatted into a char buffer (the builder's staging buffer, or a small one for the string helpers)
+// and appended once: many small appends to a string of megabytes cost more than the formatting itself.
 char* put(char* p, std::string_view s) {
   std::memcpy(p, s.data(), s.size());
   return p + s.size();
@@ -105,6 +35,11 @@ char* put_f32(char* p, float v) {
   for (int i = 0; i < 8; ++i) *p++ = kHex[(bits >> (28 - 4 * i)) & 0xF];
   return p;
 }
+// At most 13 characters ("%rd" and 10 digits).
+char* put_plain_reg(char* p, Reg r) {
+  p = put(p, kPrefix[static_cast<int>(r.cls)]);
+  return std::to_chars(p, p + 10, r.id).ptr;
+}
 // The longest text an operand can take: names are copied whole, numbers take at most 20 digits and a sign.
 size_t operand_bound(const Operand& op) {
   if (const auto* a = std::get_if<SymbolAddress>(&op)) return a->symbol.size() + 32;
@@ -113,47 +48,9 @@ size_t operand_bound(const Operand& op) {
   if (const auto* v = std::get_if<Vector>(&op)) return v->regs.size() * (Builder::kRegText + 2) + 2;
   return 48;
 }
-}  // namespace
-
-Reg Builder::reg(RegClass cls) {
-  // Numbering starts at 1, as nvcc's does, so that %f<N> declarations cover [0, N) with N = count + 1.
-  const Reg r{cls, ++counts_[static_cast<int>(cls)]};
-  // The register's name is formatted once here; the body copies it for each of its (many) uses.
-  RegText& t = reg_text_[static_cast<int>(cls)].emplace_back();
-  std::string name;
-  append_reg(name, r);
-  SPARSERT_INTERNAL_CHECK(name.size() < kRegText, "register name {} too long", name);
-  std::memcpy(t.text, name.data(), name.size());
-  t.len = static_cast<uint8_t>(name.size());
-  return r;
-}
-
-std::vector<Reg> Builder::regs(RegClass cls, int n) {
-  std::vector<Reg> out;
-  out.reserve(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) out.push_back(reg(cls));
-  return out;
-}
-
-namespace {
-// A register the builder did not allocate (tests build operands by hand) is formatted on the spot.
-[[gnu::noinline, gnu::cold]] char* put_unlisted_reg(char* p, Reg r) {
-  std::string name;
-  append_reg(name, r);
-  return put(p, name);
-}
-}  // namespace
-
-inline char* Builder::put_reg(char* p, Reg r) const {
-  const auto& table = reg_text_[static_cast<int>(r.cls)];
-  if (r.id - 1 >= table.size()) [[unlikely]] return put_unlisted_reg(p, r);
-  const RegText& t = table[r.id - 1];
-  static_assert(sizeof(RegText) == kRegText);
-  std::memcpy(p, &t, kRegText);
-  return p + t.len;
-}
-
-char* Builder::put_operand(char* p, const Operand& op) const {
+// The one spelling of every operand; `put_reg` writes a register's name (from the builder's table, or formatted).
+template <typename PutReg>
+char* put_operand(char* p, const Operand& op, PutReg put_reg) {
   switch (op.index()) {
     case 0: return put_reg(p, std::get<Reg>(op));
     case 1: return put_f32(p, std::get<F32Imm>(op).value);
@@ -185,6 +82,60 @@ char* Builder::put_operand(char* p, const Operand& op) const {
       return p;
     }
   }
+}
+}  // namespace
+
+void append_reg(std::string& out, Reg r) {
+  char buf[Builder::kRegText];
+  out.append(buf, put_plain_reg(buf, r));
+}
+
+void append_f32(std::string& out, float v) {
+  char buf[10];
+  out.append(buf, put_f32(buf, v));
+}
+
+void append_operand(std::string& out, const Operand& op) {
+  std::vector<char> buf(operand_bound(op) + Builder::kRegText);
+  out.append(buf.data(), put_operand(buf.data(), op, put_plain_reg));
+}
+
+std::string to_string(const Operand& op) {
+  std::string s;
+  append_operand(s, op);
+  return s;
+}
+
+Reg Builder::reg(RegClass cls) {
+  // Numbering starts at 1, as nvcc's does, so that %f<N> declarations cover [0, N) with N = count + 1.
+  const Reg r{cls, ++counts_[static_cast<int>(cls)]};
+  // The register's name is formatted once here; the body copies it for each of its (many) uses.
+  RegText& t = reg_text_[static_cast<int>(cls)].emplace_back();
+  char name[kRegText];
+  t.len = static_cast<uint8_t>(put_plain_reg(name, r) - name);
+  std::memcpy(t.text, name, t.len);
+  return r;
+}
+
+std::vector<Reg> Builder::regs(RegClass cls, int n) {
+  std::vector<Reg> out;
+  out.reserve(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) out.push_back(reg(cls));
+  return out;
+}
+
+inline char* Builder::put_reg(char* p, Reg r) const {
+  const auto& table = reg_text_[static_cast<int>(r.cls)];
+  // A register the builder did not allocate (tests build operands by hand) is formatted on the spot.
+  if (r.id - 1 >= table.size()) [[unlikely]] return put_plain_reg(p, r);
+  const RegText& t = table[r.id - 1];
+  static_assert(sizeof(RegText) == kRegText);
+  std::memcpy(p, &t, kRegText);
+  return p + t.len;
+}
+
+char* Builder::put_operand(char* p, const Operand& op) const {
+  return ptx::put_operand(p, op, [this](char* q, Reg r) { return put_reg(q, r); });
 }
 
 char* Builder::format_inst(char* p, std::string_view opcode, std::span<const Operand> operands,
@@ -293,7 +244,8 @@ std::string Builder::declarations() const {
     out.push_back(' ');
     out.append(kPrefix[c]);
     out.push_back('<');
-    append_int(out, counts_[c] + 1);
+    char n[24];
+    out.append(n, put_int(n, counts_[c] + 1));
     out.append(">;\n");
   }
   return out;
