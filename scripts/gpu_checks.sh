@@ -11,6 +11,10 @@
 # Every stage writes STAGE.log with the date, the GPU (nvidia-smi) and each command; the benchmarks write their JSON
 # beside it, ready for `sparsert bench --report` into docs/benchmarks.md. A stage fails (exit 1) when a GPU test is
 # skipped instead of run, so a run without a working driver cannot pass for a GPU result.
+#
+# A failing step does not stop the others: every step of a stage runs, and `all` runs every stage, so one device call
+# brings back everything that could be measured. At the end the stage lists what failed and exits 1 if anything did.
+# (`sparsert bench` itself fails only when sparsert misses the reference; a baseline that misses is noted and passes.)
 set -euo pipefail
 
 stage=${1:?usage: gpu_checks.sh info|tests|bench-rn50|bench-rest|graphchallenge|tune|all [BUILD_DIR] [OUT_DIR]}
@@ -35,13 +39,27 @@ run() {
   "$@" 2>&1 | tee -a "$out/$stage.log"
   return "${PIPESTATUS[0]}"
 }
+# A step that may fail without stopping the stage: its failure is remembered, and the stage fails at the end.
+failed=()
+step() {
+  local rc=0
+  run "$@" || rc=$?
+  if (( rc != 0 )); then
+    log "gpu_checks.sh: exit $rc: $*"
+    failed+=("$* (exit $rc)")
+  fi
+}
+fail() {
+  log "gpu_checks.sh: $*"
+  failed+=("$*")
+}
 
 [[ -x $sparsert ]] || { echo "gpu_checks.sh: $sparsert is missing: build first (bash scripts/build.sh)" >&2; exit 2; }
 : > "$out/$stage.log"
 log "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 log "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 if command -v nvidia-smi > /dev/null; then
-  run nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  step nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
 else
   log "nvidia-smi: not found"
 fi
@@ -51,53 +69,66 @@ case $stage in
   tests)
     # The real-driver tests and everything else that can use the GPU; none may be skipped.
     if (( bundle )); then
-      run "$build/bin/real_gpu_tests"
+      step "$build/bin/real_gpu_tests"
     else
-      run ctest --test-dir "$build" -R 'RealGpu|DriverApi|Gpu\.|CompileRun|Bench\.' --output-on-failure
+      step ctest --test-dir "$build" -R 'RealGpu|DriverApi|Gpu\.|CompileRun|Bench\.' --output-on-failure
     fi
     if grep -q -E 'Skipped|SKIPPED|\*\*\*Not Run' "$out/$stage.log"; then
-      log "gpu_checks.sh: a GPU test was skipped: this is not a GPU result"
-      exit 1
+      fail "a GPU test was skipped: this is not a GPU result"
     fi
     if ! grep -q -E 'OK \] RealGpu\.|RealGpu\..*Passed' "$out/$stage.log"; then
-      log "gpu_checks.sh: no RealGpu test ran (is $build fully built?)"
-      exit 1
+      fail "no RealGpu test ran (is $build fully built?)"
     fi
     ;;
   bench-rn50)
     for s in rn50-0.9 rn50-0.95; do
-      run "$sparsert" bench --suite "$s" --device cuda --repeats 20 --data "$data" -o "$out/$s-cuda.json"
+      step "$sparsert" bench --suite "$s" --device cuda --repeats 20 --data "$data" -o "$out/$s-cuda.json"
     done
     ;;
   bench-rest)
     for s in transformer mobilenet graphchallenge; do
-      run "$sparsert" bench --suite "$s" --device cuda --repeats 20 --data "$data" -o "$out/$s-cuda.json"
+      step "$sparsert" bench --suite "$s" --device cuda --repeats 20 --data "$data" -o "$out/$s-cuda.json"
     done
     ;;
   graphchallenge)
     gc=$data/graphchallenge
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
-    tar xzf "$gc/neuron1024.tar.gz" -C "$tmp"
+    # Both runs need the weights: without them the stage can only fail.
+    if ! run tar xzf "$gc/neuron1024.tar.gz" -C "$tmp"; then
+      log "gpu_checks.sh: FAILED: $stage: cannot unpack the weights"
+      exit 1
+    fi
     # --replicate 50 tiles the first 1200 images into the official 60000-input batch; the truth is tiled alike.
-    run "$sparsert" graphchallenge --weights "$tmp/neuron1024" --neurons 1024 --layers 120 \
-      --inputs "$gc/sparse-images-1024-first1200.tsv" --categories "$gc/neuron1024-l120-categories-first1200.tsv" \
-      --replicate 50 --device cuda
-    run "$sparsert" graphchallenge --weights "$tmp/neuron1024" --neurons 1024 --layers 120 \
-      --inputs "$gc/sparse-images-1024-first1200.tsv" --categories "$gc/neuron1024-l120-categories-first1200.tsv" \
-      --replicate 50 --device cpu
+    for device in cuda cpu; do
+      step "$sparsert" graphchallenge --weights "$tmp/neuron1024" --neurons 1024 --layers 120 \
+        --inputs "$gc/sparse-images-1024-first1200.tsv" --categories "$gc/neuron1024-l120-categories-first1200.tsv" \
+        --replicate 50 --device "$device"
+    done
     ;;
   tune)
     # The model's ranking against measured times on one DLMC layer (docs/autotune.md).
     layer=$data/dlmc/rn50/magnitude_pruning/0.9/bottleneck_2_block_group3_2_1.smtx
-    run "$sparsert" tune "$layer" --n 196 --mode gpu -o "$out/tune-gpu.json" --no-db
-    run "$sparsert" tune "$layer" --n 196 --mode model -o "$out/tune-model.json" --no-db
+    step "$sparsert" tune "$layer" --n 196 --mode gpu -o "$out/tune-gpu.json" --no-db
+    step "$sparsert" tune "$layer" --n 196 --mode model -o "$out/tune-model.json" --no-db
     ;;
   all)
-    for s in info tests bench-rn50 bench-rest graphchallenge tune; do bash "$0" "$s" "$build" "$out"; done
+    # Each stage in its own process and log; a failed one is listed, and the next one runs.
+    for s in info tests bench-rn50 bench-rest graphchallenge tune; do
+      rc=0
+      bash "$0" "$s" "$build" "$out" || rc=$?
+      (( rc == 0 )) || failed+=("$s (exit $rc, see $out/$s.log)")
+    done
     ;;
   *)
     echo "gpu_checks.sh: unknown stage $stage" >&2
     exit 2
     ;;
 esac
+
+if (( ${#failed[@]} > 0 )); then
+  log "gpu_checks.sh: FAILED: $stage: ${#failed[@]} failed:"
+  for f in "${failed[@]}"; do log "  - $f"; done
+  exit 1
+fi
+log "gpu_checks.sh: $stage: passed"

@@ -105,9 +105,14 @@ int run_bench(const BenchArgs& a) {
   const nlohmann::json results = bench::run_suite(problems, methods, ro);
   write_file_atomic(a.output, results.dump(1) + "\n");
   fmt::print("wrote {}\n", a.output);
-  if (!results["all_verified"].get<bool>()) {
-    throw WorkFailure("some products did not match the reference (see FAILED above); their times were not counted");
+  std::fflush(stdout);
+  // Only sparsert's own failures fail the command: a baseline that missed (cuBLAS TF32 beyond its bound, a cuSPARSE
+  // call that failed) says nothing about sparsert, so it is reported, left out of the speedups, and the run passes.
+  const bench::Verdict v = bench::verdict(results);
+  for (const std::string& note : v.baseline_notes) {
+    fmt::print(stderr, "note: baseline {}; not timed there, and the run goes on\n", note);
   }
+  if (!v.subject_verified) throw WorkFailure(fmt::format("{}; those times were not counted", v.subject_failure));
   return kOk;
 }
 

@@ -113,8 +113,30 @@ nlohmann::json machine_info() {
   return m;
 }
 
+double tf32_tolerance(int64_t k) {
+  // TF32 keeps 10 explicit mantissa bits of each FP32 input: a relative change of at most u = 2^-11 when rounded
+  // (2u where the tensor cores truncate), so each product a·b moves by up to about 2u·|a·b| and the sum is accumulated
+  // in FP32. The K products' errors have random signs, so the error of the sum grows like sqrt(K)·rms(a·b), not like
+  // the worst case 2u·Σ|a·b| (which grows like K and is far from what happens). max_relative_error divides by
+  // max(|want|, 1), so its largest value comes from entries where cancellation leaves |want| near 1: about u·sqrt(K)
+  // times the spread of a·b. On an H100 (../shared/measurements/h100-2026-11-23: cuBLAS TF32 on 87 products with
+  // K = 32..2048 and N > 1, normal weights and magnitude-pruned ones up to |a| ~ 4, B uniform in [-1, 1); at N = 1
+  // cuBLAS computes in FP32) the measured max_relative_error / (u·sqrt(K)) lay between 0.25 and 1.33, largest at
+  // small K; the fixed 0.01 used before failed four products with K = 512..2048 (0.0122 to 0.0195) although they were
+  // as good as the others. 4·u·sqrt(K) leaves a factor of 3 over every measured product (K = 32: 0.011 against
+  // 0.0037; K = 2048: 0.089 against 0.0195), and at K = 1 it still covers one product of two truncated inputs
+  // (4u = 2·2^-10). The FP32 tolerance on top covers the accumulation. Only baselines round to TF32, and what their
+  // check must catch is a wrong call (operands swapped, a wrong leading dimension, a stale output), which misses by
+  // O(1) or more nearly everywhere: still far above 4u·sqrt(2048) = 0.09. sparsert itself is held to FP32's 1e-4.
+  constexpr double u = 1.0 / 2048.0;
+  return kFp32Tolerance + 4.0 * u * std::sqrt(static_cast<double>(std::max<int64_t>(k, 1)));
+}
+
 nlohmann::json run_suite(const std::vector<Problem>& problems, MethodSet& set, const RunOptions& o) {
   SPARSERT_USER_CHECK(o.repeats >= 1, "--repeats", "{} is not positive", o.repeats);
+  SPARSERT_INTERNAL_CHECK(std::any_of(set.methods.begin(), set.methods.end(),
+                                      [&](const std::unique_ptr<Method>& m) { return m->name() == set.subject; }),
+                          "bench: the subject '{}' is not among the methods", set.subject);
   nlohmann::json out;
   out["format"] = kResultsFormat;
   out["suite"] = o.suite;
@@ -132,7 +154,7 @@ nlohmann::json run_suite(const std::vector<Problem>& problems, MethodSet& set, c
   for (const Unavailable& u : set.unavailable) unavailable.push_back({{"method", u.method}, {"reason", u.reason}});
   out["unavailable"] = unavailable;
 
-  bool all_verified = true;
+  bool all_verified = true, subject_verified = true;
   nlohmann::json rows = nlohmann::json::array();
   for (size_t pi = 0; pi < problems.size(); ++pi) {
     const Problem& p = problems[pi];
@@ -154,37 +176,55 @@ nlohmann::json run_suite(const std::vector<Problem>& problems, MethodSet& set, c
     auto settle = [&] {
       if (o.settle_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.settle_ms));
     };
+    // A baseline that throws (a library call failing, no usable algorithm) is a failed baseline, not a failed run:
+    // its message is recorded and it is not timed on this problem. The subject's exceptions propagate.
+    auto guarded = [&](size_t mi, const char* stage, const std::function<void()>& work) {
+      Method& method = *set.methods[mi];
+      if (method.name() == set.subject) {
+        work();
+        return;
+      }
+      try {
+        work();
+      } catch (const std::exception& e) {
+        nlohmann::json& r = results[method.name()];
+        r["verified"] = false;
+        r["failure"] = fmt::format("{}: {}", stage, e.what());
+        inner[mi] = 0;
+      }
+    };
     for (size_t mi = 0; mi < set.methods.size(); ++mi) {
       Method& method = *set.methods[mi];
-      nlohmann::json r;
-      method.prepare(p, b, reference);
-      method.run();
-      const double err = max_relative_error(method.result(), reference);
-      r["max_rel_error"] = err;
-      r["tolerance"] = method.tolerance();
-      r["verified"] = err <= method.tolerance();
-      if (!method.detail().empty()) r["detail"] = method.detail();
-      if (err <= method.tolerance()) {
-        // Enough products per sample that one sample lasts min_sample_ms, so timer and launch granularity vanish.
-        const double once = std::max(1e-6, method.sample_ms(1));
-        inner[mi] = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(o.min_sample_ms / once)), 1, 1000000);
-        method.sample_ms(inner[mi]);  // warm-up
-        settle();
-      } else {
-        all_verified = false;
-      }
-      results[method.name()] = r;
+      const double tolerance = method.tolerance(p);
+      results[method.name()] = {{"verified", false}, {"tolerance", tolerance}};
+      guarded(mi, "prepare", [&] {
+        method.prepare(p, b, reference);
+        method.run();
+        const double err = max_relative_error(method.result(), reference);
+        nlohmann::json& r = results[method.name()];
+        r["max_rel_error"] = err;
+        r["verified"] = err <= tolerance;
+        if (!method.detail().empty()) r["detail"] = method.detail();
+        if (err <= tolerance) {
+          // Enough products per sample that one sample lasts min_sample_ms, so timer and launch granularity vanish.
+          const double once = std::max(1e-6, method.sample_ms(1));
+          inner[mi] = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(o.min_sample_ms / once)), 1, 1000000);
+          method.sample_ms(inner[mi]);  // warm-up
+          settle();
+        }
+      });
     }
     for (int rep = 0; rep < o.repeats; ++rep) {
       for (size_t mi = 0; mi < set.methods.size(); ++mi) {
         if (inner[mi] == 0) continue;
-        samples[mi].push_back(set.methods[mi]->sample_ms(inner[mi]));
+        guarded(mi, "timing", [&] { samples[mi].push_back(set.methods[mi]->sample_ms(inner[mi])); });
         // Libraries whose threads spin after a call (OpenBLAS, OpenMP) must not steal the next method's cores.
         settle();
       }
     }
     for (size_t mi = 0; mi < set.methods.size(); ++mi) {
       Method& method = *set.methods[mi];
+      const bool is_subject = method.name() == set.subject;
       nlohmann::json& r = results[method.name()];
       if (inner[mi] > 0) {
         const Stats s = summarize(samples[mi]);
@@ -194,10 +234,16 @@ nlohmann::json run_suite(const std::vector<Problem>& problems, MethodSet& set, c
         r["gflops"] = 2.0 * static_cast<double>(p.a.nnz()) * p.n / (s.median_ms * 1e6);
         line += fmt::format(" {} {:.4f} ms", method.name(), s.median_ms);
       } else {
-        line += fmt::format(" {} FAILED (error {:.3g} > {:.1g})", method.name(), r["max_rel_error"].get<double>(),
-                            method.tolerance());
+        all_verified = false;
+        if (is_subject) subject_verified = false;
+        r["verified"] = false;  // a baseline that verified and then threw while being timed has no time
+        const std::string why = r.contains("failure")
+                                    ? r["failure"].get<std::string>()
+                                    : fmt::format("error {:.3g} > {:.3g}", r["max_rel_error"].get<double>(),
+                                                  r["tolerance"].get<double>());
+        line += fmt::format(" {} FAILED{} ({})", method.name(), is_subject ? "" : " baseline", why);
       }
-      method.release();
+      guarded(mi, "release", [&] { method.release(); });
     }
     row["results"] = results;
     rows.push_back(row);
@@ -206,7 +252,60 @@ nlohmann::json run_suite(const std::vector<Problem>& problems, MethodSet& set, c
   out["problems"] = rows;
   out["machine_after"] = machine_info();
   out["all_verified"] = all_verified;
+  out["subject_verified"] = subject_verified;
   return out;
+}
+
+Verdict verdict(const nlohmann::json& results) {
+  Verdict v;
+  const std::string subject = results.value("subject", "");
+  struct Misses {
+    int count = 0;
+    double worst_error = 0, tolerance_there = 0;
+    std::string worst_problem, first_failure;
+  };
+  std::vector<std::pair<std::string, Misses>> baselines;  // in the order they first failed
+  Misses subject_misses;
+  const size_t n = results.contains("problems") ? results["problems"].size() : 0;
+  for (size_t i = 0; i < n; ++i) {
+    const nlohmann::json& p = results["problems"][i];
+    for (const auto& [method, r] : p["results"].items()) {
+      if (r.value("verified", false)) continue;
+      Misses* m = &subject_misses;
+      if (method != subject) {
+        auto it = std::find_if(baselines.begin(), baselines.end(), [&](const auto& b) { return b.first == method; });
+        if (it == baselines.end()) {
+          baselines.emplace_back(method, Misses{});
+          it = baselines.end() - 1;
+        }
+        m = &it->second;
+      }
+      ++m->count;
+      const std::string where = fmt::format("{} ({}x{}x{})", p.value("name", "?"), p.value("m", 0), p.value("k", 0),
+                                            p.value("n", 0));
+      if (r.contains("failure")) {
+        if (m->first_failure.empty()) m->first_failure = fmt::format("{}: {}", where, r["failure"].get<std::string>());
+      } else if (const double e = r.value("max_rel_error", 0.0); m->worst_problem.empty() || e > m->worst_error) {
+        m->worst_error = e;
+        m->tolerance_there = r.value("tolerance", 0.0);
+        m->worst_problem = where;
+      }
+    }
+  }
+  auto describe = [&](const std::string& method, const Misses& m) {
+    std::vector<std::string> parts;
+    if (!m.worst_problem.empty())
+      parts.push_back(fmt::format("worst error {:.3g} > tolerance {:.3g} on {}", m.worst_error, m.tolerance_there,
+                                  m.worst_problem));
+    if (!m.first_failure.empty()) parts.push_back(fmt::format("threw on {}", m.first_failure));
+    return fmt::format("{} failed its check on {} of {} problems ({})", method, m.count, n, fmt::join(parts, "; "));
+  };
+  if (subject_misses.count > 0) {
+    v.subject_verified = false;
+    v.subject_failure = describe(subject, subject_misses);
+  }
+  for (const auto& [method, m] : baselines) v.baseline_notes.push_back(describe(method, m));
+  return v;
 }
 
 void check_results(const nlohmann::json& j, const std::string& what) {
