@@ -152,15 +152,51 @@ Probe analytic_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, const 
 
 nlohmann::json to_json(const Estimate& e) {
   return {{"microseconds", e.microseconds}, {"throughput_us", e.throughput_us}, {"critical_us", e.critical_us},
-          {"launch_us", e.launch_us},       {"blocks_per_sm", e.blocks_per_sm}, {"occupancy", e.occupancy},
+          {"launch_us", e.launch_us},       {"fetch_us", e.fetch_us},           {"latency_us", e.latency_us},
+          {"shared_us", e.shared_us},
+          {"bound", e.bound},               {"blocks_per_sm", e.blocks_per_sm}, {"occupancy", e.occupancy},
           {"grid_blocks", e.grid_blocks},   {"warp_instructions", e.warp_instructions}};
 }
 
 namespace {
-constexpr double kLaunchUs = 2.0;           // per kernel launch on a stream (graph replay would be lower)
+// Calibrated against one H100 SXM (docs/autotune.md, "Calibration"; the measured files are in
+// shared/measurements/h100-2026-11-23). They are properties of the machine's front end and memory system, so the
+// model scales them by nothing but the clock.
+//
+// A launch on a stream costs this much even when it does nothing: kernels are timed back to back, and one that
+// follows another on the same stream starts only after it drains (a lone 2-block kernel measures 4.6-5 us).
+constexpr double kLaunchUs = 3.2;
 constexpr double kDependentCpi = 4.0;       // a lone warp issues a dependent FFMA chain every 4 cycles
 constexpr double kWarpsToHideLatency = 4.0; // per scheduler: fewer resident warps leave issue slots empty
 constexpr int kSchedulersPerSm = 4;
+// Straight-line baked code is never re-executed by the warp that runs it, so every instruction a warp issues must
+// first come from L2 unless another warp on the same SM fetched it already. The SM's front end delivers about this
+// many bytes of new code per cycle (16 bytes an instruction): the measured per-warp rates of the rn50 tuning runs on
+// the H100 (one 16-byte instruction per 5-6 cycles per SM whether 1, 4 or 8 distinct code regions share the SM).
+constexpr double kFetchBytesPerCycle = 2.9;
+// When two or more column tiles run the same code, neighbouring blocks (consecutive in x) land on the two SMs of a
+// texture-processor cluster and one fetch serves both: the rn50 runs with 2-7 column tiles fetch 4.8-5 bytes per
+// cycle per SM where those with one tile fetch 2.7-2.8.
+constexpr double kSharedFetchGain = 1.7;
+// Two warps of one thread group on an SM (a column tile wider than 32) gain less: 1.3 fits the 49-column runs.
+constexpr double kWarpSharedFetchGain = 1.3;
+constexpr double kInstructionBytes = 16.0;
+// The streamed kernel's inner loop waits on an 8-byte ELL load (global, streaming) and the shared load it feeds per
+// step; `unroll` steps overlap. A stage adds its copy's global loads and two barriers.
+constexpr double kStreamStepCycles = 150.0;
+constexpr double kStreamStageCycles = 1000.0;
+
+// What a baked region's SASS holds (docs/autotune.md): FFMA/FMUL per nonzero and column, one LDG per row of B, the
+// stores, the partial sums through shared memory; the rest of its PTX folds into those or into a short preamble.
+double sass_instructions(const ptxsim::InstrCounts& c) {
+  using C = ptxsim::InstrClass;
+  double n = 0.0;
+  for (C k : {C::Fma, C::FpArith, C::LdGlobal, C::StGlobal, C::LdShared, C::StShared, C::Sync, C::LdLocal, C::StLocal,
+              C::Atomic, C::Warp})
+    n += static_cast<double>(c.by_class[static_cast<size_t>(k)]);
+  return n;
+}
+constexpr double kRegionPreamble = 16.0;  // ids, parameters, the dispatch to the region, the exit
 
 double weighted(const ptxsim::InstrCounts& c) {
   double w = 0.0;
@@ -191,14 +227,21 @@ struct LaunchWork {
   double warp_cycles = 0.0;        // Σ issue cost of every warp instruction of the launch
   double warp_instructions = 0.0;
   double critical_cycles = 0.0;    // the heaviest warp's instructions at one warp's dependent issue rate
+  double block_code_bytes = 0.0;   // distinct instruction bytes one block runs (its thread groups' code regions)
+  double latency_cycles = 0.0;     // a chain of dependent memory accesses every block of the launch waits through
+  double shared_cycles = 0.0;      // one block's shared-memory wavefronts (one per cycle per SM)
+  double fetch_gain = 1.0;  // > 1 where code fetched once serves more than one block or warp
 };
 
-// Throughput: the busiest SM runs ceil(blocks / SMs) blocks, issuing at a rate limited by how many warps it holds at
-// once; each launch takes the longer of that and its critical path, plus the launch overhead.
+// Each launch takes the longest of: its throughput (the busiest SM runs ceil(blocks / SMs) blocks, issuing at a rate
+// limited by how many warps it holds at once), its critical path, its instruction fetch (the busiest SM's blocks
+// each bring their own code through the front end) and its memory latency chain (once per wave), plus the launch.
 Estimate combine(const std::vector<LaunchWork>& launches, int warps_per_block, int bps, const MachineModel& m) {
   Estimate est;
   est.blocks_per_sm = bps;
-  double cycles = 0.0, tp_cycles = 0.0, cp_cycles = 0.0, resident_warps_total = 0.0;
+  double cycles = 0.0, tp_cycles = 0.0, cp_cycles = 0.0, fetch_cycles = 0.0, lat_cycles = 0.0, sh_cycles = 0.0;
+  double resident_warps_total = 0.0;
+  double worst[5] = {0, 0, 0, 0, 0};
   for (const LaunchWork& l : launches) {
     if (l.grid_blocks <= 0) continue;  // launched but empty: only its overhead counts
     est.grid_blocks += l.grid_blocks;
@@ -208,16 +251,35 @@ Estimate combine(const std::vector<LaunchWork>& launches, int warps_per_block, i
     const double eff = std::min(1.0, resident / (kSchedulersPerSm * kWarpsToHideLatency));
     const double per_block = l.warp_cycles / static_cast<double>(l.grid_blocks);
     const double tp = static_cast<double>(per_sm) * per_block / (kSchedulersPerSm * eff);
+    const double fetch_rate = kFetchBytesPerCycle * l.fetch_gain;
+    const double fetch = static_cast<double>(per_sm) * l.block_code_bytes / fetch_rate;
+    const double waves = std::ceil(static_cast<double>(per_sm) / static_cast<double>(bps));
+    const double lat = waves * l.latency_cycles;
+    const double shared = static_cast<double>(per_sm) * l.shared_cycles;
     tp_cycles += tp;
     cp_cycles += l.critical_cycles;
-    cycles += std::max(tp, l.critical_cycles);
+    fetch_cycles += fetch;
+    lat_cycles += lat;
+    sh_cycles += shared;
+    // A block with few warps cannot hide its memory chain behind its (conflicted) shared loads: they add.
+    const double terms[4] = {tp, l.critical_cycles, fetch, lat + shared};
+    size_t arg = static_cast<size_t>(std::max_element(terms, terms + 4) - terms);
+    cycles += terms[arg];
+    if (arg == 3 && shared > lat) arg = 4;
+    worst[arg] += terms[arg == 4 ? 3 : arg];
     resident_warps_total += resident;
   }
   const double cycles_per_us = m.clock_ghz * 1e3;
   est.throughput_us = tp_cycles / cycles_per_us;
   est.critical_us = cp_cycles / cycles_per_us;
+  est.fetch_us = fetch_cycles / cycles_per_us;
+  est.latency_us = lat_cycles / cycles_per_us;
+  est.shared_us = sh_cycles / cycles_per_us;
   est.launch_us = kLaunchUs * static_cast<double>(launches.size());
   est.microseconds = cycles / cycles_per_us + est.launch_us;
+  static constexpr const char* kNames[5] = {"issue", "critical", "fetch", "latency", "shared"};
+  const size_t arg = static_cast<size_t>(std::max_element(worst, worst + 5) - worst);
+  est.bound = worst[arg] / cycles_per_us >= est.launch_us ? kNames[arg] : "launch";
   est.occupancy = launches.empty()
                       ? 0.0
                       : resident_warps_total / static_cast<double>(launches.size()) / m.max_warps_per_sm;
@@ -261,10 +323,15 @@ Estimate estimate(const Probe& probe, const inspector::WorkPlan& plan, const cod
     const double thread_work = weighted(e.counts);
     const double warps = static_cast<double>(tiles_x * warps_x);
     l.grid_blocks = tiles_x * blocks;
+    l.fetch_gain = tiles_x >= 2 ? kSharedFetchGain : warps_x >= 2 ? kWarpSharedFetchGain : 1.0;
     l.warp_cycles = thread_work * warps;
     l.warp_instructions = static_cast<double>(e.counts.total()) * warps;
     int64_t groups = 0;
     const double imbalance = group_imbalance(plan, e, &groups);
+    // Every (block, group) thread of the probe ran its own region of code once: the entry's code is their sum, of the
+    // instructions that survive into SASS (ptxas folds the moves, address arithmetic and parameter loads).
+    l.block_code_bytes = (sass_instructions(e.counts) + kRegionPreamble * static_cast<double>(groups)) *
+                         kInstructionBytes / blocks;
     const double per_thread = groups ? thread_work / static_cast<double>(groups) : 0.0;
     l.critical_cycles = per_thread * imbalance * kDependentCpi;
     launches.push_back(l);
@@ -272,8 +339,46 @@ Estimate estimate(const Probe& probe, const inspector::WorkPlan& plan, const cod
   return combine(launches, warps_per_block, bps, m);
 }
 
-StreamShape stream_shape(const codegen::StreamWeights& w, const codegen::StreamParams& p) {
+namespace {
+// Shared-memory wavefronts one warp's loads of B take at ELL step `at` (32 lanes' tile offsets, packed with a row
+// stride of `packed`), when the tile's rows are `stride` bytes apart: a load of `width` floats is served in phases
+// of 32 / width lanes, and within a phase lanes that read different addresses of one bank are serialised.
+int stream_step_wavefronts(const uint32_t* ell, int32_t packed, int32_t stride, int32_t width) {
+  const int lanes_per_phase = 32 / width;
+  int total = 0;
+  for (int phase = 0; phase < width; ++phase) {
+    uint32_t addr[32];
+    int banks[32] = {};
+    int worst = 1;
+    for (int i = 0; i < lanes_per_phase; ++i) {
+      const int lane = phase * lanes_per_phase + i;
+      const uint32_t row = ell[2 * lane + 1] / static_cast<uint32_t>(packed);
+      addr[i] = row * static_cast<uint32_t>(stride);
+      bool repeat = false;  // the same address is one broadcast, not a conflict
+      for (int q = 0; q < i; ++q) repeat = repeat || addr[q] == addr[i];
+      if (repeat) continue;
+      const int bank = static_cast<int>((addr[i] / 4) % 32) / width;
+      worst = std::max(worst, ++banks[bank]);
+    }
+    total += worst;
+  }
+  return total;
+}
+}  // namespace
+
+StreamShape stream_shape(const codegen::StreamWeights& w, const codegen::StreamParams& p, int32_t tile_row_bytes) {
   const int32_t warps = p.rows_per_block / 32;
+  const int32_t packed = codegen::stream_row_bytes(p);
+  const int32_t stride = tile_row_bytes > 0 ? tile_row_bytes : packed;
+  const int32_t width = std::min(p.cols_per_thread, 4);
+  // Wavefronts per step from a sample of the steps (every step of small layers): the pattern, not the count, matters.
+  const int64_t steps_total = static_cast<int64_t>(w.ell.size() / 64);
+  const int64_t every = std::max<int64_t>(1, steps_total / 4096);
+  int64_t sampled = 0, wavefronts = 0;
+  for (int64_t st = 0; st < steps_total; st += every) {
+    wavefronts += stream_step_wavefronts(w.ell.data() + st * 64, packed, stride, width);
+    ++sampled;
+  }
   const size_t words = 2 + 2 * static_cast<size_t>(warps);  // one stage record (docs/codegen.md)
   StreamShape s;
   s.blocks = w.blocks;
@@ -296,11 +401,14 @@ StreamShape stream_shape(const codegen::StreamWeights& w, const codegen::StreamP
       }
       block_steps += longest;
     }
+    if (block_steps > heaviest_block) s.heaviest_block_stages = end - first;
     heaviest_block = std::max(heaviest_block, block_steps);
   }
+  s.heaviest_block_steps = heaviest_block;
   const double mean_warp =
       static_cast<double>(s.padded_entries) / 32.0 / std::max<double>(static_cast<double>(s.blocks) * warps, 1.0);
   s.imbalance = mean_warp > 0 ? static_cast<double>(heaviest_block) / mean_warp : 1.0;
+  s.wavefronts_per_load = sampled ? static_cast<double>(wavefronts) / static_cast<double>(sampled) : width;
   return s;
 }
 
@@ -418,7 +526,37 @@ Estimate estimate_stream(const Probe& probe, const StreamShape& shape, const cod
   l.warp_cycles = tile_cycles * static_cast<double>(tiles_x);
   l.warp_instructions = static_cast<double>(counts.total()) / 32.0 * static_cast<double>(tiles_x);
   l.critical_cycles = tile_warps > 0 ? tile_cycles / tile_warps * shape.imbalance * kDependentCpi : 0.0;
+  // Every block waits through its ELL steps (unroll of them in flight) and its stages; the heaviest block sets it.
+  l.latency_cycles = static_cast<double>(shape.heaviest_block_steps) * kStreamStepCycles / p.unroll +
+                     static_cast<double>(shape.heaviest_block_stages) * kStreamStageCycles;
+  // Every warp (blocks × warps along x × column groups) walks its segment; each step loads cpt floats of B as
+  // cpt / min(cpt, 4) shared loads of wavefronts_per_load wavefronts each.
+  const int32_t width = std::min(p.cols_per_thread, 4);
+  const double warp_steps = static_cast<double>(shape.padded_entries) / 32.0 * codegen::stream_block_y(p);
+  l.shared_cycles = shape.blocks > 0 ? warp_steps / shape.blocks * (p.cols_per_thread / width) *
+                                           shape.wavefronts_per_load
+                                     : 0.0;
+  // One module of a few KB shared by every block: fetched once per SM, no bound.
   return combine({l}, warps_per_block, bps, m);
+}
+
+Estimate estimate_candidate(const CsrMatrix& a, int32_t n, const Epilogue& epilogue, codegen::KernelKind kind,
+                            const codegen::TileParams& tile, const codegen::StreamParams& stream,
+                            const codegen::Target& target, std::optional<int> registers, bool simulate,
+                            int32_t stream_tile_row_bytes) {
+  const MachineModel m = MachineModel::for_target(target);
+  if (kind == codegen::KernelKind::kStreamed) {
+    const inspector::WorkPlan plan = codegen::default_stream_plan(a, stream);
+    const StreamShape shape =
+        stream_shape(codegen::pack_stream_weights(a, plan, stream, epilogue.bias), stream, stream_tile_row_bytes);
+    const Probe probe = simulate ? run_stream_probe(a, plan, stream, n, target, epilogue)
+                                 : analytic_stream_probe(shape, stream, n, epilogue);
+    return estimate_stream(probe, shape, stream, n, registers.value_or(codegen::stream_registers_estimate(stream)), m);
+  }
+  const inspector::WorkPlan plan = inspector::make_plan(a, tile.plan);
+  const codegen::ResourceEstimate res = codegen::estimate_resources(tile, plan);
+  const Probe probe = simulate ? run_probe(a, plan, tile, target, epilogue) : analytic_probe(a, plan, tile);
+  return estimate(probe, plan, tile, n, registers.value_or(res.registers), res.shared_bytes, m);
 }
 
 }  // namespace sparsert::autotune

@@ -198,6 +198,7 @@ nlohmann::json to_json(const TuneReport& r) {
           {"times_are", r.mode == "gpu" ? (r.emulated ? "emulator measurements" : "measurements") : "model estimates"},
           {"target", r.target},
           {"toolkit", r.toolkit},
+          {"stream_generator", codegen::kStreamGeneratorVersion},
           {"machine_model", to_json(r.machine)},
           {"seconds", r.seconds},
           {"budget_exhausted", r.budget_exhausted},

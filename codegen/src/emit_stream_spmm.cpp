@@ -57,7 +57,18 @@ nlohmann::json to_json(const StreamParams& p) {
 
 int32_t stream_block_x(const StreamParams& p) { return p.rows_per_block; }
 int32_t stream_block_y(const StreamParams& p) { return p.n_tile / p.cols_per_thread; }
-int32_t stream_shared_bytes(const StreamParams& p) { return (p.stage_rows + 1) * p.n_tile * 4; }
+int32_t stream_row_bytes(const StreamParams& p) {
+  // The 32 lanes of a warp read 32 different staged rows at the same column. With a row stride of n_tile floats (a
+  // multiple of 128 bytes from n_tile = 32 up) every lane hits the same bank: a 32-way conflict per shared load, which
+  // made the kernel 30x slower than its fmas on an H100 (docs/codegen.md). One extra vector unit per row makes the
+  // stride an odd number of the loads' units, so consecutive rows fall in different banks (4-way at most for scalar
+  // reads of a tile whose rows must stay 16-byte aligned).
+  // 16-byte copies need 16-byte rows (n_tile % 4 == 0): an odd number of 16-byte units per row.
+  if (p.n_tile % 4 == 0) return (p.n_tile / 4) % 2 == 1 ? p.n_tile * 4 : p.n_tile * 4 + 16;
+  const int32_t unit = p.cols_per_thread;  // 1 or 2 floats: an odd number of the loads' units per row
+  return (p.n_tile / unit) % 2 == 1 ? p.n_tile * 4 : p.n_tile * 4 + 4 * unit;
+}
+int32_t stream_shared_bytes(const StreamParams& p) { return (p.stage_rows + 1) * stream_row_bytes(p); }
 // ptxas reports 32-40 registers for cpt = 1, 80 for cpt = 8 and 84 for cpt = 16 (it loads ahead across the unrolled
 // steps), and spills at 64 with cpt = 4: 56 + 4·cpt bounds them all.
 int32_t stream_registers_estimate(const StreamParams& p) { return 56 + 4 * p.cols_per_thread; }
@@ -83,10 +94,11 @@ void check_stream_params(const StreamParams& p, int32_t ld, const Target& target
     bad("rows_per_block", fmt::format("{} rows × {} column groups = {} threads, more than {}", p.rows_per_block,
                                       p.n_tile / p.cols_per_thread, threads, target.max_threads_per_block()));
   }
-  const int64_t shared = int64_t{p.stage_rows + 1} * p.n_tile * 4;
+  const int64_t shared = int64_t{p.stage_rows + 1} * stream_row_bytes(p);
   if (shared > target.max_static_shared_bytes()) {
-    bad("stage_rows", fmt::format("({} + 1) staged rows × {} columns × 4 bytes = {} bytes of shared memory, more "
-                                  "than {}", p.stage_rows, p.n_tile, shared, target.max_static_shared_bytes()));
+    bad("stage_rows", fmt::format("({} + 1) staged rows × {} bytes ({} columns, padded) = {} bytes of shared memory, "
+                                  "more than {}", p.stage_rows, stream_row_bytes(p), p.n_tile, shared,
+                                  target.max_static_shared_bytes()));
   }
   const int64_t regs = stream_registers_estimate(p);
   if (regs * threads > target.registers_per_sm()) {
@@ -103,7 +115,7 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
   const int32_t vec = copy_vector(p, ld);
   const int32_t chunks = p.n_tile / vec;  // copy chunks per staged row; a power of two dividing threads
   const int32_t jstep = threads / chunks;
-  const int32_t row_bytes = p.n_tile * 4;
+  const int32_t row_bytes = stream_row_bytes(p);
   const int32_t record_bytes = stage_record_words(p) * 4;
 
   Builder b;
@@ -150,7 +162,8 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
   const std::vector<Reg> acc = b.regs(RegClass::kF32, cpt);
   for (const Reg& r : acc) b.inst("mov.b32", {r, bias_bits});
 
-  b.comment("shared tile: stage row j at byte j * n_tile * 4; row stage_rows holds zeros (the padding's target)");
+  b.comment(fmt::format("shared tile: stage row j at byte j * {} (n_tile * 4, padded against bank conflicts); row "
+                        "stage_rows holds zeros (the padding's target)", row_bytes));
   const Reg sbase = b.reg(RegClass::kB32), sthr = b.reg(RegClass::kB32), tlin = b.reg(RegClass::kB32);
   b.inst("mov.u32", {sbase, Symbol{"tile"}});
   b.inst("mad.lo.u32", {sthr, ty, IntImm{cpt * 4}, sbase});
@@ -347,7 +360,7 @@ StreamWeights pack_stream_weights(const CsrMatrix& a, const inspector::WorkPlan&
     throw InvalidTileParams("m_blocks", fmt::format("{} row blocks exceed grid.y's 65535", plan.blocks.size()));
   }
 
-  const int32_t rows = p.rows_per_block, warps = rows / kWarp, row_bytes = p.n_tile * 4;
+  const int32_t rows = p.rows_per_block, warps = rows / kWarp, row_bytes = stream_row_bytes(p);
   StreamWeights out;
   out.m = a.rows;
   out.k = a.cols;

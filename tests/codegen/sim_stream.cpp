@@ -202,7 +202,7 @@ TEST(StreamPack, LayoutInvariants) {
   EXPECT_EQ(w.block_stages.back() * words, w.stages.size());
   // Each real entry is one nonzero; padding is value +0 at the zero row; segments are whole unrolled steps.
   int64_t real = 0;
-  const uint32_t zero_row = static_cast<uint32_t>(p.stage_rows * p.n_tile * 4);
+  const uint32_t zero_row = static_cast<uint32_t>(p.stage_rows * codegen::stream_row_bytes(p));
   double sum = 0.0, want_sum = 0.0;
   for (size_t e = 0; e < w.ell.size(); e += 2) {
     if (w.ell[e + 1] == zero_row) {
@@ -210,7 +210,7 @@ TEST(StreamPack, LayoutInvariants) {
     } else {
       ++real;
       EXPECT_LT(w.ell[e + 1], zero_row);
-      EXPECT_EQ(w.ell[e + 1] % (p.n_tile * 4), 0u);
+      EXPECT_EQ(w.ell[e + 1] % codegen::stream_row_bytes(p), 0u);
       sum += std::bit_cast<float>(w.ell[e]);
     }
   }
@@ -308,4 +308,33 @@ TEST(KernelChoice, Rule) {
   EXPECT_EQ(choose_kernel_kind(small, 64, t, o).kind, KernelKind::kStreamed);
   EXPECT_EQ(parse_kernel_kind("streamed"), KernelKind::kStreamed);
   EXPECT_THROW(parse_kernel_kind("fast"), UserError);
+}
+
+// Lanes of a warp read different staged rows at the same column. A shared load is served in phases of
+// 128 / (4 * width) lanes; within a phase, lanes whose addresses fall in the same bank unit conflict. Rows r .. r + 31
+// (a dense block's worst case: all lanes at different rows) must spread over the banks as far as the stride allows.
+TEST(StreamLayout, ConsecutiveRowsFallInDifferentBanks) {
+  for (int32_t n_tile : {1, 2, 4, 8, 16, 32, 64, 128}) {
+    for (int32_t cpt : {1, 2, 4, 8, 16}) {
+      if (cpt > n_tile) continue;
+      const StreamParams p{128, n_tile, cpt, 64, 2};
+      const int32_t stride = stream_row_bytes(p);
+      const int32_t width = std::min(cpt, 4);            // floats per shared load
+      const int32_t lanes_per_phase = 32 / width;        // 128 bytes of banks per phase
+      ASSERT_EQ(stride % (4 * width), 0) << "n_tile " << n_tile << " cpt " << cpt << ": loads misaligned";
+      if (n_tile % 4 == 0) ASSERT_EQ(stride % 16, 0) << "n_tile " << n_tile << ": 16-byte copies misaligned";
+      int worst = 0;
+      for (int32_t phase = 0; phase < 32 / lanes_per_phase; ++phase) {
+        std::vector<int> hits(32, 0);
+        for (int32_t l = 0; l < lanes_per_phase; ++l) {
+          const int32_t row = phase * lanes_per_phase + l;
+          const int32_t bank = (row * stride / 4) % 32;
+          worst = std::max(worst, ++hits[static_cast<size_t>(bank)]);
+        }
+      }
+      // Vector loads: no conflict at all; scalar or pair loads of a 16-byte padded tile: at most 4-way (was 32).
+      EXPECT_LE(worst, width == 4 ? 1 : 4) << "n_tile " << n_tile << " cpt " << cpt << " stride " << stride;
+      if (width == 4 || n_tile % 4 != 0) EXPECT_EQ(worst, 1) << "n_tile " << n_tile << " cpt " << cpt;
+    }
+  }
 }

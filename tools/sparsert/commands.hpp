@@ -22,5 +22,6 @@ CLI::App* add_gen_network(CLI::App& gen, Action& action);
 Action add_run(CLI::App& app);
 Action add_bench(CLI::App& app);
 Action add_tune(CLI::App& app);
+Action add_check_model(CLI::App& app);
 
 }  // namespace sparsert::cli

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   add(cli::add_run);
   add(cli::add_bench);
   add(cli::add_tune);
+  add(cli::add_check_model);
 
   try {
     app.parse(argc, argv);

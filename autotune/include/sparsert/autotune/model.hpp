@@ -22,6 +22,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,8 +78,15 @@ struct StreamShape {
   int64_t staged_rows = 0;         // rows of B copied into shared memory
   double imbalance = 1.0;  // the heaviest block's ELL steps between barriers (Σ over stages of its longest warp
                            // segment) / the mean warp's ELL steps; 1 when balanced
+  int64_t heaviest_block_steps = 0;   // that Σ for the heaviest block: the ELL steps its slowest warps walk in turn
+  int64_t heaviest_block_stages = 0;  // stages (copy + two barriers each) of the block with the most
+  // Shared-memory wavefronts of one warp's load of B (min(cpt, 4) floats a lane) at an ELL step, averaged over the
+  // steps: min(cpt, 4) when no two lanes collide in a bank, up to 32 when all do.
+  double wavefronts_per_load = 1.0;
 };
-StreamShape stream_shape(const codegen::StreamWeights& w, const codegen::StreamParams& p);
+// tile_row_bytes: the shared tile's row stride the kernel runs with (0: codegen::stream_row_bytes, today's layout;
+// n_tile * 4 for kernels of layout version 1, as measured before the padding).
+StreamShape stream_shape(const codegen::StreamWeights& w, const codegen::StreamParams& p, int32_t tile_row_bytes = 0);
 
 // The streamed probe without simulating: the kernel's instructions counted per thread from the packed weights
 // (preamble, per stage the copy and the barriers, per ELL step one 8-byte load, one add, cols_per_thread/4 shared
@@ -100,6 +108,10 @@ struct Estimate {
   double occupancy = 0.0;      // resident warps / max warps per SM
   int64_t grid_blocks = 0;
   int64_t warp_instructions = 0;
+  double fetch_us = 0.0;       // instruction fetch: the busiest SM's distinct code bytes at the front end's rate
+  double latency_us = 0.0;     // the streamed kernel's chain of dependent loads (ELL steps and stages)
+  double shared_us = 0.0;      // the streamed kernel's shared-memory wavefronts on the busiest SM (bank conflicts)
+  const char* bound = "";      // the term that set most of the time: issue, critical, fetch, latency, shared, launch
 };
 nlohmann::json to_json(const Estimate& e);
 
@@ -112,5 +124,18 @@ Estimate estimate(const Probe& probe, const inspector::WorkPlan& plan, const cod
 // stream_block_x × stream_block_y threads and stream_shared_bytes of shared memory.
 Estimate estimate_stream(const Probe& probe, const StreamShape& shape, const codegen::StreamParams& p, int32_t n,
                          int registers, const MachineModel& machine);
+
+}  // namespace sparsert::autotune
+
+namespace sparsert::autotune {
+
+// One candidate through the model, outside a tuning run: the plan it makes, its instruction counts (analytic, or
+// ptxsim when `simulate`), and the estimate with `registers` per thread (codegen's estimate when absent). What the
+// tuner does for each candidate it ranks, for checking the model against measured times (`sparsert
+// check-model`). Throws what planning, packing or the occupancy check throws.
+Estimate estimate_candidate(const CsrMatrix& a, int32_t n, const Epilogue& epilogue, codegen::KernelKind kind,
+                            const codegen::TileParams& tile, const codegen::StreamParams& stream,
+                            const codegen::Target& target, std::optional<int> registers, bool simulate,
+                            int32_t stream_tile_row_bytes = 0);
 
 }  // namespace sparsert::autotune

@@ -21,7 +21,7 @@
 
 namespace sparsert::codegen {
 
-inline constexpr const char* kStreamGeneratorVersion = "sparsert-stream-spmm/1";
+inline constexpr const char* kStreamGeneratorVersion = "sparsert-stream-spmm/2";
 
 struct StreamParams {
   // Defaults: the fewest instructions per useful fma on a Graph Challenge layer in ptxsim (docs/codegen.md); taller
@@ -40,6 +40,9 @@ nlohmann::json to_json(const StreamParams& p);
 int32_t stream_block_x(const StreamParams& p);  // rows_per_block
 int32_t stream_block_y(const StreamParams& p);  // n_tile / cols_per_thread
 int32_t stream_shared_bytes(const StreamParams& p);
+// Bytes from one staged row of B to the next in the shared tile: n_tile * 4, padded so that the lanes of a warp,
+// which read different rows, do not all fall in one bank (version 2 of the layout; version 1 had no padding).
+int32_t stream_row_bytes(const StreamParams& p);
 // Registers per thread before assembly: the bound check_stream_params applies (the assembler's figure replaces it).
 int32_t stream_registers_estimate(const StreamParams& p);
 

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# scripts/gpu_checks.sh on a fake bundle (no GPU): a failing step does not stop its stage, a failing stage does not
+# stop `all`, and the run still exits 1 naming what failed; a skipped GPU test fails the tests stage.
+#
+#   bash tests/bench/gpu_checks_test.sh scripts/gpu_checks.sh
+set -uo pipefail
+
+script=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+errors=0
+check() {  # check DESCRIPTION COMMAND...
+  local what=$1
+  shift
+  if ! "$@"; then
+    echo "FAIL: $what" >&2
+    errors=$((errors + 1))
+  fi
+}
+
+# The bundle layout gpu_checks.sh recognises: bin/sparsert, bin/real_gpu_tests, data/graphchallenge.
+fake=$work/bundle
+mkdir -p "$fake/bin" "$fake/lib" "$fake/data/graphchallenge/neuron1024" "$work/path"
+# sparsert: logs its arguments; fails where they match $FAIL_PATTERN.
+cat > "$fake/bin/sparsert" << 'EOF'
+#!/usr/bin/env bash
+echo "$*" >> "$CALLS"
+if [[ -n ${FAIL_PATTERN:-} && "$*" =~ $FAIL_PATTERN ]]; then echo "sparsert: failed: scripted"; exit 1; fi
+echo "sparsert: ok"
+EOF
+cat > "$fake/bin/real_gpu_tests" << 'EOF'
+#!/usr/bin/env bash
+echo "[       OK ] RealGpu.Fake (1 ms)"
+[[ -n ${SKIP_ONE:-} ]] && echo "[  SKIPPED ] RealGpu.NoDriver (0 ms)"
+exit "${TESTS_RC:-0}"
+EOF
+cat > "$work/path/nvidia-smi" << 'EOF'
+#!/usr/bin/env bash
+echo "name, driver_version"; echo "Fake GPU, 0"
+EOF
+chmod +x "$fake/bin/sparsert" "$fake/bin/real_gpu_tests" "$work/path/nvidia-smi"
+tar czf "$fake/data/graphchallenge/neuron1024.tar.gz" -C "$fake/data/graphchallenge" neuron1024
+export PATH=$work/path:$PATH CALLS=$work/calls
+
+# 1. Steps fail in two stages: every step of every stage still runs, and the run fails naming those two stages.
+out=$work/out1
+: > "$CALLS"
+FAIL_PATTERN='^bench --suite rn50-0\.9 |^graphchallenge .*--device cuda' \
+  bash "$script" all "$fake" "$out" > "$work/log1" 2>&1
+rc=$?
+check "all exits 1 when a stage failed (got $rc)" test "$rc" -eq 1
+for call in 'bench --suite rn50-0.9 ' 'bench --suite rn50-0.95 ' 'bench --suite transformer ' \
+  'bench --suite mobilenet ' 'bench --suite graphchallenge ' 'graphchallenge .*--device cuda' \
+  'graphchallenge .*--device cpu' 'tune .*--mode gpu' 'tune .*--mode model'; do
+  check "ran: $call" grep -q -E "^$call" "$CALLS"
+done
+check "nine sparsert calls" test "$(wc -l < "$CALLS")" -eq 9
+check "all.log names bench-rn50" grep -q -E '^  - bench-rn50 \(exit 1' "$out/all.log"
+check "all.log names graphchallenge" grep -q -E '^  - graphchallenge \(exit 1' "$out/all.log"
+check "all.log names only the two failed stages" test "$(grep -c '^  - ' "$out/all.log")" -eq 2
+check "bench-rn50.log names the failed step" \
+  grep -q -E '^  - .*bench --suite rn50-0\.9 .*\(exit 1\)' "$out/bench-rn50.log"
+check "bench-rest passed" grep -q 'gpu_checks.sh: bench-rest: passed' "$out/bench-rest.log"
+
+# 2. Nothing fails: exit 0.
+: > "$CALLS"
+bash "$script" all "$fake" "$work/out2" > "$work/log2" 2>&1
+rc=$?
+check "all exits 0 when every stage passed (got $rc)" test "$rc" -eq 0
+check "all: passed" grep -q 'gpu_checks.sh: all: passed' "$work/out2/all.log"
+
+# 3. A skipped GPU test is a failure, even when the test program exits 0; so is a failing test program.
+SKIP_ONE=1 bash "$script" tests "$fake" "$work/out3" > "$work/log3" 2>&1
+rc=$?
+check "a skipped GPU test fails the tests stage (got $rc)" test "$rc" -eq 1
+check "the skip is named" grep -q 'a GPU test was skipped' "$work/out3/tests.log"
+TESTS_RC=1 bash "$script" tests "$fake" "$work/out4" > "$work/log4" 2>&1
+rc=$?
+check "a failing GPU test fails the tests stage (got $rc)" test "$rc" -eq 1
+
+if (( errors > 0 )); then
+  for f in "$work"/log*; do echo "---- $f" >&2; cat "$f" >&2; done
+  exit 1
+fi
+echo "gpu_checks.sh: all checks passed"

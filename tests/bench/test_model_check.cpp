@@ -1,0 +1,103 @@
+// The static model against the measured H100 files in ../shared/measurements: every tuning report's measured
+// candidates ranked as the GPU ranked them (Spearman >= 0.8), every measured kernel predicted within 2x.
+#include "sparsert/bench/model_check.hpp"
+#include "sparsert/runtime/error.hpp"
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+namespace {
+
+using namespace sparsert;
+
+std::vector<std::filesystem::path> measured_files(const char* prefix) {
+  std::vector<std::filesystem::path> out;
+  const std::filesystem::path data = sparsert::testing::shared_data_dir();
+  if (data.empty()) return out;
+  const std::filesystem::path root = data.parent_path() / "measurements";
+  if (!std::filesystem::is_directory(root)) return out;
+  for (const auto& dir : std::filesystem::directory_iterator(root)) {
+    if (!dir.is_directory()) continue;
+    for (const auto& f : std::filesystem::directory_iterator(dir.path())) {
+      const std::string name = f.path().filename().string();
+      if (name.rfind(prefix, 0) == 0 && f.path().extension() == ".json") out.push_back(f.path());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(ModelCheck, SpearmanOfKnownOrders) {
+  EXPECT_DOUBLE_EQ(bench::spearman({1, 2, 3, 4}, {10, 20, 30, 40}), 1.0);
+  EXPECT_DOUBLE_EQ(bench::spearman({1, 2, 3, 4}, {40, 30, 20, 10}), -1.0);
+  EXPECT_NEAR(bench::spearman({1, 2, 3, 4, 5}, {2, 1, 4, 3, 5}), 0.8, 1e-12);
+  EXPECT_NEAR(bench::spearman({1, 1, 2}, {5, 6, 7}), 0.8660254037844386, 1e-12);  // tied ranks averaged
+  EXPECT_EQ(bench::spearman({1}, {1}), 0.0);
+}
+
+TEST(ModelCheck, RanksEveryMeasuredTuningRunAsTheGpuDid) {
+  SPARSERT_REQUIRE_SHARED_DATA(data);
+  const std::vector<std::filesystem::path> files = measured_files("tune-");
+  if (files.empty()) GTEST_SKIP() << "no tuning reports under ../shared/measurements";
+  bench::ModelCheckOptions o;
+  o.data_dir = data;
+  int groups = 0;
+  for (const auto& f : files) {
+    for (const bench::ModelGroup& g : bench::check_model(f, o)) {
+      if (g.points.size() < 3) continue;
+      ++groups;
+      EXPECT_GE(g.spearman, 0.8) << g.source << ": " << bench::to_json(g).dump(1);
+      EXPECT_LE(g.worst_ratio, 2.0) << g.source << ": " << bench::to_json(g).dump(1);
+    }
+  }
+  EXPECT_GE(groups, 1) << "no tuning report held measured candidates";
+}
+
+TEST(ModelCheck, PredictsEveryMeasuredBenchKernelWithinTwice) {
+  SPARSERT_REQUIRE_SHARED_DATA(data);
+  std::vector<std::filesystem::path> files;
+  for (const char* suite : {"rn50-", "transformer-", "mobilenet-"}) {
+    for (const auto& f : measured_files(suite))
+      if (f.filename().string().find("-cuda") != std::string::npos) files.push_back(f);
+  }
+  if (files.empty()) GTEST_SKIP() << "no GPU bench results under ../shared/measurements";
+  bench::ModelCheckOptions o;
+  o.data_dir = data;
+  size_t points = 0;
+  for (const auto& f : files) {
+    for (const bench::ModelGroup& g : bench::check_model(f, o)) {
+      points += g.points.size();
+      for (const bench::ModelPoint& p : g.points) {
+        EXPECT_LE(std::max(p.ratio(), 1.0 / p.ratio()), 2.0)
+            << g.source << " " << p.layer << ": measured " << p.measured_us << " us, model " << p.predicted_us;
+      }
+      EXPECT_GE(g.spearman, 0.8) << g.source;
+    }
+  }
+  EXPECT_GT(points, 0u);
+}
+
+TEST(ModelCheck, BadFilesAreUserErrorsNamingTheFile) {
+  sparsert::testing::ScratchDir dir;
+  const std::filesystem::path bad = dir.path() / "x.json";
+  std::ofstream(bad) << "{\"format\": \"something-else/1\"}";
+  try {
+    bench::check_model(bad, {});
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("x.json"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("format"), std::string::npos) << e.what();
+  }
+  std::ofstream(bad) << "{\"format\": \"sparsert-tune-report/1\", \"layers\": [{\"name\": \"nope\", \"n\": 4, "
+                        "\"nnz\": 3, \"candidates\": [{\"status\": \"measured\", \"time_us\": 1.0, \"kind\": \"baked\", "
+                        "\"tile\": {}}]}]}";
+  bench::ModelCheckOptions o;
+  o.data_dir = dir.path();
+  EXPECT_THROW(bench::check_model(bad, o), UserError);
+}
+
+}  // namespace

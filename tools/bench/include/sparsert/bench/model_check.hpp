@@ -1,0 +1,48 @@
+#pragma once
+// The static model against measured GPU times: every measured kernel in a tuning report (`sparsert tune --mode gpu`)
+// or a bench results file (`sparsert bench --device cuda`) is rebuilt from the same matrix and parameters and run
+// through the model, so that its predictions can be compared with what the GPU measured (`sparsert
+// check-model`, and the calibration test against shared/measurements).
+#include "sparsert/autotune/model.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace sparsert::bench {
+
+struct ModelPoint {
+  std::string layer;       // the tuned layer or the bench problem
+  std::string label;       // the candidate ("baked mb=16 gy=4 nt=64 ..."), or "heuristic" for a bench result
+  int32_t n = 0;
+  double measured_us = 0.0;
+  double predicted_us = 0.0;
+  autotune::Estimate estimate;
+  double ratio() const { return predicted_us / measured_us; }  // > 1: the model is pessimistic
+};
+
+// The points of one layer of a tuning report (its measured candidates), or of one bench file (its problems).
+struct ModelGroup {
+  std::string source;  // file name, and the layer for a tuning report
+  std::vector<ModelPoint> points;
+  double spearman = 0.0;   // rank correlation of predicted and measured times (1: the same order)
+  double worst_ratio = 1.0;  // the point furthest from its measurement, as max(p/m, m/p)
+};
+
+struct ModelCheckOptions {
+  std::filesystem::path data_dir;  // ../shared/data: the DLMC matrices and the suites' inputs
+  bool simulate = false;           // instruction counts from ptxsim instead of the analytic counts
+};
+
+// Reads `file` (format sparsert-tune-report/1 or sparsert-bench/1 with device cuda) and predicts each measured
+// kernel. UserError naming the file and field when it is neither, or when a layer's matrix cannot be found.
+std::vector<ModelGroup> check_model(const std::filesystem::path& file, const ModelCheckOptions& options);
+
+// Spearman's rank correlation (average ranks for ties); 0 for fewer than two points.
+double spearman(const std::vector<double>& x, const std::vector<double>& y);
+
+nlohmann::json to_json(const ModelGroup& g);
+
+}  // namespace sparsert::bench

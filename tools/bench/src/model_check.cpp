@@ -1,0 +1,211 @@
+#include "sparsert/bench/model_check.hpp"
+
+#include "sparsert/autotune/space.hpp"
+#include "sparsert/bench/bench.hpp"
+#include "sparsert/inspector/formats.hpp"
+#include "sparsert/runtime/error.hpp"
+#include "sparsert/runtime/file_io.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+
+namespace sparsert::bench {
+
+namespace {
+
+using nlohmann::json;
+
+codegen::Target target_of(const json& j, const std::string& where) {
+  const std::string t = j.value("target", "sm_90");
+  try {
+    return codegen::Target::parse(t);
+  } catch (const std::exception&) {
+    throw_user_error(where, "field 'target' is '{}', not a known target", t);
+  }
+}
+
+void finish(ModelGroup& g) {
+  std::vector<double> p, m;
+  for (const ModelPoint& pt : g.points) {
+    p.push_back(pt.predicted_us);
+    m.push_back(pt.measured_us);
+    g.worst_ratio = std::max(g.worst_ratio, std::max(pt.ratio(), 1.0 / pt.ratio()));
+  }
+  g.spearman = spearman(p, m);
+}
+
+// The DLMC matrix a tuning report's layer was read from: same name, same nonzero count, 90% or 95% pruning.
+CsrMatrix dlmc_layer(const std::filesystem::path& data, const std::string& name, int64_t nnz, const std::string& where) {
+  for (const char* sparsity : {"0.9", "0.95", "0.8", "0.7", "0.98"}) {
+    const std::filesystem::path f = data / "dlmc" / "rn50" / "magnitude_pruning" / sparsity / (name + ".smtx");
+    if (!std::filesystem::exists(f)) continue;
+    inspector::LoadedMatrix m = inspector::load_matrix(f);
+    if (m.a.nnz() == nnz) return std::move(m.a);
+  }
+  throw_user_error(where, "layer '{}' with {} nonzeros is not a DLMC ResNet-50 matrix under {}", name, nnz,
+                   data.string());
+}
+
+std::vector<ModelGroup> check_tune_report(const json& j, const std::string& file, const ModelCheckOptions& o) {
+  const codegen::Target target = target_of(j, file);
+  SPARSERT_USER_CHECK(j.contains("layers") && j["layers"].is_array(), file, "field 'layers' is missing");
+  // Reports written before the field existed ran streamed kernels of layout 1: tile rows n_tile * 4 bytes apart.
+  const bool layout1 = j.value("stream_generator", "sparsert-stream-spmm/1") == "sparsert-stream-spmm/1";
+  std::vector<ModelGroup> out;
+  for (const json& layer : j["layers"]) {
+    const std::string name = layer.value("name", "");
+    const std::string where = fmt::format("{}: layer {}", file, name);
+    SPARSERT_USER_CHECK(layer.contains("candidates") && layer.contains("n") && layer.contains("nnz"), where,
+                        "fields 'candidates', 'n' and 'nnz' are required");
+    ModelGroup g;
+    g.source = fmt::format("{} {}", std::filesystem::path(file).filename().string(), name);
+    std::optional<CsrMatrix> a;
+    for (const json& c : layer["candidates"]) {
+      if (c.value("status", "") != "measured" || !c.contains("time_us")) continue;
+      if (!a) a = dlmc_layer(o.data_dir, name, layer["nnz"].get<int64_t>(), where);
+      const std::string label = c.value("label", "");
+      const std::string cw = fmt::format("{}: candidate '{}'", where, label);
+      const bool streamed = c.value("kind", "baked") == "streamed";
+      codegen::TileParams tile;
+      codegen::StreamParams stream;
+      if (streamed) {
+        SPARSERT_USER_CHECK(c.contains("stream"), cw, "field 'stream' is missing");
+        stream = autotune::stream_from_json(c["stream"], cw);
+      } else {
+        SPARSERT_USER_CHECK(c.contains("tile"), cw, "field 'tile' is missing");
+        tile = autotune::tile_from_json(c["tile"], cw);
+      }
+      std::optional<int> regs;
+      if (c.value("registers_from", "") == "assembler" && c.contains("registers")) regs = c["registers"].get<int>();
+      ModelPoint pt;
+      pt.layer = name;
+      pt.label = label;
+      pt.n = layer["n"].get<int32_t>();
+      pt.measured_us = c["time_us"].get<double>();
+      pt.estimate = autotune::estimate_candidate(
+          *a, pt.n, Epilogue{}, streamed ? codegen::KernelKind::kStreamed : codegen::KernelKind::kBaked, tile,
+          stream, target, regs, o.simulate, layout1 ? stream.n_tile * 4 : 0);
+      pt.predicted_us = pt.estimate.microseconds;
+      g.points.push_back(std::move(pt));
+    }
+    if (g.points.empty()) continue;
+    finish(g);
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+// The tile a bench result names in its detail: "sm_90 tile {...} (heuristic)".
+std::optional<codegen::TileParams> tile_in_detail(const std::string& detail, const std::string& where) {
+  const size_t at = detail.find("tile {");
+  if (at == std::string::npos) return std::nullopt;
+  const size_t open = at + 5, close = detail.find('}', open);
+  if (close == std::string::npos) return std::nullopt;
+  const json t = json::parse(detail.substr(open, close - open + 1), nullptr, false);
+  if (t.is_discarded()) throw_user_error(where, "the tile in field 'detail' is not JSON");
+  return autotune::tile_from_json(t, where);
+}
+
+std::vector<ModelGroup> check_bench(const json& j, const std::string& file, const ModelCheckOptions& o) {
+  const std::string subject = j.value("subject", "");
+  SPARSERT_USER_CHECK(subject == "sparsert-gpu", file, "field 'subject' is '{}': only GPU runs (sparsert-gpu) are "
+                      "measured kernels", subject);
+  SPARSERT_USER_CHECK(j.contains("problems") && j["problems"].is_array(), file, "field 'problems' is missing");
+  const std::string suite = j.value("suite", "");
+  SuiteOptions so;
+  so.data_dir = o.data_dir;
+  const std::vector<Problem> problems = make_suite(suite, so);
+  ModelGroup g;
+  g.source = std::filesystem::path(file).filename().string();
+  for (const json& p : j["problems"]) {
+    const std::string name = p.value("name", "");
+    const std::string where = fmt::format("{}: problem {}", file, name);
+    if (!p.contains("results") || !p["results"].contains(subject)) continue;
+    const json& r = p["results"][subject];
+    if (!r.value("verified", false) || !r.contains("median_ms")) continue;
+    const auto tile = tile_in_detail(r.value("detail", ""), where);
+    if (!tile) continue;  // a streamed layer: bench results name no stream parameters
+    const std::string family = p.value("family", "");
+    const auto it = std::find_if(problems.begin(), problems.end(),
+                                 [&](const Problem& q) { return q.name == name && q.family == family; });
+    SPARSERT_USER_CHECK(it != problems.end(), where, "is not a problem of suite '{}'", suite);
+    SPARSERT_USER_CHECK(it->a.nnz() == p.value("nnz", int64_t{-1}) && it->n == p.value("n", -1), where,
+                        "has {} nonzeros and n = {}, the suite makes {} and {} (the data changed?)",
+                        p.value("nnz", int64_t{-1}), p.value("n", -1), it->a.nnz(), it->n);
+    ModelPoint pt;
+    pt.layer = name;
+    pt.label = "heuristic " + autotune::describe(*tile);
+    pt.n = it->n;
+    pt.measured_us = r["median_ms"].get<double>() * 1e3;
+    pt.estimate = autotune::estimate_candidate(it->a, it->n, Epilogue{}, codegen::KernelKind::kBaked, *tile,
+                                               codegen::StreamParams{}, target_of(j, file), std::nullopt, o.simulate);
+    pt.predicted_us = pt.estimate.microseconds;
+    g.points.push_back(std::move(pt));
+  }
+  std::vector<ModelGroup> out;
+  if (!g.points.empty()) {
+    finish(g);
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+std::vector<double> ranks(const std::vector<double>& v) {
+  std::vector<size_t> idx(v.size());
+  std::iota(idx.begin(), idx.end(), size_t{0});
+  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return v[a] < v[b]; });
+  std::vector<double> r(v.size());
+  for (size_t i = 0; i < idx.size();) {
+    size_t j = i;
+    while (j + 1 < idx.size() && v[idx[j + 1]] == v[idx[i]]) ++j;
+    const double avg = (static_cast<double>(i) + static_cast<double>(j)) / 2.0 + 1.0;
+    for (size_t t = i; t <= j; ++t) r[idx[t]] = avg;
+    i = j + 1;
+  }
+  return r;
+}
+
+}  // namespace
+
+double spearman(const std::vector<double>& x, const std::vector<double>& y) {
+  if (x.size() != y.size() || x.size() < 2) return 0.0;
+  const std::vector<double> rx = ranks(x), ry = ranks(y);
+  const double n = static_cast<double>(x.size());
+  const double mean = (n + 1.0) / 2.0;
+  double sxy = 0, sxx = 0, syy = 0;
+  for (size_t i = 0; i < rx.size(); ++i) {
+    sxy += (rx[i] - mean) * (ry[i] - mean);
+    sxx += (rx[i] - mean) * (rx[i] - mean);
+    syy += (ry[i] - mean) * (ry[i] - mean);
+  }
+  return sxx > 0 && syy > 0 ? sxy / std::sqrt(sxx * syy) : 0.0;
+}
+
+std::vector<ModelGroup> check_model(const std::filesystem::path& file, const ModelCheckOptions& options) {
+  const json j = json::parse(read_file(file), nullptr, false);
+  if (j.is_discarded()) throw_user_error(file.string(), "is not valid JSON");
+  const std::string format = j.value("format", "");
+  if (format == "sparsert-tune-report/1") return check_tune_report(j, file.string(), options);
+  if (format == kResultsFormat) return check_bench(j, file.string(), options);
+  throw_user_error(file.string(), "field 'format' is '{}': expected sparsert-tune-report/1 or {}", format,
+                   kResultsFormat);
+}
+
+json to_json(const ModelGroup& g) {
+  json points = json::array();
+  for (const ModelPoint& p : g.points) {
+    points.push_back({{"layer", p.layer},
+                      {"label", p.label},
+                      {"n", p.n},
+                      {"measured_us", p.measured_us},
+                      {"predicted_us", p.predicted_us},
+                      {"estimate", autotune::to_json(p.estimate)}});
+  }
+  return {{"source", g.source}, {"spearman", g.spearman}, {"worst_ratio", g.worst_ratio}, {"points", points}};
+}
+
+}  // namespace sparsert::bench

@@ -1,0 +1,62 @@
+// sparsert check-model MEASURED.json... [--data DIR] [--simulate] [-o OUT.json]: the static model's predictions for
+// kernels a GPU measured (tuning reports from `tune --mode gpu`, results from `bench --device cuda`).
+#include "commands.hpp"
+#include "sparsert/bench/bench.hpp"
+#include "sparsert/bench/model_check.hpp"
+#include "sparsert/runtime/file_io.hpp"
+
+#include <fmt/format.h>
+
+#include <memory>
+
+namespace sparsert::cli {
+
+namespace {
+struct CheckModelArgs {
+  std::vector<std::string> files;
+  std::string data, output;
+  bool simulate = false, quiet = false;
+};
+}  // namespace
+
+Action add_check_model(CLI::App& app) {
+  auto args = std::make_shared<CheckModelArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "check-model", "Compare the tuner's static model with measured GPU times (tuning reports, bench results)");
+  sub->add_option("files", args->files, "Tuning reports (tune --mode gpu) or bench results (bench --device cuda)")
+      ->required();
+  sub->add_option("--data", args->data, "Directory of the shared data (DLMC matrices; default: ../shared/data)");
+  sub->add_option("-o,--output", args->output, "Write every prediction beside its measurement (JSON)");
+  sub->add_flag("--simulate", args->simulate, "Instruction counts from ptxsim instead of the analytic counts");
+  sub->add_flag("-q,--quiet", args->quiet, "Only the summary line of each group");
+  return [args] {
+    bench::ModelCheckOptions o;
+    o.data_dir = args->data.empty() ? bench::default_data_dir() : std::filesystem::path(args->data);
+    o.simulate = args->simulate;
+    nlohmann::json out = nlohmann::json::array();
+    double worst = 1.0, min_rho = 1.0;
+    for (const std::string& f : args->files) {
+      for (const bench::ModelGroup& g : bench::check_model(f, o)) {
+        fmt::print("{}: {} kernels, Spearman {:.3f}, worst prediction {:.2f}x off\n", g.source, g.points.size(),
+                   g.spearman, g.worst_ratio);
+        if (!args->quiet) {
+          for (const bench::ModelPoint& p : g.points) {
+            fmt::print("  {:<44} {:<40} n={:<5} measured {:9.2f} us  model {:9.2f} us  {:5.2f}  ({}; fetch {:.1f}, "
+                       "issue {:.1f}, latency {:.1f}, launch {:.1f})\n",
+                       p.layer.substr(0, 44), p.label.substr(0, 40), p.n, p.measured_us, p.predicted_us, p.ratio(),
+                       p.estimate.bound, p.estimate.fetch_us, p.estimate.throughput_us, p.estimate.latency_us,
+                       p.estimate.launch_us);
+          }
+        }
+        worst = std::max(worst, g.worst_ratio);
+        if (g.points.size() > 1) min_rho = std::min(min_rho, g.spearman);
+        out.push_back(bench::to_json(g));
+      }
+    }
+    fmt::print("overall: worst prediction {:.2f}x off, lowest Spearman {:.3f}\n", worst, min_rho);
+    if (!args->output.empty()) write_file_atomic(args->output, out.dump(1));
+    return static_cast<int>(kOk);
+  };
+}
+
+}  // namespace sparsert::cli
