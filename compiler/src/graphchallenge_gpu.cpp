@@ -32,8 +32,20 @@ struct CudaLayerExecutor::Impl {
   uint32_t live = 0;
   std::vector<std::string> notes;
 
-  ~Impl() {
+  // Every device object holds the context it was made in (cuda::ContextRef), so the context outlives them in any
+  // order; the filter and the buffers go first only so that their memory is back before the network's is.
+  void release_device() {
+    filter.reset();
+    live_fn = compact_fn = nullptr;
+    cur = {};
+    next = {};
+    flags = {};
+    positions = {};
     gpu.reset();
+  }
+
+  ~Impl() {
+    release_device();
     if (!package_dir.empty()) {
       std::error_code ec;
       std::filesystem::remove_all(package_dir, ec);
@@ -79,7 +91,7 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
       layers.push_back({std::move(d), net.layers[l]});
     }
     std::random_device rd;
-    im.gpu.reset();
+    im.release_device();
     if (!im.package_dir.empty()) std::filesystem::remove_all(im.package_dir);
     im.package_dir = std::filesystem::temp_directory_path() / fmt::format("sparsert-gc-{}-{:08x}", ::getpid(), rd());
     CompileOptions co;

@@ -3,8 +3,14 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <vector>
 
 namespace sparsert::cuda {
 
@@ -22,7 +28,8 @@ bool optional_symbol(std::string_view name) {
 }  // namespace
 
 Driver& Driver::get() {
-  static LoadState state = [] {
+  // Never destroyed: objects released during static destruction still reach the driver.
+  static const LoadState& state = *new LoadState([] {
     LoadState s;
     const char* env = std::getenv("SPARSERT_LIBCUDA");
     const std::string path = env && *env ? env : "libcuda.so.1";
@@ -71,7 +78,7 @@ Driver& Driver::get() {
     }
     s.driver = d;
     return s;
-  }();
+  }());
   if (!state.driver) throw DriverUnavailable("CUDA driver", state.error);
   return *state.driver;
 }
@@ -120,31 +127,149 @@ DeviceInfo device_info(int ordinal) {
   return info;
 }
 
-Context::Context(int ordinal) {
-  const Driver& d = Driver::get();
-  d.check(d.api().cuDeviceGet(&device_, ordinal), "cuDeviceGet", fmt::format("device {}", ordinal));
-  d.check(d.api().cuDevicePrimaryCtxRetain(&ctx_, device_), "cuDevicePrimaryCtxRetain");
-  d.check(d.api().cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+namespace detail {
+// One cuDevicePrimaryCtxRetain, released when the Context that made it and every object made in the context are gone.
+struct ContextState {
+  CUdevice device = -1;
+  CUcontext ctx = nullptr;
+  ContextState(CUdevice d, CUcontext c) : device(d), ctx(c) {}
+  ContextState(const ContextState&) = delete;
+  ContextState& operator=(const ContextState&) = delete;
+  ~ContextState();
+};
+}  // namespace detail
+
+namespace {
+// The live ContextStates of each CUcontext, so that an object made while that context is current can hold one.
+// Never destroyed: objects held by statics may be released during static destruction.
+struct Registry {
+  struct Entry {
+    CUdevice device;
+    std::weak_ptr<detail::ContextState> state;
+  };
+  std::mutex mu;
+  std::map<CUcontext, std::vector<Entry>> live;
+};
+
+Registry& registry() {
+  static Registry* r = new Registry;
+  return *r;
+}
+}  // namespace
+
+detail::ContextState::~ContextState() {
+  {
+    Registry& reg = registry();
+    std::lock_guard<std::mutex> lock(reg.mu);
+    auto it = reg.live.find(ctx);
+    if (it != reg.live.end()) {
+      std::erase_if(it->second, [](const Registry::Entry& e) { return e.state.expired(); });
+      if (it->second.empty()) reg.live.erase(it);
+    }
+  }
+  const CUresult r = Driver::get().api().cuDevicePrimaryCtxRelease_v2(device);
+  if (r != CUDA_SUCCESS) release_failed(r, "cuDevicePrimaryCtxRelease");
 }
 
-Context::~Context() {
-  if (ctx_) Driver::get().api().cuDevicePrimaryCtxRelease_v2(device_);
+void release_failed(CUresult r, const char* call) noexcept {
+  constexpr int kShown = 5;
+  static std::atomic<int> failures{0};
+  const int n = ++failures;
+  if (n > kShown + 1) return;
+  try {
+    if (n > kShown) {
+      fmt::print(stderr, "sparsert: warning: further failures during teardown are not shown\n");
+      return;
+    }
+    const Driver& d = Driver::get();
+    const char* text = nullptr;
+    if (d.api().cuGetErrorString) d.api().cuGetErrorString(r, &text);
+    fmt::print(stderr, "sparsert: warning: {} failed during teardown: {} ({})\n", call, d.error_name(r),
+               text ? text : "no description");
+  } catch (...) {
+    // Nothing more can be done from a destructor.
+  }
 }
+
+ContextRef current_context(const char* call) {
+  const Driver& d = Driver::get();
+  CUcontext c = nullptr;
+  d.check(d.api().cuCtxGetCurrent(&c), "cuCtxGetCurrent", fmt::format("before {}", call));
+  std::shared_ptr<const detail::ContextState> s;
+  if (c) {
+    Registry& reg = registry();
+    std::lock_guard<std::mutex> lock(reg.mu);
+    auto it = reg.live.find(c);
+    if (it != reg.live.end()) {
+      for (const Registry::Entry& e : it->second) {
+        if ((s = e.state.lock())) break;
+      }
+    }
+  }
+  if (!s) {
+    throw_internal_error("{}: no cuda::Context is current on this thread (make one before device memory, streams, "
+                         "events, modules or graphs)",
+                         call);
+  }
+  return s;
+}
+
+Context::Context(int ordinal) {
+  const Driver& d = Driver::get();
+  CUdevice device = -1;
+  CUcontext ctx = nullptr;
+  d.check(d.api().cuDeviceGet(&device, ordinal), "cuDeviceGet", fmt::format("device {}", ordinal));
+  d.check(d.api().cuDevicePrimaryCtxRetain(&ctx, device), "cuDevicePrimaryCtxRetain");
+  auto state = std::make_shared<detail::ContextState>(device, ctx);  // from here on the retain is released
+  d.check(d.api().cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  {
+    Registry& reg = registry();
+    std::lock_guard<std::mutex> lock(reg.mu);
+    reg.live[ctx].push_back({device, state});
+  }
+  state_ = std::move(state);
+}
+
+Context::~Context() = default;
+
+CUcontext Context::get() const { return state_ ? state_->ctx : nullptr; }
 
 void Context::synchronize() const { Driver::get().check(Driver::get().api().cuCtxSynchronize(), "cuCtxSynchronize"); }
 
-DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+bool Context::retained(int ordinal) {
+  const Driver& d = Driver::get();
+  CUdevice device = -1;
+  d.check(d.api().cuDeviceGet(&device, ordinal), "cuDeviceGet", fmt::format("device {}", ordinal));
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  for (const auto& [ctx, entries] : reg.live) {
+    for (const Registry::Entry& e : entries) {
+      if (e.device == device && !e.state.expired()) return true;
+    }
+  }
+  return false;
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : ctx_(current_context("cuMemAlloc")), bytes_(bytes) {
   const Driver& d = Driver::get();
   d.check(d.api().cuMemAlloc_v2(&ptr_, std::max<size_t>(bytes, 1)), "cuMemAlloc", fmt::format("{} bytes", bytes));
 }
 
-DeviceBuffer::~DeviceBuffer() {
-  if (ptr_) Driver::get().api().cuMemFree_v2(ptr_);
+void DeviceBuffer::release() noexcept {
+  if (ptr_) {
+    const CUresult r = Driver::get().api().cuMemFree_v2(std::exchange(ptr_, 0));
+    if (r != CUDA_SUCCESS) release_failed(r, "cuMemFree");
+  }
+  bytes_ = 0;
+  ctx_.reset();
 }
+
+DeviceBuffer::~DeviceBuffer() { release(); }
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
-    if (ptr_) Driver::get().api().cuMemFree_v2(ptr_);
+    release();
+    ctx_ = std::move(o.ctx_);
     ptr_ = std::exchange(o.ptr_, 0);
     bytes_ = std::exchange(o.bytes_, 0);
   }
@@ -168,19 +293,25 @@ void DeviceBuffer::fill_u32(uint32_t value, size_t count) {
   Driver::get().check(Driver::get().api().cuMemsetD32_v2(ptr_, value, count), "cuMemsetD32");
 }
 
-Stream::Stream() {
+Stream::Stream() : ctx_(current_context("cuStreamCreate")) {
   Driver::get().check(Driver::get().api().cuStreamCreate(&s_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
 }
 Stream::~Stream() {
-  if (s_) Driver::get().api().cuStreamDestroy_v2(s_);
+  if (!s_) return;
+  const CUresult r = Driver::get().api().cuStreamDestroy_v2(s_);
+  if (r != CUDA_SUCCESS) release_failed(r, "cuStreamDestroy");
 }
 void Stream::synchronize() const {
   Driver::get().check(Driver::get().api().cuStreamSynchronize(s_), "cuStreamSynchronize");
 }
 
-Event::Event() { Driver::get().check(Driver::get().api().cuEventCreate(&e_, CU_EVENT_DEFAULT), "cuEventCreate"); }
+Event::Event() : ctx_(current_context("cuEventCreate")) {
+  Driver::get().check(Driver::get().api().cuEventCreate(&e_, CU_EVENT_DEFAULT), "cuEventCreate");
+}
 Event::~Event() {
-  if (e_) Driver::get().api().cuEventDestroy_v2(e_);
+  if (!e_) return;
+  const CUresult r = Driver::get().api().cuEventDestroy_v2(e_);
+  if (r != CUDA_SUCCESS) release_failed(r, "cuEventDestroy");
 }
 void Event::record(const Stream& s) {
   Driver::get().check(Driver::get().api().cuEventRecord(e_, s.get()), "cuEventRecord");
@@ -194,7 +325,7 @@ float Event::elapsed_ms_since(const Event& start) const {
   return ms;
 }
 
-Module::Module(const void* image, const std::string& what) : what_(what) {
+Module::Module(const void* image, const std::string& what) : ctx_(current_context("cuModuleLoadDataEx")), what_(what) {
   const Driver& d = Driver::get();
   std::string error_log(16384, '\0');
   std::string info_log(16384, '\0');
@@ -210,7 +341,9 @@ Module::Module(const void* image, const std::string& what) : what_(what) {
 }
 
 Module::~Module() {
-  if (m_) Driver::get().api().cuModuleUnload(m_);
+  if (!m_) return;
+  const CUresult r = Driver::get().api().cuModuleUnload(m_);
+  if (r != CUDA_SUCCESS) release_failed(r, "cuModuleUnload");
 }
 
 CUfunction Module::function(const std::string& name) const {
@@ -237,14 +370,25 @@ bool Graph::supported() {
          a.cuGraphExecDestroy && a.cuGraphDestroy;
 }
 
-Graph::~Graph() {
-  if (exec_) Driver::get().api().cuGraphExecDestroy(exec_);
-  if (graph_) Driver::get().api().cuGraphDestroy(graph_);
+void Graph::release() noexcept {
+  const Api& a = Driver::get().api();
+  if (exec_) {
+    const CUresult r = a.cuGraphExecDestroy(std::exchange(exec_, nullptr));
+    if (r != CUDA_SUCCESS) release_failed(r, "cuGraphExecDestroy");
+  }
+  if (graph_) {
+    const CUresult r = a.cuGraphDestroy(std::exchange(graph_, nullptr));
+    if (r != CUDA_SUCCESS) release_failed(r, "cuGraphDestroy");
+  }
+  ctx_.reset();
 }
+
+Graph::~Graph() { release(); }
 
 Graph& Graph::operator=(Graph&& o) noexcept {
   if (this != &o) {
-    this->~Graph();
+    release();
+    ctx_ = std::move(o.ctx_);
     graph_ = std::exchange(o.graph_, nullptr);
     exec_ = std::exchange(o.exec_, nullptr);
   }
@@ -258,6 +402,8 @@ void Graph::begin_capture(const Stream& s) {
 
 void Graph::end_capture(const Stream& s) {
   const Driver& d = Driver::get();
+  release();  // a graph captured before
+  ctx_ = current_context("cuStreamEndCapture");
   d.check(d.api().cuStreamEndCapture(s.get(), &graph_), "cuStreamEndCapture");
   d.check(d.api().cuGraphInstantiateWithFlags(&exec_, graph_, 0), "cuGraphInstantiateWithFlags");
 }

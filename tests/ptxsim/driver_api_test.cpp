@@ -23,6 +23,8 @@ struct Driver {
   SPARSERT_CUDA_DRIVER_FUNCTIONS(SPARSERT_MEMBER_)
 #undef SPARSERT_MEMBER_
   const char* (*last_message)() = nullptr;
+  int (*teardown_failures)(char* out, size_t size) = nullptr;  // emulator only, as the two below
+  void (*clear_teardown_failures)() = nullptr;
 
   Driver() {
     const char* path = std::getenv("SPARSERT_LIBCUDA");
@@ -41,6 +43,11 @@ struct Driver {
 #undef SPARSERT_RESOLVE_
     last_message = reinterpret_cast<const char* (*)()>(dlsym(handle, "sparsertEmuGetLastErrorMessage"));
     emulated = last_message != nullptr;
+    teardown_failures = reinterpret_cast<int (*)(char*, size_t)>(dlsym(handle, "sparsertEmuGetTeardownFailures"));
+    clear_teardown_failures = reinterpret_cast<void (*)()>(dlsym(handle, "sparsertEmuClearTeardownFailures"));
+    if (emulated && (!teardown_failures || !clear_teardown_failures)) {
+      ADD_FAILURE() << path << " does not export the teardown-failure queries";
+    }
   }
 };
 
@@ -259,7 +266,20 @@ TEST_F(DriverApi, GraphCaptureAndReplay) {
   CU_OK(drv().cuModuleUnload(mod));
 }
 
+// The teardown failures the emulator recorded, one "CALL: CUDA_ERROR_NAME" line each.
+// (An emulator without the queries fails the test instead of crashing it.)
+std::string teardown_failures(int* count = nullptr) {
+  char text[4096] = {0};
+  const int n = drv().teardown_failures ? drv().teardown_failures(text, sizeof text) : -1;
+  if (count) *count = n;
+  return drv().teardown_failures ? text : "(no sparsertEmuGetTeardownFailures)";
+}
+void clear_teardown_failures() {
+  if (drv().clear_teardown_failures) drv().clear_teardown_failures();
+}
+
 TEST_F(DriverApi, MisuseReturnsRealErrorCodes) {
+  if (drv().emulated) clear_teardown_failures();
   CUdeviceptr p;
   EXPECT_EQ(drv().cuMemAlloc_v2(&p, 0), CUDA_ERROR_INVALID_VALUE);
   CU_OK(drv().cuMemAlloc_v2(&p, 64));
@@ -300,6 +320,14 @@ TEST_F(DriverApi, MisuseReturnsRealErrorCodes) {
   EXPECT_EQ(r, CUDA_ERROR_INVALID_PTX);
   if (drv().emulated) {
     EXPECT_NE(std::string(log).find(":6:"), std::string::npos) << log;
+    // The double free, double unload and double destroy are teardown failures; the failed loads are not.
+    int n = 0;
+    const std::string failures = teardown_failures(&n);
+    EXPECT_EQ(n, 3) << failures;
+    EXPECT_NE(failures.find("cuMemFree: CUDA_ERROR_INVALID_VALUE"), std::string::npos) << failures;
+    EXPECT_NE(failures.find("cuModuleUnload: CUDA_ERROR_INVALID_HANDLE"), std::string::npos) << failures;
+    EXPECT_NE(failures.find("cuStreamDestroy: CUDA_ERROR_INVALID_HANDLE"), std::string::npos) << failures;
+    clear_teardown_failures();
   }
 }
 
@@ -320,4 +348,123 @@ TEST_F(DriverApi, OutOfBoundsKernelIsIllegalAddress) {
   EXPECT_NE(msg.find("thread (100,0,0)"), std::string::npos) << msg;
   CU_OK(drv().cuMemFree_v2(a));
   CU_OK(drv().cuModuleUnload(mod));
+}
+
+// The primary context's last cuDevicePrimaryCtxRelease destroys it, and with it everything made in it; the context
+// stays current to the thread (the release does not pop it). Calls on its module, memory, stream and event, and calls
+// that need the current context, return CUDA_ERROR_CONTEXT_IS_DESTROYED: what compute-sanitizer reported on an H100
+// when sparsert unloaded a module after releasing the context.
+TEST_F(DriverApi, CallsAfterThePrimaryContextsLastReleaseReturnContextIsDestroyed) {
+  if (!drv().emulated) GTEST_SKIP() << "handles of a destroyed context are undefined behaviour on the real driver";
+  clear_teardown_failures();
+  const std::string ptx = read_kernel("vadd.ptx");
+  CUmodule mod;
+  CU_OK(drv().cuModuleLoadData(&mod, ptx.c_str()));
+  CUfunction f;
+  CU_OK(drv().cuModuleGetFunction(&f, mod, "vadd"));
+  CUdeviceptr p;
+  CU_OK(drv().cuMemAlloc_v2(&p, 256 * 4));
+  CUstream s;
+  CU_OK(drv().cuStreamCreate(&s, 0));
+  CUevent e;
+  CU_OK(drv().cuEventCreate(&e, 0));
+  EXPECT_EQ(teardown_failures(), "");
+
+  CU_OK(drv().cuDevicePrimaryCtxRelease_v2(0));  // the fixture's retain was the only one
+  ctx = nullptr;
+  CUcontext current = nullptr;
+  CU_OK(drv().cuCtxGetCurrent(&current));
+  EXPECT_NE(current, nullptr);
+  EXPECT_EQ(drv().cuModuleUnload(mod), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  const std::string message = drv().last_message();
+  EXPECT_NE(message.find("cuModuleUnload: the module's context was destroyed"), std::string::npos) << message;
+  EXPECT_EQ(drv().cuMemFree_v2(p), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  EXPECT_EQ(drv().cuStreamDestroy_v2(s), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  EXPECT_EQ(drv().cuEventDestroy_v2(e), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  unsigned n = 256;
+  void* params[] = {&p, &p, &p, &n};
+  EXPECT_EQ(drv().cuLaunchKernel(f, 1, 1, 1, 256, 1, 1, 0, nullptr, params, nullptr), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  std::vector<float> host(4);
+  EXPECT_EQ(drv().cuMemcpyHtoD_v2(p, host.data(), 16), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  CUdeviceptr q;
+  EXPECT_EQ(drv().cuMemAlloc_v2(&q, 64), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  EXPECT_EQ(drv().cuCtxSynchronize(), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  EXPECT_EQ(drv().cuDevicePrimaryCtxRelease_v2(0), CUDA_ERROR_INVALID_CONTEXT);  // nothing left to release
+
+  int count = 0;
+  std::string failures = teardown_failures(&count);
+  EXPECT_EQ(count, 9) << failures;
+  for (const char* line : {"cuModuleUnload: CUDA_ERROR_CONTEXT_IS_DESTROYED",
+                           "cuMemFree: CUDA_ERROR_CONTEXT_IS_DESTROYED",
+                           "cuStreamDestroy: CUDA_ERROR_CONTEXT_IS_DESTROYED",
+                           "cuEventDestroy: CUDA_ERROR_CONTEXT_IS_DESTROYED",
+                           "cuLaunchKernel: CUDA_ERROR_CONTEXT_IS_DESTROYED",
+                           "cuDevicePrimaryCtxRelease: CUDA_ERROR_INVALID_CONTEXT"}) {
+    EXPECT_NE(failures.find(line), std::string::npos) << line << " not in:\n" << failures;
+  }
+
+  // Retaining it again gives a fresh context under the same handle: new work runs, the old handles stay dead.
+  CUcontext again = nullptr;
+  CU_OK(drv().cuDevicePrimaryCtxRetain(&again, 0));
+  ctx = again;
+  EXPECT_EQ(again, current);
+  CU_OK(drv().cuMemAlloc_v2(&q, 64));
+  CU_OK(drv().cuMemFree_v2(q));
+  EXPECT_EQ(drv().cuModuleUnload(mod), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  EXPECT_EQ(drv().cuMemFree_v2(p), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  clear_teardown_failures();
+  int left = -1;
+  teardown_failures(&left);
+  EXPECT_EQ(left, 0);
+}
+
+// cuCtxDestroy pops the context from this thread and destroys what was made in it.
+TEST_F(DriverApi, CallsAfterCuCtxDestroyReturnContextIsDestroyed) {
+  if (!drv().emulated) GTEST_SKIP() << "handles of a destroyed context are undefined behaviour on the real driver";
+  clear_teardown_failures();
+  CUcontext own = nullptr;
+  CU_OK(drv().cuCtxCreate_v2(&own, 0, 0));  // current now
+  CUdeviceptr p;
+  CU_OK(drv().cuMemAlloc_v2(&p, 64));
+  const std::string ptx = read_kernel("vadd.ptx");
+  CUmodule mod;
+  CU_OK(drv().cuModuleLoadData(&mod, ptx.c_str()));
+  CU_OK(drv().cuCtxDestroy_v2(own));
+  CUcontext current = reinterpret_cast<CUcontext>(1);
+  CU_OK(drv().cuCtxGetCurrent(&current));
+  EXPECT_EQ(current, nullptr);
+  CUdeviceptr q;
+  EXPECT_EQ(drv().cuMemAlloc_v2(&q, 64), CUDA_ERROR_INVALID_CONTEXT);  // no current context
+  EXPECT_EQ(drv().cuModuleUnload(mod), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  EXPECT_EQ(drv().cuMemFree_v2(p), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  EXPECT_EQ(drv().cuCtxSetCurrent(own), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(drv().cuCtxDestroy_v2(own), CUDA_ERROR_INVALID_CONTEXT);
+  int count = 0;
+  const std::string failures = teardown_failures(&count);
+  EXPECT_EQ(count, 3) << failures;
+  EXPECT_NE(failures.find("cuCtxDestroy: CUDA_ERROR_INVALID_CONTEXT"), std::string::npos) << failures;
+  // The primary context is untouched.
+  CU_OK(drv().cuCtxSetCurrent(ctx));
+  CU_OK(drv().cuMemAlloc_v2(&q, 64));
+  CU_OK(drv().cuMemFree_v2(q));
+  clear_teardown_failures();
+}
+
+// Released in order (everything before the context), nothing is recorded.
+TEST_F(DriverApi, ReleasingEverythingBeforeTheContextRecordsNoTeardownFailure) {
+  if (!drv().emulated) GTEST_SKIP() << "teardown failures are recorded by the emulator";
+  clear_teardown_failures();
+  const std::string ptx = read_kernel("vadd.ptx");
+  CUmodule mod;
+  CU_OK(drv().cuModuleLoadData(&mod, ptx.c_str()));
+  CUdeviceptr p;
+  CU_OK(drv().cuMemAlloc_v2(&p, 64));
+  CUstream s;
+  CU_OK(drv().cuStreamCreate(&s, 0));
+  CU_OK(drv().cuStreamDestroy_v2(s));
+  CU_OK(drv().cuMemFree_v2(p));
+  CU_OK(drv().cuModuleUnload(mod));
+  CU_OK(drv().cuDevicePrimaryCtxRelease_v2(0));
+  ctx = nullptr;
+  EXPECT_EQ(teardown_failures(), "");
 }

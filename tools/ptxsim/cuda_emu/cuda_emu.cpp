@@ -1,10 +1,18 @@
 // libsparsert_cuda_emu.so: the CUDA Driver API subset of runtime/include/sparsert/runtime/cuda_api.h, backed by
 // ptxsim. One emulated sm_90 device; all work runs synchronously on the calling thread, so streams only order work
 // and events time the interpreter. Misuse returns the CUresult codes the real driver documents.
+//
+// Contexts own what is made in them. Destroying a context (cuCtxDestroy, or cuDevicePrimaryCtxRelease dropping the
+// primary context's last reference) frees its memory, modules, streams, events and graphs, but their handles stay
+// known: a later call on one of them, or on a destroyed context still current to the thread, returns
+// CUDA_ERROR_CONTEXT_IS_DESTROYED, as the real driver does (and compute-sanitizer reports). Such calls, and release
+// calls that fail, are kept as teardown failures: sparsertEmuGetTeardownFailures returns them, and they are printed
+// on stderr at exit.
 #include <sparsert/ptxsim/ptxsim.hpp>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -24,11 +32,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A context's handle outlives it: `alive` turns false when it is destroyed (the primary context turns alive again
+// when retained again; what was made in it before stays dead).
 struct CtxObj {
   bool primary = false;
+  bool alive = true;
+};
+// Every object records the context it was made in; `dead` turns true when that context is destroyed, and the object
+// (its host-side shell) is then kept, never reused, so that its handle is recognised.
+struct Owned {
+  CtxObj* ctx = nullptr;
+  bool dead = false;
 };
 struct FuncObj;
-struct ModObj {
+struct ModObj : Owned {
   std::unique_ptr<ps::Module> mod;
   std::map<std::string, std::unique_ptr<FuncObj>> funcs;
 };
@@ -37,7 +54,7 @@ struct FuncObj {
   std::string name;
   int max_dynamic_shared = 48 * 1024;
 };
-struct EventObj {
+struct EventObj : Owned {
   unsigned flags = 0;
   bool recorded = false;
   Clock::time_point when;
@@ -57,13 +74,13 @@ struct Node {
   unsigned value = 0;
   EventObj* event = nullptr;
 };
-struct GraphObj {
+struct GraphObj : Owned {
   std::vector<Node> nodes;
 };
-struct ExecObj {
+struct ExecObj : Owned {
   std::vector<Node> nodes;
 };
-struct StreamObj {
+struct StreamObj : Owned {
   GraphObj* capture = nullptr;
 };
 
@@ -71,9 +88,13 @@ struct State {
   std::recursive_mutex mu;
   bool initialized = false;
   ps::DeviceMemory mem;
-  CtxObj* primary = nullptr;
+  CtxObj* primary = nullptr;  // made at the first retain, never deleted
   int primary_refs = 0;
-  std::set<CtxObj*> ctxs;
+  std::set<CtxObj*> ctxs;                      // every context ever made, destroyed ones included
+  std::map<CUdeviceptr, CtxObj*> allocs;       // live cuMemAlloc allocations and their context
+  std::map<CUdeviceptr, size_t> dead_allocs;   // allocations freed by the destruction of their context
+  std::vector<std::string> teardown_failures;  // "CALL: CUDA_ERROR_..." of failed releases and calls on dead contexts
+  bool exit_report = false;
   std::set<ModObj*> mods;
   std::set<FuncObj*> funcs;
   std::set<StreamObj*> streams;
@@ -94,9 +115,13 @@ thread_local CtxObj* tl_current = nullptr;
 #define LOCK std::lock_guard<std::recursive_mutex> lock_(st().mu)
 #define REQUIRE_INIT \
   if (!st().initialized) return CUDA_ERROR_NOT_INITIALIZED
-#define REQUIRE_CTX                                                 \
-  REQUIRE_INIT;                                                     \
-  if (!tl_current || !st().ctxs.count(tl_current)) return CUDA_ERROR_INVALID_CONTEXT
+#define REQUIRE_CTX                                                                       \
+  REQUIRE_INIT;                                                                           \
+  if (!tl_current || !st().ctxs.count(tl_current)) return CUDA_ERROR_INVALID_CONTEXT;    \
+  if (!tl_current->alive) return destroyed(__func__, "the context current to this thread")
+// A call on an object whose context was destroyed.
+#define REQUIRE_LIVE(obj, what) \
+  if ((obj)->dead) return destroyed(__func__, what "'s context")
 
 template <typename T, typename H>
 T* lookup(const std::set<T*>& set, H h) {
@@ -116,6 +141,88 @@ CUresult fail_with(CUresult r, const std::string& msg) {
   st().last_error = msg;
   std::fprintf(stderr, "sparsert_cuda_emu: %s\n", msg.c_str());
   return r;
+}
+
+const char* error_name(CUresult e, bool text);
+
+// An entry point's name without its ABI version suffix, as users write it: cuMemAlloc_v2 -> cuMemAlloc.
+std::string api_name(const char* entry) {
+  std::string n(entry);
+  if (n.size() > 3 && n.compare(n.size() - 3, 3, "_v2") == 0) n.resize(n.size() - 3);
+  return n;
+}
+
+// CUDA_ERROR_CONTEXT_IS_DESTROYED for `call`, kept as a teardown failure; `what` names the destroyed context.
+CUresult destroyed(const char* call, const char* what) {
+  st().teardown_failures.push_back(api_name(call) + ": CUDA_ERROR_CONTEXT_IS_DESTROYED");
+  return fail_with(CUDA_ERROR_CONTEXT_IS_DESTROYED,
+                   api_name(call) + ": " + what + " was destroyed (CUDA_ERROR_CONTEXT_IS_DESTROYED)");
+}
+
+// The result of a release call; a failure is kept as a teardown failure (709 already is, by destroyed()).
+CUresult released(const char* call, CUresult r) {
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_CONTEXT_IS_DESTROYED) {
+    const char* name = error_name(r, false);
+    st().teardown_failures.push_back(api_name(call) + ": " + (name ? name : std::to_string(static_cast<int>(r))));
+  }
+  return r;
+}
+
+// Whether [p, p + bytes) lies in an allocation freed with its context.
+bool in_dead_alloc(CUdeviceptr p, size_t bytes) {
+  const auto& dead = st().dead_allocs;
+  auto it = dead.upper_bound(p);
+  if (it == dead.begin()) return false;
+  --it;
+  return p - it->first < it->second && bytes <= it->second - (p - it->first);
+}
+
+// Frees everything made in `c` and marks its handles dead.
+void destroy_context(CtxObj* c) {
+  State& s = st();
+  for (ModObj* m : s.mods) {
+    if (m->ctx != c || m->dead) continue;
+    m->dead = true;
+    m->mod.reset();  // frees its .global/.const variables
+  }
+  for (StreamObj* x : s.streams) {
+    if (x->ctx != c || x->dead) continue;
+    x->dead = true;
+    delete x->capture;
+    x->capture = nullptr;
+  }
+  for (EventObj* x : s.events)
+    if (x->ctx == c) x->dead = true;
+  for (GraphObj* x : s.graphs) {
+    if (x->ctx != c) continue;
+    x->dead = true;
+    x->nodes.clear();
+  }
+  for (ExecObj* x : s.execs) {
+    if (x->ctx != c) continue;
+    x->dead = true;
+    x->nodes.clear();
+  }
+  for (auto it = s.allocs.begin(); it != s.allocs.end();) {
+    if (it->second != c) {
+      ++it;
+      continue;
+    }
+    const auto range = s.mem.range_of(it->first);
+    s.dead_allocs[it->first] = range ? range->second : 1;
+    s.mem.free(it->first);
+    it = s.allocs.erase(it);
+  }
+  c->alive = false;
+}
+
+void report_teardown_failures_at_exit() {
+  State& s = st();
+  std::lock_guard<std::recursive_mutex> lock(s.mu);
+  if (s.teardown_failures.empty()) return;
+  std::fprintf(stderr, "sparsert_cuda_emu: %zu driver call(s) failed in teardown (a resource outlived its context, or "
+               "was released twice):\n", s.teardown_failures.size());
+  for (const std::string& f : s.teardown_failures) std::fprintf(stderr, "sparsert_cuda_emu:   %s\n", f.c_str());
 }
 
 CUresult sim_error(const ps::SimError& e) {
@@ -194,6 +301,12 @@ CUresult cuInit(unsigned int flags) {
   LOCK;
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
   st().initialized = true;
+  if (!st().exit_report) {
+    // Registered after anything the program made before cuInit, so it runs after the program's own teardown
+    // (objects holding driver resources are made after cuInit, so their static destructors run before this).
+    st().exit_report = true;
+    std::atexit(report_teardown_failures_at_exit);
+  }
   return CUDA_SUCCESS;
 }
 
@@ -203,7 +316,9 @@ CUresult cuDriverGetVersion(int* v) {
   return CUDA_SUCCESS;
 }
 
-static const char* error_name(CUresult e, bool text) {
+}  // extern "C"
+namespace {
+const char* error_name(CUresult e, bool text) {
   switch (e) {
 #define E(n, t) \
   case n: return text ? t : #n;
@@ -242,6 +357,8 @@ static const char* error_name(CUresult e, bool text) {
   }
   return nullptr;
 }
+}  // namespace
+extern "C" {
 
 CUresult cuGetErrorName(CUresult e, const char** p) {
   if (!p) return CUDA_ERROR_INVALID_VALUE;
@@ -344,26 +461,26 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
   State& s = st();
   if (!s.primary) {
-    s.primary = new CtxObj{true};
+    s.primary = new CtxObj{true, false};
     s.ctxs.insert(s.primary);
   }
+  s.primary->alive = true;
   ++s.primary_refs;
   *pctx = reinterpret_cast<CUcontext>(s.primary);
   return CUDA_SUCCESS;
 }
-CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-  LOCK;
+static CUresult primary_ctx_release(CUdevice dev) {
   REQUIRE_INIT;
   if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
   State& s = st();
   if (!s.primary || s.primary_refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
-  if (--s.primary_refs == 0) {
-    if (tl_current == s.primary) tl_current = nullptr;
-    s.ctxs.erase(s.primary);
-    delete s.primary;
-    s.primary = nullptr;
-  }
+  // The last release destroys the context; unlike cuCtxDestroy it is not popped: it stays current, destroyed.
+  if (--s.primary_refs == 0) destroy_context(s.primary);
   return CUDA_SUCCESS;
+}
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  LOCK;
+  return released("cuDevicePrimaryCtxRelease", primary_ctx_release(dev));
 }
 CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
   LOCK;
@@ -377,16 +494,18 @@ CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
   *pctx = reinterpret_cast<CUcontext>(c);
   return CUDA_SUCCESS;
 }
-CUresult cuCtxDestroy_v2(CUcontext ctx) {
-  LOCK;
+static CUresult ctx_destroy(CUcontext ctx) {
   REQUIRE_INIT;
   CtxObj* c = lookup(st().ctxs, ctx);
-  if (!c) return CUDA_ERROR_INVALID_CONTEXT;
-  if (c->primary) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!c || !c->alive || c->primary) return CUDA_ERROR_INVALID_CONTEXT;
+  // Popped from this thread; other threads keep it current, destroyed.
   if (tl_current == c) tl_current = nullptr;
-  st().ctxs.erase(c);
-  delete c;
+  destroy_context(c);
   return CUDA_SUCCESS;
+}
+CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  LOCK;
+  return released("cuCtxDestroy", ctx_destroy(ctx));
 }
 CUresult cuCtxSetCurrent(CUcontext ctx) {
   LOCK;
@@ -396,8 +515,8 @@ CUresult cuCtxSetCurrent(CUcontext ctx) {
     return CUDA_SUCCESS;
   }
   CtxObj* c = lookup(st().ctxs, ctx);
-  if (!c) return CUDA_ERROR_INVALID_CONTEXT;
-  tl_current = c;
+  if (!c || (!c->alive && !c->primary)) return CUDA_ERROR_INVALID_CONTEXT;
+  tl_current = c;  // a released primary context may be made current; calls then return CONTEXT_IS_DESTROYED
   return CUDA_SUCCESS;
 }
 CUresult cuCtxGetCurrent(CUcontext* pctx) {
@@ -449,6 +568,7 @@ CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int n,
     return report(CUDA_ERROR_INVALID_IMAGE, "image is neither PTX text (no .version directive) nor a supported binary");
   try {
     auto* m = new ModObj;
+    m->ctx = tl_current;
     try {
       m->mod = std::make_unique<ps::Module>(st().mem, text, "<cuModuleLoadData>");
     } catch (...) {
@@ -467,15 +587,19 @@ CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int n,
 CUresult cuModuleLoadData(CUmodule* module, const void* image) {
   return cuModuleLoadDataEx(module, image, 0, nullptr, nullptr);
 }
-CUresult cuModuleUnload(CUmodule hmod) {
-  LOCK;
+static CUresult module_unload(CUmodule hmod) {
   REQUIRE_INIT;
   ModObj* m = lookup(st().mods, hmod);
   if (!m) return CUDA_ERROR_INVALID_HANDLE;
+  if (m->dead) return destroyed("cuModuleUnload", "the module's context");
   for (auto& [n, f] : m->funcs) st().funcs.erase(f.get());
   st().mods.erase(m);
   delete m;
   return CUDA_SUCCESS;
+}
+CUresult cuModuleUnload(CUmodule hmod) {
+  LOCK;
+  return released("cuModuleUnload", module_unload(hmod));
 }
 CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const char* name) {
   LOCK;
@@ -483,6 +607,7 @@ CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const char* name)
   if (!hfunc || !name) return CUDA_ERROR_INVALID_VALUE;
   ModObj* m = lookup(st().mods, hmod);
   if (!m) return CUDA_ERROR_INVALID_HANDLE;
+  REQUIRE_LIVE(m, "the module");
   if (!m->mod->has_kernel(name)) return CUDA_ERROR_NOT_FOUND;
   auto& f = m->funcs[name];
   if (!f) {
@@ -498,6 +623,7 @@ CUresult cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes, CUmodule hmod, c
   if (!name) return CUDA_ERROR_INVALID_VALUE;
   ModObj* m = lookup(st().mods, hmod);
   if (!m) return CUDA_ERROR_INVALID_HANDLE;
+  REQUIRE_LIVE(m, "the module");
   auto g = m->mod->global(name);
   if (!g) return CUDA_ERROR_NOT_FOUND;
   if (dptr) *dptr = g->first;
@@ -510,6 +636,7 @@ CUresult cuFuncGetAttribute(int* pi, CUfunction_attribute a, CUfunction hfunc) {
   if (!pi) return CUDA_ERROR_INVALID_VALUE;
   FuncObj* f = lookup(st().funcs, hfunc);
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  REQUIRE_LIVE(f->mod, "the function's module");
   const ps::KernelInfo& k = f->mod->mod->kernel(f->name);
   switch (a) {
     case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = static_cast<int>(k.max_threads_per_block()); break;
@@ -532,6 +659,7 @@ CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute a, int value)
   REQUIRE_INIT;
   FuncObj* f = lookup(st().funcs, hfunc);
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  REQUIRE_LIVE(f->mod, "the function's module");
   if (a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
     int stat = static_cast<int>(f->mod->mod->kernel(f->name).static_shared_bytes);
     if (value < 0 || value + stat > 232448) return CUDA_ERROR_INVALID_VALUE;
@@ -549,6 +677,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   if (!dptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   try {
     *dptr = st().mem.alloc(bytes);
+    st().allocs[*dptr] = tl_current;
   } catch (const std::bad_alloc&) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   } catch (const ps::SimError&) {
@@ -556,26 +685,37 @@ CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   }
   return CUDA_SUCCESS;
 }
-CUresult cuMemFree_v2(CUdeviceptr p) {
-  LOCK;
-  REQUIRE_CTX;
+static CUresult mem_free(CUdeviceptr p) {
+  REQUIRE_INIT;
+  if (st().dead_allocs.count(p)) return destroyed("cuMemFree", "the allocation's context");
+  if (!tl_current || !st().ctxs.count(tl_current)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!tl_current->alive) return destroyed("cuMemFree", "the context current to this thread");
   if (p == 0) return CUDA_SUCCESS;
-  try {
-    st().mem.free(p);
-  } catch (const ps::SimError&) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
+  if (!st().allocs.count(p)) return CUDA_ERROR_INVALID_VALUE;  // not an allocation's start, or freed already
+  st().mem.free(p);
+  st().allocs.erase(p);
   return CUDA_SUCCESS;
 }
-
-static CUresult copy_node(Node n, CUstream s, bool async) {
+CUresult cuMemFree_v2(CUdeviceptr p) {
   LOCK;
-  REQUIRE_CTX;
+  return released("cuMemFree", mem_free(p));
+}
+
+static CUresult copy_node(const char* call, Node n, CUstream s, bool async) {
+  LOCK;
+  REQUIRE_INIT;
+  if (!tl_current || !st().ctxs.count(tl_current)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!tl_current->alive) return destroyed(call, "the context current to this thread");
   if (n.bytes == 0) return CUDA_SUCCESS;
   if ((n.kind == Node::HtoD && !n.hsrc) || (n.kind == Node::DtoH && !n.hdst)) return CUDA_ERROR_INVALID_VALUE;
   // A synchronous copy while a stream captures in global mode would be an unrecorded side effect.
   if (!async && capturing_any()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   size_t span = n.kind == Node::Memset32 ? n.bytes * 4 : n.bytes;
+  if ((n.kind != Node::DtoH && in_dead_alloc(n.dst, span)) ||
+      ((n.kind == Node::DtoH || n.kind == Node::DtoD) && in_dead_alloc(n.src, span)))
+    return destroyed(call, "the device memory's context");
+  StreamObj* so;
+  if (stream_ok(s, &so) && so && so->dead) return destroyed(call, "the stream's context");
   if ((n.kind != Node::DtoH && !st().mem.find(n.dst, span)) ||
       ((n.kind == Node::DtoH || n.kind == Node::DtoD) && !st().mem.find(n.src, span)))
     return CUDA_ERROR_INVALID_VALUE;
@@ -585,54 +725,54 @@ static CUresult copy_node(Node n, CUstream s, bool async) {
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
   Node x(Node::HtoD);
   x.dst = dst, x.hsrc = src, x.bytes = n;
-  return copy_node(std::move(x), nullptr, false);
+  return copy_node(__func__, std::move(x), nullptr, false);
 }
 CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
   Node x(Node::DtoH);
   x.hdst = dst, x.src = src, x.bytes = n;
-  return copy_node(std::move(x), nullptr, false);
+  return copy_node(__func__, std::move(x), nullptr, false);
 }
 CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
   Node x(Node::DtoD);
   x.dst = dst, x.src = src, x.bytes = n;
-  return copy_node(std::move(x), nullptr, false);
+  return copy_node(__func__, std::move(x), nullptr, false);
 }
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
   Node x(Node::HtoD);
   x.dst = dst, x.hsrc = src, x.bytes = n;
-  return copy_node(std::move(x), s, true);
+  return copy_node(__func__, std::move(x), s, true);
 }
 CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream s) {
   Node x(Node::DtoH);
   x.hdst = dst, x.src = src, x.bytes = n;
-  return copy_node(std::move(x), s, true);
+  return copy_node(__func__, std::move(x), s, true);
 }
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
   Node x(Node::DtoD);
   x.dst = dst, x.src = src, x.bytes = n;
-  return copy_node(std::move(x), s, true);
+  return copy_node(__func__, std::move(x), s, true);
 }
 CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) {
   Node x(Node::Memset8);
   x.dst = dst, x.value = v, x.bytes = n;
-  return copy_node(std::move(x), nullptr, false);
+  return copy_node(__func__, std::move(x), nullptr, false);
 }
 CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned int v, size_t n) {
   if (dst % 4) return CUDA_ERROR_INVALID_VALUE;
   Node x(Node::Memset32);
   x.dst = dst, x.value = v, x.bytes = n;
-  return copy_node(std::move(x), nullptr, false);
+  return copy_node(__func__, std::move(x), nullptr, false);
 }
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
   Node x(Node::Memset8);
   x.dst = dst, x.value = v, x.bytes = n;
-  return copy_node(std::move(x), s, true);
+  return copy_node(__func__, std::move(x), s, true);
 }
 CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, CUstream s) {
   if (dst % 4) return CUDA_ERROR_INVALID_VALUE;
   Node x(Node::Memset32);
   x.dst = dst, x.value = v, x.bytes = n;
-  return copy_node(std::move(x), s, true);
+  return copy_node(__func__, std::move(x), s, true);
 }
 
 // ---- streams and events ----
@@ -641,25 +781,31 @@ CUresult cuStreamCreate(CUstream* ps_, unsigned int flags) {
   REQUIRE_CTX;
   if (!ps_ || (flags & ~1u)) return CUDA_ERROR_INVALID_VALUE;
   auto* s = new StreamObj;
+  s->ctx = tl_current;
   st().streams.insert(s);
   *ps_ = reinterpret_cast<CUstream>(s);
   return CUDA_SUCCESS;
 }
-CUresult cuStreamDestroy_v2(CUstream h) {
-  LOCK;
+static CUresult stream_destroy(CUstream h) {
   REQUIRE_INIT;
   StreamObj* s = lookup(st().streams, h);
   if (!s) return CUDA_ERROR_INVALID_HANDLE;
+  if (s->dead) return destroyed("cuStreamDestroy", "the stream's context");
   if (s->capture) delete s->capture;
   st().streams.erase(s);
   delete s;
   return CUDA_SUCCESS;
+}
+CUresult cuStreamDestroy_v2(CUstream h) {
+  LOCK;
+  return released("cuStreamDestroy", stream_destroy(h));
 }
 CUresult cuStreamSynchronize(CUstream h) {
   LOCK;
   REQUIRE_CTX;
   StreamObj* s;
   if (!stream_ok(h, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (s) REQUIRE_LIVE(s, "the stream");
   if (s && s->capture) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   return CUDA_SUCCESS;
 }
@@ -668,6 +814,7 @@ CUresult cuEventCreate(CUevent* pe, unsigned int flags) {
   REQUIRE_CTX;
   if (!pe || (flags & ~7u)) return CUDA_ERROR_INVALID_VALUE;
   auto* e = new EventObj;
+  e->ctx = tl_current;
   e->flags = flags;
   st().events.insert(e);
   *pe = reinterpret_cast<CUevent>(e);
@@ -678,6 +825,9 @@ CUresult cuEventRecord(CUevent h, CUstream s) {
   REQUIRE_CTX;
   EventObj* e = lookup(st().events, h);
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
+  REQUIRE_LIVE(e, "the event");
+  StreamObj* so;
+  if (stream_ok(s, &so) && so) REQUIRE_LIVE(so, "the stream");
   Node x(Node::Record);
   x.event = e;
   return submit(s, std::move(x));
@@ -685,7 +835,10 @@ CUresult cuEventRecord(CUevent h, CUstream s) {
 CUresult cuEventSynchronize(CUevent h) {
   LOCK;
   REQUIRE_INIT;
-  return lookup(st().events, h) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  EventObj* e = lookup(st().events, h);
+  if (!e) return CUDA_ERROR_INVALID_HANDLE;
+  REQUIRE_LIVE(e, "the event");
+  return CUDA_SUCCESS;
 }
 CUresult cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) {
   LOCK;
@@ -694,19 +847,25 @@ CUresult cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) {
   EventObj* e0 = lookup(st().events, a);
   EventObj* e1 = lookup(st().events, b);
   if (!e0 || !e1) return CUDA_ERROR_INVALID_HANDLE;
+  REQUIRE_LIVE(e0, "the start event");
+  REQUIRE_LIVE(e1, "the end event");
   if ((e0->flags | e1->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
   if (!e0->recorded || !e1->recorded) return CUDA_ERROR_INVALID_HANDLE;
   *ms = std::chrono::duration<float, std::milli>(e1->when - e0->when).count();
   return CUDA_SUCCESS;
 }
-CUresult cuEventDestroy_v2(CUevent h) {
-  LOCK;
+static CUresult event_destroy(CUevent h) {
   REQUIRE_INIT;
   EventObj* e = lookup(st().events, h);
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
+  if (e->dead) return destroyed("cuEventDestroy", "the event's context");
   st().events.erase(e);
   delete e;
   return CUDA_SUCCESS;
+}
+CUresult cuEventDestroy_v2(CUevent h) {
+  LOCK;
+  return released("cuEventDestroy", event_destroy(h));
 }
 
 // ---- launch ----
@@ -716,6 +875,9 @@ CUresult cuLaunchKernel(CUfunction hf, unsigned gx, unsigned gy, unsigned gz, un
   REQUIRE_CTX;
   FuncObj* f = lookup(st().funcs, hf);
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  REQUIRE_LIVE(f->mod, "the function's module");
+  StreamObj* so;
+  if (stream_ok(s, &so) && so) REQUIRE_LIVE(so, "the stream");
   if (extra) return fail_with(CUDA_ERROR_NOT_SUPPORTED, "cuLaunchKernel: the 'extra' parameter form is not supported; use kernelParams");
   const ps::KernelInfo& k = f->mod->mod->kernel(f->name);
   if (!params && !k.params.empty()) return CUDA_ERROR_INVALID_VALUE;
@@ -746,8 +908,10 @@ CUresult cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode) {
   if (h == nullptr || h == CU_STREAM_LEGACY) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   StreamObj* s = lookup(st().streams, h);
   if (!s) return CUDA_ERROR_INVALID_HANDLE;
+  REQUIRE_LIVE(s, "the stream");
   if (s->capture) return CUDA_ERROR_ILLEGAL_STATE;
   s->capture = new GraphObj;
+  s->capture->ctx = s->ctx;
   return CUDA_SUCCESS;
 }
 CUresult cuStreamEndCapture(CUstream h, CUgraph* pg) {
@@ -756,6 +920,7 @@ CUresult cuStreamEndCapture(CUstream h, CUgraph* pg) {
   if (!pg) return CUDA_ERROR_INVALID_VALUE;
   StreamObj* s = lookup(st().streams, h);
   if (!s) return h == nullptr ? CUDA_ERROR_ILLEGAL_STATE : CUDA_ERROR_INVALID_HANDLE;
+  REQUIRE_LIVE(s, "the stream");
   if (!s->capture) return CUDA_ERROR_ILLEGAL_STATE;
   st().graphs.insert(s->capture);
   *pg = reinterpret_cast<CUgraph>(s->capture);
@@ -768,6 +933,7 @@ CUresult cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus* status) {
   if (!status) return CUDA_ERROR_INVALID_VALUE;
   StreamObj* s;
   if (!stream_ok(h, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (s) REQUIRE_LIVE(s, "the stream");
   *status = (s && s->capture) ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
 }
@@ -778,7 +944,10 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec* pe, CUgraph hg, unsigned long 
   (void)flags;
   GraphObj* g = lookup(st().graphs, hg);
   if (!g) return CUDA_ERROR_INVALID_HANDLE;
-  auto* e = new ExecObj{g->nodes};
+  REQUIRE_LIVE(g, "the graph");
+  auto* e = new ExecObj;
+  e->ctx = tl_current;
+  e->nodes = g->nodes;
   st().execs.insert(e);
   *pe = reinterpret_cast<CUgraphExec>(e);
   return CUDA_SUCCESS;
@@ -793,35 +962,46 @@ CUresult cuGraphLaunch(CUgraphExec he, CUstream s) {
   REQUIRE_CTX;
   ExecObj* e = lookup(st().execs, he);
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
+  REQUIRE_LIVE(e, "the executable graph");
   StreamObj* so;
   if (!stream_ok(s, &so)) return CUDA_ERROR_INVALID_HANDLE;
+  if (so) REQUIRE_LIVE(so, "the stream");
   if (so && so->capture) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   for (const Node& n : e->nodes) {
     // Modules or functions unloaded since capture make the executable graph unusable.
     if (n.kind == Node::Kernel && !st().funcs.count(n.func)) return CUDA_ERROR_INVALID_HANDLE;
+    if (n.kind == Node::Kernel) REQUIRE_LIVE(n.func->mod, "a kernel's module");
     if (n.kind == Node::Record && !st().events.count(n.event)) return CUDA_ERROR_INVALID_HANDLE;
     CUresult r = run_node(n);
     if (r != CUDA_SUCCESS) return r;
   }
   return CUDA_SUCCESS;
 }
-CUresult cuGraphExecDestroy(CUgraphExec he) {
-  LOCK;
+static CUresult graph_exec_destroy(CUgraphExec he) {
   REQUIRE_INIT;
   ExecObj* e = lookup(st().execs, he);
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
+  if (e->dead) return destroyed("cuGraphExecDestroy", "the executable graph's context");
   st().execs.erase(e);
   delete e;
   return CUDA_SUCCESS;
 }
-CUresult cuGraphDestroy(CUgraph hg) {
+CUresult cuGraphExecDestroy(CUgraphExec he) {
   LOCK;
+  return released("cuGraphExecDestroy", graph_exec_destroy(he));
+}
+static CUresult graph_destroy(CUgraph hg) {
   REQUIRE_INIT;
   GraphObj* g = lookup(st().graphs, hg);
   if (!g) return CUDA_ERROR_INVALID_HANDLE;
+  if (g->dead) return destroyed("cuGraphDestroy", "the graph's context");
   st().graphs.erase(g);
   delete g;
   return CUDA_SUCCESS;
+}
+CUresult cuGraphDestroy(CUgraph hg) {
+  LOCK;
+  return released("cuGraphDestroy", graph_destroy(hg));
 }
 
 // ---- plain names (cuda.h maps them to the versioned entry points above) ----
@@ -851,6 +1031,28 @@ CUresult cuGraphInstantiate(CUgraphExec* e, CUgraph g, unsigned long long f) { r
 const char* sparsertEmuGetLastErrorMessage(void) {
   LOCK;
   return st().last_error.c_str();
+}
+// Calls that failed in teardown since the library was loaded or last cleared: release calls (cuModuleUnload,
+// cuMemFree, cuStreamDestroy, cuEventDestroy, cuGraphDestroy, cuGraphExecDestroy, cuDevicePrimaryCtxRelease,
+// cuCtxDestroy) that failed, and every call that returned CUDA_ERROR_CONTEXT_IS_DESTROYED. Returns how many; when `out`
+// is not null, writes them as "CALL: CUDA_ERROR_NAME" lines, NUL-terminated and cut to `size` bytes. They are also
+// printed on stderr at exit.
+int sparsertEmuGetTeardownFailures(char* out, size_t size) {
+  LOCK;
+  const auto& f = st().teardown_failures;
+  if (out && size) {
+    std::string text;
+    for (const std::string& line : f) text += line + "\n";
+    const size_t k = std::min(size - 1, text.size());
+    std::memcpy(out, text.data(), k);
+    out[k] = 0;
+  }
+  return static_cast<int>(f.size());
+}
+// Forgets the teardown failures recorded so far (a test that provokes them on purpose).
+void sparsertEmuClearTeardownFailures(void) {
+  LOCK;
+  st().teardown_failures.clear();
 }
 // Instruction counts per ptxsim::InstrClass of the last kernel launch (which = 0) or of all launches (which = 1).
 // Returns the number of classes written (at most n).

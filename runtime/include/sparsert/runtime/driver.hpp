@@ -6,6 +6,7 @@
 #include "sparsert/runtime/error.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -74,28 +75,50 @@ struct DeviceInfo {
 
 DeviceInfo device_info(int ordinal = 0);
 
+namespace detail {
+struct ContextState;  // one retain of a device's primary context, shared by the Context and everything made in it
+}
+using ContextRef = std::shared_ptr<const detail::ContextState>;
+
+// Ownership and teardown order. Each Context retains the device's primary context once and makes it current for the
+// calling thread. Every DeviceBuffer, Stream, Event, Module and Graph holds a reference (ContextRef) to a retain of the
+// context that was current when it was made, and a retain is released only when its Context and the last object
+// holding it are gone. So nothing outlives its context, whatever the order in which owners (members, statics,
+// unique_ptrs) are destroyed, and the primary context is released after the last object made in it. Making one of
+// these objects when no Context's context is current on the thread is an InternalError naming the call. Destructors
+// cannot throw: a release call that fails is reported on stderr (release_failed below).
+
 // The device's primary context, made current for the calling thread. Move-only.
 class Context {
  public:
   explicit Context(int ordinal = 0);
   ~Context();
-  Context(Context&& o) noexcept : device_(std::exchange(o.device_, -1)), ctx_(std::exchange(o.ctx_, nullptr)) {}
+  Context(Context&& o) noexcept = default;
   Context& operator=(Context&&) = delete;
   Context(const Context&) = delete;
-  CUcontext get() const { return ctx_; }
+  CUcontext get() const;
   void synchronize() const;
+  // Whether this process holds the primary context of `ordinal` (a Context or an object made in one is alive).
+  static bool retained(int ordinal = 0);
 
  private:
-  CUdevice device_ = -1;
-  CUcontext ctx_ = nullptr;
+  std::shared_ptr<const detail::ContextState> state_;
 };
+
+// The context current on the calling thread, as owned by a Context; `call` names the driver call about to use it.
+ContextRef current_context(const char* call);
+
+// Reports a release call that failed in a destructor: "sparsert: warning: CALL failed during teardown: NAME (text)"
+// on stderr, at most a few lines per process. Never throws.
+void release_failed(CUresult r, const char* call) noexcept;
 
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(size_t bytes);
   ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, 0)), bytes_(std::exchange(o.bytes_, 0)) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : ctx_(std::move(o.ctx_)), ptr_(std::exchange(o.ptr_, 0)), bytes_(std::exchange(o.bytes_, 0)) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -107,6 +130,8 @@ class DeviceBuffer {
   void fill_u32(uint32_t value, size_t count);
 
  private:
+  void release() noexcept;
+  ContextRef ctx_;
   CUdeviceptr ptr_ = 0;
   size_t bytes_ = 0;
 };
@@ -115,13 +140,14 @@ class Stream {
  public:
   Stream();
   ~Stream();
-  Stream(Stream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+  Stream(Stream&& o) noexcept : ctx_(std::move(o.ctx_)), s_(std::exchange(o.s_, nullptr)) {}
   Stream& operator=(Stream&&) = delete;
   Stream(const Stream&) = delete;
   CUstream get() const { return s_; }
   void synchronize() const;
 
  private:
+  ContextRef ctx_;
   CUstream s_ = nullptr;
 };
 
@@ -129,7 +155,7 @@ class Event {
  public:
   Event();
   ~Event();
-  Event(Event&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+  Event(Event&& o) noexcept : ctx_(std::move(o.ctx_)), e_(std::exchange(o.e_, nullptr)) {}
   Event& operator=(Event&&) = delete;
   Event(const Event&) = delete;
   void record(const Stream& s);
@@ -137,6 +163,7 @@ class Event {
   float elapsed_ms_since(const Event& start) const;
 
  private:
+  ContextRef ctx_;
   CUevent e_ = nullptr;
 };
 
@@ -145,13 +172,14 @@ class Module {
  public:
   Module(const void* image, const std::string& what);
   ~Module();
-  Module(Module&& o) noexcept : m_(std::exchange(o.m_, nullptr)), what_(std::move(o.what_)) {}
+  Module(Module&& o) noexcept : ctx_(std::move(o.ctx_)), m_(std::exchange(o.m_, nullptr)), what_(std::move(o.what_)) {}
   Module& operator=(Module&&) = delete;
   Module(const Module&) = delete;
   CUfunction function(const std::string& name) const;
   const std::string& what() const { return what_; }
 
  private:
+  ContextRef ctx_;
   CUmodule m_ = nullptr;
   std::string what_;
 };
@@ -165,7 +193,8 @@ class Graph {
  public:
   Graph() = default;
   ~Graph();
-  Graph(Graph&& o) noexcept : graph_(std::exchange(o.graph_, nullptr)), exec_(std::exchange(o.exec_, nullptr)) {}
+  Graph(Graph&& o) noexcept
+      : ctx_(std::move(o.ctx_)), graph_(std::exchange(o.graph_, nullptr)), exec_(std::exchange(o.exec_, nullptr)) {}
   Graph& operator=(Graph&& o) noexcept;
   Graph(const Graph&) = delete;
   static bool supported();
@@ -175,6 +204,8 @@ class Graph {
   bool ready() const { return exec_ != nullptr; }
 
  private:
+  void release() noexcept;
+  ContextRef ctx_;
   CUgraph graph_ = nullptr;
   CUgraphExec exec_ = nullptr;
 };
