@@ -1,4 +1,5 @@
 #include "sparsert/autotune/model.hpp"
+#include "sparsert/runtime/gpu_executor.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -6,17 +7,19 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <string_view>
 
 namespace sparsert::autotune {
 
 MachineModel MachineModel::for_target(const codegen::Target& t) {
   // Typical parts per architecture; clocks are sustained boost clocks under load, not the peak.
+  const bool concurrent = std::string_view(kEntryLaunch) == "concurrent";  // what GpuNetwork does
   switch (t.sm()) {
-    case 75: return {"Tesla T4 (sm_75)", 40, 1.59, 32, 16, 64 * 1024, 65536};
-    case 80: return {"A100 SXM (sm_80)", 108, 1.41, 64, 32, 164 * 1024, 65536};
-    case 86: return {"RTX A6000 (sm_86)", 84, 1.80, 48, 16, 100 * 1024, 65536};
-    case 89: return {"L40S (sm_89)", 142, 2.52, 48, 24, 100 * 1024, 65536};
-    default: return {"H100 SXM (sm_90)", 132, 1.755, 64, 32, 228 * 1024, 65536};
+    case 75: return {"Tesla T4 (sm_75)", 40, 1.59, 32, 16, 64 * 1024, 65536, concurrent};
+    case 80: return {"A100 SXM (sm_80)", 108, 1.41, 64, 32, 164 * 1024, 65536, concurrent};
+    case 86: return {"RTX A6000 (sm_86)", 84, 1.80, 48, 16, 100 * 1024, 65536, concurrent};
+    case 89: return {"L40S (sm_89)", 142, 2.52, 48, 24, 100 * 1024, 65536, concurrent};
+    default: return {"H100 SXM (sm_90)", 132, 1.755, 64, 32, 228 * 1024, 65536, concurrent};
   }
 }
 
@@ -166,6 +169,9 @@ namespace {
 // A launch on a stream costs this much even when it does nothing: kernels are timed back to back, and one that
 // follows another on the same stream starts only after it drains (a lone 2-block kernel measures 4.6-5 us).
 constexpr double kLaunchUs = 3.2;
+// Entries launched side by side (fork/join streams captured into the network's graph): each beyond the first adds
+// its issue, not a serialised kernel.
+constexpr double kConcurrentEntryUs = 0.5;
 constexpr double kDependentCpi = 4.0;       // a lone warp issues a dependent FFMA chain every 4 cycles
 constexpr double kWarpsToHideLatency = 4.0; // per scheduler: fewer resident warps leave issue slots empty
 constexpr int kSchedulersPerSm = 4;
@@ -336,7 +342,28 @@ Estimate estimate(const Probe& probe, const inspector::WorkPlan& plan, const cod
     l.critical_cycles = per_thread * imbalance * kDependentCpi;
     launches.push_back(l);
   }
-  return combine(launches, warps_per_block, bps, m);
+  if (!m.concurrent_entries || launches.size() < 2) return combine(launches, warps_per_block, bps, m);
+  // The entries run side by side (one wave for all): one launch of every block, each SM fetching the code of the
+  // blocks it gets. What a launch costs beyond the first is its issue on a side stream or graph node.
+  LaunchWork all;
+  double code = 0.0, gain = 0.0;
+  for (const LaunchWork& l : launches) {
+    all.grid_blocks += l.grid_blocks;
+    all.warp_cycles += l.warp_cycles;
+    all.warp_instructions += l.warp_instructions;
+    all.critical_cycles = std::max(all.critical_cycles, l.critical_cycles);
+    code += l.block_code_bytes * static_cast<double>(l.grid_blocks);
+    gain += l.fetch_gain * static_cast<double>(l.grid_blocks);
+  }
+  if (all.grid_blocks > 0) {
+    all.block_code_bytes = code / static_cast<double>(all.grid_blocks);
+    all.fetch_gain = gain / static_cast<double>(all.grid_blocks);
+  }
+  Estimate est = combine({all}, warps_per_block, bps, m);
+  const double extra = kConcurrentEntryUs * static_cast<double>(launches.size() - 1);
+  est.launch_us += extra;
+  est.microseconds += extra;
+  return est;
 }
 
 namespace {
@@ -543,12 +570,13 @@ Estimate estimate_stream(const Probe& probe, const StreamShape& shape, const cod
 Estimate estimate_candidate(const CsrMatrix& a, int32_t n, const Epilogue& epilogue, codegen::KernelKind kind,
                             const codegen::TileParams& tile, const codegen::StreamParams& stream,
                             const codegen::Target& target, std::optional<int> registers, bool simulate,
-                            int32_t stream_tile_row_bytes) {
-  const MachineModel m = MachineModel::for_target(target);
+                            const KernelVersion& version) {
+  MachineModel m = MachineModel::for_target(target);
+  m.concurrent_entries = !version.serial_entries;
   if (kind == codegen::KernelKind::kStreamed) {
     const inspector::WorkPlan plan = codegen::default_stream_plan(a, stream);
     const StreamShape shape =
-        stream_shape(codegen::pack_stream_weights(a, plan, stream, epilogue.bias), stream, stream_tile_row_bytes);
+        stream_shape(codegen::pack_stream_weights(a, plan, stream, epilogue.bias), stream, version.stream_tile_row_bytes);
     const Probe probe = simulate ? run_stream_probe(a, plan, stream, n, target, epilogue)
                                  : analytic_stream_probe(shape, stream, n, epilogue);
     return estimate_stream(probe, shape, stream, n, registers.value_or(codegen::stream_registers_estimate(stream)), m);

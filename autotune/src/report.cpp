@@ -1,5 +1,6 @@
 // The tuning reports: JSON with every candidate, and one self-contained HTML page with inline SVG plots.
 #include "sparsert/autotune/tuner.hpp"
+#include "sparsert/runtime/gpu_executor.hpp"
 
 #include <fmt/format.h>
 
@@ -199,6 +200,7 @@ nlohmann::json to_json(const TuneReport& r) {
           {"target", r.target},
           {"toolkit", r.toolkit},
           {"stream_generator", codegen::kStreamGeneratorVersion},
+          {"entry_launch", kEntryLaunch},
           {"machine_model", to_json(r.machine)},
           {"seconds", r.seconds},
           {"budget_exhausted", r.budget_exhausted},

@@ -1,6 +1,8 @@
 // Timing and verification: every method of a set runs every problem; its output is checked against the double
 // reference before any time is taken, then a warm-up sample, then `repeats` timed samples.
 #include "sparsert/bench/bench.hpp"
+#include "sparsert/codegen/stream_spmm.hpp"
+#include "sparsert/runtime/gpu_executor.hpp"
 #include "sparsert/runtime/error.hpp"
 #include "sparsert/runtime/file_io.hpp"
 #include "sparsert/runtime/reference.hpp"
@@ -148,6 +150,9 @@ nlohmann::json run_suite(const std::vector<Problem>& problems, MethodSet& set, c
   out["command"] = o.command;
   out["machine"] = machine_info();
   out["subject"] = set.subject;
+  // What the model check needs to model the kernels this run times (tools/bench/src/model_check.cpp).
+  out["stream_generator"] = codegen::kStreamGeneratorVersion;
+  out["entry_launch"] = kEntryLaunch;
   out["baselines"] = set.baselines;
   out["method_notes"] = set.notes;
   nlohmann::json unavailable = nlohmann::json::array();

@@ -5,6 +5,7 @@
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/runtime/error.hpp"
 #include "sparsert/runtime/file_io.hpp"
+#include "sparsert/runtime/gpu_executor.hpp"
 
 #include <fmt/format.h>
 
@@ -50,11 +51,19 @@ CsrMatrix dlmc_layer(const std::filesystem::path& data, const std::string& name,
                    data.string());
 }
 
+// Files written before the fields existed measured layout 1 of the streamed kernel (tile rows n_tile * 4 bytes apart,
+// field stream_generator) and baked entries launched one after another (field entry_launch).
+autotune::KernelVersion version_of(const json& j, const codegen::StreamParams& stream) {
+  autotune::KernelVersion v;
+  if (j.value("stream_generator", "sparsert-stream-spmm/1") == "sparsert-stream-spmm/1")
+    v.stream_tile_row_bytes = stream.n_tile * 4;
+  v.serial_entries = j.value("entry_launch", "serial") == "serial";
+  return v;
+}
+
 std::vector<ModelGroup> check_tune_report(const json& j, const std::string& file, const ModelCheckOptions& o) {
   const codegen::Target target = target_of(j, file);
   SPARSERT_USER_CHECK(j.contains("layers") && j["layers"].is_array(), file, "field 'layers' is missing");
-  // Reports written before the field existed ran streamed kernels of layout 1: tile rows n_tile * 4 bytes apart.
-  const bool layout1 = j.value("stream_generator", "sparsert-stream-spmm/1") == "sparsert-stream-spmm/1";
   std::vector<ModelGroup> out;
   for (const json& layer : j["layers"]) {
     const std::string name = layer.value("name", "");
@@ -88,7 +97,7 @@ std::vector<ModelGroup> check_tune_report(const json& j, const std::string& file
       pt.measured_us = c["time_us"].get<double>();
       pt.estimate = autotune::estimate_candidate(
           *a, pt.n, Epilogue{}, streamed ? codegen::KernelKind::kStreamed : codegen::KernelKind::kBaked, tile,
-          stream, target, regs, o.simulate, layout1 ? stream.n_tile * 4 : 0);
+          stream, target, regs, o.simulate, version_of(j, stream));
       pt.predicted_us = pt.estimate.microseconds;
       g.points.push_back(std::move(pt));
     }
@@ -142,7 +151,8 @@ std::vector<ModelGroup> check_bench(const json& j, const std::string& file, cons
     pt.n = it->n;
     pt.measured_us = r["median_ms"].get<double>() * 1e3;
     pt.estimate = autotune::estimate_candidate(it->a, it->n, Epilogue{}, codegen::KernelKind::kBaked, *tile,
-                                               codegen::StreamParams{}, target_of(j, file), std::nullopt, o.simulate);
+                                               codegen::StreamParams{}, target_of(j, file), std::nullopt, o.simulate,
+                                               version_of(j, codegen::StreamParams{}));
     pt.predicted_us = pt.estimate.microseconds;
     g.points.push_back(std::move(pt));
   }

@@ -38,6 +38,9 @@ struct MachineModel {
   int max_blocks_per_sm = 0;
   int shared_bytes_per_sm = 0;
   int registers_per_sm = 65536;
+  // How the runtime launches a baked layer's entries: side by side, or one after another on one stream (what the
+  // 2026-11-23 H100 files measured); runtime::kEntryLaunch says which GpuNetwork does.
+  bool concurrent_entries = false;
   static MachineModel for_target(const codegen::Target& t);
 };
 nlohmann::json to_json(const MachineModel& m);
@@ -129,13 +132,19 @@ Estimate estimate_stream(const Probe& probe, const StreamShape& shape, const cod
 
 namespace sparsert::autotune {
 
+// How the kernels being modelled were built and launched, where that differs from today's (older measurements).
+struct KernelVersion {
+  int32_t stream_tile_row_bytes = 0;  // as for stream_shape: 0 today's padded layout, n_tile * 4 for layout 1
+  bool serial_entries = false;        // a baked layer's entries one after another on one stream (kEntryLaunch)
+};
+
 // One candidate through the model, outside a tuning run: the plan it makes, its instruction counts (analytic, or
 // ptxsim when `simulate`), and the estimate with `registers` per thread (codegen's estimate when absent). What the
-// tuner does for each candidate it ranks, for checking the model against measured times (`sparsert
-// check-model`). Throws what planning, packing or the occupancy check throws.
+// tuner does for each candidate it ranks, for checking the model against measured times (`sparsert check-model`).
+// Throws what planning, packing or the occupancy check throws.
 Estimate estimate_candidate(const CsrMatrix& a, int32_t n, const Epilogue& epilogue, codegen::KernelKind kind,
                             const codegen::TileParams& tile, const codegen::StreamParams& stream,
                             const codegen::Target& target, std::optional<int> registers, bool simulate,
-                            int32_t stream_tile_row_bytes = 0);
+                            const KernelVersion& version = {});
 
 }  // namespace sparsert::autotune

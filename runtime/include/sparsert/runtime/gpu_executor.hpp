@@ -11,6 +11,11 @@
 
 namespace sparsert {
 
+// How GpuNetwork launches the entries of a baked layer: "serial" (one after another on the network's stream) or
+// "concurrent" (side by side on forked streams). Measurements record it, so that the model checked against them
+// (`sparsert check-model`) models the launches they timed.
+inline constexpr const char* kEntryLaunch = "serial";
+
 struct GpuRunOptions {
   int device = 0;
   bool force_ptx = false;  // JIT the PTX even where a cubin for the device exists
