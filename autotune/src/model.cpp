@@ -572,7 +572,7 @@ Estimate estimate_candidate(const CsrMatrix& a, int32_t n, const Epilogue& epilo
                             const codegen::Target& target, std::optional<int> registers, bool simulate,
                             const KernelVersion& version) {
   MachineModel m = MachineModel::for_target(target);
-  m.concurrent_entries = !version.serial_entries;
+  if (version.serial_entries) m.concurrent_entries = !*version.serial_entries;
   if (kind == codegen::KernelKind::kStreamed) {
     const inspector::WorkPlan plan = codegen::default_stream_plan(a, stream);
     const StreamShape shape =

@@ -111,7 +111,10 @@ std::vector<LayerKernel> choose_kernels(const std::vector<LoadedLayer>& layers, 
     ko.network_baked_nnz = baked_nnz;
     LayerKernel k;
     k.choice = codegen::choose_kernel_kind(l.a, l.desc.n, options.targets.front(), ko);
-    if (!options.kernel_kind && ts) k.choice.reason = "tuned streamed (tuning database)";
+    if (!options.kernel_kind && ts) {
+      k.choice.reason = tuned[li].front()->source == "model" ? "streamed by the model (fastest estimate)"
+                                                             : "tuned streamed (tuning database)";
+    }
     k.stream = options.stream_params;
     if (k.choice.kind == codegen::KernelKind::kStreamed && ts) {
       k.stream = *ts;
@@ -181,7 +184,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
         codegen::check_stream_params(kinds[li].stream, d.n, target);
         job.streamed = true;
         job.stream = kinds[li].stream;
-        job.tile_source = kinds[li].stream_tuned ? "tuned" : "streamed";
+        job.tile_source = kinds[li].stream_tuned ? tuned[li].front()->source : "streamed";
         job.key = stream_cache_key(job.stream, {d.activation, d.clamp}, d.n, target, toolkit);
         job.cached = cache.find(job.key);
         jobs.push_back(std::move(job));
@@ -190,7 +193,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       const std::optional<TunedKernel>& rec = tuned[li][ti];
       const bool baked_record = rec && rec->kind == codegen::KernelKind::kBaked;
       job.tile = baked_record ? rec->tile : codegen::default_tile_params(layers[li].a, layers[li].desc.n, target);
-      if (baked_record) job.tile_source = "tuned";
+      if (baked_record) job.tile_source = rec->source;
       job.key = kernel_cache_key(layers[li].a, epilogue_of(layers[li].desc), job.tile, layers[li].desc.n, target,
                                  toolkit);
       job.cached = cache.find(job.key);
@@ -342,6 +345,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
           pl.block_y = k.block_y;
           pl.n_tile = k.n_tile;
           pl.tile = codegen::to_json(job.tile);
+          pl.tile_source = job.tile_source;
           pl.cache_key = k.key;
           for (const CachedEntry& ce : k.entries) pl.entries.push_back({ce.name, ce.block_begin, ce.block_end, {}, {}, {}});
           if (stream_weights) {

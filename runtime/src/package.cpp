@@ -139,6 +139,7 @@ nlohmann::json manifest_json(const Package& p) {
                          {"activation", l.activation == Activation::kRelu ? "relu" : "none"},
                          {"launch", {{"block", {l.block_x, l.block_y, 1}}, {"n_tile", l.n_tile}}},
                          {"tile", l.tile},
+                         {"tile_source", l.tile_source},
                          {"cache_key", l.cache_key},
                          {"entries", entries}};
     lj["clamp"] = l.clamp ? nlohmann::json(*l.clamp) : nlohmann::json(nullptr);
@@ -206,6 +207,7 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     l.block_y = block[1];
     l.n_tile = get_as<int32_t>(launch, lw + ".launch", "n_tile");
     l.tile = field(lj, lw, "tile");
+    if (lj.contains("tile_source")) l.tile_source = get_as<std::string>(lj, lw, "tile_source");  // absent before
     l.cache_key = get_as<std::string>(lj, lw, "cache_key");
     const nlohmann::json& entries = field(lj, lw, "entries");
     SPARSERT_USER_CHECK(entries.is_array(), lw + ".entries", "expected an array");

@@ -57,6 +57,31 @@ TEST(ModelCheck, RanksEveryMeasuredTuningRunAsTheGpuDid) {
   EXPECT_GE(groups, 1) << "no tuning report held measured candidates";
 }
 
+// What compile does without a GPU (the model's fastest estimate) against what the GPU measured: among each tuning
+// run's measured candidates, the one the model ranks first runs within 1.5x of the measured best, and beats the
+// heuristic default where that was measured.
+TEST(ModelCheck, TheModelsPickRunsCloseToTheMeasuredBest) {
+  SPARSERT_REQUIRE_SHARED_DATA(data);
+  const std::vector<std::filesystem::path> files = measured_files("tune-");
+  if (files.empty()) GTEST_SKIP() << "no tuning reports under ../shared/measurements";
+  bench::ModelCheckOptions o;
+  o.data_dir = data;
+  for (const auto& f : files) {
+    for (const bench::ModelGroup& g : bench::check_model(f, o)) {
+      if (g.points.size() < 3) continue;
+      const auto pick = std::min_element(g.points.begin(), g.points.end(), [](const auto& x, const auto& y) {
+        return x.predicted_us < y.predicted_us;
+      });
+      double best = pick->measured_us;
+      for (const bench::ModelPoint& p : g.points) best = std::min(best, p.measured_us);
+      EXPECT_LE(pick->measured_us, 1.5 * best) << g.source << ": the model picks " << pick->label;
+      for (const bench::ModelPoint& p : g.points) {
+        if (p.is_default && &p != &*pick) EXPECT_LT(pick->measured_us, p.measured_us) << g.source;
+      }
+    }
+  }
+}
+
 TEST(ModelCheck, PredictsEveryMeasuredBenchKernelWithinTwice) {
   SPARSERT_REQUIRE_SHARED_DATA(data);
   std::vector<std::filesystem::path> files;

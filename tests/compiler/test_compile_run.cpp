@@ -1,19 +1,24 @@
 // The compile → package → run workflow, through ptxsim's emulated driver (SPARSERT_LIBCUDA), the cache, and bad input.
+#include "sparsert/autotune/choose.hpp"
 #include "sparsert/codegen/assembler.hpp"
 #include "sparsert/codegen/heuristic.hpp"
 #include "sparsert/compiler/compile.hpp"
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/inspector/generate.hpp"
+#include "sparsert/runtime/concurrent_launch.hpp"
 #include "sparsert/runtime/cpu_executor.hpp"
 #include "sparsert/runtime/file_io.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
 #include "sparsert/runtime/npy.hpp"
+#include "emulated_driver.hpp"
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <set>
 #include <thread>
 
 using namespace sparsert;
@@ -190,7 +195,128 @@ TEST(CompileRun, BadNetworks) {
 }
 
 namespace {
+// Tiles of five row blocks with one block per entry: every layer of the test network is five entries.
+CompileOptions multi_entry_options(const ScratchDir& dir) {
+  CompileOptions o = options(dir, {"sm_90"});
+  o.tiles = [](const LoadedLayer& l, const codegen::Target& t) {
+    TunedKernel k;
+    k.kind = codegen::KernelKind::kBaked;
+    k.tile = codegen::default_tile_params(l.a, l.desc.n, t);
+    k.tile.plan.m_blocks = 5;
+    k.tile.max_fmas_per_entry = 1;  // an entry takes at least one block, and no second
+    return std::optional<TunedKernel>(k);
+  };
+  return o;
+}
+}  // namespace
+
+// The entries of a baked layer write disjoint rows from the same input: GpuNetwork launches them side by side on
+// streams forked from its stream and joined back before the next layer, and a capture of the launches holds them as
+// parallel branches between the layers. Both the plain launches and the replayed graph give the reference result.
+TEST(CompileRun, BakedLayerEntriesRunSideBySideInPlainLaunchesAndGraphReplay) {
+  const sparsert::testing::EmulatedDriver& emu = sparsert::testing::EmulatedDriver::use(SPARSERT_EMU_LIB);
+  ScratchDir dir;
+  const auto layers = load_network(read_network(write_network(dir)));
+  compile_network(layers, dir / "pkg", multi_entry_options(dir));
+  const Package pkg = load_package(dir / "pkg");
+  ASSERT_EQ(pkg.layers.size(), 3u);
+  for (const PackageLayer& l : pkg.layers) ASSERT_GE(l.entries.size(), 3u) << l.name;
+  GpuNetwork net(pkg);
+  const DenseTensor x = input(48, 20);
+  const DenseTensor want = reference(layers, x);
+
+  // Plain launches: every layer's entries, in order, each layer's over min(entries, 8) streams.
+  emu.clear_launches();
+  EXPECT_LE(max_relative_error(net.run(x), want), 1e-5);
+  const auto log = emu.launches();
+  size_t at = 0;
+  for (const PackageLayer& l : pkg.layers) {
+    std::set<unsigned> streams;
+    for (const PackageEntry& e : l.entries) {
+      ASSERT_LT(at, log.size());
+      EXPECT_EQ(log[at].kernel, e.name);
+      EXPECT_FALSE(log[at].captured);
+      streams.insert(log[at++].stream);
+    }
+    EXPECT_EQ(streams.size(), std::min(l.entries.size(), cuda::kMaxConcurrentStreams)) << l.name;
+  }
+  EXPECT_EQ(at, log.size());
+
+  // The layers captured from the network's stream, as GpuNetwork::time captures them, into buffers of the test's.
+  const cuda::Api& api = cuda::Driver::get().api();
+  const auto ld = static_cast<size_t>(pkg.n);
+  cuda::DeviceBuffer ping(48 * ld * 4), pong(48 * ld * 4);
+  ping.upload(x.data(), 48 * ld * 4);  // x is [48, pkg.n]: already laid out with the compiled leading dimension
+  pong.fill_u32(0x7fc00000u, 48 * ld);
+  const CUstream stream = net.stream().get();
+  ASSERT_EQ(api.cuStreamBeginCapture_v2(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
+  CUdeviceptr in = ping.get(), out = pong.get();
+  for (size_t li = 0; li < pkg.layers.size(); ++li) {
+    net.launch_layer(li, in, out, static_cast<uint32_t>(pkg.n));
+    std::swap(in, out);
+  }
+  CUgraph graph = nullptr;
+  ASSERT_EQ(api.cuStreamEndCapture(stream, &graph), CUDA_SUCCESS);
+  const auto nodes = emu.graph_nodes(graph);
+  size_t kernels = 0;
+  std::vector<size_t> layer_of;  // per node, in capture order: the layers' entries one after another
+  for (size_t li = 0; li < pkg.layers.size(); ++li) {
+    kernels += pkg.layers[li].entries.size();
+    layer_of.resize(kernels, li);
+  }
+  ASSERT_EQ(nodes.size(), kernels);
+  // reaches[i][j]: node j runs before node i (a path of dependencies from i to j).
+  std::vector<std::vector<char>> reaches(nodes.size(), std::vector<char>(nodes.size(), 0));
+  std::vector<size_t> depth(nodes.size(), 1);  // kernels on the longest chain ending at the node
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    EXPECT_EQ(nodes[i].kind, "kernel");
+    for (size_t d : nodes[i].deps) {
+      ASSERT_LT(d, i);
+      reaches[i][d] = 1;
+      for (size_t j = 0; j < i; ++j) reaches[i][j] |= reaches[d][j];
+      depth[i] = std::max(depth[i], depth[d] + 1);
+    }
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (layer_of[j] == layer_of[i]) {
+        EXPECT_FALSE(reaches[i][j]) << nodes[i].kernel << " waits for " << nodes[j].kernel << " of the same layer";
+      } else if (layer_of[j] + 1 == layer_of[i]) {
+        EXPECT_TRUE(reaches[i][j]) << nodes[i].kernel << " does not wait for " << nodes[j].kernel << " before it";
+      }
+    }
+  }
+  EXPECT_EQ(*std::max_element(depth.begin(), depth.end()), pkg.layers.size()) << "one kernel per layer on a chain";
+
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(api.cuGraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api.cuGraphLaunch(exec, stream), CUDA_SUCCESS);
+  net.stream().synchronize();
+  const int32_t m = pkg.layers.back().m;
+  std::vector<float> all(static_cast<size_t>(m) * ld);
+  ASSERT_EQ(api.cuMemcpyDtoH_v2(all.data(), in, all.size() * 4), CUDA_SUCCESS);
+  EXPECT_LE(max_relative_error(DenseTensor({m, pkg.n}, std::move(all)), want), 1e-5) << "graph replay";
+  EXPECT_EQ(api.cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  EXPECT_EQ(api.cuGraphDestroy(graph), CUDA_SUCCESS);
+
+  // GpuNetwork's own capture (its timed graph) ends joined, and plain launches after it still give the result.
+  const GpuTimings t = net.time(x, 2);
+  EXPECT_EQ(t.layer_ms.size(), 3u);
+  EXPECT_LE(max_relative_error(net.run(x), want), 1e-5);
+}
+
+namespace {
 // Runs the CLI; returns its exit code and puts its stderr in `err`.
+// Points the CLI's caches ($SPARSERT_CACHE_DIR) at a directory for the life of a test.
+struct CacheDir {
+  std::optional<std::string> old;
+  explicit CacheDir(const std::filesystem::path& p) {
+    if (const char* v = std::getenv("SPARSERT_CACHE_DIR")) old = v;
+    ::setenv("SPARSERT_CACHE_DIR", p.c_str(), 1);
+  }
+  ~CacheDir() { old ? ::setenv("SPARSERT_CACHE_DIR", old->c_str(), 1) : ::unsetenv("SPARSERT_CACHE_DIR"); }
+};
+
 int cli(const std::string& args, std::string* err = nullptr) {
   ScratchDir tmp;
   const std::string cmd = fmt::format("'{}' {} >/dev/null 2>'{}'", SPARSERT_CLI, args, (tmp / "err").string());
@@ -375,14 +501,7 @@ TEST(CompileRun, TunedBakedLayerAboveTheCapIsStreamed) {
 TEST(CompileRun, TuneDatabaseCompilePathProducesARunningStreamedPackage) {
   ScratchDir dir;
   // The CLI's caches (kernels, assembled tuning results) go to the scratch directory, not the user's.
-  struct CacheDir {
-    std::optional<std::string> old;
-    explicit CacheDir(const std::filesystem::path& p) {
-      if (const char* v = std::getenv("SPARSERT_CACHE_DIR")) old = v;
-      ::setenv("SPARSERT_CACHE_DIR", p.c_str(), 1);
-    }
-    ~CacheDir() { old ? ::setenv("SPARSERT_CACHE_DIR", old->c_str(), 1) : ::unsetenv("SPARSERT_CACHE_DIR"); }
-  } cache_dir(dir / "cache");
+  const CacheDir cache_dir(dir / "cache");
   const std::string net = write_network(dir).string();
   const std::string db = (dir / "tuning.json").string();
   std::string err;
@@ -411,4 +530,39 @@ TEST(CompileRun, TuneDatabaseCompilePathProducesARunningStreamedPackage) {
   }
   const DenseTensor x = input(48, 20);
   EXPECT_LE(max_relative_error(GpuNetwork(pkg).run(x), reference(layers, x)), 1e-5);
+}
+
+// Without a tuning record, the CLI's compile takes the kernel the static model ranks fastest (or codegen's rules with
+// --tiles heuristic) and records who chose it in the package; both run to the reference.
+TEST(CompileRun, ModelChoosesKernelsWithoutATuningRecord) {
+  ScratchDir dir;
+  const std::string net = write_network(dir).string();
+  const CacheDir cache_dir(dir / "cache");  // the CLI's kernel cache goes to the scratch directory
+  const auto layers = load_network(read_network(net));
+  const DenseTensor x = input(48, 20);
+  for (const char* tiles : {"model", "heuristic"}) {
+    const std::filesystem::path out = dir / tiles;
+    std::string err;
+    ASSERT_EQ(cli(fmt::format("compile {} -o {} --target sm_80,sm_90 --ptx-only --no-tuning-db --tiles {} -q", net,
+                              out.string(), tiles),
+                  &err),
+              0)
+        << err;
+    const Package pkg = load_package(out);
+    for (size_t i = 0; i < pkg.layers.size(); ++i) {
+      const std::string want = std::string(tiles) == "model" ? "model" : pkg.layers[i].kind == "baked" ? "heuristic"
+                                                                                                       : "streamed";
+      EXPECT_EQ(pkg.layers[i].tile_source, want) << tiles << " layer " << i;
+      if (std::string(tiles) == "model") {
+        // The pick is the model's argmin over the tuner's grid for the primary target.
+        const autotune::ModelChoice c = autotune::choose_by_model(
+            layers[i].a, layers[i].desc.n, Epilogue{layers[i].desc.bias, layers[i].desc.activation, layers[i].desc.clamp},
+            codegen::Target::parse("sm_90"));
+        EXPECT_EQ(pkg.layers[i].kind, codegen::to_string(c.candidate.kind)) << i;
+        EXPECT_LE(c.estimate.microseconds, c.default_estimate.microseconds) << i;
+      }
+    }
+    EXPECT_LE(max_relative_error(GpuNetwork(pkg).run(x), reference(layers, x)), 1e-5) << tiles;
+  }
+  EXPECT_NE(cli(fmt::format("compile {} -o {} --tiles fastest -q", net, (dir / "bad").string())), 0);
 }

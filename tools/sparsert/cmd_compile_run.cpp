@@ -24,6 +24,7 @@ struct CompileArgs {
   bool ptx_only = false;
   bool quiet = false;
   bool tune = false;
+  std::string tiles = "model";
   std::string kernel = "auto";
   std::string gc_dir;
   int32_t gc_neurons = 1024, gc_layers = 120, gc_n = 1200;
@@ -81,7 +82,10 @@ Action add_compile(CLI::App& app) {
   sub->add_flag("--tune", args->tune, "Tune (model mode without a GPU) every layer the tuning database lacks first");
   sub->add_option("--tuning-db", args->tuning_db, "Tuning database (default: $SPARSERT_CACHE_DIR/tuning.json or "
                   "~/.cache/sparsert/tuning.json); compile uses its parameters wherever it has an entry");
-  sub->add_flag("--no-tuning-db", args->no_tuning_db, "Ignore the tuning database: the heuristic for every layer");
+  sub->add_flag("--no-tuning-db", args->no_tuning_db, "Ignore the tuning database");
+  sub->add_option("--tiles", args->tiles, "Kernels of layers without a tuning record: model (the static model's "
+                  "fastest estimate over the tuner's grid, analytic counts) or heuristic (codegen's rules)")
+      ->check(CLI::IsMember({"model", "heuristic"}))->default_val("model");
   return [args] {
     SPARSERT_USER_CHECK(!args->network.empty() || !args->gc_dir.empty(), "compile",
                         "give a network description (.json) or --graphchallenge DIR");
@@ -123,6 +127,7 @@ Action add_compile(CLI::App& app) {
       }
       if (db->size() > 0) opt.tiles = database_tile_source(db, toolkit, primary_target(opt.targets));
     }
+    if (args->tiles == "model") opt.tiles = model_tile_source(layers, opt.targets, opt.kernel_kind, opt.tiles);
     const compiler::CompileReport r = compiler::compile_network(layers, args->output, opt);
     for (const auto& l : r.layers) {
       fmt::print("{:<10} {}  {:<8} {}  {} entr{}  emit {:.3f} s  assemble {:.2f} s  registers {}  tile {} ({})\n",

@@ -5,10 +5,12 @@
 #include "sparsert/compiler/cache.hpp"
 #include "sparsert/runtime/file_io.hpp"
 #include "tuning_support.hpp"
+#include "sparsert/autotune/choose.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 
 namespace sparsert::cli {
@@ -72,6 +74,35 @@ compiler::TileSource database_tile_source(std::shared_ptr<const autotune::Tuning
       return std::nullopt;
     }
     return compiler::TunedKernel{rec->kind, rec->tile, rec->stream};
+  };
+}
+
+compiler::TileSource model_tile_source(const std::vector<compiler::LoadedLayer>& layers,
+                                       const std::vector<codegen::Target>& targets,
+                                       std::optional<codegen::KernelKind> forced, compiler::TileSource first) {
+  // Chosen once per layer up front (a fraction of a second each), so every target gets the same answer.
+  auto chosen = std::make_shared<std::map<const compiler::LoadedLayer*, std::optional<compiler::TunedKernel>>>();
+  const codegen::Target primary = primary_target(targets);
+  const autotune::KindSet kinds = forced ? autotune::KindSet{*forced} : autotune::all_kinds();
+  for (const compiler::LoadedLayer& l : layers) {
+    std::optional<compiler::TunedKernel> pick;
+    try {
+      const autotune::ModelChoice c = autotune::choose_by_model(
+          l.a, l.desc.n, Epilogue{l.desc.bias, l.desc.activation, l.desc.clamp}, primary, kinds);
+      for (const codegen::Target& t : targets) autotune::check_candidate(c.candidate, l.a, l.desc.n, t);
+      pick = compiler::TunedKernel{c.candidate.kind, c.candidate.tile, c.candidate.stream, "model"};
+    } catch (const inspector::InvalidTileParams&) {
+      pick.reset();  // no candidate valid for every target: compile's rules
+    }
+    (*chosen)[&l] = pick;
+  }
+  return [chosen, first](const compiler::LoadedLayer& l,
+                         const codegen::Target& target) -> std::optional<compiler::TunedKernel> {
+    if (first) {
+      if (std::optional<compiler::TunedKernel> t = first(l, target)) return t;
+    }
+    const auto it = chosen->find(&l);
+    return it == chosen->end() ? std::nullopt : it->second;
   };
 }
 

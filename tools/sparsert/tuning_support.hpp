@@ -29,4 +29,11 @@ codegen::Target primary_target(const std::vector<codegen::Target>& targets);
 compiler::TileSource database_tile_source(std::shared_ptr<const autotune::TuningDatabase> db,
                                           const std::string& toolkit, const codegen::Target& primary);
 
+// `first` (the database) where it has a record; else the kernel the static model ranks fastest for the primary target
+// (autotune::choose_by_model), the same for every target, or none (codegen's rules) when it is not valid for all of
+// them. `forced`: --kernel, which restricts the kinds the model chooses among.
+compiler::TileSource model_tile_source(const std::vector<compiler::LoadedLayer>& layers,
+                                       const std::vector<codegen::Target>& targets,
+                                       std::optional<codegen::KernelKind> forced, compiler::TileSource first);
+
 }  // namespace sparsert::cli

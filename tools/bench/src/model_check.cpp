@@ -95,6 +95,7 @@ std::vector<ModelGroup> check_tune_report(const json& j, const std::string& file
       pt.label = label;
       pt.n = layer["n"].get<int32_t>();
       pt.measured_us = c["time_us"].get<double>();
+      pt.is_default = c.value("default", false);
       pt.estimate = autotune::estimate_candidate(
           *a, pt.n, Epilogue{}, streamed ? codegen::KernelKind::kStreamed : codegen::KernelKind::kBaked, tile,
           stream, target, regs, o.simulate, version_of(j, stream));

@@ -135,7 +135,9 @@ namespace sparsert::autotune {
 // How the kernels being modelled were built and launched, where that differs from today's (older measurements).
 struct KernelVersion {
   int32_t stream_tile_row_bytes = 0;  // as for stream_shape: 0 today's padded layout, n_tile * 4 for layout 1
-  bool serial_entries = false;        // a baked layer's entries one after another on one stream (kEntryLaunch)
+  // A baked layer's entries one after another on one stream, or side by side; unset: what GpuNetwork does today
+  // (runtime::kEntryLaunch).
+  std::optional<bool> serial_entries;
 };
 
 // One candidate through the model, outside a tuning run: the plan it makes, its instruction counts (analytic, or

@@ -17,6 +17,7 @@ struct TunedKernel {
   codegen::KernelKind kind = codegen::KernelKind::kBaked;
   codegen::TileParams tile;      // baked
   codegen::StreamParams stream;  // streamed
+  std::string source = "tuned";  // reported as the layer's tile_source and recorded in the package: "tuned", "model"
 };
 
 // Where kernels come from: a tuning database, else the documented rules (choose_kernel_kind, the heuristic's tile
@@ -46,7 +47,8 @@ struct LayerTargetReport {
   double assemble_seconds = 0.0;  // summed over entries (CPU time of the assembler)
   int max_registers = 0;
   nlohmann::json tile;
-  std::string tile_source;  // "tuned" (from `tiles`) | "heuristic" (baked) | "streamed" (CompileOptions::stream_params)
+  std::string tile_source;  // TunedKernel::source (from `tiles`: "tuned", "model") | "heuristic" (baked) | "streamed"
+                            // (CompileOptions::stream_params)
   std::string kind;         // "baked" | "streamed"
   std::string kind_reason;
 };

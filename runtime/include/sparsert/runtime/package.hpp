@@ -50,6 +50,9 @@ struct PackageLayer {
   int32_t block_x = 0, block_y = 0, n_tile = 0;
   std::vector<PackageEntry> entries;
   nlohmann::json tile;  // the tile parameters used, for reports
+  // Who chose the kernel: "tuned" (tuning database), "model" (the static model's fastest estimate), "heuristic"
+  // (codegen's rules), "streamed" (compile's stream parameters); empty in packages written before it was recorded.
+  std::string tile_source;
   std::string cache_key;
 };
 

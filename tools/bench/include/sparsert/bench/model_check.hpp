@@ -17,6 +17,7 @@ struct ModelPoint {
   std::string layer;       // the tuned layer or the bench problem
   std::string label;       // the candidate ("baked mb=16 gy=4 nt=64 ..."), or "heuristic" for a bench result
   int32_t n = 0;
+  bool is_default = false;  // compile's choice without tuning when it was measured (a tuning report's baseline)
   double measured_us = 0.0;
   double predicted_us = 0.0;
   autotune::Estimate estimate;

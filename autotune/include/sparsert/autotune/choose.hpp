@@ -1,0 +1,21 @@
+#pragma once
+// The kernel compile builds for a layer no tuning record covers: the candidate of the tuner's grid the static model
+// ranks fastest, from analytic instruction counts only (no ptxsim, no assembler, no GPU), so that it costs a fraction
+// of a second per layer. Where a GPU or time for `sparsert tune` is at hand, the tuner's measured choice replaces it.
+#include "sparsert/autotune/model.hpp"
+#include "sparsert/autotune/space.hpp"
+
+namespace sparsert::autotune {
+
+struct ModelChoice {
+  Candidate candidate;
+  Estimate estimate;          // the winner's
+  Estimate default_estimate;  // default_candidate's (codegen's rules), for reports; zero when it could not be modelled
+  int ranked = 0;             // valid candidates the model ranked
+};
+
+// Throws InvalidTileParams when no candidate of `kinds` is valid for this layer and target.
+ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilogue, const codegen::Target& target,
+                            const KindSet& kinds = all_kinds());
+
+}  // namespace sparsert::autotune

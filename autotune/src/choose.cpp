@@ -1,0 +1,37 @@
+#include "sparsert/autotune/choose.hpp"
+
+#include <limits>
+
+namespace sparsert::autotune {
+
+ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilogue, const codegen::Target& target,
+                            const KindSet& kinds) {
+  ModelChoice best;
+  double best_us = std::numeric_limits<double>::infinity();
+  auto model = [&](const Candidate& c) -> std::optional<Estimate> {
+    try {
+      return estimate_candidate(a, n, epilogue, c.kind, c.tile, c.stream, target, std::nullopt, false);
+    } catch (const inspector::InvalidTileParams&) {
+      return std::nullopt;  // e.g. occupancy: not even one block fits
+    }
+  };
+  for (const Candidate& c : enumerate_candidates(a, n, target, kinds)) {
+    if (!c.valid()) continue;
+    const std::optional<Estimate> e = model(c);
+    if (!e) continue;
+    ++best.ranked;
+    if (c.is_default) best.default_estimate = *e;
+    // Ties keep the earlier candidate: the grid lists smaller code first.
+    if (e->microseconds < best_us) {
+      best_us = e->microseconds;
+      best.candidate = c;
+      best.estimate = *e;
+    }
+  }
+  if (best.ranked == 0) {
+    throw inspector::InvalidTileParams("kernel", "no candidate of the tuner's grid is valid for this layer and target");
+  }
+  return best;
+}
+
+}  // namespace sparsert::autotune
