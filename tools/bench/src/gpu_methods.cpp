@@ -1,6 +1,7 @@
 // The GPU method set: sparsert's generated kernels against cuBLAS (dense) and cuSPARSE (sparse). cuBLAS and cuSPARSE
 // are loaded with dlopen, like the driver, and only the few entry points used here are declared, so sparsert builds
 // without the toolkit and runs where either library is missing (that baseline is then reported unavailable).
+#include "sparsert/autotune/choose.hpp"
 #include "sparsert/bench/bench.hpp"
 #include "sparsert/bench/vendor_abi.hpp"
 #include "sparsert/runtime/driver.hpp"
@@ -388,12 +389,22 @@ class SparsertGpu final : public GpuMethod {
     compiler::CompileOptions o;
     o.targets = {target_};
     o.progress = false;
+    // What `sparsert compile` builds without a tuning record: the kernel the static model ranks fastest.
+    try {
+      const autotune::ModelChoice c = autotune::choose_by_model(p.a, p.n, Epilogue{}, target_);
+      const compiler::TunedKernel pick{c.candidate.kind, c.candidate.tile, c.candidate.stream, "model"};
+      o.tiles = [pick](const compiler::LoadedLayer&, const codegen::Target&) { return pick; };
+    } catch (const inspector::InvalidTileParams&) {
+      o.tiles = nullptr;  // nothing in the grid fits: compile's rules
+    }
     std::filesystem::create_directories(scratch_);
     dir_ = scratch_ / fmt::format("pkg-{}", counter_++);
     const compiler::CompileReport r = compiler::compile_network({layer}, dir_, o);
+    // "sm_90 baked tile {...} (model)" or "sm_90 streamed stream {...} (model)": check-model rebuilds it from this.
     detail_ = r.layers.empty() ? std::string{}
-                               : fmt::format("{} tile {} ({})", target_.name(), r.layers[0].tile.dump(),
-                                             r.layers[0].tile_source);
+                               : fmt::format("{} {} {} {} ({})", target_.name(), r.layers[0].kind,
+                                             r.layers[0].kind == "streamed" ? "stream" : "tile",
+                                             r.layers[0].tile.dump(), r.layers[0].tile_source);
     net_ = std::make_unique<GpuNetwork>(load_package(dir_));
     b_ = &b;
   }

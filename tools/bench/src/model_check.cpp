@@ -109,15 +109,29 @@ std::vector<ModelGroup> check_tune_report(const json& j, const std::string& file
   return out;
 }
 
-// The tile a bench result names in its detail: "sm_90 tile {...} (heuristic)".
-std::optional<codegen::TileParams> tile_in_detail(const std::string& detail, const std::string& where) {
-  const size_t at = detail.find("tile {");
+// The kernel a bench result names in its detail: "sm_90 tile {...} (heuristic)" (older files, always baked),
+// "sm_90 baked tile {...} (model)" or "sm_90 streamed stream {...} (model)".
+struct DetailKernel {
+  codegen::KernelKind kind = codegen::KernelKind::kBaked;
+  codegen::TileParams tile;
+  codegen::StreamParams stream;
+};
+std::optional<DetailKernel> kernel_in_detail(const std::string& detail, const std::string& where) {
+  const bool streamed = detail.find("stream {") != std::string::npos;
+  const size_t at = detail.find(streamed ? "stream {" : "tile {");
   if (at == std::string::npos) return std::nullopt;
-  const size_t open = at + 5, close = detail.find('}', open);
+  const size_t open = detail.find('{', at), close = detail.find('}', open);
   if (close == std::string::npos) return std::nullopt;
   const json t = json::parse(detail.substr(open, close - open + 1), nullptr, false);
-  if (t.is_discarded()) throw_user_error(where, "the tile in field 'detail' is not JSON");
-  return autotune::tile_from_json(t, where);
+  if (t.is_discarded()) throw_user_error(where, "the parameters in field 'detail' are not JSON");
+  DetailKernel k;
+  if (streamed) {
+    k.kind = codegen::KernelKind::kStreamed;
+    k.stream = autotune::stream_from_json(t, where);
+  } else {
+    k.tile = autotune::tile_from_json(t, where);
+  }
+  return k;
 }
 
 std::vector<ModelGroup> check_bench(const json& j, const std::string& file, const ModelCheckOptions& o) {
@@ -137,8 +151,8 @@ std::vector<ModelGroup> check_bench(const json& j, const std::string& file, cons
     if (!p.contains("results") || !p["results"].contains(subject)) continue;
     const json& r = p["results"][subject];
     if (!r.value("verified", false) || !r.contains("median_ms")) continue;
-    const auto tile = tile_in_detail(r.value("detail", ""), where);
-    if (!tile) continue;  // a streamed layer: bench results name no stream parameters
+    const auto kernel = kernel_in_detail(r.value("detail", ""), where);
+    if (!kernel) continue;  // no parameters recorded
     const std::string family = p.value("family", "");
     const auto it = std::find_if(problems.begin(), problems.end(),
                                  [&](const Problem& q) { return q.name == name && q.family == family; });
@@ -148,12 +162,15 @@ std::vector<ModelGroup> check_bench(const json& j, const std::string& file, cons
                         p.value("nnz", int64_t{-1}), p.value("n", -1), it->a.nnz(), it->n);
     ModelPoint pt;
     pt.layer = name;
-    pt.label = "heuristic " + autotune::describe(*tile);
+    autotune::Candidate c;
+    c.kind = kernel->kind;
+    c.tile = kernel->tile;
+    c.stream = kernel->stream;
+    pt.label = autotune::describe(c);
     pt.n = it->n;
     pt.measured_us = r["median_ms"].get<double>() * 1e3;
-    pt.estimate = autotune::estimate_candidate(it->a, it->n, Epilogue{}, codegen::KernelKind::kBaked, *tile,
-                                               codegen::StreamParams{}, target_of(j, file), std::nullopt, o.simulate,
-                                               version_of(j, codegen::StreamParams{}));
+    pt.estimate = autotune::estimate_candidate(it->a, it->n, Epilogue{}, c.kind, c.tile, c.stream, target_of(j, file),
+                                               std::nullopt, o.simulate, version_of(j, c.stream));
     pt.predicted_us = pt.estimate.microseconds;
     g.points.push_back(std::move(pt));
   }
