@@ -188,7 +188,8 @@ std::vector<Candidate> streamed_grid(int32_t n) {
     c.stream.stage_rows = std::min(c.stream.stage_rows, kStreamTileFloats / c.stream.n_tile);
     grid.push_back(c);
   };
-  for (int32_t rpb : {128, 256})
+  // 32 and 64 rows per block give small layers (and N = 1) enough blocks to spread over the SMs.
+  for (int32_t rpb : {32, 64, 128, 256})
     for (Shape s : {Shape{32, 16}, Shape{32, 8}, Shape{64, 16}}) {
       codegen::StreamParams p;
       p.rows_per_block = rpb;

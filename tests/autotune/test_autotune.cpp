@@ -235,8 +235,11 @@ TEST(Space, StreamedCandidatesAreEnumeratedWithTypedRejections) {
   const TuneLayer l = small_layer("l", 3, 300, 200, 64);
   const codegen::Target t = codegen::Target::parse("sm_90");
   const std::vector<Candidate> st = streamed_of(enumerate_candidates(l.a, l.n, t));
-  // rows per block {128, 256} x {(32,16), (32,8), (64,16)}; StreamParams' defaults are one of them.
-  EXPECT_EQ(st.size(), 6u);
+  // rows per block {32, 64, 128, 256} x {(32,16), (32,8), (64,16)}; StreamParams' defaults are one of them.
+  EXPECT_EQ(st.size(), 12u);
+  const Candidate* small = find_stream(st, 32, 32, 8);
+  ASSERT_NE(small, nullptr);
+  EXPECT_TRUE(small->valid()) << small->rejected_reason;
   const Candidate* def = find_stream(st, 256, 32, 16);
   ASSERT_NE(def, nullptr);
   EXPECT_TRUE(def->valid());
@@ -290,7 +293,7 @@ TEST(Space, StreamedTilesAreCappedAtNAndKindsCanBeRestricted) {
     EXPECT_EQ(c.stream.cols_per_thread, 8) << describe(c);
   }
   EXPECT_EQ(defaults, 1);
-  EXPECT_EQ(cands.size(), 3u);  // rows per block 128 and 256 with 8 columns of 8 (duplicates dropped), the default
+  EXPECT_EQ(cands.size(), 5u);  // rows per block 32-256 with 8 columns of 8 (duplicates dropped), the default
 }
 
 TEST(Space, LayerAboveThePerLayerCapIsNotTunedBaked) {

@@ -38,7 +38,7 @@ Candidate default_candidate(const CsrMatrix& a, int32_t n, const codegen::Target
 // The grid (docs/autotune.md). Baked: rows per block {16, 32, 64, 128} × gy {1, 2, 4, 8} × (n_tile,
 // cols_per_thread) {(32,1), (64,1), (64,2), (128,2), (128,4)} with immediates, nonzero balance and no reordering;
 // then every combination of weights {imm, const} × balance {nnz, rows} × reorder {off, on} around the middle of the
-// grid (rows per block {32, 64} × gy {2, 4} × {(64,1), (128,2)}). Streamed: rows per block {128, 256} × (n_tile,
+// grid (rows per block {32, 64} × gy {2, 4} × {(64,1), (128,2)}). Streamed: rows per block {32, 64, 128, 256} × (n_tile,
 // cols_per_thread) {(32,16), (32,8), (64,16)}, 256 staged rows (128 for the 64-column tile, which would not fit the
 // static shared memory with 256), unroll 2, plus StreamParams' defaults. Then the
 // default. n_tile is capped at N (baked: rounded up to cols_per_thread; streamed: to a power of two, and
