@@ -5,6 +5,7 @@
 #include "sparsert/codegen/spmm.hpp"
 #include "sparsert/codegen/stream_spmm.hpp"
 #include "sparsert/inspector/plan.hpp"
+#include "sparsert/runtime/concurrent_launch.hpp"
 #include "sparsert/runtime/driver.hpp"
 #include "sparsert/runtime/file_io.hpp"
 #include "sparsert/runtime/sha256.hpp"
@@ -481,6 +482,7 @@ struct GpuBench {
   const TuneLayer& layer;
   int repeats;
   cuda::Stream stream;
+  cuda::ConcurrentLauncher side;  // a baked candidate's entries side by side, as GpuNetwork launches them
   cuda::DeviceBuffer db, dc;
   DenseTensor b, want;
 
@@ -515,6 +517,13 @@ struct GpuBench {
       for (const cuda::DeviceBuffer& a : arrays) array_ptrs.push_back(a.get());
       for (CUdeviceptr& a : array_ptrs) params.push_back(&a);
     }
+    std::vector<cuda::KernelLaunch> entries;  // a baked candidate's
+    for (size_t e = 0; !built.stream && e < built.kernel.entries.size(); ++e) {
+      const codegen::SpmmKernel& k = built.kernel;
+      entries.push_back({fns[e], k.entries[e].name, static_cast<unsigned>(k.grid_x(layer.n)),
+                         static_cast<unsigned>(k.entries[e].block_end - k.entries[e].block_begin),
+                         static_cast<unsigned>(k.block_x), static_cast<unsigned>(k.block_y), params.data()});
+    }
     auto launch_all = [&] {
       if (built.stream) {
         const codegen::StreamKernel& k = *built.stream;
@@ -523,12 +532,7 @@ struct GpuBench {
                      static_cast<unsigned>(codegen::stream_block_y(k.params)), stream, params.data());
         return;
       }
-      const codegen::SpmmKernel& k = built.kernel;
-      for (size_t e = 0; e < k.entries.size(); ++e) {
-        cuda::launch(fns[e], k.entries[e].name, static_cast<unsigned>(k.grid_x(layer.n)),
-                     static_cast<unsigned>(k.entries[e].block_end - k.entries[e].block_begin),
-                     static_cast<unsigned>(k.block_x), static_cast<unsigned>(k.block_y), stream, params.data());
-      }
+      side.launch(stream, entries);
     };
     verify(launch_all, verified);
     return median_time(launch_all);

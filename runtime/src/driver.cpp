@@ -304,9 +304,14 @@ Stream::~Stream() {
 void Stream::synchronize() const {
   Driver::get().check(Driver::get().api().cuStreamSynchronize(s_), "cuStreamSynchronize");
 }
+void Stream::wait(const Event& e) const {
+  Driver::get().check(Driver::get().api().cuStreamWaitEvent(s_, e.get(), CU_EVENT_WAIT_DEFAULT), "cuStreamWaitEvent");
+}
 
-Event::Event() : ctx_(current_context("cuEventCreate")) {
-  Driver::get().check(Driver::get().api().cuEventCreate(&e_, CU_EVENT_DEFAULT), "cuEventCreate");
+Event::Event() : Event(CU_EVENT_DEFAULT) {}
+Event::Event(unsigned flags) : ctx_(current_context("cuEventCreate")) {
+  Driver::get().check(Driver::get().api().cuEventCreate(&e_, flags), "cuEventCreate",
+                      fmt::format("flags {:#x}", flags));
 }
 Event::~Event() {
   if (!e_) return;
@@ -353,7 +358,7 @@ CUfunction Module::function(const std::string& name) const {
   return f;
 }
 
-void launch(CUfunction f, const std::string& kernel, unsigned gx, unsigned gy, unsigned bx, unsigned by,
+void launch(CUfunction f, std::string_view kernel, unsigned gx, unsigned gy, unsigned bx, unsigned by,
             const Stream& stream, void** params, unsigned shared_bytes) {
   const CUresult r = Driver::get().api().cuLaunchKernel(f, gx, gy, 1, bx, by, 1, shared_bytes, stream.get(), params,
                                                         nullptr);

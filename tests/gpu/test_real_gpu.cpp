@@ -1,10 +1,12 @@
 // The runtime path on a real GPU: compile a network to cubins for the device, run it through the driver, compare with
 // the reference; and the Graph Challenge executor on the official data. SKIPPED where no driver or device is found.
+#include "sparsert/codegen/heuristic.hpp"
 #include "sparsert/compiler/compile.hpp"
 #include "sparsert/compiler/graphchallenge_gpu.hpp"
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/inspector/generate.hpp"
 #include "sparsert/inspector/graphchallenge.hpp"
+#include "sparsert/runtime/concurrent_launch.hpp"
 #include "sparsert/runtime/driver.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
 #include "test_support.hpp"
@@ -55,6 +57,74 @@ TEST(RealGpu, CompiledNetworkMatchesTheReference) {
   }
   const GpuTimings t = net.time(DenseTensor({512, 256}, std::vector<float>(x.begin(), x.end())), 20);
   std::printf("4 layers 512x512 at 90%%, N = 256: %.4f ms per network (graph replay)\n", t.total_ms);
+}
+
+// Layers split into more entries than there are streams (max_fmas_per_entry made small), launched side by side on
+// streams forked from the network's and joined back: plain launches, and a replay of the layers captured from the
+// network's stream (fork and join in a real capture), give the reference result.
+TEST(RealGpu, ManyEntryLayersRunSideBySideInPlainLaunchesAndGraphReplay) {
+  REQUIRE_GPU();
+  const cuda::DeviceInfo dev = cuda::device_info(0);
+  testing::ScratchDir dir;
+  std::vector<compiler::LoadedLayer> layers;
+  for (int i = 0; i < 3; ++i) {
+    CsrMatrix a = inspector::generate_pruned_gaussian(512, 512, 0.9, 200 + i);
+    for (float& v : a.values) v *= 0.1f;
+    compiler::LayerDesc d;
+    d.name = fmt::format("l{}", i);
+    d.bias = {0.01f};
+    d.activation = Activation::kRelu;
+    d.n = 64;
+    layers.push_back({d, std::move(a)});
+  }
+  compiler::CompileOptions opt;
+  opt.targets = {compiler::target_for_device(dev.sm())};
+  opt.progress = false;
+  opt.cache_dir = dir / "cache";
+  opt.tiles = [](const compiler::LoadedLayer& l, const codegen::Target& t) {
+    compiler::TunedKernel k;
+    k.kind = codegen::KernelKind::kBaked;
+    k.tile = codegen::default_tile_params(l.a, l.desc.n, t);
+    k.tile.plan.m_blocks = 16;
+    k.tile.max_fmas_per_entry = 1;  // one block per entry: 16 entries, two per stream
+    return std::optional<compiler::TunedKernel>(k);
+  };
+  compiler::compile_network(layers, dir / "pkg", opt);
+  const Package pkg = load_package(dir / "pkg");
+  for (const PackageLayer& l : pkg.layers) ASSERT_GT(l.entries.size(), cuda::kMaxConcurrentStreams) << l.name;
+  GpuNetwork net(pkg);
+  std::vector<float> x(512 * 64);
+  inspector::fill_values(x, {inspector::ValueFill::Distribution::kUniform, 2, 1.0f});
+  const DenseTensor in({512, 64}, x);
+  DenseTensor want = in;
+  for (const auto& l : layers) want = reference_spmm(l.a, want, {l.desc.bias, l.desc.activation, l.desc.clamp});
+  EXPECT_LE(max_relative_error(net.run(in), want), 1e-5) << "plain launches";
+
+  const cuda::Api& api = cuda::Driver::get().api();
+  cuda::DeviceBuffer ping(512 * 64 * 4), pong(512 * 64 * 4);
+  ping.upload(x.data(), x.size() * 4);
+  pong.fill_u32(0x7fc00000u, 512 * 64);
+  const CUstream s = net.stream().get();
+  ASSERT_EQ(api.cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
+  CUdeviceptr a = ping.get(), b = pong.get();
+  for (size_t li = 0; li < pkg.layers.size(); ++li) {
+    net.launch_layer(li, a, b, 64);
+    std::swap(a, b);
+  }
+  CUgraph graph = nullptr;
+  ASSERT_EQ(api.cuStreamEndCapture(s, &graph), CUDA_SUCCESS);
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(api.cuGraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api.cuGraphLaunch(exec, s), CUDA_SUCCESS);
+  net.stream().synchronize();
+  std::vector<float> got(512 * 64);
+  ASSERT_EQ(api.cuMemcpyDtoH_v2(got.data(), a, got.size() * 4), CUDA_SUCCESS);
+  EXPECT_LE(max_relative_error(DenseTensor({512, 64}, std::move(got)), want), 1e-5) << "graph replay";
+  EXPECT_EQ(api.cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  EXPECT_EQ(api.cuGraphDestroy(graph), CUDA_SUCCESS);
+  const GpuTimings t = net.time(in, 20);
+  std::printf("3 layers 512x512 at 90%%, %zu entries each, N = 64: %.4f ms per network (graph replay)\n",
+              pkg.layers[0].entries.size(), t.total_ms);
 }
 
 TEST(RealGpu, GraphChallengeOfficialNetwork) {

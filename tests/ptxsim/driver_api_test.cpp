@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +26,7 @@ struct Driver {
   const char* (*last_message)() = nullptr;
   int (*teardown_failures)(char* out, size_t size) = nullptr;  // emulator only, as the two below
   void (*clear_teardown_failures)() = nullptr;
+  int (*graph_nodes)(CUgraph graph, char* out, size_t size) = nullptr;
 
   Driver() {
     const char* path = std::getenv("SPARSERT_LIBCUDA");
@@ -48,6 +50,8 @@ struct Driver {
     if (emulated && (!teardown_failures || !clear_teardown_failures)) {
       ADD_FAILURE() << path << " does not export the teardown-failure queries";
     }
+    graph_nodes = reinterpret_cast<int (*)(CUgraph, char*, size_t)>(dlsym(handle, "sparsertEmuGetGraphNodes"));
+    if (emulated && !graph_nodes) ADD_FAILURE() << path << " does not export sparsertEmuGetGraphNodes";
   }
 };
 
@@ -266,6 +270,252 @@ TEST_F(DriverApi, GraphCaptureAndReplay) {
   CU_OK(drv().cuModuleUnload(mod));
 }
 
+namespace {
+// The nodes of a captured graph as the emulator lists them: per node, its kind and the nodes it depends on.
+struct GraphNode {
+  std::string kind;
+  std::vector<size_t> deps;
+};
+std::vector<GraphNode> graph_nodes(CUgraph g) {
+  std::vector<GraphNode> out;
+  if (!drv().graph_nodes) return out;
+  std::vector<char> text(1 << 16);
+  const int n = drv().graph_nodes(g, text.data(), text.size());
+  std::istringstream in(text.data());
+  size_t index;
+  std::string kind, name, word, deps;
+  unsigned stream;
+  while (in >> index >> kind >> name >> word >> stream >> word >> deps) {
+    GraphNode node{kind, {}};
+    std::istringstream d(deps == "-" ? "" : deps);
+    for (std::string item; std::getline(d, item, ',');) node.deps.push_back(std::stoul(item));
+    out.push_back(node);
+  }
+  EXPECT_EQ(static_cast<int>(out.size()), n);
+  return out;
+}
+
+unsigned float_bits(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+}  // namespace
+
+// Cross-stream capture (CUDA Programming Guide, "Cross-stream Dependencies and Events"): an event recorded on the
+// capturing stream and waited on by another stream forks it into the capture; an event recorded there and waited on
+// by the origin joins it back. The graph holds the two branches side by side, and replays them before the join.
+TEST_F(DriverApi, CrossStreamCaptureForksAndJoins) {
+  const std::string ptx = read_kernel("vadd.ptx");
+  CUmodule mod;
+  CU_OK(drv().cuModuleLoadData(&mod, ptx.c_str()));
+  CUfunction f;
+  CU_OK(drv().cuModuleGetFunction(&f, mod, "vadd"));
+  const unsigned n = 256;
+  CUdeviceptr x, y, p, q, r;
+  for (CUdeviceptr* d : {&x, &y, &p, &q, &r}) CU_OK(drv().cuMemAlloc_v2(d, n * 4));
+  std::vector<float> host(n, 0.f);
+  CUstream s0, s1;
+  CU_OK(drv().cuStreamCreate(&s0, CU_STREAM_NON_BLOCKING));
+  CU_OK(drv().cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+  CUevent fork, join;
+  CU_OK(drv().cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING));
+  CU_OK(drv().cuEventCreate(&join, CU_EVENT_DISABLE_TIMING));
+  unsigned nn = n;
+  void* p_params[] = {&x, &x, &p, &nn};  // p = x + 2.5 x = 3.5
+  void* q_params[] = {&x, &y, &q, &nn};  // q = x + 2.5 y = 6
+  void* r_params[] = {&p, &q, &r, &nn};  // r = p + 2.5 q = 18.5
+
+  CU_OK(drv().cuStreamBeginCapture_v2(s0, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  CU_OK(drv().cuMemsetD32Async(x, float_bits(1.f), n, s0));  // node 0
+  CU_OK(drv().cuEventRecord(fork, s0));
+  CU_OK(drv().cuStreamWaitEvent(s1, fork, CU_EVENT_WAIT_DEFAULT));
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CU_OK(drv().cuStreamIsCapturing(s1, &status));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE) << "waiting on a captured event joins the capture";
+  CU_OK(drv().cuLaunchKernel(f, 1, 1, 1, n, 1, 1, 0, s0, p_params, nullptr));  // node 1
+  CU_OK(drv().cuMemsetD32Async(y, float_bits(2.f), n, s1));                   // node 2
+  CU_OK(drv().cuLaunchKernel(f, 1, 1, 1, n, 1, 1, 0, s1, q_params, nullptr));  // node 3
+  CU_OK(drv().cuEventRecord(join, s1));
+  CU_OK(drv().cuStreamWaitEvent(s0, join, CU_EVENT_WAIT_DEFAULT));
+  CU_OK(drv().cuLaunchKernel(f, 1, 1, 1, n, 1, 1, 0, s0, r_params, nullptr));  // node 4
+  CU_OK(drv().cuMemcpyDtoHAsync_v2(host.data(), r, n * 4, s0));                // node 5
+  CUgraph g = nullptr;
+  CU_OK(drv().cuStreamEndCapture(s0, &g));
+  ASSERT_NE(g, nullptr);
+  CU_OK(drv().cuStreamIsCapturing(s1, &status));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE) << "the end of the capture ends it on every joined stream";
+  if (drv().emulated) {
+    const std::vector<GraphNode> nodes = graph_nodes(g);
+    ASSERT_EQ(nodes.size(), 6u);
+    EXPECT_EQ(nodes[0].kind, "memset32");
+    EXPECT_EQ(nodes[1].deps, std::vector<size_t>{0});
+    EXPECT_EQ(nodes[2].deps, std::vector<size_t>{0});  // the fork: after the memset, not after node 1
+    EXPECT_EQ(nodes[3].deps, std::vector<size_t>{2});
+    EXPECT_EQ(nodes[4].deps, (std::vector<size_t>{1, 3}));  // the join
+    EXPECT_EQ(nodes[5].kind, "memcpyDtoH");
+    EXPECT_EQ(nodes[5].deps, std::vector<size_t>{4});
+    for (float v : host) ASSERT_EQ(v, 0.f) << "nothing ran during capture";
+  }
+  CUgraphExec ge;
+  CU_OK(drv().cuGraphInstantiateWithFlags(&ge, g, 0));
+  for (int replay = 0; replay < 2; ++replay) {
+    std::fill(host.begin(), host.end(), 0.f);
+    CU_OK(drv().cuMemsetD32_v2(p, 0u, n));
+    CU_OK(drv().cuMemsetD32_v2(q, 0u, n));
+    CU_OK(drv().cuGraphLaunch(ge, s0));
+    CU_OK(drv().cuStreamSynchronize(s0));
+    for (unsigned i = 0; i < n; ++i) ASSERT_EQ(host[i], 18.5f) << "replay " << replay << ", element " << i;
+  }
+  // Outside capture the same fork and join order plain launches.
+  CU_OK(drv().cuEventRecord(fork, s0));
+  CU_OK(drv().cuStreamWaitEvent(s1, fork, 0));
+  CU_OK(drv().cuLaunchKernel(f, 1, 1, 1, n, 1, 1, 0, s1, q_params, nullptr));
+  CU_OK(drv().cuEventRecord(join, s1));
+  CU_OK(drv().cuStreamWaitEvent(s0, join, 0));
+  CU_OK(drv().cuStreamSynchronize(s0));
+  CU_OK(drv().cuGraphExecDestroy(ge));
+  CU_OK(drv().cuGraphDestroy(g));
+  CU_OK(drv().cuEventDestroy_v2(fork));
+  CU_OK(drv().cuEventDestroy_v2(join));
+  CU_OK(drv().cuStreamDestroy_v2(s0));
+  CU_OK(drv().cuStreamDestroy_v2(s1));
+  for (CUdeviceptr d : {x, y, p, q, r}) CU_OK(drv().cuMemFree_v2(d));
+  CU_OK(drv().cuModuleUnload(mod));
+}
+
+// A stream forked into a capture and not joined back fails the capture's end, which still takes both streams out of
+// capture.
+TEST_F(DriverApi, UnjoinedForkFailsEndCapture) {
+  const std::string ptx = read_kernel("vadd.ptx");
+  CUmodule mod;
+  CU_OK(drv().cuModuleLoadData(&mod, ptx.c_str()));
+  CUfunction f;
+  CU_OK(drv().cuModuleGetFunction(&f, mod, "vadd"));
+  const unsigned n = 64;
+  CUdeviceptr a;
+  CU_OK(drv().cuMemAlloc_v2(&a, n * 4));
+  CU_OK(drv().cuMemsetD32_v2(a, 0u, n));
+  unsigned nn = n;
+  void* params[] = {&a, &a, &a, &nn};
+  CUstream s0, s1;
+  CU_OK(drv().cuStreamCreate(&s0, CU_STREAM_NON_BLOCKING));
+  CU_OK(drv().cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+  CUevent fork;
+  CU_OK(drv().cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING));
+  CU_OK(drv().cuStreamBeginCapture_v2(s0, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  CU_OK(drv().cuLaunchKernel(f, 1, 1, 1, n, 1, 1, 0, s0, params, nullptr));
+  CU_OK(drv().cuEventRecord(fork, s0));
+  CU_OK(drv().cuStreamWaitEvent(s1, fork, 0));
+  CU_OK(drv().cuLaunchKernel(f, 1, 1, 1, n, 1, 1, 0, s1, params, nullptr));  // never joined back to s0
+  CUgraph g = reinterpret_cast<CUgraph>(1);
+  EXPECT_EQ(drv().cuStreamEndCapture(s0, &g), CUDA_ERROR_STREAM_CAPTURE_UNJOINED);
+  EXPECT_EQ(g, nullptr);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  CU_OK(drv().cuStreamIsCapturing(s0, &status));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE);
+  CU_OK(drv().cuStreamIsCapturing(s1, &status));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE);
+  if (drv().emulated) {
+    const std::string msg = drv().last_message();
+    EXPECT_NE(msg.find("not joined back"), std::string::npos) << msg;
+    // Only the origin stream ends a capture; asked on a joined stream, the capture is refused and invalidated.
+    CU_OK(drv().cuStreamBeginCapture_v2(s0, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CU_OK(drv().cuEventRecord(fork, s0));
+    CU_OK(drv().cuStreamWaitEvent(s1, fork, 0));
+    EXPECT_EQ(drv().cuStreamEndCapture(s1, &g), CUDA_ERROR_STREAM_CAPTURE_UNMATCHED);
+    CU_OK(drv().cuStreamIsCapturing(s0, &status));
+    EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+    EXPECT_EQ(drv().cuStreamEndCapture(s0, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    EXPECT_EQ(g, nullptr);
+  }
+  // Out of capture, both streams run work again.
+  CU_OK(drv().cuLaunchKernel(f, 1, 1, 1, n, 1, 1, 0, s1, params, nullptr));
+  CU_OK(drv().cuStreamSynchronize(s1));
+  CU_OK(drv().cuEventDestroy_v2(fork));
+  CU_OK(drv().cuStreamDestroy_v2(s0));
+  CU_OK(drv().cuStreamDestroy_v2(s1));
+  CU_OK(drv().cuMemFree_v2(a));
+  CU_OK(drv().cuModuleUnload(mod));
+}
+
+// What a wait may not do during capture (the Programming Guide's "Prohibited and Unhandled Operations"), with the
+// codes the emulator returns; each invalid operation invalidates the capture it touches.
+TEST_F(DriverApi, StreamWaitEventRules) {
+  CUstream s0, s1;
+  CU_OK(drv().cuStreamCreate(&s0, CU_STREAM_NON_BLOCKING));
+  CU_OK(drv().cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+  CUevent plain, captured;
+  CU_OK(drv().cuEventCreate(&plain, CU_EVENT_DISABLE_TIMING));
+  CU_OK(drv().cuEventCreate(&captured, CU_EVENT_DISABLE_TIMING));
+  // Outside capture: any recorded event, or one never recorded, may be waited on.
+  CU_OK(drv().cuEventRecord(plain, s0));
+  CU_OK(drv().cuStreamWaitEvent(s1, plain, 0));
+  CU_OK(drv().cuStreamWaitEvent(s1, captured, 0));
+  EXPECT_EQ(drv().cuStreamWaitEvent(s1, plain, 4), CUDA_ERROR_INVALID_VALUE);  // not a CUevent_wait_flags value
+  EXPECT_EQ(drv().cuStreamWaitEvent(s1, plain, CU_EVENT_WAIT_EXTERNAL), CUDA_ERROR_INVALID_VALUE)
+      << "CU_EVENT_WAIT_EXTERNAL is for capture only";
+  CUgraph g = nullptr;
+  CUstreamCaptureStatus status;
+  if (drv().emulated) {
+    // Stale handles are recognised by the emulator; the real driver's behaviour there is undefined.
+    CUevent gone;
+    CU_OK(drv().cuEventCreate(&gone, 0));
+    CU_OK(drv().cuEventDestroy_v2(gone));
+    EXPECT_EQ(drv().cuStreamWaitEvent(s1, gone, 0), CUDA_ERROR_INVALID_HANDLE);
+    CUstream dead;
+    CU_OK(drv().cuStreamCreate(&dead, 0));
+    CU_OK(drv().cuStreamDestroy_v2(dead));
+    EXPECT_EQ(drv().cuStreamWaitEvent(dead, plain, 0), CUDA_ERROR_INVALID_HANDLE);
+
+    // A capturing stream waits on an event recorded outside capture: a dependency across the capture's boundary.
+    CU_OK(drv().cuStreamBeginCapture_v2(s0, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    EXPECT_EQ(drv().cuStreamWaitEvent(s0, plain, 0), CUDA_ERROR_STREAM_CAPTURE_ISOLATION);
+    CU_OK(drv().cuStreamIsCapturing(s0, &status));
+    EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+    EXPECT_EQ(drv().cuEventRecord(captured, s0), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    EXPECT_EQ(drv().cuStreamEndCapture(s0, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    EXPECT_EQ(g, nullptr);
+
+    // Two captures: a stream of one waits on an event of the other, which would merge them.
+    CU_OK(drv().cuStreamBeginCapture_v2(s0, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CU_OK(drv().cuStreamBeginCapture_v2(s1, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CU_OK(drv().cuEventRecord(captured, s0));
+    EXPECT_EQ(drv().cuStreamWaitEvent(s1, captured, 0), CUDA_ERROR_STREAM_CAPTURE_MERGE);
+    EXPECT_EQ(drv().cuStreamEndCapture(s1, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    EXPECT_EQ(drv().cuStreamEndCapture(s0, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+
+    // A captured event stands for graph nodes, not for work: it cannot be synchronized with, and once its capture
+    // ended it cannot be waited on until it is recorded again outside capture.
+    CU_OK(drv().cuStreamBeginCapture_v2(s0, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CU_OK(drv().cuEventRecord(captured, s0));
+    CU_OK(drv().cuStreamEndCapture(s0, &g));
+    EXPECT_EQ(drv().cuEventSynchronize(captured), CUDA_ERROR_CAPTURED_EVENT);
+    EXPECT_EQ(drv().cuStreamWaitEvent(s1, captured, 0), CUDA_ERROR_CAPTURED_EVENT);
+    CU_OK(drv().cuEventRecord(captured, s0));
+    CU_OK(drv().cuStreamWaitEvent(s1, captured, 0));
+    CU_OK(drv().cuGraphDestroy(g));
+
+    // The NULL stream cannot join a capture.
+    CU_OK(drv().cuStreamBeginCapture_v2(s0, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CU_OK(drv().cuEventRecord(captured, s0));
+    EXPECT_EQ(drv().cuStreamWaitEvent(nullptr, captured, 0), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    EXPECT_EQ(drv().cuStreamEndCapture(s0, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+
+    // In the emulator, a stream that joins a capture and submits nothing has nothing to join back.
+    CU_OK(drv().cuStreamBeginCapture_v2(s0, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CU_OK(drv().cuEventRecord(captured, s0));
+    CU_OK(drv().cuStreamWaitEvent(s1, captured, 0));
+    CU_OK(drv().cuStreamEndCapture(s0, &g));
+    CU_OK(drv().cuGraphDestroy(g));
+  }
+  CU_OK(drv().cuEventRecord(captured, s0));  // a plain event again
+  CU_OK(drv().cuEventDestroy_v2(plain));
+  CU_OK(drv().cuEventDestroy_v2(captured));
+  CU_OK(drv().cuStreamDestroy_v2(s0));
+  CU_OK(drv().cuStreamDestroy_v2(s1));
+}
+
 // The teardown failures the emulator recorded, one "CALL: CUDA_ERROR_NAME" line each.
 // (An emulator without the queries fails the test instead of crashing it.)
 std::string teardown_failures(int* count = nullptr) {
@@ -389,12 +639,14 @@ TEST_F(DriverApi, CallsAfterThePrimaryContextsLastReleaseReturnContextIsDestroye
   CUdeviceptr q;
   EXPECT_EQ(drv().cuMemAlloc_v2(&q, 64), CUDA_ERROR_CONTEXT_IS_DESTROYED);
   EXPECT_EQ(drv().cuCtxSynchronize(), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  EXPECT_EQ(drv().cuStreamWaitEvent(s, e, 0), CUDA_ERROR_CONTEXT_IS_DESTROYED);
   EXPECT_EQ(drv().cuDevicePrimaryCtxRelease_v2(0), CUDA_ERROR_INVALID_CONTEXT);  // nothing left to release
 
   int count = 0;
   std::string failures = teardown_failures(&count);
-  EXPECT_EQ(count, 9) << failures;
+  EXPECT_EQ(count, 10) << failures;
   for (const char* line : {"cuModuleUnload: CUDA_ERROR_CONTEXT_IS_DESTROYED",
+                           "cuStreamWaitEvent: CUDA_ERROR_CONTEXT_IS_DESTROYED",
                            "cuMemFree: CUDA_ERROR_CONTEXT_IS_DESTROYED",
                            "cuStreamDestroy: CUDA_ERROR_CONTEXT_IS_DESTROYED",
                            "cuEventDestroy: CUDA_ERROR_CONTEXT_IS_DESTROYED",
@@ -412,6 +664,20 @@ TEST_F(DriverApi, CallsAfterThePrimaryContextsLastReleaseReturnContextIsDestroye
   CU_OK(drv().cuMemFree_v2(q));
   EXPECT_EQ(drv().cuModuleUnload(mod), CUDA_ERROR_CONTEXT_IS_DESTROYED);
   EXPECT_EQ(drv().cuMemFree_v2(p), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  // A live stream waiting on the dead event, and the dead stream on a live event: both name the destroyed context.
+  CUstream s2;
+  CUevent e2;
+  CU_OK(drv().cuStreamCreate(&s2, 0));
+  CU_OK(drv().cuEventCreate(&e2, CU_EVENT_DISABLE_TIMING));
+  EXPECT_EQ(drv().cuStreamWaitEvent(s2, e, 0), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  EXPECT_NE(std::string(drv().last_message()).find("cuStreamWaitEvent: the event's context was destroyed"),
+            std::string::npos)
+      << drv().last_message();
+  EXPECT_EQ(drv().cuStreamWaitEvent(s, e2, 0), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  CU_OK(drv().cuEventRecord(e2, s2));
+  CU_OK(drv().cuStreamWaitEvent(s2, e2, 0));
+  CU_OK(drv().cuEventDestroy_v2(e2));
+  CU_OK(drv().cuStreamDestroy_v2(s2));
   clear_teardown_failures();
   int left = -1;
   teardown_failures(&left);

@@ -2,6 +2,15 @@
 // ptxsim. One emulated sm_90 device; all work runs synchronously on the calling thread, so streams only order work
 // and events time the interpreter. Misuse returns the CUresult codes the real driver documents.
 //
+// Stream capture follows the CUDA Programming Guide's rules, cross-stream dependencies included: an event recorded on
+// a capturing stream becomes a captured event (the set of graph nodes the stream's next operation would depend on);
+// a stream that waits on it joins that capture, and its operations depend on those nodes. cuStreamEndCapture, on the
+// stream the capture began on, fails with CUDA_ERROR_STREAM_CAPTURE_UNJOINED when a joined stream holds work the
+// origin stream's last operations do not depend on, and takes every joined stream out of capture. An invalid
+// operation during capture invalidates it (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED from then on, a NULL graph at its
+// end). cuGraphLaunch runs a graph's nodes in an order that honours their dependencies and, where they allow,
+// differs from the order they were captured in, so that a missing dependency shows in the results.
+//
 // Contexts own what is made in them. Destroying a context (cuCtxDestroy, or cuDevicePrimaryCtxRelease dropping the
 // primary context's last reference) frees its memory, modules, streams, events and graphs, but their handles stay
 // known: a later call on one of them, or on a destroyed context still current to the thread, returns
@@ -10,6 +19,7 @@
 // on stderr at exit.
 #include <sparsert/ptxsim/ptxsim.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -54,15 +64,22 @@ struct FuncObj {
   std::string name;
   int max_dynamic_shared = 48 * 1024;
 };
+struct Capture;
 struct EventObj : Owned {
   unsigned flags = 0;
   bool recorded = false;
   Clock::time_point when;
+  // Last recorded on a capturing stream: the capture (still set once it ended: a captured event stays one until it
+  // is recorded again outside capture) and the nodes that record stands for.
+  std::shared_ptr<Capture> capture;
+  std::vector<size_t> tail;
 };
-// A captured operation, replayed by cuGraphLaunch.
+// An operation submitted to a stream; captured into a graph, it is replayed by cuGraphLaunch.
 struct Node {
-  enum Kind { Kernel, HtoD, DtoH, DtoD, Memset8, Memset32, Record } kind;
+  enum Kind { Kernel, HtoD, DtoH, DtoD, Memset8, Memset32 } kind;
   explicit Node(Kind k) : kind(k) {}
+  std::vector<size_t> deps;  // in a graph: the nodes (indices) this one runs after
+  unsigned stream = 0;       // the serial number of the stream it was submitted to (0: the NULL stream)
   FuncObj* func = nullptr;
   ps::Dim3 grid, block;
   unsigned shared = 0;
@@ -72,17 +89,35 @@ struct Node {
   void* hdst = nullptr;
   size_t bytes = 0;
   unsigned value = 0;
-  EventObj* event = nullptr;
 };
 struct GraphObj : Owned {
-  std::vector<Node> nodes;
+  std::vector<Node> nodes;  // in capture order: a node's dependencies come before it
 };
 struct ExecObj : Owned {
   std::vector<Node> nodes;
+  std::vector<size_t> order;  // the order cuGraphLaunch runs them in
+};
+struct StreamObj;
+// One capture sequence: begun on `origin`, joined by the streams that waited on its captured events.
+struct Capture {
+  std::unique_ptr<GraphObj> graph;  // handed to the caller by a successful cuStreamEndCapture
+  StreamObj* origin = nullptr;
+  std::set<StreamObj*> streams;  // capturing into it, the origin included; empty once ended
+  bool invalidated = false;
+  bool ended() const { return streams.empty(); }
 };
 struct StreamObj : Owned {
-  GraphObj* capture = nullptr;
+  unsigned serial = 0;               // 1, 2, ... in creation order
+  std::shared_ptr<Capture> capture;  // while capturing
+  std::vector<size_t> tail;          // while capturing: the nodes its next operation depends on
 };
+// A kernel launch as sparsertEmuGetLaunchLog reports it.
+struct LaunchRecord {
+  std::string kernel;
+  unsigned stream = 0;
+  bool captured = false;
+};
+constexpr size_t kLaunchLogLimit = 1 << 16;
 
 struct State {
   std::recursive_mutex mu;
@@ -103,6 +138,8 @@ struct State {
   std::set<ExecObj*> execs;
   std::string last_error;
   ps::InstrCounts last_counts, total_counts;
+  unsigned next_stream_serial = 1;
+  std::vector<LaunchRecord> launch_log;  // the first kLaunchLogLimit since the last clear
 };
 
 State& st() {
@@ -177,6 +214,23 @@ bool in_dead_alloc(CUdeviceptr p, size_t bytes) {
   return p - it->first < it->second && bytes <= it->second - (p - it->first);
 }
 
+// Takes every stream out of capture `c`; the captured graph, unless handed out already, is discarded.
+void end_capture(std::shared_ptr<Capture> c) {  // held here: the streams' references go
+  for (StreamObj* x : c->streams) {
+    x->capture.reset();
+    x->tail.clear();
+  }
+  c->streams.clear();
+  c->graph.reset();
+}
+
+// An invalid operation during capture invalidates it: later operations on its streams and events fail, and its end
+// returns a NULL graph.
+CUresult invalidate(Capture* c, CUresult r, const std::string& msg) {
+  if (c) c->invalidated = true;
+  return fail_with(r, msg);
+}
+
 // Frees everything made in `c` and marks its handles dead.
 void destroy_context(CtxObj* c) {
   State& s = st();
@@ -187,9 +241,8 @@ void destroy_context(CtxObj* c) {
   }
   for (StreamObj* x : s.streams) {
     if (x->ctx != c || x->dead) continue;
+    if (x->capture) end_capture(x->capture);  // the capture's graph goes with it
     x->dead = true;
-    delete x->capture;
-    x->capture = nullptr;
   }
   for (EventObj* x : s.events)
     if (x->ctx == c) x->dead = true;
@@ -261,10 +314,6 @@ CUresult run_node(const Node& n) {
         for (size_t i = 0; i < n.bytes; ++i) std::memcpy(p + i * esz, &n.value, esz);
         break;
       }
-      case Node::Record:
-        n.event->recorded = true;
-        n.event->when = Clock::now();
-        break;
     }
   } catch (const ps::SimError& e) {
     return sim_error(e);
@@ -274,15 +323,62 @@ CUresult run_node(const Node& n) {
   return CUDA_SUCCESS;
 }
 
-// Runs the operation now, or appends it to the capturing graph of its stream.
+// Runs the operation now, or appends it to the graph its stream captures into, after the stream's tail.
 CUresult submit(CUstream hs, Node n) {
   StreamObj* so;
   if (!stream_ok(hs, &so)) return CUDA_ERROR_INVALID_HANDLE;
-  if (so && so->capture) {
-    so->capture->nodes.push_back(std::move(n));
+  n.stream = so ? so->serial : 0;
+  const bool captured = so && so->capture;
+  if (captured && so->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  if (n.kind == Node::Kernel && st().launch_log.size() < kLaunchLogLimit)
+    st().launch_log.push_back({n.func->name, n.stream, captured});
+  if (captured) {
+    std::vector<Node>& nodes = so->capture->graph->nodes;
+    n.deps = so->tail;
+    so->tail = {nodes.size()};
+    nodes.push_back(std::move(n));
     return CUDA_SUCCESS;
   }
   return run_node(n);
+}
+
+// Whether every node in `tails` is one of `heads` or a node they depend on, directly or not.
+bool joined(const std::vector<Node>& nodes, const std::vector<size_t>& heads, const std::vector<size_t>& tails) {
+  std::vector<char> reached(nodes.size(), 0);
+  std::vector<size_t> todo = heads;
+  while (!todo.empty()) {
+    const size_t i = todo.back();
+    todo.pop_back();
+    if (reached[i]) continue;
+    reached[i] = 1;
+    for (size_t d : nodes[i].deps) todo.push_back(d);
+  }
+  for (size_t t : tails)
+    if (!reached[t]) return false;
+  return true;
+}
+
+// An order of the nodes that runs each after its dependencies: of the nodes whose dependencies have run, the one
+// captured last goes first, so that independent branches run in another order than they were captured in.
+std::vector<size_t> replay_order(const std::vector<Node>& nodes) {
+  std::vector<size_t> waiting(nodes.size());
+  std::vector<std::vector<size_t>> users(nodes.size());
+  std::set<size_t> ready;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    std::set<size_t> deps(nodes[i].deps.begin(), nodes[i].deps.end());
+    waiting[i] = deps.size();
+    for (size_t d : deps) users[d].push_back(i);
+    if (deps.empty()) ready.insert(i);
+  }
+  std::vector<size_t> order;
+  while (!ready.empty()) {
+    const size_t i = *ready.rbegin();
+    ready.erase(i);
+    order.push_back(i);
+    for (size_t u : users[i])
+      if (--waiting[u] == 0) ready.insert(u);
+  }
+  return order;  // every node: dependencies point to earlier nodes, so there is no cycle
 }
 
 bool capturing_any() {
@@ -290,6 +386,23 @@ bool capturing_any() {
     if (s->capture) return true;
   return false;
 }
+
+// `text` into out[0, size), cut and NUL-terminated (nothing when out is null or size 0).
+void write_text(const std::string& text, char* out, size_t size) {
+  if (!out || !size) return;
+  const size_t k = std::min(size - 1, text.size());
+  std::memcpy(out, text.data(), k);
+  out[k] = 0;
+}
+
+// A graph node's kernel name ("-" for other nodes), while its module is loaded.
+std::string kernel_name(const Node& n) {
+  if (n.kind != Node::Kernel) return "-";
+  return st().funcs.count(n.func) ? n.func->name : "(unloaded)";
+}
+
+// The serial number of a stream handle for messages and the launch log (0: the NULL stream).
+unsigned serial_of(StreamObj* s) { return s ? s->serial : 0; }
 
 }  // namespace
 
@@ -350,7 +463,13 @@ const char* error_name(CUresult e, bool text) {
     E(CUDA_ERROR_NOT_SUPPORTED, "operation not supported")
     E(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "operation not permitted when stream is capturing")
     E(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "operation failed due to a previous error during capture")
+    E(CUDA_ERROR_STREAM_CAPTURE_MERGE, "operation would result in a merge of separate capture sequences")
     E(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, "capture was not initiated in this stream")
+    E(CUDA_ERROR_STREAM_CAPTURE_UNJOINED, "capture sequence contains a fork that was not joined to the primary stream")
+    E(CUDA_ERROR_STREAM_CAPTURE_ISOLATION, "dependency created on uncaptured work in another stream")
+    E(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
+      "operation would make the legacy stream depend on a capturing blocking stream")
+    E(CUDA_ERROR_CAPTURED_EVENT, "operation not permitted on an event last recorded in a capturing stream")
     E(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "attempt to terminate a thread-local capture sequence from another thread")
     E(CUDA_ERROR_UNKNOWN, "unknown error")
 #undef E
@@ -782,6 +901,7 @@ CUresult cuStreamCreate(CUstream* ps_, unsigned int flags) {
   if (!ps_ || (flags & ~1u)) return CUDA_ERROR_INVALID_VALUE;
   auto* s = new StreamObj;
   s->ctx = tl_current;
+  s->serial = st().next_stream_serial++;
   st().streams.insert(s);
   *ps_ = reinterpret_cast<CUstream>(s);
   return CUDA_SUCCESS;
@@ -791,7 +911,14 @@ static CUresult stream_destroy(CUstream h) {
   StreamObj* s = lookup(st().streams, h);
   if (!s) return CUDA_ERROR_INVALID_HANDLE;
   if (s->dead) return destroyed("cuStreamDestroy", "the stream's context");
-  if (s->capture) delete s->capture;
+  if (std::shared_ptr<Capture> c = s->capture) {
+    if (c->origin == s) {
+      end_capture(c);  // the capture goes with the stream it began on
+    } else {
+      c->streams.erase(s);  // its work can no longer be joined
+      c->invalidated = true;
+    }
+  }
   st().streams.erase(s);
   delete s;
   return CUDA_SUCCESS;
@@ -806,7 +933,9 @@ CUresult cuStreamSynchronize(CUstream h) {
   StreamObj* s;
   if (!stream_ok(h, &s)) return CUDA_ERROR_INVALID_HANDLE;
   if (s) REQUIRE_LIVE(s, "the stream");
-  if (s && s->capture) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (s && s->capture)
+    return invalidate(s->capture.get(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                      "cuStreamSynchronize: stream " + std::to_string(s->serial) + " is capturing");
   return CUDA_SUCCESS;
 }
 CUresult cuEventCreate(CUevent* pe, unsigned int flags) {
@@ -820,6 +949,8 @@ CUresult cuEventCreate(CUevent* pe, unsigned int flags) {
   *pe = reinterpret_cast<CUevent>(e);
   return CUDA_SUCCESS;
 }
+// On a capturing stream the event becomes a captured event: it stands for the nodes the stream's next operation
+// would depend on, and records no node of its own. Elsewhere it records the time (all earlier work has run).
 CUresult cuEventRecord(CUevent h, CUstream s) {
   LOCK;
   REQUIRE_CTX;
@@ -827,10 +958,70 @@ CUresult cuEventRecord(CUevent h, CUstream s) {
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
   REQUIRE_LIVE(e, "the event");
   StreamObj* so;
-  if (stream_ok(s, &so) && so) REQUIRE_LIVE(so, "the stream");
-  Node x(Node::Record);
-  x.event = e;
-  return submit(s, std::move(x));
+  if (!stream_ok(s, &so)) return CUDA_ERROR_INVALID_HANDLE;
+  if (so) REQUIRE_LIVE(so, "the stream");
+  if (so && so->capture) {
+    if (so->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    e->capture = so->capture;
+    e->tail = so->tail;
+    return CUDA_SUCCESS;
+  }
+  e->capture.reset();
+  e->tail.clear();
+  e->recorded = true;
+  e->when = Clock::now();
+  return CUDA_SUCCESS;
+}
+// Work runs synchronously, so outside capture a wait has nothing to wait for; its rules are those of capture: a
+// stream that waits on an event of an ongoing capture joins it (a fork), and one capturing already depends from then
+// on on the event's nodes as well (a join when it is the origin).
+CUresult cuStreamWaitEvent(CUstream h, CUevent he, unsigned int flags) {
+  LOCK;
+  REQUIRE_CTX;
+  EventObj* e = lookup(st().events, he);
+  if (!e) return CUDA_ERROR_INVALID_HANDLE;
+  REQUIRE_LIVE(e, "the event");
+  StreamObj* so;
+  if (!stream_ok(h, &so)) return CUDA_ERROR_INVALID_HANDLE;
+  if (so) REQUIRE_LIVE(so, "the stream");
+  if (flags & ~static_cast<unsigned>(CU_EVENT_WAIT_EXTERNAL)) return CUDA_ERROR_INVALID_VALUE;
+  Capture* sc = so && so->capture ? so->capture.get() : nullptr;
+  Capture* ec = e->capture.get();
+  const std::string stream = "stream " + std::to_string(serial_of(so));
+  if (flags & CU_EVENT_WAIT_EXTERNAL) {
+    if (!sc) return CUDA_ERROR_INVALID_VALUE;  // the flag is for capture only
+    return fail_with(CUDA_ERROR_NOT_SUPPORTED, "cuStreamWaitEvent: CU_EVENT_WAIT_EXTERNAL (an event wait node) is "
+                                               "not emulated");
+  }
+  if ((sc && sc->invalidated) || (ec && !ec->ended() && ec->invalidated)) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  if (sc) {
+    if (ec == sc) {
+      for (size_t t : e->tail)
+        if (std::find(so->tail.begin(), so->tail.end(), t) == so->tail.end()) so->tail.push_back(t);
+      return CUDA_SUCCESS;
+    }
+    if (ec && !ec->ended()) {
+      ec->invalidated = true;
+      return invalidate(sc, CUDA_ERROR_STREAM_CAPTURE_MERGE,
+                        "cuStreamWaitEvent: " + stream + " captures into one graph and the event was recorded in "
+                        "another capture (CUDA_ERROR_STREAM_CAPTURE_MERGE)");
+    }
+    return invalidate(sc, CUDA_ERROR_STREAM_CAPTURE_ISOLATION,
+                      "cuStreamWaitEvent: " + stream + " is capturing and the event was " +
+                          (ec ? "last recorded in a capture that has ended" : "recorded outside capture") +
+                          " (CUDA_ERROR_STREAM_CAPTURE_ISOLATION)");
+  }
+  if (!ec) return CUDA_SUCCESS;
+  if (ec->ended())
+    return fail_with(CUDA_ERROR_CAPTURED_EVENT, "cuStreamWaitEvent: the event was last recorded in a capture that has "
+                                                "ended; record it again outside capture (CUDA_ERROR_CAPTURED_EVENT)");
+  if (!so)
+    return invalidate(ec, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
+                      "cuStreamWaitEvent: the NULL stream cannot join a capture (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)");
+  so->capture = e->capture;
+  so->tail = e->tail;
+  ec->streams.insert(so);
+  return CUDA_SUCCESS;
 }
 CUresult cuEventSynchronize(CUevent h) {
   LOCK;
@@ -838,6 +1029,9 @@ CUresult cuEventSynchronize(CUevent h) {
   EventObj* e = lookup(st().events, h);
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
   REQUIRE_LIVE(e, "the event");
+  if (e->capture)
+    return invalidate(e->capture->ended() ? nullptr : e->capture.get(), CUDA_ERROR_CAPTURED_EVENT,
+                      "cuEventSynchronize: the event was last recorded in a capturing stream");
   return CUDA_SUCCESS;
 }
 CUresult cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) {
@@ -849,6 +1043,7 @@ CUresult cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) {
   if (!e0 || !e1) return CUDA_ERROR_INVALID_HANDLE;
   REQUIRE_LIVE(e0, "the start event");
   REQUIRE_LIVE(e1, "the end event");
+  if (e0->capture || e1->capture) return CUDA_ERROR_CAPTURED_EVENT;
   if ((e0->flags | e1->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
   if (!e0->recorded || !e1->recorded) return CUDA_ERROR_INVALID_HANDLE;
   *ms = std::chrono::duration<float, std::milli>(e1->when - e0->when).count();
@@ -910,8 +1105,13 @@ CUresult cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode) {
   if (!s) return CUDA_ERROR_INVALID_HANDLE;
   REQUIRE_LIVE(s, "the stream");
   if (s->capture) return CUDA_ERROR_ILLEGAL_STATE;
-  s->capture = new GraphObj;
-  s->capture->ctx = s->ctx;
+  auto c = std::make_shared<Capture>();
+  c->graph = std::make_unique<GraphObj>();
+  c->graph->ctx = s->ctx;
+  c->origin = s;
+  c->streams.insert(s);
+  s->capture = std::move(c);
+  s->tail.clear();
   return CUDA_SUCCESS;
 }
 CUresult cuStreamEndCapture(CUstream h, CUgraph* pg) {
@@ -922,9 +1122,32 @@ CUresult cuStreamEndCapture(CUstream h, CUgraph* pg) {
   if (!s) return h == nullptr ? CUDA_ERROR_ILLEGAL_STATE : CUDA_ERROR_INVALID_HANDLE;
   REQUIRE_LIVE(s, "the stream");
   if (!s->capture) return CUDA_ERROR_ILLEGAL_STATE;
-  st().graphs.insert(s->capture);
-  *pg = reinterpret_cast<CUgraph>(s->capture);
-  s->capture = nullptr;
+  const std::shared_ptr<Capture> c = s->capture;
+  if (c->origin != s) {
+    return invalidate(c.get(), CUDA_ERROR_STREAM_CAPTURE_UNMATCHED,
+                      "cuStreamEndCapture: stream " + std::to_string(s->serial) + " joined a capture begun on stream " +
+                          std::to_string(c->origin->serial) + "; end it there (CUDA_ERROR_STREAM_CAPTURE_UNMATCHED)");
+  }
+  *pg = nullptr;
+  if (c->invalidated) {
+    end_capture(c);
+    return fail_with(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+                     "cuStreamEndCapture: the capture was invalidated by an earlier error; no graph");
+  }
+  // Every stream that joined must be joined back: its last operations are ones the origin's last operations depend
+  // on (a stream that joined and submitted nothing since has nothing to join).
+  for (StreamObj* x : c->streams) {
+    if (x == s || joined(c->graph->nodes, s->tail, x->tail)) continue;
+    const std::string msg = "cuStreamEndCapture: stream " + std::to_string(x->serial) + " was forked from the capture "
+                            "of stream " + std::to_string(s->serial) + " and not joined back to it "
+                            "(CUDA_ERROR_STREAM_CAPTURE_UNJOINED); no graph";
+    end_capture(c);
+    return fail_with(CUDA_ERROR_STREAM_CAPTURE_UNJOINED, msg);
+  }
+  GraphObj* g = c->graph.release();
+  st().graphs.insert(g);
+  end_capture(c);
+  *pg = reinterpret_cast<CUgraph>(g);
   return CUDA_SUCCESS;
 }
 CUresult cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus* status) {
@@ -934,7 +1157,9 @@ CUresult cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus* status) {
   StreamObj* s;
   if (!stream_ok(h, &s)) return CUDA_ERROR_INVALID_HANDLE;
   if (s) REQUIRE_LIVE(s, "the stream");
-  *status = (s && s->capture) ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  *status = !(s && s->capture)        ? CU_STREAM_CAPTURE_STATUS_NONE
+            : s->capture->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                      : CU_STREAM_CAPTURE_STATUS_ACTIVE;
   return CUDA_SUCCESS;
 }
 CUresult cuGraphInstantiateWithFlags(CUgraphExec* pe, CUgraph hg, unsigned long long flags) {
@@ -948,6 +1173,7 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec* pe, CUgraph hg, unsigned long 
   auto* e = new ExecObj;
   e->ctx = tl_current;
   e->nodes = g->nodes;
+  e->order = replay_order(e->nodes);
   st().execs.insert(e);
   *pe = reinterpret_cast<CUgraphExec>(e);
   return CUDA_SUCCESS;
@@ -971,8 +1197,9 @@ CUresult cuGraphLaunch(CUgraphExec he, CUstream s) {
     // Modules or functions unloaded since capture make the executable graph unusable.
     if (n.kind == Node::Kernel && !st().funcs.count(n.func)) return CUDA_ERROR_INVALID_HANDLE;
     if (n.kind == Node::Kernel) REQUIRE_LIVE(n.func->mod, "a kernel's module");
-    if (n.kind == Node::Record && !st().events.count(n.event)) return CUDA_ERROR_INVALID_HANDLE;
-    CUresult r = run_node(n);
+  }
+  for (size_t i : e->order) {
+    CUresult r = run_node(e->nodes[i]);
     if (r != CUDA_SUCCESS) return r;
   }
   return CUDA_SUCCESS;
@@ -1053,6 +1280,43 @@ int sparsertEmuGetTeardownFailures(char* out, size_t size) {
 void sparsertEmuClearTeardownFailures(void) {
   LOCK;
   st().teardown_failures.clear();
+}
+// Kernel launches submitted since the library was loaded or the log last cleared (the first 65536 of them), one line
+// each: "KERNEL stream S run" (run at once) or "KERNEL stream S captured" (captured into a graph), where S numbers the
+// streams 1, 2, ... in creation order (0: the NULL stream). Returns how many; when `out` is not null, writes the
+// lines, NUL-terminated and cut to `size` bytes. Graph replays are not logged.
+int sparsertEmuGetLaunchLog(char* out, size_t size) {
+  LOCK;
+  std::string text;
+  for (const LaunchRecord& r : st().launch_log)
+    text += r.kernel + " stream " + std::to_string(r.stream) + (r.captured ? " captured\n" : " run\n");
+  write_text(text, out, size);
+  return static_cast<int>(st().launch_log.size());
+}
+void sparsertEmuClearLaunchLog(void) {
+  LOCK;
+  st().launch_log.clear();
+}
+// The nodes of a graph made by cuStreamEndCapture, in capture order, one line each: "I KIND NAME stream S deps D"
+// where I is the node's index, KIND one of kernel, memcpyHtoD, memcpyDtoH, memcpyDtoD, memset8, memset32, NAME the
+// kernel's name ("-" for others), S the stream it was captured from and D the indices of the nodes it depends on,
+// comma-separated ("-" for none). Returns the number of nodes, or -1 for a handle that is not a live graph; `out` and
+// `size` as for sparsertEmuGetLaunchLog.
+int sparsertEmuGetGraphNodes(CUgraph hg, char* out, size_t size) {
+  LOCK;
+  GraphObj* g = lookup(st().graphs, hg);
+  if (!g || g->dead) return -1;
+  static const char* const kinds[] = {"kernel", "memcpyHtoD", "memcpyDtoH", "memcpyDtoD", "memset8", "memset32"};
+  std::string text;
+  for (size_t i = 0; i < g->nodes.size(); ++i) {
+    const Node& n = g->nodes[i];
+    std::string deps;
+    for (size_t d : n.deps) deps += (deps.empty() ? "" : ",") + std::to_string(d);
+    text += std::to_string(i) + " " + kinds[n.kind] + " " + kernel_name(n) +
+            " stream " + std::to_string(n.stream) + " deps " + (deps.empty() ? "-" : deps) + "\n";
+  }
+  write_text(text, out, size);
+  return static_cast<int>(g->nodes.size());
 }
 // Instruction counts per ptxsim::InstrClass of the last kernel launch (which = 0) or of all launches (which = 1).
 // Returns the number of classes written (at most n).

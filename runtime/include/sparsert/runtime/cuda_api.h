@@ -45,7 +45,12 @@ typedef enum cudaError_enum {
   CUDA_ERROR_NOT_SUPPORTED = 801,
   CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
   CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+  CUDA_ERROR_STREAM_CAPTURE_MERGE = 902,
   CUDA_ERROR_STREAM_CAPTURE_UNMATCHED = 903,
+  CUDA_ERROR_STREAM_CAPTURE_UNJOINED = 904,
+  CUDA_ERROR_STREAM_CAPTURE_ISOLATION = 905,
+  CUDA_ERROR_STREAM_CAPTURE_IMPLICIT = 906,
+  CUDA_ERROR_CAPTURED_EVENT = 907,
   CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD = 908,
   CUDA_ERROR_UNKNOWN = 999
 } CUresult;
@@ -71,6 +76,7 @@ typedef enum CUevent_flags_enum {
   CU_EVENT_DISABLE_TIMING = 0x2,
   CU_EVENT_INTERPROCESS = 0x4
 } CUevent_flags;
+typedef enum CUevent_wait_flags_enum { CU_EVENT_WAIT_DEFAULT = 0x0, CU_EVENT_WAIT_EXTERNAL = 0x1 } CUevent_wait_flags;
 
 typedef enum CUstreamCaptureMode_enum {
   CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
@@ -195,6 +201,7 @@ typedef enum CUjit_option_enum {
   X(cuStreamSynchronize, (CUstream hStream))                                                                     \
   X(cuEventCreate, (CUevent * phEvent, unsigned int Flags))                                                      \
   X(cuEventRecord, (CUevent hEvent, CUstream hStream))                                                           \
+  X(cuStreamWaitEvent, (CUstream hStream, CUevent hEvent, unsigned int Flags))                                   \
   X(cuEventSynchronize, (CUevent hEvent))                                                                        \
   X(cuEventElapsedTime_v2, (float* pMilliseconds, CUevent hStart, CUevent hEnd))                                 \
   X(cuEventDestroy_v2, (CUevent hEvent))                                                                         \

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -136,6 +137,8 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+class Event;
+
 class Stream {
  public:
   Stream();
@@ -145,6 +148,9 @@ class Stream {
   Stream(const Stream&) = delete;
   CUstream get() const { return s_; }
   void synchronize() const;
+  // Work submitted to this stream from now on waits for the work `e` last captured (cuStreamWaitEvent). When `e` was
+  // recorded on a stream being captured into a CUDA Graph, this stream joins that capture (docs/architecture.md).
+  void wait(const Event& e) const;
 
  private:
   ContextRef ctx_;
@@ -154,10 +160,13 @@ class Stream {
 class Event {
  public:
   Event();
+  // cuEventCreate with these flags, e.g. CU_EVENT_DISABLE_TIMING for an event that only orders streams.
+  explicit Event(unsigned flags);
   ~Event();
   Event(Event&& o) noexcept : ctx_(std::move(o.ctx_)), e_(std::exchange(o.e_, nullptr)) {}
   Event& operator=(Event&&) = delete;
   Event(const Event&) = delete;
+  CUevent get() const { return e_; }
   void record(const Stream& s);
   void synchronize() const;
   float elapsed_ms_since(const Event& start) const;
@@ -184,8 +193,9 @@ class Module {
   std::string what_;
 };
 
-// Kernel launch; the error names the kernel and the launch dimensions.
-void launch(CUfunction f, const std::string& kernel, unsigned gx, unsigned gy, unsigned bx, unsigned by,
+// Kernel launch; the error names the kernel and the launch dimensions. Independent kernels that may run side by side
+// (a baked layer's entries) go through ConcurrentLauncher (concurrent_launch.hpp) instead.
+void launch(CUfunction f, std::string_view kernel, unsigned gx, unsigned gy, unsigned bx, unsigned by,
             const Stream& stream, void** params, unsigned shared_bytes = 0);
 
 // A stream capture turned into an executable graph, replayed with launch(). Move-only.

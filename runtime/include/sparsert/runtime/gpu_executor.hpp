@@ -1,6 +1,7 @@
 #pragma once
 // Runs a compiled package on a GPU through the driver: activations stay on the device in two ping-pong buffers,
-// layers launch back to back on one stream, and repeated runs replay a CUDA Graph of the launches.
+// layers launch back to back on one stream (the entries of a baked layer side by side on streams forked from it and
+// joined back, concurrent_launch.hpp), and repeated runs replay a CUDA Graph of the launches.
 #include "sparsert/runtime/driver.hpp"
 #include "sparsert/runtime/package.hpp"
 #include "sparsert/runtime/tensor.hpp"
@@ -14,7 +15,7 @@ namespace sparsert {
 // How GpuNetwork launches the entries of a baked layer: "serial" (one after another on the network's stream) or
 // "concurrent" (side by side on forked streams). Measurements record it, so that the model checked against them
 // (`sparsert check-model`) models the launches they timed.
-inline constexpr const char* kEntryLaunch = "serial";
+inline constexpr const char* kEntryLaunch = "concurrent";
 
 struct GpuRunOptions {
   int device = 0;
@@ -40,7 +41,9 @@ class GpuNetwork {
   GpuTimings time(const DenseTensor& input, int repeats);
 
   // Per-layer control for executors that manage activations themselves (the Graph Challenge's dead-input filter):
-  // layer `layer` on n columns of `in` (K × package n floats) into `out` (M × package n), on stream().
+  // layer `layer` on n columns of `in` (K × package n floats) into `out` (M × package n), on stream(). A baked
+  // layer's entries run on side streams forked from stream() and joined back to it, so work submitted to stream()
+  // afterwards runs after all of them (and a capture of stream() may end there).
   void launch_layer(size_t layer, CUdeviceptr in, CUdeviceptr out, uint32_t n);
   const cuda::Stream& stream() const;
 
