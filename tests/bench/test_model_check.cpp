@@ -2,11 +2,13 @@
 // candidates ranked as the GPU ranked them (Spearman >= 0.8), every measured kernel predicted within 2x.
 #include "sparsert/bench/model_check.hpp"
 #include "sparsert/runtime/error.hpp"
+#include "sparsert/runtime/file_io.hpp"
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -125,4 +127,28 @@ TEST(ModelCheck, BadFilesAreUserErrorsNamingTheFile) {
   EXPECT_THROW(bench::check_model(bad, o), UserError);
 }
 
+}  // namespace
+
+namespace {
+TEST(ModelCheck, PredictionsSitBesideTheMeasuredVendorTimes) {
+  SPARSERT_REQUIRE_SHARED_DATA(data);
+  const std::vector<std::filesystem::path> files = measured_files("rn50-0.9-cuda");
+  if (files.empty()) GTEST_SKIP() << "no rn50-0.9 GPU results under ../shared/measurements";
+  bench::ModelCheckOptions o;
+  o.data_dir = data;
+  const bench::PredictionSet p = bench::predict_against_vendors(files.front(), o);
+  const nlohmann::json j = nlohmann::json::parse(sparsert::read_file(files.front()));
+  ASSERT_EQ(p.problems.size(), j.at("problems").size());
+  double log_sum = 0.0;
+  for (size_t i = 0; i < p.problems.size(); ++i) {
+    const bench::Prediction& r = p.problems[i];
+    const nlohmann::json& res = j["problems"][i]["results"];
+    const double want = std::min(res["cublas-fp32"]["median_ms"].get<double>(), res["cusparse"]["median_ms"].get<double>());
+    EXPECT_NEAR(r.vendor_us, want * 1e3, 1e-9) << r.problem;
+    EXPECT_GT(r.predicted_us, 0.0) << r.problem;
+    EXPECT_FALSE(r.choice.empty());
+    log_sum += std::log(r.vendor_us / r.predicted_us);
+  }
+  EXPECT_NEAR(p.geomean_over_vendor, std::exp(log_sum / static_cast<double>(p.problems.size())), 1e-9);
+}
 }  // namespace

@@ -15,7 +15,7 @@ namespace {
 struct CheckModelArgs {
   std::vector<std::string> files;
   std::string data, output;
-  bool simulate = false, quiet = false;
+  bool simulate = false, quiet = false, predict = false;
 };
 }  // namespace
 
@@ -29,11 +29,30 @@ Action add_check_model(CLI::App& app) {
   sub->add_option("-o,--output", args->output, "Write every prediction beside its measurement (JSON)");
   sub->add_flag("--simulate", args->simulate, "Instruction counts from ptxsim instead of the analytic counts");
   sub->add_flag("-q,--quiet", args->quiet, "Only the summary line of each group");
+  sub->add_flag("--predict", args->predict, "Bench results only: the model's estimate for the kernel compile builds "
+                "today on each problem, beside the vendors' measured medians (estimates, not measurements)");
   return [args] {
     bench::ModelCheckOptions o;
     o.data_dir = args->data.empty() ? bench::default_data_dir() : std::filesystem::path(args->data);
     o.simulate = args->simulate;
     nlohmann::json out = nlohmann::json::array();
+    if (args->predict) {
+      for (const std::string& f : args->files) {
+        const bench::PredictionSet p = bench::predict_against_vendors(f, o);
+        fmt::print("{}: model estimate of today's kernels over the faster vendor (measured): geomean {:.2f}x, worst "
+                   "{:.2f}x\n", p.source, p.geomean_over_vendor, p.worst_over_vendor);
+        if (!args->quiet) {
+          for (const bench::Prediction& r : p.problems) {
+            fmt::print("  {:<60} {:<40} model {:8.2f} us  (measured then {:8.2f})  {} {:8.2f} us  {:5.2f}x\n",
+                       r.problem.substr(0, 60), r.choice.substr(0, 40), r.predicted_us, r.measured_us, r.vendor,
+                       r.vendor_us, r.vendor_us > 0 ? r.vendor_us / r.predicted_us : 0.0);
+          }
+        }
+        out.push_back(bench::to_json(p));
+      }
+      if (!args->output.empty()) write_file_atomic(args->output, out.dump(1));
+      return static_cast<int>(kOk);
+    }
     double worst = 1.0, min_rho = 1.0;
     for (const std::string& f : args->files) {
       for (const bench::ModelGroup& g : bench::check_model(f, o)) {

@@ -1,5 +1,6 @@
 #include "sparsert/bench/model_check.hpp"
 
+#include "sparsert/autotune/choose.hpp"
 #include "sparsert/autotune/space.hpp"
 #include "sparsert/bench/bench.hpp"
 #include "sparsert/inspector/formats.hpp"
@@ -234,6 +235,73 @@ json to_json(const ModelGroup& g) {
                       {"estimate", autotune::to_json(p.estimate)}});
   }
   return {{"source", g.source}, {"spearman", g.spearman}, {"worst_ratio", g.worst_ratio}, {"points", points}};
+}
+
+PredictionSet predict_against_vendors(const std::filesystem::path& file, const ModelCheckOptions& o) {
+  const json j = json::parse(read_file(file), nullptr, false);
+  if (j.is_discarded()) throw_user_error(file.string(), "is not valid JSON");
+  const std::string where = file.string();
+  SPARSERT_USER_CHECK(j.value("format", "") == kResultsFormat, where, "field 'format' is not {}", kResultsFormat);
+  SPARSERT_USER_CHECK(j.contains("problems") && j["problems"].is_array(), where, "field 'problems' is missing");
+  const std::string subject = j.value("subject", "");
+  SuiteOptions so;
+  so.data_dir = o.data_dir;
+  const std::vector<Problem> problems = make_suite(j.value("suite", ""), so);
+  const codegen::Target target = target_of(j, where);
+  PredictionSet out;
+  out.source = file.filename().string();
+  double log_sum = 0.0;
+  int counted = 0;
+  for (const json& p : j["problems"]) {
+    const std::string name = p.value("name", ""), family = p.value("family", "");
+    const auto it = std::find_if(problems.begin(), problems.end(),
+                                 [&](const Problem& q) { return q.name == name && q.family == family; });
+    SPARSERT_USER_CHECK(it != problems.end(), where, "problem {} is not in suite '{}'", name, j.value("suite", ""));
+    Prediction pr;
+    pr.problem = fmt::format("{} ({})", name, family);
+    const autotune::ModelChoice c = autotune::choose_by_model(it->a, it->n, Epilogue{}, target);
+    pr.choice = autotune::describe(c.candidate);
+    pr.predicted_us = c.estimate.microseconds;
+    const json& r = p.value("results", json::object());
+    auto median_us = [&](const std::string& m) -> double {
+      if (!r.contains(m) || !r[m].value("verified", false) || !r[m].contains("median_ms")) return 0.0;
+      return r[m]["median_ms"].get<double>() * 1e3;
+    };
+    pr.measured_us = median_us(subject);
+    for (const char* v : {"cublas-fp32", "cusparse"}) {
+      const double t = median_us(v);
+      if (t > 0 && (pr.vendor_us == 0 || t < pr.vendor_us)) {
+        pr.vendor_us = t;
+        pr.vendor = v;
+      }
+    }
+    if (pr.vendor_us > 0) {
+      const double ratio = pr.vendor_us / pr.predicted_us;
+      log_sum += std::log(ratio);
+      ++counted;
+      out.worst_over_vendor = counted == 1 ? ratio : std::min(out.worst_over_vendor, ratio);
+    }
+    out.problems.push_back(std::move(pr));
+  }
+  out.geomean_over_vendor = counted ? std::exp(log_sum / counted) : 0.0;
+  return out;
+}
+
+json to_json(const PredictionSet& p) {
+  json rows = json::array();
+  for (const Prediction& r : p.problems) {
+    rows.push_back({{"problem", r.problem},
+                    {"choice", r.choice},
+                    {"predicted_us", r.predicted_us},
+                    {"measured_us", r.measured_us},
+                    {"vendor_us", r.vendor_us},
+                    {"vendor", r.vendor}});
+  }
+  return {{"source", p.source},
+          {"times_are", "model estimates for sparsert, measured medians for the vendors"},
+          {"geomean_over_vendor", p.geomean_over_vendor},
+          {"worst_over_vendor", p.worst_over_vendor},
+          {"problems", rows}};
 }
 
 }  // namespace sparsert::bench

@@ -46,4 +46,24 @@ double spearman(const std::vector<double>& x, const std::vector<double>& y);
 
 nlohmann::json to_json(const ModelGroup& g);
 
+// What the kernels compile builds today would do on the problems of a GPU bench results file, by the model: per
+// problem the model's choice (autotune::choose_by_model, today's kernels and launches), its estimate, and the vendor
+// baselines' measured medians from the file. Estimates beside measurements, never a measurement.
+struct Prediction {
+  std::string problem;
+  std::string choice;         // describe() of the model's pick
+  double predicted_us = 0.0;
+  double measured_us = 0.0;   // sparsert's measured median in the file (its kernels then), 0 when absent
+  double vendor_us = 0.0;     // the faster of the verified cuBLAS fp32 and cuSPARSE medians, 0 when neither
+  std::string vendor;         // which
+};
+struct PredictionSet {
+  std::string source;
+  std::vector<Prediction> problems;
+  double geomean_over_vendor = 0.0;  // geometric mean of vendor_us / predicted_us where both are known
+  double worst_over_vendor = 0.0;    // the smallest such ratio
+};
+PredictionSet predict_against_vendors(const std::filesystem::path& bench_file, const ModelCheckOptions& options);
+nlohmann::json to_json(const PredictionSet& p);
+
 }  // namespace sparsert::bench
