@@ -176,6 +176,17 @@ class EntryEmitter {
     b_.inst("add.s64", {b_ptr_, gb, off_b});
     b_.inst("mul.wide.u32", {off_c, c0, IntImm{4}});
     b_.inst("add.s64", {c_ptr_, gc, off_c});
+    if (opt_.live_flags) {
+      // Live-column flags: F + c0 * 4, the value 1 to store, and one "some stored output is nonzero" per column.
+      const Reg param_f = b_.reg(RegClass::kB64), gf = b_.reg(RegClass::kB64);
+      f_ptr_ = b_.reg(RegClass::kB64);
+      one_ = b_.reg(RegClass::kB32);
+      b_.inst("ld.param.u64", {param_f, SymbolAddress{name_ + "_param_F"}});
+      b_.inst("cvta.to.global.u64", {gf, param_f});
+      b_.inst("add.s64", {f_ptr_, gf, off_c});
+      b_.inst("mov.u32", {one_, IntImm{1}});
+      for (int j = 0; j < cpt_; ++j) live_.push_back(b_.reg(RegClass::kPred));
+    }
     if (cpt_ > 1) {
       // Full vector store when all cpt columns are below N; otherwise one predicated scalar store per column.
       full_ = b_.reg(RegClass::kPred);
@@ -356,6 +367,9 @@ class EntryEmitter {
     // Rows without nonzeros hold the constant act(bias): one register per distinct value, set once and stored as
     // every column of each such row.
     std::vector<std::pair<uint32_t, Reg>> constants;
+    // Live flags: live_[j] holds "a row seen so far is nonzero (or NaN) in column j" once live_set; a row without
+    // nonzeros holds a compile-time constant, which makes every column live when it is not zero.
+    bool live_set = false, const_live = false;
     std::vector<Reg> repeated(static_cast<size_t>(rows) * cpt_);
     auto row_regs = [&](int32_t m) {
       const size_t at = static_cast<size_t>(m) * cpt_;
@@ -392,11 +406,23 @@ class EntryEmitter {
           known = constants.insert(constants.end(), {bits, v[0]});
         }
         std::fill_n(repeated.begin() + static_cast<ptrdiff_t>(m) * cpt_, cpt_, known->second);
+        if (value != 0.0f) const_live = true;
       } else {
         // The bias is already in the sum (folded into the row's first product).
         for (int j = 0; j < cpt_; ++j) {
           if (ep.activation == Activation::kRelu) b_.inst("max.f32", {v[j], v[j], F32Imm{0.0f}});
           if (ep.clamp) b_.inst("min.f32", {v[j], v[j], F32Imm{*ep.clamp}});
+        }
+        if (opt_.live_flags && !const_live) {
+          // neu: unordered, so a NaN counts as nonzero (as sparsert_col_live does).
+          for (int j = 0; j < cpt_; ++j) {
+            if (live_set) {
+              b_.inst("setp.neu.or.f32", {live_[j], v[j], F32Imm{0.0f}, live_[j]});
+            } else {
+              b_.inst("setp.neu.f32", {live_[j], v[j], F32Imm{0.0f}});
+            }
+          }
+          live_set = true;
         }
       }
       if (cpt_ == 1) {
@@ -404,7 +430,10 @@ class EntryEmitter {
         b_.inst("st.global.f32", {global_address(c_ptr_, offset), row_regs(m)[0]}, Guard{in_range_});
       }
     }
-    if (cpt_ == 1) return;
+    if (cpt_ == 1) {
+      if (opt_.live_flags) store_flags(live_set, const_live, &in_range_);
+      return;
+    }
     // Wider threads store whole vectors when all their columns are below N, else one predicated scalar per column.
     // The two cases are separate paths (uniform except in the last column tile) so the common one does not issue
     // the predicated-off scalar stores.
@@ -416,6 +445,7 @@ class EntryEmitter {
       const int64_t offset = static_cast<int64_t>(plan_.row_order[block.row_begin + m]) * opt_.ld * 4;
       b_.inst(st_vector, {global_address(c_ptr_, offset), Vector{row_regs(m)}});
     }
+    if (opt_.live_flags) store_flags(live_set, const_live, nullptr);
     b_.inst("bra.uni", {Symbol{stored}});
     b_.label(partial);
     b_.comment("the last column tile: a predicate per column");
@@ -431,7 +461,28 @@ class EntryEmitter {
         b_.inst("st.global.f32", {Address{addr.base, addr.offset + 4 * j}, v[j]}, Guard{partial_[j]});
       }
     }
+    if (opt_.live_flags) store_flags(live_set, const_live, partial_.data());
     b_.label(stored);
+  }
+
+  // F[c0 + j] = 1 for the live columns of this thread's rows. in_range: one predicate per column saying it is below N
+  // (cpt 1: the thread's, partial tile: partial_), or null where every column is (full tile).
+  void store_flags(bool live_set, bool const_live, const Reg* in_range) {
+    if (!live_set && !const_live) return;  // every stored output is the constant 0
+    b_.comment("live-column flags");
+    for (int j = 0; j < cpt_; ++j) {
+      const Address addr{f_ptr_, int64_t{4} * j};
+      if (const_live) {
+        if (in_range) {
+          b_.inst("st.global.u32", {addr, one_}, Guard{in_range[j]});
+        } else {
+          b_.inst("st.global.u32", {addr, one_});
+        }
+        continue;
+      }
+      if (in_range) b_.inst("and.pred", {live_[j], live_[j], in_range[j]});
+      b_.inst("st.global.u32", {addr, one_}, Guard{live_[j]});
+    }
   }
 
   std::string module_header(const SpmmEntry& e) {
@@ -454,9 +505,12 @@ class EntryEmitter {
         "// parameters: B (global f32*, {} x ld), C (global f32*, {} x ld), N (u32, active columns, N <= {})\n",
         opt_.tile.n_tile, e.block_end - e.block_begin, bx, gy_, e.shared_bytes, e.block_begin, e.block_end,
         plan_.rows, plan_.rows, plan_.cols, plan_.cols, opt_.ld, plan_.cols, plan_.rows, opt_.ld);
+    if (opt_.live_flags) {
+      out += "// F (global u32*, ld words, zeroed by the caller): F[col] = 1 where a stored output is nonzero or NaN\n";
+    }
     out += fmt::format(".visible .entry {0}(\n\t.param .u64 {0}_param_B,\n\t.param .u64 {0}_param_C,\n"
-                       "\t.param .u32 {0}_param_N\n)\n.reqntid {1}, {2}, 1\n{{\n",
-                       name_, bx, gy_);
+                       "\t.param .u32 {0}_param_N{3}\n)\n.reqntid {1}, {2}, 1\n{{\n",
+                       name_, bx, gy_, opt_.live_flags ? fmt::format(",\n\t.param .u64 {}_param_F", name_) : "");
     out += b_.declarations();
     if (e.shared_bytes > 0) out += fmt::format("\t.shared .align 16 .b8 partials[{}];\n", e.shared_bytes);
     out += '\n';
@@ -477,8 +531,9 @@ class EntryEmitter {
   bool use_const_;
   int32_t cpt_, gy_;
   Builder b_;
-  Reg dispatch_pred_, far_, n_reg_, group_reg_, block_reg_, b_ptr_, c_ptr_, s_ptr_, in_range_, full_, c0_;
-  std::vector<Reg> col_, partial_, acc_, bvals_, wtmp_, tmp_;
+  Reg dispatch_pred_, far_, n_reg_, group_reg_, block_reg_, b_ptr_, c_ptr_, s_ptr_, in_range_, full_, c0_, f_ptr_,
+      one_;
+  std::vector<Reg> col_, partial_, acc_, bvals_, wtmp_, tmp_, live_;
   int32_t shared_slots_ = 0;
   int64_t fmas_ = 0;
   int next_label_ = 0;
@@ -555,6 +610,7 @@ SpmmKernel emit_spmm(const CsrMatrix& a, const inspector::WorkPlan& plan, const 
   kernel.tile = tile;
   kernel.block_x = tile.n_tile / tile.cols_per_thread;
   kernel.block_y = tile.plan.gy;
+  kernel.live_flags = options.live_flags;
 
   // Entries: consecutive blocks until the fma budget of one entry is reached.
   int32_t begin = 0;
@@ -609,16 +665,20 @@ nlohmann::json SpmmKernel::sidecar() const {
                             {"shared_bytes", e.shared_bytes},
                             {"weights", to_string(e.weights)}});
   }
+  nlohmann::json params_json =
+      nlohmann::json::array({{{"name", "B"}, {"type", "u64"}, {"what", "global f32*, k x ld, row-major"}},
+                             {{"name", "C"}, {"type", "u64"}, {"what", "global f32*, m x ld, row-major"}},
+                             {{"name", "N"}, {"type", "u32"}, {"what", "active columns, 1 <= N <= ld"}}});
+  if (live_flags) {
+    params_json.push_back({{"name", "F"}, {"type", "u64"}, {"what", "global u32*, ld live-column flags, zeroed"}});
+  }
   return {{"format", "sparsert-kernel/1"},
           {"generator", kGeneratorVersion},
           {"target", target.name()},
           {"ptx_version", target.ptx_version()},
           {"shape", {{"m", shape.m}, {"k", shape.k}, {"ld", shape.ld}}},
           {"tile", to_json(tile)},
-          {"params",
-           nlohmann::json::array({{{"name", "B"}, {"type", "u64"}, {"what", "global f32*, k x ld, row-major"}},
-                                  {{"name", "C"}, {"type", "u64"}, {"what", "global f32*, m x ld, row-major"}},
-                                  {{"name", "N"}, {"type", "u32"}, {"what", "active columns, 1 <= N <= ld"}}})},
+          {"params", std::move(params_json)},
           {"launch",
            {{"block", {block_x, block_y, 1}},
             {"grid_x", fmt::format("ceil(N / {})", tile.n_tile)},

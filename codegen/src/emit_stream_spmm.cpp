@@ -119,7 +119,8 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
   const int32_t record_bytes = stage_record_words(p) * 4;
 
   Builder b;
-  const char* pnames[] = {"B", "C", "N", "ell", "stages", "block_stages", "krows", "slots"};
+  const char* pnames[] = {"B", "C", "N", "ell", "stages", "block_stages", "krows", "slots", "F"};
+  const int nparams = epilogue.live_flags ? 9 : 8;
   auto param = [&](int i) { return fmt::format("{}_param_{}", name, pnames[i]); };
   const std::string pb = param(0), pc = param(1), pn = param(2), pell = param(3), pstg = param(4), pbst = param(5),
                     pkr = param(6), psl = param(7);
@@ -306,6 +307,17 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
     b.inst("mul.wide.u32", {coff, cthr, IntImm{4}});
     b.inst("add.s64", {t, g[1], roff});
     b.inst("add.s64", {cptr, t, coff});
+    Reg fptr, one;
+    if (epilogue.live_flags) {
+      b.comment("live-column flags: F[col] = 1 where this thread's output is nonzero (or NaN: neu) and col < N");
+      const Reg raw = b.reg(RegClass::kB64), gf = b.reg(RegClass::kB64);
+      fptr = b.reg(RegClass::kB64);
+      one = b.reg(RegClass::kB32);
+      b.inst("ld.param.u64", {raw, SymbolAddress{param(8)}});
+      b.inst("cvta.to.global.u64", {gf, raw});
+      b.inst("add.s64", {fptr, gf, coff});
+      b.inst("mov.u32", {one, IntImm{1}});
+    }
     for (int32_t c = 0; c < cpt; ++c) {
       if (epilogue.activation == Activation::kRelu) b.inst("max.f32", {acc[c], acc[c], F32Imm{0.0f}});
       if (epilogue.clamp) b.inst("min.f32", {acc[c], acc[c], F32Imm{*epilogue.clamp}});
@@ -313,6 +325,11 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
       b.inst("add.u32", {col, cthr, IntImm{c}});
       b.inst("setp.lt.u32", {pc, col, n});
       b.inst("st.global.f32", {Address{cptr, int64_t{c} * 4}, acc[c]}, Guard{pc});
+      if (epilogue.live_flags) {
+        const Reg pl = b.reg(RegClass::kPred);
+        b.inst("setp.neu.and.f32", {pl, acc[c], F32Imm{0.0f}, pc});
+        b.inst("st.global.u32", {Address{fptr, int64_t{c} * 4}, one}, Guard{pl});
+      }
     }
   }
   b.label("$done");
@@ -323,12 +340,13 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
   out += fmt::format(".version {}\n.target {}\n.address_size 64\n\n", target.ptx_version(), target.name());
   out += fmt::format(
       "// launch: grid = (ceil(N / {}), row blocks, 1), block = ({}, {}, 1), static shared = {} bytes\n"
-      "// C[m x ld] = act(A * B + bias), A streamed from sliced-ELL arrays; ld = {}; epilogue:{}{}\n",
+      "// C[m x ld] = act(A * B + bias), A streamed from sliced-ELL arrays; ld = {}; epilogue:{}{}{}\n",
       p.n_tile, rows, by, stream_shared_bytes(p), ld, epilogue.activation == Activation::kRelu ? " relu" : "",
-      epilogue.clamp ? fmt::format(" clamp {}", *epilogue.clamp) : "");
+      epilogue.clamp ? fmt::format(" clamp {}", *epilogue.clamp) : "",
+      epilogue.live_flags ? " live-column flags (F[col] = 1 where nonzero or NaN; zeroed by the caller)" : "");
   out += fmt::format(".visible .entry {}(\n", name);
-  for (int i = 0; i < 8; ++i) {
-    out += fmt::format("\t.param .{} {}{}\n", i == 2 ? "u32" : "u64", param(i), i + 1 < 8 ? "," : "");
+  for (int i = 0; i < nparams; ++i) {
+    out += fmt::format("\t.param .{} {}{}\n", i == 2 ? "u32" : "u64", param(i), i + 1 < nparams ? "," : "");
   }
   out += fmt::format(")\n.reqntid {}, {}, 1\n{{\n", rows, by);
   out += b.declarations();
@@ -481,7 +499,7 @@ StreamKernel emit_stream_spmm(const CsrMatrix& a, const inspector::WorkPlan& pla
   k.params = options.params;
   k.target = target;
   k.ld = options.ld;
-  k.epilogue = StreamEpilogueKind{options.epilogue.activation, options.epilogue.clamp};
+  k.epilogue = StreamEpilogueKind{options.epilogue.activation, options.epilogue.clamp, options.live_flags};
   k.name = options.name;
   k.ptx = emit_stream_spmm_ptx(options.params, target, options.ld, k.epilogue, options.name);
   k.weights = pack_stream_weights(a, plan, options.params, options.epilogue.bias);
@@ -492,6 +510,18 @@ nlohmann::json StreamKernel::sidecar() const {
   auto arr = [](const char* n, const char* what, size_t count) {
     return nlohmann::json{{"name", n}, {"type", "u64"}, {"what", what}, {"bytes", 4 * count}};
   };
+  nlohmann::json params_json =
+      nlohmann::json::array({{{"name", "B"}, {"type", "u64"}, {"what", "global f32*, k x ld, row-major"}},
+                             {{"name", "C"}, {"type", "u64"}, {"what", "global f32*, m x ld, row-major"}},
+                             {{"name", "N"}, {"type", "u32"}, {"what", "active columns, 1 <= N <= ld"}},
+                             arr("ell", "u32 pairs {weight bits, tile byte offset}", weights.ell.size()),
+                             arr("stages", "u32 stage records", weights.stages.size()),
+                             arr("block_stages", "u32 per block + 1", weights.block_stages.size()),
+                             arr("krows", "u32 staged B rows", weights.krows.size()),
+                             arr("slots", "u32 pairs {row of C, bias bits}", weights.slots.size())});
+  if (epilogue.live_flags) {
+    params_json.push_back({{"name", "F"}, {"type", "u64"}, {"what", "global u32*, ld live-column flags, zeroed"}});
+  }
   return {{"format", "sparsert-stream-kernel/1"},
           {"generator", kStreamGeneratorVersion},
           {"entry", name},
@@ -502,15 +532,7 @@ nlohmann::json StreamKernel::sidecar() const {
           {"epilogue",
            {{"relu", epilogue.activation == Activation::kRelu},
             {"clamp", epilogue.clamp ? nlohmann::json(*epilogue.clamp) : nlohmann::json(nullptr)}}},
-          {"params",
-           nlohmann::json::array({{{"name", "B"}, {"type", "u64"}, {"what", "global f32*, k x ld, row-major"}},
-                                  {{"name", "C"}, {"type", "u64"}, {"what", "global f32*, m x ld, row-major"}},
-                                  {{"name", "N"}, {"type", "u32"}, {"what", "active columns, 1 <= N <= ld"}},
-                                  arr("ell", "u32 pairs {weight bits, tile byte offset}", weights.ell.size()),
-                                  arr("stages", "u32 stage records", weights.stages.size()),
-                                  arr("block_stages", "u32 per block + 1", weights.block_stages.size()),
-                                  arr("krows", "u32 staged B rows", weights.krows.size()),
-                                  arr("slots", "u32 pairs {row of C, bias bits}", weights.slots.size())})},
+          {"params", std::move(params_json)},
           {"launch",
            {{"block", {stream_block_x(params), stream_block_y(params), 1}},
             {"grid_x", fmt::format("ceil(N / {})", params.n_tile)},

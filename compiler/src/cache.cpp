@@ -13,12 +13,14 @@
 namespace sparsert::compiler {
 
 std::string kernel_cache_key(const CsrMatrix& a, const Epilogue& ep, const codegen::TileParams& tile, int32_t n,
-                             const codegen::Target& target, const std::string& toolkit) {
+                             const codegen::Target& target, const std::string& toolkit, bool live_flags) {
   Sha256 h;
   h.field(codegen::kGeneratorVersion);
   hash_layer(h, a, ep);
   h.field(codegen::to_json(tile).dump());
   h.field(std::to_string(n)).field(target.name()).field(toolkit);
+  // Only fused kernels hash the option, so the keys of plain kernels (and the entries already cached) do not change.
+  if (live_flags) h.field("live_flags");
   return h.hex();
 }
 
@@ -29,6 +31,7 @@ std::string stream_cache_key(const codegen::StreamParams& p, const codegen::Stre
   h.field(ep.activation == Activation::kRelu ? "relu" : "none");
   h.field(ep.clamp ? fmt::format("{:a}", *ep.clamp) : "noclamp");
   h.field(std::to_string(n)).field(target.name()).field(toolkit);
+  if (ep.live_flags) h.field("live_flags");
   return h.hex();
 }
 

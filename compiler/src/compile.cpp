@@ -185,7 +185,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
         job.streamed = true;
         job.stream = kinds[li].stream;
         job.tile_source = kinds[li].stream_tuned ? tuned[li].front()->source : "streamed";
-        job.key = stream_cache_key(job.stream, {d.activation, d.clamp}, d.n, target, toolkit);
+        job.key = stream_cache_key(job.stream, {d.activation, d.clamp, options.live_flags}, d.n, target, toolkit);
         job.cached = cache.find(job.key);
         jobs.push_back(std::move(job));
         continue;
@@ -195,7 +195,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       job.tile = baked_record ? rec->tile : codegen::default_tile_params(layers[li].a, layers[li].desc.n, target);
       if (baked_record) job.tile_source = rec->source;
       job.key = kernel_cache_key(layers[li].a, epilogue_of(layers[li].desc), job.tile, layers[li].desc.n, target,
-                                 toolkit);
+                                 toolkit, options.live_flags);
       job.cached = cache.find(job.key);
       jobs.push_back(std::move(job));
     }
@@ -215,7 +215,8 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       const codegen::StreamParams& sp = job.stream;
       CachedEntry ce;
       ce.name = "sparsert_stream";  // shared by every layer with these parameters, so it names none of them
-      ce.ptx = codegen::emit_stream_spmm_ptx(sp, job.target, l.desc.n, {l.desc.activation, l.desc.clamp}, ce.name);
+      ce.ptx = codegen::emit_stream_spmm_ptx(sp, job.target, l.desc.n,
+                                             {l.desc.activation, l.desc.clamp, options.live_flags}, ce.name);
       ce.resources.shared_bytes = codegen::stream_shared_bytes(sp);
       job.emit_seconds = since(te);
       job.built.key = job.key;
@@ -235,6 +236,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     opt.ld = l.desc.n;
     opt.epilogue = epilogue_of(l.desc);
     opt.name = fmt::format("sparsert_{}", l.desc.name);
+    opt.live_flags = options.live_flags;
     job.kernel = codegen::emit_spmm(l.a, inspector::make_plan(l.a, job.tile.plan), job.target, opt);
     job.emit_seconds = since(te);
     job.built.key = job.key;
@@ -311,6 +313,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       pl.k = l.a.cols;
       pl.activation = l.desc.activation;
       pl.clamp = l.desc.clamp;
+      pl.live_flags = options.live_flags;
       pl.weights_file = fmt::format("layer{}.csr", li);
       write_layer_weights(tmp / pl.weights_file, LayerWeights{l.a, l.desc.bias});
       pkg.sha256[pl.weights_file] = sha256_hex(read_file(tmp / pl.weights_file));

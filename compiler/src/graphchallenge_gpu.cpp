@@ -26,7 +26,7 @@ struct CudaLayerExecutor::Impl {
   std::filesystem::path package_dir;
   std::unique_ptr<GpuNetwork> gpu;
   std::unique_ptr<cuda::Module> filter;
-  CUfunction live_fn = nullptr, compact_fn = nullptr;
+  CUfunction compact_fn = nullptr;
   cuda::DeviceBuffer cur, next, flags, positions;
   int32_t ld = 0;
   uint32_t live = 0;
@@ -36,7 +36,7 @@ struct CudaLayerExecutor::Impl {
   // order; the filter and the buffers go first only so that their memory is back before the network's is.
   void release_device() {
     filter.reset();
-    live_fn = compact_fn = nullptr;
+    compact_fn = nullptr;
     cur = {};
     next = {};
     flags = {};
@@ -100,6 +100,8 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     co.progress = options_.progress;
     co.assemble = options_.assemble;
     co.cache_dir = options_.cache_dir;
+    // The layer kernels flag the live columns in their epilogue, so no separate scan of the output is launched.
+    co.live_flags = true;
     const CompileReport r = compile_network(layers, im.package_dir, co);
     im.notes.push_back(fmt::format("compiled {} layers for {} ({} cache hits){}", layers.size(), target.name(), r.hits,
                                    r.ptx_only ? ", PTX only: " + r.ptx_only_reason : ""));
@@ -109,7 +111,6 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     }
     const std::string filter_ptx = codegen::filter_kernels_ptx(target);
     im.filter = std::make_unique<cuda::Module>(filter_ptx.c_str(), "dead-input filter kernels");
-    im.live_fn = im.filter->function(codegen::kColLiveKernel);
     im.compact_fn = im.filter->function(codegen::kColCompactKernel);
     const size_t bytes = static_cast<size_t>(net.neurons) * n * 4;
     im.cur = cuda::DeviceBuffer(bytes);
@@ -127,12 +128,14 @@ std::vector<int32_t> CudaLayerExecutor::run_layer(int32_t layer) {
   Impl& im = *impl_;
   if (im.live == 0) return {};
   const cuda::Stream& s = im.gpu->stream();
-  im.gpu->launch_layer(static_cast<size_t>(layer), im.cur.get(), im.next.get(), im.live);
-  CUdeviceptr c = im.next.get(), flags = im.flags.get();
+  CUdeviceptr flags = im.flags.get();
   auto rows = static_cast<uint32_t>(im.net->neurons), ld = static_cast<uint32_t>(im.ld), n = im.live;
-  void* live_params[] = {&c, &rows, &ld, &n, &flags};
-  const unsigned grid = (n + codegen::kFilterBlock - 1) / codegen::kFilterBlock;
-  cuda::launch(im.live_fn, codegen::kColLiveKernel, grid, 1, codegen::kFilterBlock, 1, s, live_params);
+  // The layer's kernels set flags[col] = 1 for every column with a nonzero output (compiled with live_flags): the
+  // flags are zeroed first, on the same stream.
+  SPARSERT_INTERNAL_CHECK(im.gpu->layer_has_live_flags(static_cast<size_t>(layer)),
+                          "layer {} was compiled without live-column flags", layer + 1);
+  cuda::Driver::get().check(cuda::Driver::get().api().cuMemsetD32Async(flags, 0, n, s.get()), "cuMemsetD32Async");
+  im.gpu->launch_layer(static_cast<size_t>(layer), im.cur.get(), im.next.get(), n, flags);
   std::vector<uint32_t> host_flags(n);
   cuda::Driver::get().check(
       cuda::Driver::get().api().cuMemcpyDtoHAsync_v2(host_flags.data(), flags, static_cast<size_t>(n) * 4, s.get()),

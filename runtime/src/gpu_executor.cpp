@@ -36,6 +36,7 @@ struct LoadedLayer {
   std::vector<CUdeviceptr> array_ptrs;
   unsigned block_x = 0, block_y = 0, n_tile = 0;
   int32_t m = 0, k = 0;
+  bool live_flags = false;  // the kernels take the live-column flags after their other parameters
 };
 }  // namespace
 
@@ -50,6 +51,7 @@ struct GpuNetwork::Impl {
   std::vector<LoadedLayer> layers;
   std::vector<std::string> notes;
   cuda::DeviceBuffer ping, pong;
+  cuda::DeviceBuffer scratch_flags;  // live-column flags nobody reads, for fused layers launched without any
   size_t max_rows = 0;
 
   Impl(const Package& p, const GpuRunOptions& o) : opt(o), pkg(p) {
@@ -80,6 +82,7 @@ struct GpuNetwork::Impl {
       ll.n_tile = static_cast<unsigned>(pl.n_tile);
       ll.m = pl.m;
       ll.k = pl.k;
+      ll.live_flags = pl.live_flags;
       std::string note;
       for (const std::string& f : pl.arrays) {
         const std::string bytes = read_file(p.dir / f);
@@ -125,14 +128,21 @@ struct GpuNetwork::Impl {
     side = std::make_unique<cuda::ConcurrentLauncher>(max_entries);  // before any capture: nothing is made later
     ping = cuda::DeviceBuffer(max_rows * static_cast<size_t>(p.n) * 4);
     pong = cuda::DeviceBuffer(max_rows * static_cast<size_t>(p.n) * 4);
+    for (const LoadedLayer& l : layers) {
+      if (l.live_flags && !scratch_flags.get()) scratch_flags = cuda::DeviceBuffer(static_cast<size_t>(p.n) * 4);
+    }
   }
 
-  void launch_layer(size_t li, CUdeviceptr in, CUdeviceptr out, uint32_t n) {
+  void launch_layer(size_t li, CUdeviceptr in, CUdeviceptr out, uint32_t n, CUdeviceptr flags = 0) {
     const LoadedLayer& l = layers[li];
     const unsigned gx = (n + l.n_tile - 1) / l.n_tile;
     std::vector<void*> params = {&in, &out, &n};
     std::vector<CUdeviceptr> arrays = l.array_ptrs;  // cuLaunchKernel reads the values through these pointers
     for (CUdeviceptr& a : arrays) params.push_back(&a);
+    if (l.live_flags) {
+      if (!flags) flags = scratch_flags.get();
+      params.push_back(&flags);
+    }
     launches.clear();
     for (const LoadedEntry& e : l.entries) {
       launches.push_back({e.fn, e.name, gx, e.grid_y, l.block_x, l.block_y, params.data()});
@@ -188,11 +198,15 @@ GpuNetwork::~GpuNetwork() = default;
 const cuda::DeviceInfo& GpuNetwork::device() const { return impl_->info; }
 const cuda::Stream& GpuNetwork::stream() const { return *impl_->stream; }
 
-void GpuNetwork::launch_layer(size_t layer, CUdeviceptr in, CUdeviceptr out, uint32_t n) {
+void GpuNetwork::launch_layer(size_t layer, CUdeviceptr in, CUdeviceptr out, uint32_t n, CUdeviceptr flags) {
   SPARSERT_INTERNAL_CHECK(layer < impl_->layers.size() && n >= 1 && n <= static_cast<uint32_t>(impl_->pkg.n),
                           "launch_layer({}, n = {}) for {} layers of width {}", layer, n, impl_->layers.size(),
                           impl_->pkg.n);
-  impl_->launch_layer(layer, in, out, n);
+  impl_->launch_layer(layer, in, out, n, flags);
+}
+bool GpuNetwork::layer_has_live_flags(size_t layer) const {
+  SPARSERT_INTERNAL_CHECK(layer < impl_->layers.size(), "layer {} of {}", layer, impl_->layers.size());
+  return impl_->layers[layer].live_flags;
 }
 const std::vector<std::string>& GpuNetwork::load_notes() const { return impl_->notes; }
 

@@ -143,6 +143,7 @@ nlohmann::json manifest_json(const Package& p) {
                          {"cache_key", l.cache_key},
                          {"entries", entries}};
     lj["clamp"] = l.clamp ? nlohmann::json(*l.clamp) : nlohmann::json(nullptr);
+    if (l.live_flags) lj["live_flags"] = true;
     layers.push_back(std::move(lj));
   }
   return {{"format", kPackageFormat},
@@ -200,6 +201,7 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     l.activation = act == "relu" ? Activation::kRelu : Activation::kNone;
     const nlohmann::json& clamp = field(lj, lw, "clamp");
     if (!clamp.is_null()) l.clamp = get_as<float>(lj, lw, "clamp");
+    if (lj.contains("live_flags")) l.live_flags = get_as<bool>(lj, lw, "live_flags");  // absent: plain kernels
     const nlohmann::json& launch = field(lj, lw, "launch");
     const auto block = get_as<std::vector<int32_t>>(launch, lw + ".launch", "block");
     SPARSERT_USER_CHECK(block.size() == 3, lw + ".launch.block", "expected [x, y, z]");

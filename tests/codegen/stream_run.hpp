@@ -13,6 +13,7 @@ namespace sparsert::testing {
 struct StreamSimResult {
   DenseTensor c;
   ptxsim::InstrCounts counts;
+  std::vector<uint32_t> flags;  // a kernel with live_flags: the ld flags after the launch (zeroed before)
 };
 
 inline uint64_t upload(ptxsim::DeviceMemory& mem, const void* data, size_t bytes) {
@@ -41,11 +42,21 @@ inline StreamSimResult run_stream_in_ptxsim(const codegen::StreamKernel& k, cons
                            static_cast<uint32_t>(codegen::stream_block_y(k.params)), 1};
   ptxsim::LaunchOptions opt;
   opt.check_races = check_races;
-  r.counts = mod.launch(k.name, grid, block,
-                        {ptxsim::arg_u64(db), ptxsim::arg_u64(dc), ptxsim::arg_u32(static_cast<uint32_t>(n)),
-                         ptxsim::arg_u64(dell), ptxsim::arg_u64(dstg), ptxsim::arg_u64(dbst), ptxsim::arg_u64(dkr),
-                         ptxsim::arg_u64(dsl)},
-                        opt);
+  std::vector<ptxsim::Arg> args = {ptxsim::arg_u64(db),   ptxsim::arg_u64(dc),
+                                         ptxsim::arg_u32(static_cast<uint32_t>(n)),
+                                         ptxsim::arg_u64(dell), ptxsim::arg_u64(dstg), ptxsim::arg_u64(dbst),
+                                         ptxsim::arg_u64(dkr),  ptxsim::arg_u64(dsl)};
+  uint64_t df = 0;
+  if (k.epilogue.live_flags) {
+    const std::vector<uint32_t> zeros(static_cast<size_t>(k.ld), 0u);
+    df = up(zeros);
+    args.push_back(ptxsim::arg_u64(df));
+  }
+  r.counts = mod.launch(k.name, grid, block, args, opt);
+  if (k.epilogue.live_flags) {
+    r.flags.resize(static_cast<size_t>(k.ld));
+    mem.copy_to_host(r.flags.data(), df, r.flags.size() * 4);
+  }
   r.c = DenseTensor({w.m, k.ld});
   mem.copy_to_host(r.c.data(), dc, c_elems * 4);
   return r;

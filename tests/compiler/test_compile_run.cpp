@@ -566,3 +566,70 @@ TEST(CompileRun, ModelChoosesKernelsWithoutATuningRecord) {
   }
   EXPECT_NE(cli(fmt::format("compile {} -o {} --tiles fastest -q", net, (dir / "bad").string())), 0);
 }
+
+// CompileOptions::live_flags (issue 13): every kernel, baked or streamed, takes the live-column flags after its other
+// parameters and sets flags[col] = 1 for each column below N with a nonzero output. The option enters the cache key
+// (a fused and a plain kernel never share an entry) and the manifest (GpuNetwork passes the flags only to such
+// layers).
+TEST(CompileRun, LiveFlagsKernelsFlagTheNonzeroColumnsAndHaveTheirOwnCacheEntries) {
+  ScratchDir dir;
+  const auto layers = load_network(read_network(write_network(dir)));
+  for (const bool streamed : {false, true}) {
+    const std::string what = streamed ? "streamed" : "baked";
+    CompileOptions o = options(dir, {"sm_90"});
+    o.assemble = false;  // the emulated driver runs the PTX
+    if (streamed) {
+      o.kernel_kind = codegen::KernelKind::kStreamed;
+      o.stream_params = {32, 8, 4, 16, 2};
+    }
+    const std::filesystem::path plain_dir = dir / (what + "-plain"), live_dir = dir / (what + "-live");
+    EXPECT_EQ(compile_network(layers, plain_dir, o).misses, 3) << what;
+    o.live_flags = true;
+    EXPECT_EQ(compile_network(layers, live_dir, o).misses, 3) << what << ": a fused kernel found a plain one's entry";
+    EXPECT_EQ(compile_network(layers, live_dir, o).hits, 3) << what;
+    const Package plain = load_package(plain_dir), live = load_package(live_dir);
+    EXPECT_EQ(read_file(plain_dir / "manifest.json").find("live_flags"), std::string::npos);
+    for (size_t li = 0; li < layers.size(); ++li) {
+      EXPECT_FALSE(plain.layers[li].live_flags);
+      EXPECT_TRUE(live.layers[li].live_flags) << what;
+      EXPECT_NE(plain.layers[li].cache_key, live.layers[li].cache_key) << what;
+      EXPECT_EQ(live.layers[li].kind, what);
+      const std::string ptx = read_file(live_dir / live.layers[li].entries.front().ptx.at("sm_90"));
+      EXPECT_NE(ptx.find("_param_F"), std::string::npos) << what;
+    }
+
+    // A whole run without flags (GpuNetwork passes a scratch buffer) is as exact as the plain package.
+    GpuNetwork net(live);
+    const int32_t n = 13;  // below the compiled 20: flags past N stay 0
+    DenseTensor x = input(48, n);
+    for (int64_t r = 0; r < x.rows(); ++r) x.at(r, 3) = x.at(r, 7) = 0.0f;  // dead after layer 1's ReLU(-0.05)
+    EXPECT_LE(max_relative_error(net.run(x), reference(layers, x)), 1e-5) << what;
+
+    // Layer by layer with a flags buffer: the flags are the nonzero columns of the layer's output.
+    const auto ld = static_cast<size_t>(live.n);
+    cuda::DeviceBuffer in(48 * ld * 4), out(48 * ld * 4), flags(ld * 4);
+    std::vector<float> staged(48 * ld, 0.0f);
+    for (int64_t r = 0; r < 48; ++r) std::copy_n(x.data() + r * n, n, staged.data() + r * ld);
+    in.upload(staged.data(), staged.size() * 4);
+    DenseTensor want = x;
+    int dead_seen = 0;
+    for (size_t li = 0; li < layers.size(); ++li) {
+      ASSERT_TRUE(net.layer_has_live_flags(li));
+      flags.fill_u32(0, ld);
+      net.launch_layer(li, in.get(), out.get(), static_cast<uint32_t>(n), flags.get());
+      net.stream().synchronize();
+      std::vector<uint32_t> got(ld);
+      flags.download(got.data(), ld * 4);
+      want = reference_spmm(layers[li].a, want, {layers[li].desc.bias, layers[li].desc.activation,
+                                                 layers[li].desc.clamp});
+      for (size_t j = 0; j < ld; ++j) {
+        bool nonzero = false;
+        for (int64_t r = 0; j < static_cast<size_t>(n) && r < want.rows(); ++r) nonzero |= want.at(r, j) != 0.0f;
+        EXPECT_EQ(got[j], nonzero ? 1u : 0u) << what << " layer " << li << " column " << j;
+        dead_seen += j < static_cast<size_t>(n) && !nonzero;
+      }
+      std::swap(in, out);
+    }
+    EXPECT_GE(dead_seen, 2) << what << ": no dead column was checked";
+  }
+}

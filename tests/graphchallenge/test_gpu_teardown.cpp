@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 
 namespace sparsert {
@@ -73,6 +74,53 @@ TEST_F(GraphChallengeGpuTeardown, ExecutorReleasesEverythingWithoutAFailingDrive
   const std::string text = emu().teardown_failures(&failures);
   EXPECT_EQ(failures, 0) << "when the executor was destroyed:\n" << text;
   EXPECT_FALSE(cuda::Context::retained(0)) << "the executor left the primary context retained";
+}
+
+// Kernel launches per layer (issue 13): the layer kernels flag the live columns in their epilogue, so a layer launches
+// its entries (or its one streamed kernel) and, where columns died, sparsert_col_compact; no sparsert_col_live scan.
+// Before the fusion every layer launched entries + col_live (+ compact).
+TEST_F(GraphChallengeGpuTeardown, EachLayerLaunchesItsKernelsAndCompactionOnly) {
+  compiler::CudaGraphChallengeOptions opt;
+  opt.assemble = false;
+  opt.progress = false;
+  opt.threads = 1;
+  opt.cache_dir = dir_ / "cache";
+  compiler::CudaLayerExecutor exec(opt);
+  exec.prepare(net_);
+  exec.load_inputs(inputs(1));
+  uint32_t live = 40;
+  int compactions = 0;
+  for (int32_t l = 0; l < kLayers; ++l) {
+    emu().clear_launches();
+    const std::vector<int32_t> kept = exec.run_layer(l);
+    const std::vector<testing::EmulatedDriver::Launch> launches = emu().launches();
+    const std::string prefix = fmt::format("sparsert_l{}_e", l + 1);
+    std::vector<std::string> entries;
+    int compact = 0, other = 0;
+    std::string names;
+    for (const auto& launch : launches) {
+      names += " " + launch.kernel;
+      if (launch.kernel.rfind(prefix, 0) == 0 || launch.kernel == "sparsert_stream") {
+        entries.push_back(launch.kernel);
+      } else if (launch.kernel == "sparsert_col_compact") {
+        ++compact;
+      } else {
+        ++other;
+      }
+    }
+    const bool died = !kept.empty() && kept.size() < live;
+    EXPECT_EQ(other, 0) << "layer " << l + 1 << " launched:" << names;
+    EXPECT_EQ(compact, died ? 1 : 0) << "layer " << l + 1 << " launched:" << names;
+    ASSERT_FALSE(entries.empty()) << "layer " << l + 1 << " launched:" << names;
+    // Each entry once: e0, e1, ... (or the one streamed kernel).
+    std::sort(entries.begin(), entries.end());
+    EXPECT_EQ(std::adjacent_find(entries.begin(), entries.end()), entries.end()) << names;
+    EXPECT_EQ(launches.size(), entries.size() + (died ? 1 : 0)) << "layer " << l + 1 << " launched:" << names;
+    compactions += compact;
+    live = static_cast<uint32_t>(kept.size());
+  }
+  EXPECT_GE(compactions, 1) << "no layer killed a column: the compaction path was not exercised";
+  EXPECT_GE(live, 1u);
 }
 
 // The program as a user runs it: the emulated driver prints the calls that failed in teardown at exit.

@@ -22,6 +22,10 @@ struct SpmmOptions {
   Epilogue epilogue;          // bias (none, one scalar, or one per row of A), ReLU, clamp
   int32_t ld = 0;             // leading dimension of B and C: the largest N the kernel accepts
   std::string name = "spmm";  // prefix of the entry names
+  // Fused live-column detection: every entry takes one more parameter, F (u64, global u32*, ld words), and sets
+  // F[col] = 1 for each column below N where an output it stores (after bias, ReLU, clamp) is nonzero or NaN. F is
+  // never cleared by the kernel: the caller zeroes it before the launch. Off: the PTX is exactly as without it.
+  bool live_flags = false;
 };
 
 // One .entry in its own PTX module: a contiguous range of the plan's row blocks.
@@ -42,6 +46,7 @@ struct SpmmKernel {
   int32_t block_x = 0;  // threads: (block_x, block_y, 1)
   int32_t block_y = 0;
   std::vector<SpmmEntry> entries;
+  bool live_flags = false;  // the entries take F after N (SpmmOptions::live_flags)
 
   // grid = (ceil(n / n_tile), entry blocks, 1) for an active column count n.
   int32_t grid_x(int32_t n) const { return (n + tile.n_tile - 1) / tile.n_tile; }

@@ -55,6 +55,9 @@ void check_stream_params(const StreamParams& p, int32_t ld, const Target& target
 struct StreamEpilogueKind {
   Activation activation = Activation::kNone;
   std::optional<float> clamp;
+  // Fused live-column detection (as SpmmOptions::live_flags): one more parameter after slots, F (u64, global u32*),
+  // F[col] = 1 for each column below N where a stored output is nonzero or NaN; the caller zeroes F.
+  bool live_flags = false;
   bool operator==(const StreamEpilogueKind&) const = default;
 };
 
@@ -100,7 +103,7 @@ struct StreamKernel {
 };
 
 // Kernel parameters, in order: B (u64, global f32*, k×ld), C (u64, global f32*, m×ld), N (u32, 1 ≤ N ≤ ld), then
-// ell, stages, block_stages, krows, slots (u64 global pointers to the arrays above).
+// ell, stages, block_stages, krows, slots (u64 global pointers to the arrays above), then F (u64) with live_flags.
 std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, int32_t ld,
                                  const StreamEpilogueKind& epilogue, const std::string& name);
 
@@ -115,6 +118,7 @@ struct StreamOptions {
   Epilogue epilogue;
   int32_t ld = 0;
   std::string name = "stream_spmm";
+  bool live_flags = false;  // StreamEpilogueKind::live_flags
 };
 
 // The plan this kernel uses by default: nonzero-balanced row blocks, as many as keep every block within

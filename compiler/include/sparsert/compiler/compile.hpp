@@ -35,6 +35,10 @@ struct CompileOptions {
   // layer tuned baked (docs/autotune.md).
   std::optional<codegen::KernelKind> kernel_kind;
   codegen::StreamParams stream_params;  // streamed layers without tuned parameters
+  // Every kernel (baked and streamed) fuses live-column detection: it takes one more parameter, F (u32 flags, ld
+  // words, zeroed by the caller), after its others; the manifest marks such layers ("live_flags") and GpuNetwork
+  // passes F to them. The Graph Challenge's dead-input filter uses it instead of a separate scan.
+  bool live_flags = false;
   std::filesystem::path cache_dir = KernelCache::default_dir();
 };
 

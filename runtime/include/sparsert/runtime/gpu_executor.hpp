@@ -44,7 +44,10 @@ class GpuNetwork {
   // layer `layer` on n columns of `in` (K × package n floats) into `out` (M × package n), on stream(). A baked
   // layer's entries run on side streams forked from stream() and joined back to it, so work submitted to stream()
   // afterwards runs after all of them (and a capture of stream() may end there).
-  void launch_layer(size_t layer, CUdeviceptr in, CUdeviceptr out, uint32_t n);
+  // flags: a layer compiled with live-column flags (PackageLayer::live_flags) sets flags[col] = 1 (u32, package n
+  // words, zeroed by the caller) for every column with a nonzero output; other layers ignore it. 0: a scratch buffer.
+  void launch_layer(size_t layer, CUdeviceptr in, CUdeviceptr out, uint32_t n, CUdeviceptr flags = 0);
+  bool layer_has_live_flags(size_t layer) const;
   const cuda::Stream& stream() const;
 
   const cuda::DeviceInfo& device() const;

@@ -47,6 +47,9 @@ struct PackageLayer {
   std::string weights_file;
   Activation activation = Activation::kNone;
   std::optional<float> clamp;
+  // The kernels fuse live-column detection: they take F (u64, u32 flags, ld words) after all their other parameters
+  // and set F[col] = 1 for every column with a nonzero output. Written to the manifest only when true.
+  bool live_flags = false;
   int32_t block_x = 0, block_y = 0, n_tile = 0;
   std::vector<PackageEntry> entries;
   nlohmann::json tile;  // the tile parameters used, for reports
