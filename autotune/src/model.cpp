@@ -269,10 +269,10 @@ Estimate combine(const std::vector<LaunchWork>& launches, int warps_per_block, i
     sh_cycles += shared;
     // A block with few warps cannot hide its memory chain behind its (conflicted) shared loads: they add.
     const double terms[4] = {tp, l.critical_cycles, fetch, lat + shared};
-    size_t arg = static_cast<size_t>(std::max_element(terms, terms + 4) - terms);
+    const size_t arg = static_cast<size_t>(std::max_element(terms, terms + 4) - terms);
     cycles += terms[arg];
-    if (arg == 3 && shared > lat) arg = 4;
-    worst[arg] += terms[arg == 4 ? 3 : arg];
+    // For `bound`: the launch's time goes to the term that set it, the memory chain to its larger part.
+    worst[arg == 3 && shared > lat ? 4 : arg] += terms[arg];
     resident_warps_total += resident;
   }
   const double cycles_per_us = m.clock_ghz * 1e3;

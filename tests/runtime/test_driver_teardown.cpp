@@ -21,12 +21,7 @@ namespace {
 
 testing::EmulatedDriver& emu() { return testing::EmulatedDriver::use(SPARSERT_EMU_LIB); }
 
-std::string vadd_ptx() {
-  std::ifstream in(std::string(SPARSERT_SOURCE_DIR) + "/tests/ptxsim/kernels/vadd.ptx");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::vadd_ptx;
 
 TEST(DriverTeardown, ObjectsMadeInAContextKeepItAfterTheContextObjectIsGone) {
   emu();

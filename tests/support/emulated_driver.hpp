@@ -10,11 +10,22 @@
 
 #include <cstddef>
 #include <cstdlib>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 namespace sparsert::testing {
+
+#ifdef SPARSERT_SOURCE_DIR
+// The element-wise add kernel of the ptxsim tests (tests/ptxsim/kernels/vadd.ptx), for tests that need any kernel.
+inline std::string vadd_ptx() {
+  std::ifstream in(std::string(SPARSERT_SOURCE_DIR) + "/tests/ptxsim/kernels/vadd.ptx");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+#endif
 
 class EmulatedDriver {
  public:
