@@ -7,8 +7,9 @@
 // `sparsert gen graphchallenge` (no truth, so categories are not checked): SPARSERT_GC_WEIGHTS=DIR/neuronN,
 // SPARSERT_GC_INPUTS=DIR/sparse-images-N.tsv and SPARSERT_GC_NEURONS=N.
 #include "sparsert/inspector/formats.hpp"
-#include "sparsert/inspector/graphchallenge.hpp"
-#include "sparsert/runtime/graphchallenge.hpp"
+#include "sparsert/graphchallenge/generator.hpp"
+#include "sparsert/graphchallenge/io.hpp"
+#include "sparsert/graphchallenge/network.hpp"
 
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
@@ -55,9 +56,9 @@ const Problem& problem() {
         return out;
       }
       out->neurons = env_int("SPARSERT_GC_NEURONS", 1024);
-      out->weights = sparsert::inspector::read_graphchallenge_layers(weights, out->neurons, layers);
+      out->weights = sparsert::graphchallenge::read_layers(weights, out->neurons, layers);
       out->net = gc::make_network(out->weights, out->neurons, gc::official_bias(out->neurons));
-      out->images = sparsert::inspector::read_graphchallenge_images(inputs, out->neurons);
+      out->images = sparsert::graphchallenge::read_images(inputs, out->neurons);
       return out;
     }
     const std::filesystem::path data = std::filesystem::path(SPARSERT_SHARED_DATA) / "graphchallenge";
@@ -72,10 +73,10 @@ const Problem& problem() {
       out->skip = "cannot extract neuron1024.tar.gz";
       return out;
     }
-    out->weights = sparsert::inspector::read_graphchallenge_layers(dir / "neuron1024", 1024, layers);
+    out->weights = sparsert::graphchallenge::read_layers(dir / "neuron1024", 1024, layers);
     std::filesystem::remove_all(dir);
     out->net = gc::make_network(out->weights, 1024, gc::official_bias(1024));
-    out->images = sparsert::inspector::read_graphchallenge_images(data / "sparse-images-1024-first1200.tsv", 1024);
+    out->images = sparsert::graphchallenge::read_images(data / "sparse-images-1024-first1200.tsv", 1024);
     if (layers == 120) {
       const auto truth = data / "neuron1024-l120-categories-first1200.tsv";
       out->truth = gc::tile_truth(sparsert::inspector::read_categories(truth), out->images.rows, out->replicate,

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 #include <algorithm>
 
 namespace sparsert::codegen {
@@ -25,6 +27,16 @@ const std::vector<Target>& Target::all() {
     return t;
   }();
   return targets;
+}
+
+Target Target::newest_for(int sm, const std::string& device) {
+  std::optional<Target> best;
+  for (const Target& t : all()) {
+    if (t.sm() <= sm && (!best || t.sm() > best->sm())) best = t;
+  }
+  SPARSERT_USER_CHECK(best.has_value(), "device", "{} (sm_{}) is older than sm_{}, the oldest target sparsert emits",
+                      device, sm, all().front().sm());
+  return *best;
 }
 
 Target Target::parse(const std::string& text, const std::string& field) {

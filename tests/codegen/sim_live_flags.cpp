@@ -5,7 +5,8 @@
 #include "stream_run.hpp"
 #include "sparsert/codegen/assembler.hpp"
 #include "sparsert/codegen/heuristic.hpp"
-#include "sparsert/inspector/graphchallenge.hpp"
+#include "sparsert/graphchallenge/generator.hpp"
+#include "sparsert/graphchallenge/io.hpp"
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/inspector/generate.hpp"
 #include "sparsert/runtime/reference.hpp"
@@ -255,7 +256,7 @@ TEST(CodegenLiveFlags, OptionAddsOneParameterAndChangesNothingElseWhenOff) {
 // plain kernels'. Skipped without the toolkit.
 TEST(CodegenLiveFlags, FusedKernelsAssembleWithoutSpills) {
   if (!Assembler::available()) GTEST_SKIP() << Assembler::unavailable_reason();
-  const CsrMatrix a = transpose(inspector::generate_graphchallenge_layer(1024, 1, 7));
+  const CsrMatrix a = transpose(graphchallenge::generate_layer(1024, 1, 7));
   const Target t = Target::parse("sm_90");
   int registers[2][2] = {};  // [fused][baked, streamed]
   for (const bool fused : {false, true}) {

@@ -6,7 +6,8 @@
 #include "sparsert/codegen/heuristic.hpp"
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/inspector/generate.hpp"
-#include "sparsert/inspector/graphchallenge.hpp"
+#include "sparsert/graphchallenge/generator.hpp"
+#include "sparsert/graphchallenge/io.hpp"
 #include "sparsert/runtime/reference.hpp"
 
 #include <fmt/format.h>
@@ -144,7 +145,7 @@ TEST(SimStream, EveryTargetAndTheDefaultPlan) {
 // Graph Challenge-like: 32 nonzeros per row of value 1/16, bias -0.3, ReLU, clamp 32; B spans [0, 40) so that
 // outputs hit both the ReLU and the clamp. Also prints the instructions per useful fma of both kernel kinds.
 TEST(SimStream, GraphChallengeLayer) {
-  const CsrMatrix w = inspector::generate_graphchallenge_layer(1024, 1, 7);
+  const CsrMatrix w = graphchallenge::generate_layer(1024, 1, 7);
   const CsrMatrix a = transpose(w);  // C = Wᵀ·B: a row of A is an output neuron
   for (int32_t r = 0; r < a.rows; ++r) ASSERT_EQ(a.row_nnz(r), 32) << r;
   const int32_t ld = 64, n = 45;
@@ -293,7 +294,7 @@ TEST(StreamAssemble, Sm80AndSm90NoSpills) {
 
 TEST(KernelChoice, Rule) {
   const CsrMatrix small = inspector::generate_random(256, 256, 0.1, 1);     // ~6.5K nonzeros
-  const CsrMatrix gc = transpose(inspector::generate_graphchallenge_layer(16384, 1, 7));  // 524288 nonzeros
+  const CsrMatrix gc = transpose(graphchallenge::generate_layer(16384, 1, 7));  // 524288 nonzeros
   const Target t = Target::parse("sm_90");
   EXPECT_EQ(choose_kernel_kind(small, 64, t, {}).kind, KernelKind::kBaked);
   const KernelChoice big = choose_kernel_kind(gc, 64, t, {});

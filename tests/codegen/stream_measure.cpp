@@ -5,7 +5,8 @@
 #include "sparsert/codegen/heuristic.hpp"
 #include "sparsert/codegen/spmm.hpp"
 #include "sparsert/codegen/stream_spmm.hpp"
-#include "sparsert/inspector/graphchallenge.hpp"
+#include "sparsert/graphchallenge/generator.hpp"
+#include "sparsert/graphchallenge/io.hpp"
 
 #include <gtest/gtest.h>
 
@@ -21,7 +22,7 @@ TEST(StreamMeasure, CodeSizeAndAssemblyAgainstNonzeros) {
   const Epilogue ep{{-0.3f}, Activation::kRelu, 32.0f};
   size_t first_stream_cubin = 0;
   for (int32_t neurons : {128, 512, 1024, 4096}) {
-    const CsrMatrix a = transpose(inspector::generate_graphchallenge_layer(neurons, 1, 7));
+    const CsrMatrix a = transpose(graphchallenge::generate_layer(neurons, 1, 7));
     SpmmOptions bo;
     bo.tile = default_tile_params(a, ld, t);
     bo.ld = ld;

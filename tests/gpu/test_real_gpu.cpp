@@ -2,10 +2,11 @@
 // the reference; and the Graph Challenge executor on the official data. SKIPPED where no driver or device is found.
 #include "sparsert/codegen/heuristic.hpp"
 #include "sparsert/compiler/compile.hpp"
-#include "sparsert/compiler/graphchallenge_gpu.hpp"
+#include "sparsert/graphchallenge/cuda_executor.hpp"
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/inspector/generate.hpp"
-#include "sparsert/inspector/graphchallenge.hpp"
+#include "sparsert/graphchallenge/generator.hpp"
+#include "sparsert/graphchallenge/io.hpp"
 #include "sparsert/runtime/concurrent_launch.hpp"
 #include "sparsert/runtime/driver.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
@@ -41,7 +42,7 @@ TEST(RealGpu, CompiledNetworkMatchesTheReference) {
     layers.push_back({d, std::move(a)});
   }
   compiler::CompileOptions opt;
-  opt.targets = {compiler::target_for_device(dev.sm())};
+  opt.targets = {codegen::Target::newest_for(dev.sm(), dev.name)};
   opt.progress = false;
   opt.cache_dir = dir / "cache";
   compiler::compile_network(layers, dir / "pkg", opt);
@@ -78,7 +79,7 @@ TEST(RealGpu, ManyEntryLayersRunSideBySideInPlainLaunchesAndGraphReplay) {
     layers.push_back({d, std::move(a)});
   }
   compiler::CompileOptions opt;
-  opt.targets = {compiler::target_for_device(dev.sm())};
+  opt.targets = {codegen::Target::newest_for(dev.sm(), dev.name)};
   opt.progress = false;
   opt.cache_dir = dir / "cache";
   opt.tiles = [](const compiler::LoadedLayer& l, const codegen::Target& t) {
@@ -137,14 +138,14 @@ TEST(RealGpu, GraphChallengeOfficialNetwork) {
                             .c_str()),
             0);
   namespace g = graphchallenge;
-  const g::Network net = g::make_network(inspector::read_graphchallenge_layers(scratch / "neuron1024", 1024, 120),
+  const g::Network net = g::make_network(graphchallenge::read_layers(scratch / "neuron1024", 1024, 120),
                                          1024, g::official_bias(1024));
-  const CsrMatrix images = inspector::read_graphchallenge_images(gc / "sparse-images-1024-first1200.tsv", 1024);
+  const CsrMatrix images = graphchallenge::read_images(gc / "sparse-images-1024-first1200.tsv", 1024);
   const auto truth_path = gc / "neuron1024-l120-categories-first1200.tsv";
-  compiler::CudaGraphChallengeOptions opt;
+  graphchallenge::CudaGraphChallengeOptions opt;
   opt.progress = false;
   opt.cache_dir = scratch / "cache";
-  compiler::CudaLayerExecutor exec(opt);
+  graphchallenge::CudaLayerExecutor exec(opt);
   exec.prepare(net);
   const g::InferenceResult r = g::run_inference(net, g::feature_major_inputs(images, 1024, 50), exec);
   EXPECT_EQ(r.categories, g::tile_truth(inspector::read_categories(truth_path), 1200, 50, truth_path.string()));

@@ -1,7 +1,8 @@
 // `sparsert graphchallenge` and `sparsert gen graphchallenge` as a user runs them: exit codes and one-line errors.
 #include "sparsert/inspector/formats.hpp"
-#include "sparsert/inspector/graphchallenge.hpp"
-#include "sparsert/runtime/graphchallenge.hpp"
+#include "sparsert/graphchallenge/generator.hpp"
+#include "sparsert/graphchallenge/io.hpp"
+#include "sparsert/graphchallenge/network.hpp"
 #include "test_support.hpp"
 
 #include <fmt/format.h>
@@ -35,14 +36,14 @@ CliRun run_cli(const std::string& args) {
 class GraphChallengeCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    weights_ = inspector::write_graphchallenge_network(dir_.path(), 1024, 8, 120, 6);
+    weights_ = graphchallenge::write_network(dir_.path(), 1024, 8, 120, 6);
     images_ = dir_ / "sparse-images-1024.tsv";
     namespace gc = graphchallenge;
-    const gc::Network net = gc::make_network(inspector::read_graphchallenge_layers(weights_, 1024, 8), 1024, -0.3f);
+    const gc::Network net = gc::make_network(graphchallenge::read_layers(weights_, 1024, 8), 1024, -0.3f);
     gc::CpuLayerExecutor exec(CpuExecutorOptions{1, 64});
     exec.prepare(net);
     const auto r =
-        gc::run_inference(net, gc::feature_major_inputs(inspector::read_graphchallenge_images(images_, 1024), 1024), exec);
+        gc::run_inference(net, gc::feature_major_inputs(graphchallenge::read_images(images_, 1024), 1024), exec);
     ASSERT_GE(r.categories.size(), 2u);
     for (int32_t c : r.categories) truth_.push_back(c + 1);
     truth_path_ = dir_ / "truth.tsv";
@@ -117,7 +118,7 @@ TEST(GraphChallengeGenCli, WritesTheOfficialLayout) {
                                     dir.path().string()));
   ASSERT_EQ(r.code, 0) << r.output;
   for (int l = 1; l <= 3; ++l) EXPECT_TRUE(std::filesystem::exists(dir / fmt::format("neuron4096/n4096-l{}.tsv", l)));
-  EXPECT_EQ(inspector::read_graphchallenge_images(dir / "sparse-images-4096.tsv", 4096).rows, 10);
+  EXPECT_EQ(graphchallenge::read_images(dir / "sparse-images-4096.tsv", 4096).rows, 10);
   EXPECT_EQ(run_cli(fmt::format("gen graphchallenge --neurons 1000 -o '{}'", dir.path().string())).code, 2);
 }
 

@@ -1,7 +1,8 @@
 // The Graph Challenge driver against an unpruned double-precision evaluation of the same network.
-#include "sparsert/inspector/graphchallenge.hpp"
+#include "sparsert/graphchallenge/generator.hpp"
+#include "sparsert/graphchallenge/io.hpp"
 #include "sparsert/runtime/error.hpp"
-#include "sparsert/runtime/graphchallenge.hpp"
+#include "sparsert/graphchallenge/network.hpp"
 #include "sparsert/runtime/reference.hpp"
 
 #include <gtest/gtest.h>
@@ -11,7 +12,7 @@ namespace {
 
 Network synthetic_network(int32_t neurons, int32_t layers, uint64_t seed) {
   std::vector<CsrMatrix> w;
-  for (int32_t l = 1; l <= layers; ++l) w.push_back(inspector::generate_graphchallenge_layer(neurons, l, seed));
+  for (int32_t l = 1; l <= layers; ++l) w.push_back(graphchallenge::generate_layer(neurons, l, seed));
   return make_network(std::move(w), neurons, official_bias(neurons));
 }
 
@@ -33,7 +34,7 @@ std::vector<int32_t> unpruned_categories(const Network& net, DenseTensor y) {
 
 TEST(GraphChallengeDriver, PrunedRunMatchesUnprunedReference) {
   const Network net = synthetic_network(1024, 16, 5);
-  const CsrMatrix images = inspector::generate_graphchallenge_images(1024, 150, 5);
+  const CsrMatrix images = graphchallenge::generate_images(1024, 150, 5);
   const DenseTensor y0 = feature_major_inputs(images, 1024);
   const std::vector<int32_t> want = unpruned_categories(net, y0);
   ASSERT_FALSE(want.empty());
@@ -57,7 +58,7 @@ TEST(GraphChallengeDriver, PrunedRunMatchesUnprunedReference) {
 
 TEST(GraphChallengeDriver, ReplicatedInputsGiveTiledCategories) {
   const Network net = synthetic_network(1024, 12, 2);
-  const CsrMatrix images = inspector::generate_graphchallenge_images(1024, 100, 2);
+  const CsrMatrix images = graphchallenge::generate_images(1024, 100, 2);
   CpuLayerExecutor exec(CpuExecutorOptions{2, 64});
   exec.prepare(net);
   const InferenceResult one = run_inference(net, feature_major_inputs(images, 1024, 1), exec);
@@ -83,7 +84,7 @@ TEST(GraphChallengeDriver, FeatureMajorLayoutTilesTheImages) {
 }
 
 TEST(GraphChallengeDriver, RejectsBadNetworks) {
-  std::vector<CsrMatrix> w{inspector::generate_graphchallenge_layer(1024, 1, 1)};
+  std::vector<CsrMatrix> w{graphchallenge::generate_layer(1024, 1, 1)};
   EXPECT_THROW(make_network(w, 1024, 0.5f), UserError);  // pruning needs b <= 0
   try {
     make_network(w, 4096, -0.3f);

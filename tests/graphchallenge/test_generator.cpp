@@ -1,15 +1,16 @@
 // The synthetic networks follow the structure of the official ones.
 #include "sparsert/inspector/formats.hpp"
-#include "sparsert/inspector/graphchallenge.hpp"
+#include "sparsert/graphchallenge/generator.hpp"
+#include "sparsert/graphchallenge/io.hpp"
 #include "sparsert/runtime/error.hpp"
-#include "sparsert/runtime/graphchallenge.hpp"
+#include "sparsert/graphchallenge/network.hpp"
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>
 
 #include <set>
 
-namespace sparsert::inspector {
+namespace sparsert::graphchallenge {
 namespace {
 
 void expect_radix_structure(const CsrMatrix& w, int32_t neurons, const std::string& what) {
@@ -35,15 +36,15 @@ TEST(GraphChallengeGenerator, EveryRowAndColumnHas32NonzerosAtEverySize) {
     int32_t radix = 0;
     for (int32_t b = neurons / 16; b > 1; b >>= 1) ++radix;
     for (int32_t layer : {1, radix, radix + 1, 2 * radix + 3}) {
-      expect_radix_structure(generate_graphchallenge_layer(neurons, layer, 3), neurons,
+      expect_radix_structure(generate_layer(neurons, layer, 3), neurons,
                              fmt::format("n{} l{}", neurons, layer));
     }
   }
 }
 
 TEST(GraphChallengeGenerator, PermutedLayersPermuteTheBaseRowsAndDependOnTheSeed) {
-  const CsrMatrix base = generate_graphchallenge_layer(1024, 2, 1);
-  const CsrMatrix later = generate_graphchallenge_layer(1024, 8, 1);  // (8-1) mod 6 + 1 = 2
+  const CsrMatrix base = generate_layer(1024, 2, 1);
+  const CsrMatrix later = generate_layer(1024, 8, 1);  // (8-1) mod 6 + 1 = 2
   EXPECT_NE(later, base);
   std::multiset<std::vector<int32_t>> base_rows, later_rows;
   for (int32_t r = 0; r < 1024; ++r) {
@@ -51,9 +52,9 @@ TEST(GraphChallengeGenerator, PermutedLayersPermuteTheBaseRowsAndDependOnTheSeed
     later_rows.insert({later.col_idx.begin() + later.row_ptr[r], later.col_idx.begin() + later.row_ptr[r + 1]});
   }
   EXPECT_EQ(base_rows, later_rows);
-  EXPECT_NE(generate_graphchallenge_layer(1024, 8, 2), later);
-  EXPECT_EQ(generate_graphchallenge_layer(1024, 8, 1), later);
-  EXPECT_EQ(generate_graphchallenge_layer(1024, 2, 2), base);  // radix layers do not depend on the seed
+  EXPECT_NE(generate_layer(1024, 8, 2), later);
+  EXPECT_EQ(generate_layer(1024, 8, 1), later);
+  EXPECT_EQ(generate_layer(1024, 2, 2), base);  // radix layers do not depend on the seed
 }
 
 TEST(GraphChallengeGenerator, RadixLayersEqualTheOfficialOnes) {
@@ -62,34 +63,34 @@ TEST(GraphChallengeGenerator, RadixLayersEqualTheOfficialOnes) {
   const std::string cmd = fmt::format("tar xzf '{}' -C '{}'", (data / "graphchallenge/neuron1024.tar.gz").string(),
                                       scratch.path().string());
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  const std::vector<CsrMatrix> official = read_graphchallenge_layers(scratch / "neuron1024", 1024, 6);
+  const std::vector<CsrMatrix> official = read_layers(scratch / "neuron1024", 1024, 6);
   for (int32_t l = 1; l <= 6; ++l) {
-    EXPECT_EQ(generate_graphchallenge_layer(1024, l, 1), official[static_cast<size_t>(l - 1)]) << "layer " << l;
+    EXPECT_EQ(generate_layer(1024, l, 1), official[static_cast<size_t>(l - 1)]) << "layer " << l;
   }
 }
 
 TEST(GraphChallengeGenerator, ImagesAreSparseStrokes) {
-  const CsrMatrix images = generate_graphchallenge_images(1024, 200, 9);
+  const CsrMatrix images = generate_images(1024, 200, 9);
   ASSERT_EQ(images.rows, 200);
   ASSERT_EQ(images.cols, 1024);
   const double per_image = static_cast<double>(images.nnz()) / 200.0;
   EXPECT_GT(per_image, 40.0);
   EXPECT_LT(per_image, 250.0);
   for (int32_t r = 0; r < images.rows; ++r) EXPECT_GT(images.row_nnz(r), 0) << r;
-  EXPECT_EQ(generate_graphchallenge_images(1024, 200, 9), images);
-  EXPECT_THROW(generate_graphchallenge_images(1000, 1, 1), UserError);
-  EXPECT_THROW(generate_graphchallenge_layer(1000, 1, 1), UserError);
+  EXPECT_EQ(generate_images(1024, 200, 9), images);
+  EXPECT_THROW(generate_images(1000, 1, 1), UserError);
+  EXPECT_THROW(generate_layer(1000, 1, 1), UserError);
 }
 
 TEST(GraphChallengeGenerator, WrittenNetworkReadsBackAndGivesAStableNonzeroCategoryCount) {
   testing::ScratchDir scratch;
-  const std::filesystem::path weights = write_graphchallenge_network(scratch.path(), 1024, 30, 300, 4);
-  const std::vector<CsrMatrix> layers = read_graphchallenge_layers(weights, 1024, 30);
+  const std::filesystem::path weights = write_network(scratch.path(), 1024, 30, 300, 4);
+  const std::vector<CsrMatrix> layers = read_layers(weights, 1024, 30);
   for (int32_t l = 1; l <= 30; ++l) {
-    ASSERT_EQ(layers[static_cast<size_t>(l - 1)], generate_graphchallenge_layer(1024, l, 4)) << l;
+    ASSERT_EQ(layers[static_cast<size_t>(l - 1)], generate_layer(1024, l, 4)) << l;
   }
-  const CsrMatrix images = read_graphchallenge_images(scratch / "sparse-images-1024.tsv", 1024);
-  ASSERT_EQ(images, generate_graphchallenge_images(1024, 300, 4));
+  const CsrMatrix images = read_images(scratch / "sparse-images-1024.tsv", 1024);
+  ASSERT_EQ(images, generate_images(1024, 300, 4));
 
   namespace gc = sparsert::graphchallenge;
   const gc::Network net = gc::make_network(layers, 1024, gc::official_bias(1024));
@@ -110,4 +111,4 @@ TEST(GraphChallengeGenerator, WrittenNetworkReadsBackAndGivesAStableNonzeroCateg
 }
 
 }  // namespace
-}  // namespace sparsert::inspector
+}  // namespace sparsert::graphchallenge

@@ -3,11 +3,12 @@
 // compute-sanitizer caught `sparsert graphchallenge --device cuda` unloading the dead-input filter after the context
 // was released (CUDA_ERROR_CONTEXT_IS_DESTROYED); the emulated driver rejects and records such calls the same way.
 #include "emulated_driver.hpp"
-#include "sparsert/compiler/graphchallenge_gpu.hpp"
+#include "sparsert/graphchallenge/cuda_executor.hpp"
 #include "sparsert/inspector/formats.hpp"
-#include "sparsert/inspector/graphchallenge.hpp"
+#include "sparsert/graphchallenge/generator.hpp"
+#include "sparsert/graphchallenge/io.hpp"
 #include "sparsert/runtime/driver.hpp"
-#include "sparsert/runtime/graphchallenge.hpp"
+#include "sparsert/graphchallenge/network.hpp"
 #include "test_support.hpp"
 
 #include <fmt/format.h>
@@ -30,9 +31,9 @@ class GraphChallengeGpuTeardown : public ::testing::Test {
 
   void SetUp() override {
     emu();
-    weights_ = inspector::write_graphchallenge_network(dir_.path(), 1024, kLayers, 40, 6);
+    weights_ = graphchallenge::write_network(dir_.path(), 1024, kLayers, 40, 6);
     images_ = dir_ / "sparse-images-1024.tsv";
-    net_ = gc::make_network(inspector::read_graphchallenge_layers(weights_, 1024, kLayers), 1024,
+    net_ = gc::make_network(graphchallenge::read_layers(weights_, 1024, kLayers), 1024,
                             gc::official_bias(1024));
     gc::CpuLayerExecutor cpu(CpuExecutorOptions{1, 64});
     cpu.prepare(net_);
@@ -41,7 +42,7 @@ class GraphChallengeGpuTeardown : public ::testing::Test {
   }
 
   DenseTensor inputs(int32_t replicate) const {
-    return gc::feature_major_inputs(inspector::read_graphchallenge_images(images_, 1024), 1024, replicate);
+    return gc::feature_major_inputs(graphchallenge::read_images(images_, 1024), 1024, replicate);
   }
 
   testing::ScratchDir dir_;
@@ -54,12 +55,12 @@ TEST_F(GraphChallengeGpuTeardown, ExecutorReleasesEverythingWithoutAFailingDrive
   ASSERT_TRUE(cuda::Driver::available());
   emu().clear_teardown_failures();
   {
-    compiler::CudaGraphChallengeOptions opt;
+    graphchallenge::CudaGraphChallengeOptions opt;
     opt.assemble = false;  // the emulated driver runs PTX
     opt.progress = false;
     opt.threads = 1;
     opt.cache_dir = dir_ / "cache";
-    compiler::CudaLayerExecutor exec(opt);
+    graphchallenge::CudaLayerExecutor exec(opt);
     exec.prepare(net_);
     EXPECT_EQ(gc::run_inference(net_, inputs(1), exec).categories, truth_);
     // Another input width recompiles: the first network, the filter and the buffers go while the executor lives.
@@ -80,12 +81,12 @@ TEST_F(GraphChallengeGpuTeardown, ExecutorReleasesEverythingWithoutAFailingDrive
 // its entries (or its one streamed kernel) and, where columns died, sparsert_col_compact; no sparsert_col_live scan.
 // Before the fusion every layer launched entries + col_live (+ compact).
 TEST_F(GraphChallengeGpuTeardown, EachLayerLaunchesItsKernelsAndCompactionOnly) {
-  compiler::CudaGraphChallengeOptions opt;
+  graphchallenge::CudaGraphChallengeOptions opt;
   opt.assemble = false;
   opt.progress = false;
   opt.threads = 1;
   opt.cache_dir = dir_ / "cache";
-  compiler::CudaLayerExecutor exec(opt);
+  graphchallenge::CudaLayerExecutor exec(opt);
   exec.prepare(net_);
   exec.load_inputs(inputs(1));
   uint32_t live = 40;

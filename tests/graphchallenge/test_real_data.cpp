@@ -1,8 +1,9 @@
 // All 120 layers of the official 1024-neuron network on the first 1200 official images: the categories must be
 // exactly the official truth, and the live inputs must fall as measured on the official reference.
 #include "sparsert/inspector/formats.hpp"
-#include "sparsert/inspector/graphchallenge.hpp"
-#include "sparsert/runtime/graphchallenge.hpp"
+#include "sparsert/graphchallenge/generator.hpp"
+#include "sparsert/graphchallenge/io.hpp"
+#include "sparsert/graphchallenge/network.hpp"
 #include "test_support.hpp"
 
 #include <fmt/format.h>
@@ -31,8 +32,8 @@ class RealGraphChallenge : public ::testing::Test {
 
 TEST_F(RealGraphChallenge, CategoriesMatchTheOfficialTruthOnTheCpu) {
   const gc::Network net =
-      gc::make_network(inspector::read_graphchallenge_layers(weights_, 1024, 120), 1024, gc::official_bias(1024));
-  const CsrMatrix images = inspector::read_graphchallenge_images(gc_ / "sparse-images-1024-first1200.tsv", 1024);
+      gc::make_network(graphchallenge::read_layers(weights_, 1024, 120), 1024, gc::official_bias(1024));
+  const CsrMatrix images = graphchallenge::read_images(gc_ / "sparse-images-1024-first1200.tsv", 1024);
   ASSERT_EQ(images.rows, 1200);
   const auto truth_path = gc_ / "neuron1024-l120-categories-first1200.tsv";
   const std::vector<int32_t> truth =

@@ -1,11 +1,12 @@
 // sparsert graphchallenge: the Sparse DNN Graph Challenge inference on the official files, checked against the truth.
 // sparsert gen graphchallenge: synthetic networks of the official sizes in the official layout.
 #include "commands.hpp"
-#include "sparsert/compiler/graphchallenge_gpu.hpp"
+#include "sparsert/graphchallenge/cuda_executor.hpp"
 #include "sparsert/inspector/formats.hpp"
-#include "sparsert/inspector/graphchallenge.hpp"
+#include "sparsert/graphchallenge/generator.hpp"
+#include "sparsert/graphchallenge/io.hpp"
 #include "sparsert/runtime/error.hpp"
-#include "sparsert/runtime/graphchallenge.hpp"
+#include "sparsert/graphchallenge/network.hpp"
 
 #include <fmt/format.h>
 
@@ -39,10 +40,10 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 // The executor behind --device.
 std::unique_ptr<graphchallenge::LayerExecutor> make_executor(const GraphChallengeArgs& a) {
   if (a.device == "cuda") {
-    compiler::CudaGraphChallengeOptions options;
+    graphchallenge::CudaGraphChallengeOptions options;
     options.assemble = !a.ptx_only;
     options.threads = a.threads;
-    return std::make_unique<compiler::CudaLayerExecutor>(options);
+    return std::make_unique<graphchallenge::CudaLayerExecutor>(options);
   }
   CpuExecutorOptions options;
   options.threads = a.threads;
@@ -55,9 +56,9 @@ int run(const GraphChallengeArgs& a) {
   const float bias = a.bias ? *a.bias : gc::official_bias(a.neurons);
 
   const auto read_start = std::chrono::steady_clock::now();
-  gc::Network net = gc::make_network(inspector::read_graphchallenge_layers(a.weights, a.neurons, a.layers),
+  gc::Network net = gc::make_network(graphchallenge::read_layers(a.weights, a.neurons, a.layers),
                                      a.neurons, bias);
-  const CsrMatrix images = inspector::read_graphchallenge_images(a.inputs, a.neurons);
+  const CsrMatrix images = graphchallenge::read_images(a.inputs, a.neurons);
   std::optional<std::vector<int32_t>> truth;
   if (!a.categories.empty()) {
     truth = gc::tile_truth(inspector::read_categories(a.categories), images.rows, a.replicate, a.categories);
@@ -81,7 +82,7 @@ int run(const GraphChallengeArgs& a) {
     }
   }
   fmt::print("live inputs after layer:{}\n", live);
-  if (const auto* cuda = dynamic_cast<const compiler::CudaLayerExecutor*>(executor.get())) {
+  if (const auto* cuda = dynamic_cast<const graphchallenge::CudaLayerExecutor*>(executor.get())) {
     fmt::print("compile: {:.3f} s\n", cuda->compile_seconds());
     for (const std::string& note : cuda->notes()) fmt::print("  {}\n", note);
   }
@@ -154,7 +155,7 @@ Action add_gen_graphchallenge(CLI::App& gen) {
   return [args, sub] {
     if (!sub->parsed()) return static_cast<int>(kBadInput);
     const std::filesystem::path weights =
-        inspector::write_graphchallenge_network(args->output, args->neurons, args->layers, args->inputs, args->seed);
+        graphchallenge::write_network(args->output, args->neurons, args->layers, args->inputs, args->seed);
     fmt::print("wrote synthetic network: {} layers of {} neurons in {}, {} images in {}/sparse-images-{}.tsv "
                "(seed {}, bias {})\n",
                args->layers, args->neurons, weights.string(), args->inputs, args->output, args->neurons, args->seed,

@@ -363,21 +363,10 @@ class Cusparse final : public GpuMethod {
 // ---- sparsert's generated kernels ---------------------------------------------------------------------------------
 
 #if SPARSERT_BENCH_HAVE_COMPILER
-// The newest target sparsert emits that the device can run (the driver JIT-compiles PTX forward).
-codegen::Target target_for(const cuda::DeviceInfo& info) {
-  std::optional<codegen::Target> best;
-  for (const codegen::Target& t : codegen::Target::all()) {
-    if (t.sm() <= info.sm() && (!best || t.sm() > best->sm())) best = t;
-  }
-  if (!best) throw UserError("--device cuda", fmt::format("{} (sm_{}) is older than every target sparsert emits",
-                                                          info.name, info.sm()));
-  return *best;
-}
-
 class SparsertGpu final : public GpuMethod {
  public:
   SparsertGpu(std::shared_ptr<Gpu> gpu, std::filesystem::path scratch)
-      : GpuMethod(std::move(gpu)), scratch_(std::move(scratch)), target_(target_for(gpu_->info)) {}
+      : GpuMethod(std::move(gpu)), scratch_(std::move(scratch)), target_(codegen::Target::newest_for(gpu_->info.sm(), gpu_->info.name)) {}
   std::string name() const override { return "sparsert-gpu"; }
   std::string detail() const override { return detail_; }
   void prepare(const Problem& p, const DenseTensor& b, const DenseTensor&) override {

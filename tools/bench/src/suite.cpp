@@ -3,10 +3,11 @@
 #include "sparsert/bench/bench.hpp"
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/inspector/generate.hpp"
-#include "sparsert/inspector/graphchallenge.hpp"
+#include "sparsert/graphchallenge/generator.hpp"
+#include "sparsert/graphchallenge/io.hpp"
 #include "sparsert/runtime/error.hpp"
 #include "sparsert/runtime/file_io.hpp"
-#include "sparsert/runtime/graphchallenge.hpp"
+#include "sparsert/graphchallenge/network.hpp"
 
 #include <fmt/format.h>
 
@@ -163,8 +164,8 @@ std::vector<Problem> graphchallenge_suite(const SuiteOptions& o) {
   SPARSERT_USER_CHECK(std::system(cmd.c_str()) == 0, tarball.string(), "could not be extracted with tar");
   const int32_t neurons = 1024;
   std::vector<CsrMatrix> layers =
-      inspector::read_graphchallenge_layers(tmp.path / "neuron1024", neurons, o.graphchallenge_layers);
-  const CsrMatrix images = inspector::read_graphchallenge_images(images_path, neurons);
+      graphchallenge::read_layers(tmp.path / "neuron1024", neurons, o.graphchallenge_layers);
+  const CsrMatrix images = graphchallenge::read_images(images_path, neurons);
   // The product the challenge computes per layer, feature-major (A = Wᵀ, B = the 1200 official input images), with
   // no epilogue so that every baseline computes the same thing.
   auto b = std::make_shared<const DenseTensor>(graphchallenge::feature_major_inputs(images, neurons));

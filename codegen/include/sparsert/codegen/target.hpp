@@ -11,6 +11,9 @@ class Target {
   static Target parse(const std::string& text, const std::string& field = "target");
   static std::vector<Target> parse_list(const std::string& comma_separated, const std::string& field = "--target");
   static const std::vector<Target>& all();
+  // The newest target a device of compute capability `sm` runs (the driver JIT-compiles PTX forward); a device older
+  // than every target is a UserError naming `device` (its name, for the message).
+  static Target newest_for(int sm, const std::string& device);
 
   int sm() const { return sm_; }
   std::string name() const;         // "sm_90"; round-trips through parse()

@@ -1,10 +1,13 @@
-#include "sparsert/codegen/filter_kernels.hpp"
+#include "sparsert/graphchallenge/filter_kernels.hpp"
 
 #include "sparsert/codegen/ptx_builder.hpp"
 
 #include <fmt/format.h>
 
-namespace sparsert::codegen {
+namespace sparsert::graphchallenge {
+
+using codegen::Target;
+namespace ptx = codegen::ptx;
 
 using ptx::Address;
 using ptx::Builder;
@@ -149,4 +152,4 @@ std::string filter_kernels_ptx(const Target& target) {
   return out;
 }
 
-}  // namespace sparsert::codegen
+}  // namespace sparsert::graphchallenge

@@ -1,4 +1,4 @@
-#include "sparsert/runtime/graphchallenge.hpp"
+#include "sparsert/graphchallenge/network.hpp"
 
 #include "sparsert/runtime/error.hpp"
 

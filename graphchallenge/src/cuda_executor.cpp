@@ -1,7 +1,7 @@
-#include "sparsert/compiler/graphchallenge_gpu.hpp"
+#include "sparsert/graphchallenge/cuda_executor.hpp"
 
-#include "sparsert/codegen/filter_kernels.hpp"
 #include "sparsert/compiler/compile.hpp"
+#include "sparsert/graphchallenge/filter_kernels.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -9,20 +9,16 @@
 #include <chrono>
 #include <random>
 
-namespace sparsert::compiler {
+namespace sparsert::graphchallenge {
 
-codegen::Target target_for_device(int sm) {
-  const codegen::Target* best = nullptr;
-  for (const codegen::Target& t : codegen::Target::all()) {
-    if (t.sm() <= sm && (!best || t.sm() > best->sm())) best = &t;
-  }
-  SPARSERT_USER_CHECK(best != nullptr, "device", "compute capability sm_{} is older than sm_75, the oldest target",
-                      sm);
-  return *best;
-}
+using compiler::CompileOptions;
+using compiler::CompileReport;
+using compiler::KernelCache;
+using compiler::LayerDesc;
+using compiler::LoadedLayer;
 
 struct CudaLayerExecutor::Impl {
-  const graphchallenge::Network* net = nullptr;
+  const Network* net = nullptr;
   std::filesystem::path package_dir;
   std::unique_ptr<GpuNetwork> gpu;
   std::unique_ptr<cuda::Module> filter;
@@ -63,7 +59,7 @@ std::string CudaLayerExecutor::name() const {
 
 const std::vector<std::string>& CudaLayerExecutor::notes() const { return impl_->notes; }
 
-void CudaLayerExecutor::prepare(const graphchallenge::Network& net) {
+void CudaLayerExecutor::prepare(const Network& net) {
   impl_->net = &net;
   cuda::Driver::get();  // fail early, before any compiling, when there is no driver
 }
@@ -71,7 +67,7 @@ void CudaLayerExecutor::prepare(const graphchallenge::Network& net) {
 void CudaLayerExecutor::load_inputs(DenseTensor y0) {
   Impl& im = *impl_;
   SPARSERT_INTERNAL_CHECK(im.net != nullptr, "load_inputs before prepare");
-  const graphchallenge::Network& net = *im.net;
+  const Network& net = *im.net;
   SPARSERT_USER_CHECK(y0.rank() == 2 && y0.rows() == net.neurons && y0.cols() >= 1, "inputs",
                       "shape {} is not {} x (at least 1)", y0.shape_string(), net.neurons);
   const auto n = static_cast<int32_t>(y0.cols());
@@ -79,7 +75,7 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     // Kernels are specialised to the leading dimension, so they are compiled once the input width is known.
     const auto t0 = std::chrono::steady_clock::now();
     const cuda::DeviceInfo dev = cuda::device_info(0);
-    const codegen::Target target = target_for_device(dev.sm());
+    const codegen::Target target = codegen::Target::newest_for(dev.sm(), dev.name);
     std::vector<LoadedLayer> layers;
     for (size_t l = 0; l < net.layers.size(); ++l) {
       LayerDesc d;
@@ -109,9 +105,9 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     for (const std::string& note : im.gpu->load_notes()) {
       if (note.find("rejected") != std::string::npos) im.notes.push_back(note);
     }
-    const std::string filter_ptx = codegen::filter_kernels_ptx(target);
+    const std::string filter_ptx = filter_kernels_ptx(target);
     im.filter = std::make_unique<cuda::Module>(filter_ptx.c_str(), "dead-input filter kernels");
-    im.compact_fn = im.filter->function(codegen::kColCompactKernel);
+    im.compact_fn = im.filter->function(kColCompactKernel);
     const size_t bytes = static_cast<size_t>(net.neurons) * n * 4;
     im.cur = cuda::DeviceBuffer(bytes);
     im.next = cuda::DeviceBuffer(bytes);
@@ -152,8 +148,8 @@ std::vector<int32_t> CudaLayerExecutor::run_layer(int32_t layer) {
     CUdeviceptr in = im.next.get(), out = im.cur.get(), pos = im.positions.get();
     auto count = static_cast<uint32_t>(kept.size());
     void* compact_params[] = {&in, &out, &rows, &ld, &pos, &count};
-    cuda::launch(im.compact_fn, codegen::kColCompactKernel, (count + codegen::kFilterBlock - 1) / codegen::kFilterBlock,
-                 1, codegen::kFilterBlock, 1, s, compact_params);
+    cuda::launch(im.compact_fn, kColCompactKernel, (count + kFilterBlock - 1) / kFilterBlock,
+                 1, kFilterBlock, 1, s, compact_params);
   }
   im.live = static_cast<uint32_t>(kept.size());
   return kept;

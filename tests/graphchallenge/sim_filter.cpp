@@ -1,6 +1,6 @@
 // The dead-input filter kernels, in ptxsim and through the assembler.
 #include "sparsert/codegen/assembler.hpp"
-#include "sparsert/codegen/filter_kernels.hpp"
+#include "sparsert/graphchallenge/filter_kernels.hpp"
 #include "sparsert/ptxsim/ptxsim.hpp"
 
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 
 using namespace sparsert;
 using namespace sparsert::codegen;
+using namespace sparsert::graphchallenge;
 
 TEST(FilterKernels, LiveColumnsAndCompaction) {
   const uint32_t rows = 5, ld = 300, n = 257;  // n not a multiple of the block; columns past n must be ignored

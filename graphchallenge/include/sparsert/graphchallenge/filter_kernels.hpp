@@ -13,7 +13,9 @@
 
 #include <string>
 
-namespace sparsert::codegen {
+namespace sparsert::graphchallenge {
+
+using codegen::Target;
 
 inline constexpr int kFilterBlock = 128;
 inline constexpr const char* kColLiveKernel = "sparsert_col_live";
@@ -21,4 +23,4 @@ inline constexpr const char* kColCompactKernel = "sparsert_col_compact";
 
 std::string filter_kernels_ptx(const Target& target);
 
-}  // namespace sparsert::codegen
+}  // namespace sparsert::graphchallenge

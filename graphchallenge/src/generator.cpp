@@ -1,17 +1,15 @@
-#include "sparsert/inspector/graphchallenge.hpp"
+#include "sparsert/graphchallenge/generator.hpp"
 
+#include "sparsert/graphchallenge/io.hpp"
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/runtime/error.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <exception>
-#include <thread>
 
-namespace sparsert::inspector {
+namespace sparsert::graphchallenge {
 
 namespace {
 
@@ -40,47 +38,7 @@ int32_t radix_layers(int32_t neurons) {
 
 }  // namespace
 
-std::filesystem::path graphchallenge_layer_path(const std::filesystem::path& dir, int32_t neurons, int32_t layer) {
-  return dir / fmt::format("n{}-l{}.tsv", neurons, layer);
-}
-
-std::vector<CsrMatrix> read_graphchallenge_layers(const std::filesystem::path& dir, int32_t neurons, int32_t layers,
-                                                  int threads) {
-  SPARSERT_USER_CHECK(neurons > 0, "--neurons", "{} is not positive", neurons);
-  SPARSERT_USER_CHECK(layers > 0, "--layers", "{} is not positive", layers);
-  SPARSERT_USER_CHECK(std::filesystem::is_directory(dir), dir.string(), "is not a directory");
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  threads = std::min(threads, layers);
-  std::vector<CsrMatrix> out(static_cast<size_t>(layers));
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(layers));
-  std::atomic<int32_t> next{0};
-  auto work = [&] {
-    for (int32_t l = next++; l < layers; l = next++) {
-      try {
-        out[static_cast<size_t>(l)] =
-            read_tsv_triples(graphchallenge_layer_path(dir, neurons, l + 1), TsvShape{neurons, neurons});
-      } catch (...) {
-        errors[static_cast<size_t>(l)] = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
-  // The lowest failing layer is reported, so the message does not depend on thread timing.
-  for (const std::exception_ptr& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-  return out;
-}
-
-CsrMatrix read_graphchallenge_images(const std::filesystem::path& path, int32_t neurons) {
-  SPARSERT_USER_CHECK(neurons > 0, "--neurons", "{} is not positive", neurons);
-  return read_tsv_triples(path, TsvShape{std::nullopt, neurons});
-}
-
-CsrMatrix generate_graphchallenge_layer(int32_t neurons, int32_t layer, uint64_t seed) {
+CsrMatrix generate_layer(int32_t neurons, int32_t layer, uint64_t seed) {
   const int32_t radix = radix_layers(neurons);
   SPARSERT_USER_CHECK(layer >= 1, "layer", "{} is not positive (layers are 1-based)", layer);
   const int32_t block = neurons / 16;
@@ -111,7 +69,7 @@ CsrMatrix generate_graphchallenge_layer(int32_t neurons, int32_t layer, uint64_t
   return csr_from_triplets(neurons, neurons, std::move(entries), DuplicatePolicy::kError, "generated layer");
 }
 
-CsrMatrix generate_graphchallenge_images(int32_t neurons, int32_t images, uint64_t seed) {
+CsrMatrix generate_images(int32_t neurons, int32_t images, uint64_t seed) {
   const auto side = static_cast<int32_t>(std::lround(std::sqrt(static_cast<double>(neurons))));
   SPARSERT_USER_CHECK(neurons > 0 && side * side == neurons, "--neurons", "{} is not a perfect square", neurons);
   SPARSERT_USER_CHECK(images >= 1, "--inputs", "{} is not positive", images);
@@ -159,7 +117,7 @@ CsrMatrix generate_graphchallenge_images(int32_t neurons, int32_t images, uint64
   return out;
 }
 
-std::filesystem::path write_graphchallenge_network(const std::filesystem::path& dir, int32_t neurons, int32_t layers,
+std::filesystem::path write_network(const std::filesystem::path& dir, int32_t neurons, int32_t layers,
                                                    int32_t images, uint64_t seed) {
   radix_layers(neurons);
   SPARSERT_USER_CHECK(layers >= 1, "--layers", "{} is not positive", layers);
@@ -167,12 +125,12 @@ std::filesystem::path write_graphchallenge_network(const std::filesystem::path& 
   std::error_code ec;
   std::filesystem::create_directories(weights, ec);
   SPARSERT_USER_CHECK(!ec, weights.string(), "cannot create the directory ({})", ec.message());
-  write_tsv_triples(dir / fmt::format("sparse-images-{}.tsv", neurons),
-                    generate_graphchallenge_images(neurons, images, seed));
+  inspector::write_tsv_triples(dir / fmt::format("sparse-images-{}.tsv", neurons),
+                    generate_images(neurons, images, seed));
   for (int32_t l = 1; l <= layers; ++l) {
-    write_tsv_triples(graphchallenge_layer_path(weights, neurons, l), generate_graphchallenge_layer(neurons, l, seed));
+    inspector::write_tsv_triples(layer_path(weights, neurons, l), generate_layer(neurons, l, seed));
   }
   return weights;
 }
 
-}  // namespace sparsert::inspector
+}  // namespace sparsert::graphchallenge

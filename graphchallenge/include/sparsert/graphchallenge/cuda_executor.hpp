@@ -5,26 +5,26 @@
 #include "sparsert/codegen/target.hpp"
 #include "sparsert/compiler/cache.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
-#include "sparsert/runtime/graphchallenge.hpp"
+#include "sparsert/graphchallenge/network.hpp"
 
 #include <filesystem>
 #include <memory>
 
-namespace sparsert::compiler {
+namespace sparsert::graphchallenge {
 
 struct CudaGraphChallengeOptions {
   bool assemble = true;  // false: PTX only, JIT-compiled by the driver (what ptxsim's emulated driver runs)
   int threads = 0;       // assembler threads
   bool progress = true;
-  std::filesystem::path cache_dir = KernelCache::default_dir();
+  std::filesystem::path cache_dir = compiler::KernelCache::default_dir();
 };
 
-class CudaLayerExecutor final : public graphchallenge::LayerExecutor {
+class CudaLayerExecutor final : public LayerExecutor {
  public:
   explicit CudaLayerExecutor(CudaGraphChallengeOptions options = {});
   ~CudaLayerExecutor() override;
   std::string name() const override;
-  void prepare(const graphchallenge::Network& net) override;
+  void prepare(const Network& net) override;
   void load_inputs(DenseTensor y0) override;
   std::vector<int32_t> run_layer(int32_t layer) override;
   DenseTensor activations() override;
@@ -39,7 +39,5 @@ class CudaLayerExecutor final : public graphchallenge::LayerExecutor {
   double compile_seconds_ = 0.0;
 };
 
-// The supported target closest to (not above) a device's compute capability.
-codegen::Target target_for_device(int sm);
 
-}  // namespace sparsert::compiler
+}  // namespace sparsert::graphchallenge

@@ -1,8 +1,9 @@
 // The official Graph Challenge network (1024 neurons, all 120 layers, first 1200 images) through the generated
 // kernels and the device-side dead-input filter, on ptxsim's emulated driver: the categories must be the truth.
-#include "sparsert/compiler/graphchallenge_gpu.hpp"
+#include "sparsert/graphchallenge/cuda_executor.hpp"
 #include "sparsert/inspector/formats.hpp"
-#include "sparsert/inspector/graphchallenge.hpp"
+#include "sparsert/graphchallenge/generator.hpp"
+#include "sparsert/graphchallenge/io.hpp"
 #include "test_support.hpp"
 
 #include <fmt/format.h>
@@ -24,19 +25,19 @@ TEST(GraphChallengeEmu, OfficialNetworkMatchesTheTruth) {
   const std::string cmd =
       fmt::format("tar xzf '{}' -C '{}'", (gcdir / "neuron1024.tar.gz").string(), scratch.path().string());
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  const gc::Network net = gc::make_network(inspector::read_graphchallenge_layers(scratch / "neuron1024", 1024, 120),
+  const gc::Network net = gc::make_network(graphchallenge::read_layers(scratch / "neuron1024", 1024, 120),
                                            1024, gc::official_bias(1024));
-  const CsrMatrix images = inspector::read_graphchallenge_images(gcdir / "sparse-images-1024-first1200.tsv", 1024);
+  const CsrMatrix images = graphchallenge::read_images(gcdir / "sparse-images-1024-first1200.tsv", 1024);
   const auto truth_path = gcdir / "neuron1024-l120-categories-first1200.tsv";
   const std::vector<int32_t> truth =
       gc::tile_truth(inspector::read_categories(truth_path), 1200, 1, truth_path.string());
 
   // PTX only: the emulated driver runs PTX, and assembling 120 layers would cost minutes of CI time.
-  compiler::CudaGraphChallengeOptions opt;
+  graphchallenge::CudaGraphChallengeOptions opt;
   opt.assemble = false;
   opt.progress = false;
   opt.cache_dir = scratch / "cache";
-  compiler::CudaLayerExecutor exec(opt);
+  graphchallenge::CudaLayerExecutor exec(opt);
   exec.prepare(net);
   const gc::InferenceResult r = gc::run_inference(net, gc::feature_major_inputs(images, 1024), exec);
   EXPECT_EQ(r.categories, truth);

@@ -1,0 +1,28 @@
+#pragma once
+// Synthetic Graph Challenge networks, written in the official layout (io.hpp).
+//
+// The generator follows the recipe of the official networks (RadiX-Net): with B = N/16, the first log2(B) layers are
+// radix-2 circulants on B neurons expanded by 16×16 blocks — output j takes inputs j + {0, 2^(l-1)} + B·k (mod N),
+// k = 0..15 — and every later layer is a row (input-neuron) permutation of one of those, drawn from the seed; 32
+// nonzeros in every row and column, every value 1/16. The official networks use permutations we do not have, and the
+// inputs are synthetic strokes on a √N×√N grid rather than MNIST: the generated files are synthetic, for measuring
+// scaling, and their categories are not the official ones.
+#include "sparsert/runtime/csr.hpp"
+
+#include <cstdint>
+#include <filesystem>
+
+namespace sparsert::graphchallenge {
+
+// Layer `layer` (1-based) of the synthetic N-neuron network (N = 16·2^k, k ≥ 1), as stored (row = input neuron).
+CsrMatrix generate_layer(int32_t neurons, int32_t layer, uint64_t seed);
+
+// `images` synthetic sparse images (rows) on N neurons (N a perfect square): a few thick random strokes each, values 1.
+CsrMatrix generate_images(int32_t neurons, int32_t images, uint64_t seed);
+
+// Writes layers 1..layers to DIR/neuron{N}/n{N}-l{L}.tsv and the images to DIR/sparse-images-{N}.tsv (atomically);
+// returns the weights directory.
+std::filesystem::path write_network(const std::filesystem::path& dir, int32_t neurons, int32_t layers,
+                                    int32_t images, uint64_t seed);
+
+}  // namespace sparsert::graphchallenge
