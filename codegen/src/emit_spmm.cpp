@@ -9,6 +9,8 @@
 
 #include "sparsert/codegen/ptx_builder.hpp"
 
+#include "conv_addressing.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -60,6 +62,15 @@ float activate(const Epilogue& ep, float v) {
 }
 
 const char* vec_suffix(int n) { return n == 4 ? ".v4" : n == 2 ? ".v2" : ""; }
+
+std::string conv_header_comment(const ConvLayout& c) {
+  const ConvShape& s = c.shape;
+  return fmt::format(
+      "// convolution: B is {} image(s) of {} x {} x {} (NCHW, border {}), C is {} x {} x {} (border {}); kernel {} x {}, "
+      "stride {}, padding {}, im2col order {}; column n is output pixel n\n",
+      s.images, s.in_channels, s.in_h, s.in_w, c.in_border, s.out_channels, s.out_h(), s.out_w(), c.out_border,
+      s.kernel_h, s.kernel_w, s.stride, s.pad, to_string(s.order));
+}
 
 class EntryEmitter {
  public:
@@ -172,10 +183,15 @@ class EntryEmitter {
     const Reg off_b = b_.reg(RegClass::kB64), off_c = b_.reg(RegClass::kB64);
     b_ptr_ = b_.reg(RegClass::kB64);
     c_ptr_ = b_.reg(RegClass::kB64);
-    b_.inst("mul.wide.u32", {off_b, load_col, IntImm{4}});
-    b_.inst("add.s64", {b_ptr_, gb, off_b});
-    b_.inst("mul.wide.u32", {off_c, c0, IntImm{4}});
-    b_.inst("add.s64", {c_ptr_, gc, off_c});
+    if (opt_.conv) {
+      b_.inst("add.s64", {b_ptr_, gb, emit_input_pixel_offset(b_, load_col, *opt_.conv)});
+      b_.inst("add.s64", {c_ptr_, gc, emit_output_pixel_offset(b_, c0, *opt_.conv)});
+    } else {
+      b_.inst("mul.wide.u32", {off_b, load_col, IntImm{4}});
+      b_.inst("add.s64", {b_ptr_, gb, off_b});
+      b_.inst("mul.wide.u32", {off_c, c0, IntImm{4}});
+      b_.inst("add.s64", {c_ptr_, gc, off_c});
+    }
     if (opt_.live_flags) {
       // Live-column flags: F + c0 * 4, the value 1 to store, and one "some stored output is nonzero" per column.
       const Reg param_f = b_.reg(RegClass::kB64), gf = b_.reg(RegClass::kB64);
@@ -234,6 +250,15 @@ class EntryEmitter {
     dispatch_range(reg, ids, lo, mid, label);
     b_.label(upper);
     dispatch_range(reg, ids, mid, hi, label);
+  }
+
+  // Bytes from this thread's B pointer to row k of B (a convolution: to the tap that im2col row k holds), and from its
+  // C pointer to row m of C.
+  int64_t b_row_offset(int32_t k) const {
+    return opt_.conv ? opt_.conv->tap_offset(k) * 4 : static_cast<int64_t>(k) * opt_.ld * 4;
+  }
+  int64_t c_row_offset(int32_t m) const {
+    return opt_.conv ? m * output_channel_bytes(*opt_.conv) : static_cast<int64_t>(m) * opt_.ld * 4;
   }
 
   Address global_address(Reg base, int64_t offset) {
@@ -325,7 +350,7 @@ class EntryEmitter {
       const size_t end = std::min(w.ks.size(), start + static_cast<size_t>(batch));
       for (size_t i = start; i < end; ++i) {
         std::span<const Reg> v(bvals_.data() + (i - start) * cpt_, static_cast<size_t>(cpt_));
-        const int64_t offset = static_cast<int64_t>(w.ks[i]) * opt_.ld * 4;
+        const int64_t offset = b_row_offset(w.ks[i]);
         b_.inst(load_op, {cpt_ == 1 ? ptx::Operand{v[0]} : ptx::Operand{Vector{v}}, global_address(b_ptr_, offset)});
       }
       for (size_t i = start; i < end; ++i) {
@@ -426,7 +451,7 @@ class EntryEmitter {
         }
       }
       if (cpt_ == 1) {
-        const int64_t offset = static_cast<int64_t>(row) * opt_.ld * 4;
+        const int64_t offset = c_row_offset(row);
         b_.inst("st.global.f32", {global_address(c_ptr_, offset), row_regs(m)[0]}, Guard{in_range_});
       }
     }
@@ -442,7 +467,7 @@ class EntryEmitter {
     b_.inst("bra", {Symbol{partial}}, Guard{full_, true});
     const std::string st_vector = fmt::format("st.global{}.f32", vec_suffix(cpt_));
     for (int32_t m = g; m < rows; m += stride) {
-      const int64_t offset = static_cast<int64_t>(plan_.row_order[block.row_begin + m]) * opt_.ld * 4;
+      const int64_t offset = c_row_offset(plan_.row_order[block.row_begin + m]);
       b_.inst(st_vector, {global_address(c_ptr_, offset), Vector{row_regs(m)}});
     }
     if (opt_.live_flags) store_flags(live_set, const_live, nullptr);
@@ -455,7 +480,7 @@ class EntryEmitter {
     }
     for (int32_t m = g; m < rows; m += stride) {
       std::span<const Reg> v = row_regs(m);
-      const int64_t offset = static_cast<int64_t>(plan_.row_order[block.row_begin + m]) * opt_.ld * 4;
+      const int64_t offset = c_row_offset(plan_.row_order[block.row_begin + m]);
       const Address addr = global_address(c_ptr_, offset);
       for (int j = 0; j < cpt_; ++j) {
         b_.inst("st.global.f32", {Address{addr.base, addr.offset + 4 * j}, v[j]}, Guard{partial_[j]});
@@ -508,9 +533,11 @@ class EntryEmitter {
     if (opt_.live_flags) {
       out += "// F (global u32*, ld words, zeroed by the caller): F[col] = 1 where a stored output is nonzero or NaN\n";
     }
-    out += fmt::format(".visible .entry {0}(\n\t.param .u64 {0}_param_B,\n\t.param .u64 {0}_param_C,\n"
-                       "\t.param .u32 {0}_param_N{3}\n)\n.reqntid {1}, {2}, 1\n{{\n",
-                       name_, bx, gy_, opt_.live_flags ? fmt::format(",\n\t.param .u64 {}_param_F", name_) : "");
+    if (opt_.conv) out += conv_header_comment(*opt_.conv);
+    std::vector<ptx::EntryParam> params = {
+        {name_ + "_param_B", "u64"}, {name_ + "_param_C", "u64"}, {name_ + "_param_N", "u32"}};
+    if (opt_.live_flags) params.push_back({name_ + "_param_F", "u64"});
+    out += ptx::entry_signature(name_, params, {bx, gy_, 1, true});
     out += b_.declarations();
     if (e.shared_bytes > 0) out += fmt::format("\t.shared .align 16 .b8 partials[{}];\n", e.shared_bytes);
     out += '\n';
@@ -548,13 +575,20 @@ SpmmKernel emit_spmm(const CsrMatrix& a, const inspector::WorkPlan& plan, const 
                           "emit_spmm: the plan is for another matrix");
   SPARSERT_INTERNAL_CHECK(plan.params == tile.plan, "emit_spmm: the plan was made with other parameters");
   SPARSERT_USER_CHECK(options.ld >= 1, "n", "{} columns is not at least 1", options.ld);
-  check_tile_params(tile, KernelShape{a.rows, a.cols, options.ld}, target);
+  check_tile_params(tile, KernelShape{a.rows, a.cols, options.ld, options.conv.has_value()}, target);
   check_tile_resources(tile, plan, target);
   const Epilogue& ep = options.epilogue;
   if (ep.bias.size() > 1 && ep.bias.size() != static_cast<size_t>(a.rows)) {
     throw_user_error("bias", "has {} entries, expected 1 or {} (rows of A)", ep.bias.size(), a.rows);
   }
   for (float b : ep.bias) SPARSERT_USER_CHECK(std::isfinite(b), "bias", "value {} is not finite", b);
+  if (options.conv) {
+    check_conv_layout(*options.conv, a.rows, a.cols, "conv");
+    SPARSERT_USER_CHECK(options.ld == options.conv->shape.columns(), "n",
+                        "{} columns, but the convolution has {} output pixels", options.ld,
+                        options.conv->shape.columns());
+    SPARSERT_USER_CHECK(!options.live_flags, "live_flags", "are not supported for convolutions");
+  }
 
   // Gather each (block, group)'s nonzeros by column, then by row: a counting sort of the block's rows by column.
   // Reading the block's rows in plan order keeps the accesses sequential; rows come out ascending within a column.

@@ -9,6 +9,8 @@
 
 #include "sparsert/codegen/ptx_builder.hpp"
 
+#include "conv_addressing.hpp"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -108,11 +110,18 @@ void check_stream_params(const StreamParams& p, int32_t ld, const Target& target
 }
 
 std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, int32_t ld,
-                                 const StreamEpilogueKind& epilogue, const std::string& name) {
+                                 const StreamEpilogueKind& epilogue, const std::string& name,
+                                 const std::optional<ConvLayout>& conv) {
   check_stream_params(p, ld, target);
+  if (conv) {
+    SPARSERT_USER_CHECK(ld == conv->shape.columns(), "n", "{} columns, but the convolution has {} output pixels", ld,
+                        conv->shape.columns());
+    SPARSERT_USER_CHECK(!epilogue.live_flags, "live_flags", "are not supported for convolutions");
+  }
   const int32_t rows = p.rows_per_block, cpt = p.cols_per_thread, by = stream_block_y(p);
   const int32_t threads = rows * by;
-  const int32_t vec = copy_vector(p, ld);
+  // A convolution's columns are pixels, not adjacent in memory past a row of the image: one column per copy.
+  const int32_t vec = conv ? 1 : copy_vector(p, ld);
   const int32_t chunks = p.n_tile / vec;  // copy chunks per staged row; a power of two dividing threads
   const int32_t jstep = threads / chunks;
   const int32_t row_bytes = stream_row_bytes(p);
@@ -190,8 +199,12 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
   b.inst("selp.b32", {lcol, ccol, IntImm{0}, pin});
   {
     const Reg off = b.reg(RegClass::kB64), t = b.reg(RegClass::kB32);
-    b.inst("mul.wide.u32", {off, lcol, IntImm{4}});
-    b.inst("add.s64", {bcol, g[0], off});
+    if (conv) {
+      b.inst("add.s64", {bcol, g[0], emit_input_pixel_offset(b, lcol, *conv)});
+    } else {
+      b.inst("mul.wide.u32", {off, lcol, IntImm{4}});
+      b.inst("add.s64", {bcol, g[0], off});
+    }
     b.inst("mad.lo.u32", {t, j0, IntImm{row_bytes}, sbase});
     b.inst("mad.lo.u32", {sdst0, cv, IntImm{vec * 4}, t});
   }
@@ -226,7 +239,8 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
     const Reg sr[2] = {sb, se};
     b.inst("ld.global.nc.v2.u32", {Vector{sr}, Address{wrec, 8}});
   }
-  b.comment("copy rows [kb, ke) of krows: B[krows[j]][tile columns] -> tile row j - kb");
+  b.comment(conv ? "copy rows [kb, ke) of krows: the taps at float offsets krows[j] of the tile's pixels -> tile row j - kb"
+                 : "copy rows [kb, ke) of krows: B[krows[j]][tile columns] -> tile row j - kb");
   const Reg j = b.reg(RegClass::kB32), sdst = b.reg(RegClass::kB32);
   b.inst("add.u32", {j, kb, j0});
   b.inst("mov.u32", {sdst, sdst0});
@@ -239,7 +253,7 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
     b.inst("mul.wide.u32", {off, j, IntImm{4}});
     b.inst("add.s64", {kptr, g[6], off});
     b.inst("ld.global.nc.u32", {krow, Address{kptr}});
-    b.inst("mul.wide.u32", {boff, krow, IntImm{int64_t{ld} * 4}});
+    b.inst("mul.wide.u32", {boff, krow, IntImm{conv ? 4 : int64_t{ld} * 4}});
     b.inst("add.s64", {bptr, bcol, boff});
     const std::vector<Reg> v = b.regs(RegClass::kF32, vec);
     const ptx::Operand vop = vec == 1 ? ptx::Operand{v[0]} : ptx::Operand{Vector{v}};
@@ -303,10 +317,10 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
   {
     const Reg roff = b.reg(RegClass::kB64), coff = b.reg(RegClass::kB64), t = b.reg(RegClass::kB64),
               cptr = b.reg(RegClass::kB64);
-    b.inst("mul.wide.u32", {roff, out_row, IntImm{int64_t{ld} * 4}});
+    b.inst("mul.wide.u32", {roff, out_row, IntImm{conv ? output_channel_bytes(*conv) : int64_t{ld} * 4}});
     b.inst("mul.wide.u32", {coff, cthr, IntImm{4}});
     b.inst("add.s64", {t, g[1], roff});
-    b.inst("add.s64", {cptr, t, coff});
+    if (!conv) b.inst("add.s64", {cptr, t, coff});
     Reg fptr, one;
     if (epilogue.live_flags) {
       b.comment("live-column flags: F[col] = 1 where this thread's output is nonzero (or NaN: neu) and col < N");
@@ -324,7 +338,14 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
       const Reg col = b.reg(RegClass::kB32), pc = b.reg(RegClass::kPred);
       b.inst("add.u32", {col, cthr, IntImm{c}});
       b.inst("setp.lt.u32", {pc, col, n});
-      b.inst("st.global.f32", {Address{cptr, int64_t{c} * 4}, acc[c]}, Guard{pc});
+      if (conv) {
+        // Each column is its own pixel; columns past N (never stored) may point anywhere.
+        const Reg pptr = b.reg(RegClass::kB64);
+        b.inst("add.s64", {pptr, t, emit_output_pixel_offset(b, col, *conv)});
+        b.inst("st.global.f32", {Address{pptr}, acc[c]}, Guard{pc});
+      } else {
+        b.inst("st.global.f32", {Address{cptr, int64_t{c} * 4}, acc[c]}, Guard{pc});
+      }
       if (epilogue.live_flags) {
         const Reg pl = b.reg(RegClass::kPred);
         b.inst("setp.neu.and.f32", {pl, acc[c], F32Imm{0.0f}, pc});
@@ -344,16 +365,25 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
       p.n_tile, rows, by, stream_shared_bytes(p), ld, epilogue.activation == Activation::kRelu ? " relu" : "",
       epilogue.clamp ? fmt::format(" clamp {}", *epilogue.clamp) : "",
       epilogue.live_flags ? " live-column flags (F[col] = 1 where nonzero or NaN; zeroed by the caller)" : "");
-  out += fmt::format(".visible .entry {}(\n", name);
-  for (int i = 0; i < nparams; ++i) {
-    out += fmt::format("\t.param .{} {}{}\n", i == 2 ? "u32" : "u64", param(i), i + 1 < nparams ? "," : "");
+  if (conv) {
+    out += fmt::format("// convolution: {} x {} kernel, stride {}, padding {}; input {} x {} x {} x {} (border {}), output "
+                       "pixels {} x {} (border {}); krows hold tap offsets in floats\n",
+                       conv->shape.kernel_h, conv->shape.kernel_w, conv->shape.stride, conv->shape.pad,
+                       conv->shape.images, conv->shape.in_channels, conv->shape.in_h, conv->shape.in_w,
+                       conv->in_border, conv->shape.out_h(), conv->shape.out_w(), conv->out_border);
   }
-  out += fmt::format(")\n.reqntid {}, {}, 1\n{{\n", rows, by);
+  std::vector<ptx::EntryParam> params;
+  for (int i = 0; i < nparams; ++i) params.push_back({param(i), i == 2 ? "u32" : "u64"});
+  out += ptx::entry_signature(name, params, {rows, by, 1, true});
   out += b.declarations();
   out += fmt::format("\t.shared .align 16 .b8 tile[{}];\n\n", stream_shared_bytes(p));
   out += b.body();
   out += "}\n";
   return out;
+}
+
+void conv_tap_rows(const ConvLayout& conv, StreamWeights& w) {
+  for (uint32_t& k : w.krows) k = static_cast<uint32_t>(conv.tap_offset(static_cast<int32_t>(k)));
 }
 
 int64_t StreamWeights::bytes() const {
@@ -501,8 +531,10 @@ StreamKernel emit_stream_spmm(const CsrMatrix& a, const inspector::WorkPlan& pla
   k.ld = options.ld;
   k.epilogue = StreamEpilogueKind{options.epilogue.activation, options.epilogue.clamp, options.live_flags};
   k.name = options.name;
-  k.ptx = emit_stream_spmm_ptx(options.params, target, options.ld, k.epilogue, options.name);
+  if (options.conv) check_conv_layout(*options.conv, a.rows, a.cols, "conv");
+  k.ptx = emit_stream_spmm_ptx(options.params, target, options.ld, k.epilogue, options.name, options.conv);
   k.weights = pack_stream_weights(a, plan, options.params, options.epilogue.bias);
+  if (options.conv) conv_tap_rows(*options.conv, k.weights);
   return k;
 }
 

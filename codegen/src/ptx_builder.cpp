@@ -100,6 +100,19 @@ void append_operand(std::string& out, const Operand& op) {
   out.append(buf.data(), put_operand(buf.data(), op, put_plain_reg));
 }
 
+std::string entry_signature(std::string_view name, std::span<const EntryParam> params, ThreadCount threads) {
+  std::string out = ".visible .entry ";
+  out.append(name).append("(\n");
+  for (size_t i = 0; i < params.size(); ++i) {
+    out.append("\t.param .").append(params[i].type).append(" ").append(params[i].name);
+    out.append(i + 1 < params.size() ? ",\n" : "\n");
+  }
+  out.append(threads.required ? ")\n.reqntid " : ")\n.maxntid ");
+  out.append(std::to_string(threads.x)).append(", ").append(std::to_string(threads.y)).append(", ");
+  out.append(std::to_string(threads.z)).append("\n{\n");
+  return out;
+}
+
 std::string to_string(const Operand& op) {
   std::string s;
   append_operand(s, op);

@@ -62,6 +62,11 @@ void check_tile_params(const TileParams& t, const KernelShape& shape, const Targ
   if (t.cols_per_thread != 1 && t.cols_per_thread != 2 && t.cols_per_thread != 4) {
     throw InvalidTileParams("cols_per_thread", fmt::format("{} is not 1, 2 or 4", t.cols_per_thread));
   }
+  if (shape.conv && t.cols_per_thread != 1) {
+    throw InvalidTileParams("cols_per_thread", fmt::format("{} for a convolution, whose columns are pixels that are not "
+                                                           "adjacent in memory: it must be 1",
+                                                           t.cols_per_thread));
+  }
   if (t.n_tile < 1 || t.n_tile % t.cols_per_thread != 0) {
     throw InvalidTileParams("n_tile", fmt::format("{} is not a positive multiple of cols_per_thread ({})", t.n_tile,
                                                   t.cols_per_thread));

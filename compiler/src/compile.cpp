@@ -65,6 +65,12 @@ struct Job {
 
 Epilogue epilogue_of(const LayerDesc& d) { return Epilogue{d.bias, d.activation, d.clamp}; }
 
+// A convolution's kernels also depend on its shape and buffer borders: its key extends the SpMM key with them.
+std::string conv_key(std::string key, const std::optional<ConvLayout>& conv) {
+  if (!conv) return key;
+  return Sha256().field(key).field(conv_layout_json(*conv).dump()).hex();
+}
+
 // Baked or streamed for one layer, and the stream parameters when streamed.
 struct LayerKernel {
   codegen::KernelChoice choice;
@@ -79,7 +85,9 @@ TunedTable ask_tile_source(const std::vector<LoadedLayer>& layers, const Compile
   TunedTable t(layers.size());
   for (size_t li = 0; li < layers.size(); ++li) {
     for (const codegen::Target& target : options.targets) {
-      t[li].push_back(options.tiles ? options.tiles(layers[li], target) : std::nullopt);
+      // The tile sources rank plain SpMM kernels; a convolution takes codegen's rules (one column per thread).
+      const bool ask = options.tiles && !layers[li].conv;
+      t[li].push_back(ask ? options.tiles(layers[li], target) : std::nullopt);
     }
   }
   return t;
@@ -185,7 +193,8 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
         job.streamed = true;
         job.stream = kinds[li].stream;
         job.tile_source = kinds[li].stream_tuned ? tuned[li].front()->source : "streamed";
-        job.key = stream_cache_key(job.stream, {d.activation, d.clamp, options.live_flags}, d.n, target, toolkit);
+        job.key = conv_key(stream_cache_key(job.stream, {d.activation, d.clamp, options.live_flags}, d.n, target, toolkit),
+                           layers[li].conv);
         job.cached = cache.find(job.key);
         jobs.push_back(std::move(job));
         continue;
@@ -194,8 +203,10 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       const bool baked_record = rec && rec->kind == codegen::KernelKind::kBaked;
       job.tile = baked_record ? rec->tile : codegen::default_tile_params(layers[li].a, layers[li].desc.n, target);
       if (baked_record) job.tile_source = rec->source;
-      job.key = kernel_cache_key(layers[li].a, epilogue_of(layers[li].desc), job.tile, layers[li].desc.n, target,
-                                 toolkit, options.live_flags);
+      if (layers[li].conv) job.tile.cols_per_thread = 1;  // a convolution's columns are not adjacent in memory
+      job.key = conv_key(kernel_cache_key(layers[li].a, epilogue_of(layers[li].desc), job.tile, layers[li].desc.n,
+                                          target, toolkit, options.live_flags),
+                         layers[li].conv);
       job.cached = cache.find(job.key);
       jobs.push_back(std::move(job));
     }
@@ -216,7 +227,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       CachedEntry ce;
       ce.name = "sparsert_stream";  // shared by every layer with these parameters, so it names none of them
       ce.ptx = codegen::emit_stream_spmm_ptx(sp, job.target, l.desc.n,
-                                             {l.desc.activation, l.desc.clamp, options.live_flags}, ce.name);
+                                             {l.desc.activation, l.desc.clamp, options.live_flags}, ce.name, l.conv);
       ce.resources.shared_bytes = codegen::stream_shared_bytes(sp);
       job.emit_seconds = since(te);
       job.built.key = job.key;
@@ -237,6 +248,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     opt.epilogue = epilogue_of(l.desc);
     opt.name = fmt::format("sparsert_{}", l.desc.name);
     opt.live_flags = options.live_flags;
+    opt.conv = l.conv;
     job.kernel = codegen::emit_spmm(l.a, inspector::make_plan(l.a, job.tile.plan), job.target, opt);
     job.emit_seconds = since(te);
     job.built.key = job.key;
@@ -314,6 +326,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       pl.activation = l.desc.activation;
       pl.clamp = l.desc.clamp;
       pl.live_flags = options.live_flags;
+      pl.conv = l.conv;
       pl.weights_file = fmt::format("layer{}.csr", li);
       write_layer_weights(tmp / pl.weights_file, LayerWeights{l.a, l.desc.bias});
       pkg.sha256[pl.weights_file] = sha256_hex(read_file(tmp / pl.weights_file));
@@ -323,6 +336,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
         // The weights travel in arrays the kernel streams; they depend on the layer, not the target.
         pl.kind = "streamed";
         stream_weights = codegen::pack_stream_weights(l.a, codegen::default_stream_plan(l.a, sp), sp, l.desc.bias);
+        if (l.conv) codegen::conv_tap_rows(*l.conv, *stream_weights);
         const std::pair<const char*, const std::vector<uint32_t>*> arrays[] = {
             {"ell", &stream_weights->ell},
             {"stages", &stream_weights->stages},

@@ -8,13 +8,90 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 
 namespace sparsert::compiler {
 
 namespace {
 constexpr const char* kNetworkFormat = "sparsert-network/1";
+
+// A positive integer field of `obj`, or `fallback` when absent (no fallback: required).
+int32_t positive_field(const nlohmann::json& obj, const char* key, const std::string& where,
+                       std::optional<int32_t> fallback = std::nullopt, int32_t min = 1) {
+  if (!obj.contains(key)) {
+    SPARSERT_USER_CHECK(fallback.has_value(), where + "." + key, "is missing");
+    return *fallback;
+  }
+  const nlohmann::json& v = obj[key];
+  SPARSERT_USER_CHECK(v.is_number_integer() && v.get<int64_t>() >= min && v.get<int64_t>() <= (1 << 24),
+                      where + "." + key, "expected an integer from {} to {}", min, 1 << 24);
+  return v.get<int32_t>();
 }
+
+ConvInput parse_conv_input(const nlohmann::json& v, const std::string& where) {
+  SPARSERT_USER_CHECK(v.is_object(), where, "expected {{\"images\": ..., \"channels\": ..., \"height\": ..., "
+                                            "\"width\": ...}}");
+  for (const auto& [key, value] : v.items()) {
+    SPARSERT_USER_CHECK(key == "images" || key == "channels" || key == "height" || key == "width",
+                        where + "." + key, "unknown field");
+  }
+  return {positive_field(v, "images", where, 1), positive_field(v, "channels", where),
+          positive_field(v, "height", where), positive_field(v, "width", where)};
+}
+
+LayerDesc::Conv parse_conv(const nlohmann::json& v, const std::string& where) {
+  SPARSERT_USER_CHECK(v.is_object(), where, "expected {{\"kernel\": ..., \"stride\": ..., \"padding\": ...}}");
+  for (const auto& [key, value] : v.items()) {
+    SPARSERT_USER_CHECK(key == "kernel" || key == "stride" || key == "padding" || key == "im2col_order",
+                        where + "." + key, "unknown field");
+  }
+  LayerDesc::Conv c;
+  SPARSERT_USER_CHECK(v.contains("kernel"), where + ".kernel", "is missing (a size, or [height, width])");
+  const nlohmann::json& k = v["kernel"];
+  if (k.is_array()) {
+    SPARSERT_USER_CHECK(k.size() == 2, where + ".kernel", "expected [height, width]");
+    const nlohmann::json hw = {{"height", k[0]}, {"width", k[1]}};
+    c.kernel_h = positive_field(hw, "height", where + ".kernel");
+    c.kernel_w = positive_field(hw, "width", where + ".kernel");
+  } else {
+    c.kernel_h = c.kernel_w = positive_field(v, "kernel", where);
+  }
+  c.stride = positive_field(v, "stride", where, 1);
+  c.pad = positive_field(v, "padding", where, 0, 0);
+  if (v.contains("im2col_order")) {
+    SPARSERT_USER_CHECK(v["im2col_order"].is_string(), where + ".im2col_order", "expected \"crs\" or \"rsc\"");
+    c.order = parse_im2col_order(v["im2col_order"].get<std::string>(), where + ".im2col_order");
+  }
+  return c;
+}
+
+// An .npy [C_out, C_in, R, S] (pruned: zeros are dropped) as the im2col matrix in crs order.
+CsrMatrix read_conv_npy(const std::filesystem::path& path, const LayerDesc::Conv& c, const std::string& where) {
+  const DenseTensor t = read_npy_f32(path);
+  SPARSERT_USER_CHECK(t.rank() == 4, where + ": weights", "{} has shape {}, expected [C_out, C_in, R, S]",
+                      path.string(), t.shape_string());
+  SPARSERT_USER_CHECK(t.dim(2) == c.kernel_h && t.dim(3) == c.kernel_w, where + ": conv.kernel",
+                      "{} x {}, but {} holds {} x {} filters", c.kernel_h, c.kernel_w, path.string(), t.dim(2),
+                      t.dim(3));
+  SPARSERT_USER_CHECK(c.order == Im2colOrder::kCRS, where + ": conv.im2col_order",
+                      "an .npy [C_out, C_in, R, S] is in crs order");
+  const int64_t rows = t.dim(0), cols = t.dim(1) * t.dim(2) * t.dim(3);
+  SPARSERT_USER_CHECK(rows <= std::numeric_limits<int32_t>::max() && cols <= std::numeric_limits<int32_t>::max(),
+                      where + ": weights", "{} has shape {}: too large", path.string(), t.shape_string());
+  std::vector<Triplet> nz;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = 0; k < cols; ++k) {
+      const float v = t.data()[r * cols + k];
+      SPARSERT_USER_CHECK(std::isfinite(v), where + ": weights", "{}: element [{}, {}] (flattened) is not finite",
+                          path.string(), r, k);
+      if (v != 0.0f) nz.push_back({static_cast<int32_t>(r), static_cast<int32_t>(k), v});
+    }
+  }
+  return csr_from_triplets(static_cast<int32_t>(rows), static_cast<int32_t>(cols), std::move(nz),
+                           DuplicatePolicy::kError, path.string());
+}
+}  // namespace
 
 NetworkDesc read_network(const std::filesystem::path& json_path) {
   return parse_network(read_file(json_path), json_path);
@@ -48,8 +125,9 @@ NetworkDesc parse_network(const std::string& json_text, const std::filesystem::p
       net.load.fill.seed = v["seed"].get<uint64_t>();
     }
   }
-  static const std::vector<std::string> known = {"name",  "weights", "bias", "activation",
-                                                 "clamp", "n",       "transpose"};
+  if (j.contains("input")) net.input = parse_conv_input(j["input"], file + ": input");
+  static const std::vector<std::string> known = {"name", "weights",   "bias", "activation",
+                                                 "clamp", "n", "transpose", "conv"};
   for (size_t i = 0; i < j["layers"].size(); ++i) {
     const nlohmann::json& l = j["layers"][i];
     const std::string where = fmt::format("{}: layer {}", file, i);
@@ -92,6 +170,18 @@ NetworkDesc parse_network(const std::string& json_text, const std::filesystem::p
       d.clamp = l["clamp"].get<float>();
       SPARSERT_USER_CHECK(std::isfinite(*d.clamp), where + ": clamp", "value is not finite");
     }
+    if (net.input) {
+      // A convolution's columns are its output pixels: they follow from the input and the layers.
+      SPARSERT_USER_CHECK(l.contains("conv"), where + ": conv",
+                          "is missing: a network with an input is convolutional (a 1x1 layer is {{\"kernel\": 1}})");
+      SPARSERT_USER_CHECK(!l.contains("n"), where + ": n", "a convolution's columns follow from the network's input");
+      SPARSERT_USER_CHECK(!d.transpose, where + ": transpose", "is not supported for convolutions");
+      d.conv = parse_conv(l["conv"], where + ": conv");
+      net.layers.push_back(std::move(d));
+      continue;
+    }
+    SPARSERT_USER_CHECK(!l.contains("conv"), where + ": conv",
+                        "needs the network's \"input\" (images, channels, height, width)");
     SPARSERT_USER_CHECK(l.contains("n") && l["n"].is_number_integer() && l["n"].get<int64_t>() >= 1 &&
                             l["n"].get<int64_t>() <= (1 << 30),
                         where + ": n", "expected a positive number of columns");
@@ -106,6 +196,38 @@ NetworkDesc parse_network(const std::string& json_text, const std::filesystem::p
   return net;
 }
 
+namespace {
+// Layer `d` of a convolutional network after `before`: its shape from the previous output (or the network's input)
+// and its weights; the previous layer's output border becomes this layer's padding.
+LoadedLayer conv_layer(const NetworkDesc& net, std::vector<LoadedLayer>& before, LayerDesc d, CsrMatrix a,
+                       const std::string& where) {
+  ConvShape s;
+  s.images = net.input->images;
+  if (before.empty()) {
+    s.in_channels = net.input->channels;
+    s.in_h = net.input->height;
+    s.in_w = net.input->width;
+  } else {
+    const ConvShape& prev = before.back().conv->shape;
+    s.in_channels = prev.out_channels;
+    s.in_h = prev.out_h();
+    s.in_w = prev.out_w();
+  }
+  s.out_channels = a.rows;
+  s.kernel_h = d.conv->kernel_h;
+  s.kernel_w = d.conv->kernel_w;
+  s.stride = d.conv->stride;
+  s.pad = d.conv->pad;
+  s.order = d.conv->order;
+  check_conv_shape(s, where + ": conv");
+  check_conv_weights(s, a, where);
+  SPARSERT_USER_CHECK(s.columns() <= (1 << 30), where + ": conv", "{} output pixels are more than 2^30", s.columns());
+  if (!before.empty()) before.back().conv->out_border = s.pad;
+  d.n = static_cast<int32_t>(s.columns());
+  return LoadedLayer{std::move(d), std::move(a), ConvLayout{s, s.pad, 0}};
+}
+}  // namespace
+
 std::vector<LoadedLayer> load_network(const NetworkDesc& net) {
   std::vector<LoadedLayer> out;
   for (size_t i = 0; i < net.layers.size(); ++i) {
@@ -113,16 +235,21 @@ std::vector<LoadedLayer> load_network(const NetworkDesc& net) {
     const std::string where = fmt::format("{}: layer {}", net.source.string(), i);
     SPARSERT_USER_CHECK(std::filesystem::exists(d.weights), where + ": weights", "{} does not exist",
                         d.weights.string());
-    CsrMatrix a = inspector::load_matrix(d.weights, net.load).a;
+    const bool conv_npy = d.conv && d.weights.extension() == ".npy";
+    CsrMatrix a = conv_npy ? read_conv_npy(d.weights, *d.conv, where) : inspector::load_matrix(d.weights, net.load).a;
     if (d.transpose) a = transpose(a);
     SPARSERT_USER_CHECK(d.bias.size() <= 1 || d.bias.size() == static_cast<size_t>(a.rows), where + ": bias",
                         "has {} values; the layer has {} outputs", d.bias.size(), a.rows);
+    if (net.input) {
+      out.push_back(conv_layer(net, out, d, std::move(a), where));
+      continue;
+    }
     if (!out.empty()) {
       SPARSERT_USER_CHECK(a.cols == out.back().a.rows, where + ": weights",
                           "{} is {}x{}: its {} inputs do not chain with layer {}'s {} outputs", d.weights.string(),
                           a.rows, a.cols, a.cols, i - 1, out.back().a.rows);
     }
-    out.push_back({d, std::move(a)});
+    out.push_back({d, std::move(a), std::nullopt});
   }
   return out;
 }

@@ -84,7 +84,7 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
       d.activation = Activation::kRelu;
       d.clamp = net.clamp;
       d.n = n;
-      layers.push_back({std::move(d), net.layers[l]});
+      layers.push_back({std::move(d), net.layers[l], std::nullopt});
     }
     std::random_device rd;
     im.release_device();

@@ -22,12 +22,9 @@ using ptx::SymbolAddress;
 namespace {
 std::string entry(const std::string& name, const std::vector<std::pair<const char*, const char*>>& params,
                   const Builder& b) {
-  std::string out = fmt::format(".visible .entry {}(\n", name);
-  for (size_t i = 0; i < params.size(); ++i) {
-    out += fmt::format("\t.param .{} {}_{}{}\n", params[i].second, name, params[i].first,
-                       i + 1 < params.size() ? "," : "");
-  }
-  out += fmt::format(")\n.maxntid {}, 1, 1\n{{\n", kFilterBlock);
+  std::vector<ptx::EntryParam> symbols;
+  for (const auto& [param, type] : params) symbols.push_back({fmt::format("{}_{}", name, param), type});
+  std::string out = ptx::entry_signature(name, symbols, {kFilterBlock, 1, 1, false});
   out += b.declarations();
   out += b.body();
   out += "}\n";

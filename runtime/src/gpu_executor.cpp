@@ -37,6 +37,7 @@ struct LoadedLayer {
   unsigned block_x = 0, block_y = 0, n_tile = 0;
   int32_t m = 0, k = 0;
   bool live_flags = false;  // the kernels take the live-column flags after their other parameters
+  std::optional<ConvLayout> conv;
 };
 }  // namespace
 
@@ -51,6 +52,7 @@ struct GpuNetwork::Impl {
   std::vector<LoadedLayer> layers;
   std::vector<std::string> notes;
   cuda::DeviceBuffer ping, pong;
+  std::vector<cuda::DeviceBuffer> acts;  // a convolutional network: layer i reads acts[i] and writes acts[i + 1]
   cuda::DeviceBuffer scratch_flags;  // live-column flags nobody reads, for fused layers launched without any
   size_t max_rows = 0;
 
@@ -83,6 +85,9 @@ struct GpuNetwork::Impl {
       ll.m = pl.m;
       ll.k = pl.k;
       ll.live_flags = pl.live_flags;
+      ll.conv = pl.conv;
+      SPARSERT_USER_CHECK(pl.conv.has_value() == p.layers.front().conv.has_value(), p.dir.string(),
+                          "layer {} mixes convolutions and plain layers in one network", pl.name);
       std::string note;
       for (const std::string& f : pl.arrays) {
         const std::string bytes = read_file(p.dir / f);
@@ -126,8 +131,18 @@ struct GpuNetwork::Impl {
     size_t max_entries = 1;
     for (const LoadedLayer& l : layers) max_entries = std::max(max_entries, l.entries.size());
     side = std::make_unique<cuda::ConcurrentLauncher>(max_entries);  // before any capture: nothing is made later
-    ping = cuda::DeviceBuffer(max_rows * static_cast<size_t>(p.n) * 4);
-    pong = cuda::DeviceBuffer(max_rows * static_cast<size_t>(p.n) * 4);
+    if (layers.front().conv) {
+      // One buffer per layer boundary, its border zeroed once and never written: ping-pong buffers would leave one
+      // layer's outputs where another's border must read zero.
+      for (size_t li = 0; li <= layers.size(); ++li) {
+        const ActivationLayout a = li == 0 ? layers[0].conv->input() : layers[li - 1].conv->output();
+        acts.emplace_back(static_cast<size_t>(a.elements()) * 4);
+        acts.back().fill_u32(0, static_cast<size_t>(a.elements()));
+      }
+    } else {
+      ping = cuda::DeviceBuffer(max_rows * static_cast<size_t>(p.n) * 4);
+      pong = cuda::DeviceBuffer(max_rows * static_cast<size_t>(p.n) * 4);
+    }
     for (const LoadedLayer& l : layers) {
       if (l.live_flags && !scratch_flags.get()) scratch_flags = cuda::DeviceBuffer(static_cast<size_t>(p.n) * 4);
     }
@@ -152,8 +167,18 @@ struct GpuNetwork::Impl {
     side->launch(*stream, launches);
   }
 
-  // Launches every layer; returns which buffer holds the output.
+  // Launches every layer; returns which buffer holds the output. n: the first layer's columns (a convolutional
+  // network: the images, each layer's columns following from its shape).
   const cuda::DeviceBuffer& launch_all(uint32_t n, std::vector<cuda::Event>* marks = nullptr) {
+    if (layers.front().conv) {
+      if (marks) (*marks)[0].record(*stream);
+      for (size_t li = 0; li < layers.size(); ++li) {
+        const ConvShape& s = layers[li].conv->shape;
+        launch_layer(li, acts[li].get(), acts[li + 1].get(), n * static_cast<uint32_t>(s.out_h() * s.out_w()));
+        if (marks) (*marks)[li + 1].record(*stream);
+      }
+      return acts.back();
+    }
     cuda::DeviceBuffer* in = &ping;
     cuda::DeviceBuffer* out = &pong;
     if (marks) (*marks)[0].record(*stream);
@@ -165,7 +190,30 @@ struct GpuNetwork::Impl {
     return *in;
   }
 
+  // A convolutional network's input: NCHW with at most the compiled images; returns the image count.
+  uint32_t upload_images(const DenseTensor& input) {
+    const ConvShape& s = layers.front().conv->shape;
+    SPARSERT_USER_CHECK(input.rank() == 4 && input.dim(1) == s.in_channels && input.dim(2) == s.in_h &&
+                            input.dim(3) == s.in_w && input.dim(0) >= 1 && input.dim(0) <= s.images,
+                        "input", "shape {} does not match the network's input [1 to {}, {}, {}, {}] (NCHW)",
+                        input.shape_string(), s.images, s.in_channels, s.in_h, s.in_w);
+    ActivationLayout in = layers.front().conv->input();
+    in.images = static_cast<int32_t>(input.dim(0));
+    const std::vector<float> staged = to_bordered(input, in);
+    acts.front().upload(staged.data(), staged.size() * 4);
+    return static_cast<uint32_t>(in.images);
+  }
+
+  DenseTensor download_images(uint32_t images) {
+    ActivationLayout out = layers.back().conv->output();
+    out.images = static_cast<int32_t>(images);
+    std::vector<float> data(static_cast<size_t>(out.elements()));
+    acts.back().download(data.data(), data.size() * 4);
+    return from_bordered(data, out);
+  }
+
   uint32_t upload(const DenseTensor& input) {
+    if (layers.front().conv) return upload_images(input);
     SPARSERT_USER_CHECK(input.rank() == 2 && input.rows() == layers.front().k, "input",
                         "shape {} does not match the first layer's {} inputs ([{}, N] expected)",
                         input.shape_string(), layers.front().k, layers.front().k);
@@ -182,6 +230,7 @@ struct GpuNetwork::Impl {
   }
 
   DenseTensor download(const cuda::DeviceBuffer& buf, uint32_t n) {
+    if (layers.front().conv) return download_images(n);
     const int32_t m = layers.back().m;
     std::vector<float> all(static_cast<size_t>(m) * pkg.n);
     buf.download(all.data(), all.size() * 4);

@@ -72,6 +72,38 @@ T get_as(const nlohmann::json& j, const std::string& where, const char* name) {
 }
 }  // namespace
 
+nlohmann::json conv_layout_json(const ConvLayout& c) {
+  const ConvShape& s = c.shape;
+  return {{"images", s.images},         {"in_channels", s.in_channels}, {"in_h", s.in_h},
+          {"in_w", s.in_w},             {"out_channels", s.out_channels}, {"kernel", {s.kernel_h, s.kernel_w}},
+          {"stride", s.stride},         {"pad", s.pad},                 {"im2col_order", to_string(s.order)},
+          {"in_border", c.in_border},   {"out_border", c.out_border}};
+}
+
+ConvLayout conv_layout_from_json(const nlohmann::json& j, const std::string& where) {
+  SPARSERT_USER_CHECK(j.is_object(), where, "expected an object");
+  ConvLayout c;
+  ConvShape& s = c.shape;
+  s.images = get_as<int32_t>(j, where, "images");
+  s.in_channels = get_as<int32_t>(j, where, "in_channels");
+  s.in_h = get_as<int32_t>(j, where, "in_h");
+  s.in_w = get_as<int32_t>(j, where, "in_w");
+  s.out_channels = get_as<int32_t>(j, where, "out_channels");
+  const auto kernel = get_as<std::vector<int32_t>>(j, where, "kernel");
+  SPARSERT_USER_CHECK(kernel.size() == 2, where + ".kernel", "expected [height, width]");
+  s.kernel_h = kernel[0];
+  s.kernel_w = kernel[1];
+  s.stride = get_as<int32_t>(j, where, "stride");
+  s.pad = get_as<int32_t>(j, where, "pad");
+  s.order = parse_im2col_order(get_as<std::string>(j, where, "im2col_order"), where + ".im2col_order");
+  c.in_border = get_as<int32_t>(j, where, "in_border");
+  c.out_border = get_as<int32_t>(j, where, "out_border");
+  check_conv_shape(s, where);
+  SPARSERT_USER_CHECK(c.in_border >= s.pad && c.out_border >= 0, where, "borders {} and {} do not hold padding {}",
+                      c.in_border, c.out_border, s.pad);
+  return c;
+}
+
 void write_layer_weights(const std::filesystem::path& path, const LayerWeights& w) {
   std::string out;
   out.append(kCsrMagic, 8);
@@ -144,6 +176,7 @@ nlohmann::json manifest_json(const Package& p) {
                          {"entries", entries}};
     lj["clamp"] = l.clamp ? nlohmann::json(*l.clamp) : nlohmann::json(nullptr);
     if (l.live_flags) lj["live_flags"] = true;
+    if (l.conv) lj["conv"] = conv_layout_json(*l.conv);
     layers.push_back(std::move(lj));
   }
   return {{"format", kPackageFormat},
@@ -202,6 +235,12 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     const nlohmann::json& clamp = field(lj, lw, "clamp");
     if (!clamp.is_null()) l.clamp = get_as<float>(lj, lw, "clamp");
     if (lj.contains("live_flags")) l.live_flags = get_as<bool>(lj, lw, "live_flags");  // absent: plain kernels
+    if (lj.contains("conv")) {
+      l.conv = conv_layout_from_json(lj["conv"], lw + ".conv");
+      SPARSERT_USER_CHECK(l.conv->shape.out_channels == l.m && l.conv->shape.k() == l.k, lw + ".conv",
+                          "a {} x {} convolution does not match the layer's {} x {} weights",
+                          l.conv->shape.out_channels, l.conv->shape.k(), l.m, l.k);
+    }
     const nlohmann::json& launch = field(lj, lw, "launch");
     const auto block = get_as<std::vector<int32_t>>(launch, lw + ".launch", "block");
     SPARSERT_USER_CHECK(block.size() == 3, lw + ".launch.block", "expected [x, y, z]");
@@ -225,7 +264,11 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
       pe.cubin = get_as<std::map<std::string, std::string>>(entries[e], ew, "cubin");
       l.entries.push_back(std::move(pe));
     }
-    if (i > 0) {
+    if (i > 0 && (l.conv || p.layers.back().conv)) {
+      // A convolution chains by its buffers: it reads exactly the layout the previous layer writes.
+      SPARSERT_USER_CHECK(l.conv && p.layers.back().conv && l.conv->input() == p.layers.back().conv->output(),
+                          lw + ".conv", "does not read the activations layer {} writes", i - 1);
+    } else if (i > 0) {
       SPARSERT_USER_CHECK(l.k == p.layers.back().m, lw + ".k", "{} inputs do not chain with the previous layer's {} "
                           "outputs", l.k, p.layers.back().m);
     }

@@ -69,3 +69,12 @@ TEST(PtxBuilder, UnlistedRegistersAndLongLines) {
                       "\tld.const.f32 %f4000000000, [" + label + "+8];\n");
   EXPECT_EQ(b.instructions(), 5);
 }
+
+TEST(PtxBuilder, EntrySignatureSpellsExactly) {
+  const std::vector<EntryParam> params = {{"k_param_B", "u64"}, {"k_param_N", "u32"}};
+  EXPECT_EQ(entry_signature("k", params, {64, 2, 1, true}),
+            ".visible .entry k(\n\t.param .u64 k_param_B,\n\t.param .u32 k_param_N\n)\n.reqntid 64, 2, 1\n{\n");
+  EXPECT_EQ(entry_signature("f", std::vector<EntryParam>{{"f_C", "u64"}}, {128, 1, 1, false}),
+            ".visible .entry f(\n\t.param .u64 f_C\n)\n.maxntid 128, 1, 1\n{\n");
+  EXPECT_EQ(entry_signature("e", {}, {}), ".visible .entry e(\n)\n.reqntid 1, 1, 1\n{\n");
+}

@@ -317,13 +317,7 @@ struct CacheDir {
   ~CacheDir() { old ? ::setenv("SPARSERT_CACHE_DIR", old->c_str(), 1) : ::unsetenv("SPARSERT_CACHE_DIR"); }
 };
 
-int cli(const std::string& args, std::string* err = nullptr) {
-  ScratchDir tmp;
-  const std::string cmd = fmt::format("'{}' {} >/dev/null 2>'{}'", SPARSERT_CLI, args, (tmp / "err").string());
-  const int status = std::system(cmd.c_str());
-  if (err) *err = read_file(tmp / "err");
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+int cli(const std::string& args, std::string* err = nullptr) { return sparsert::testing::run_sparsert(args, err); }
 }  // namespace
 
 TEST(CompileRun, BadPackagesAndInputs) {

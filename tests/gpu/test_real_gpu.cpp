@@ -39,7 +39,7 @@ TEST(RealGpu, CompiledNetworkMatchesTheReference) {
     d.bias = {0.01f};
     d.activation = Activation::kRelu;
     d.n = 256;
-    layers.push_back({d, std::move(a)});
+    layers.push_back({d, std::move(a), std::nullopt});
   }
   compiler::CompileOptions opt;
   opt.targets = {codegen::Target::newest_for(dev.sm(), dev.name)};
@@ -76,7 +76,7 @@ TEST(RealGpu, ManyEntryLayersRunSideBySideInPlainLaunchesAndGraphReplay) {
     d.bias = {0.01f};
     d.activation = Activation::kRelu;
     d.n = 64;
-    layers.push_back({d, std::move(a)});
+    layers.push_back({d, std::move(a), std::nullopt});
   }
   compiler::CompileOptions opt;
   opt.targets = {codegen::Target::newest_for(dev.sm(), dev.name)};

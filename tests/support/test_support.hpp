@@ -5,7 +5,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <string>
 
@@ -49,5 +51,22 @@ class ScratchDir {
  private:
   std::filesystem::path path_;
 };
+
+#ifdef SPARSERT_CLI
+// Runs the sparsert command (SPARSERT_CLI) with `args`; its stderr, and its stdout too when `with_stdout`, into
+// *output. Returns the exit status.
+inline int run_sparsert(const std::string& args, std::string* output = nullptr, bool with_stdout = false) {
+  ScratchDir tmp;
+  const std::string out = (tmp / "out").string();
+  const std::string cmd = "'" + std::string(SPARSERT_CLI) + "' " + args +
+                          (with_stdout ? " >'" + out + "' 2>&1" : " >/dev/null 2>'" + out + "'");
+  const int status = std::system(cmd.c_str());
+  if (output) {
+    std::ifstream in(out, std::ios::binary);
+    output->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+#endif
 
 }  // namespace sparsert::testing

@@ -1,6 +1,7 @@
 // sparsert compile NET.json -o PKG [--target sm_80,sm_90]   and   sparsert run PKG --input X.npy --output Y.npy
 #include "commands.hpp"
 #include "sparsert/compiler/compile.hpp"
+#include "sparsert/runtime/conv_network.hpp"
 #include "sparsert/runtime/cpu_executor.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
 #include "sparsert/runtime/npy.hpp"
@@ -55,6 +56,83 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
+// "cuda" or "cpu" for --device (auto: cuda where a driver is found).
+std::string choose_device(const std::string& requested) {
+  if (requested != "auto") return requested;
+  std::string why;
+  if (cuda::Driver::available(&why)) return "cuda";
+  fmt::print(stderr, "sparsert: no GPU ({}); running on the CPU executor\n", why);
+  return "cpu";
+}
+
+// `run` on a convolutional package: NCHW input with at most the compiled images, NCHW output.
+int run_conv(const Package& pkg, const DenseTensor& input, const RunArgs& args) {
+  const ConvShape& first = pkg.layers.front().conv->shape;
+  SPARSERT_USER_CHECK(input.rank() == 4 && input.dim(0) >= 1 && input.dim(0) <= first.images &&
+                          input.dim(1) == first.in_channels && input.dim(2) == first.in_h &&
+                          input.dim(3) == first.in_w,
+                      args.input, "shape {} does not match the network's input [1 to {}, {}, {}, {}] (NCHW)",
+                      input.shape_string(), first.images, first.in_channels, first.in_h, first.in_w);
+  SPARSERT_USER_CHECK(args.layout == "feature-major", "--layout", "a convolutional network's input is NCHW");
+  const std::string device = choose_device(args.device);
+  std::vector<LayerWeights> weights;
+  for (size_t i = 0; i < pkg.layers.size(); ++i) weights.push_back(load_layer_weights(pkg, i));
+  auto epilogue = [&](size_t i) { return Epilogue{weights[i].bias, pkg.layers[i].activation, pkg.layers[i].clamp}; };
+  auto with_images = [&](ConvShape s) {
+    s.images = static_cast<int32_t>(input.dim(0));
+    return s;
+  };
+  DenseTensor out;
+  std::vector<double> layer_ms(pkg.layers.size(), 0.0);
+  double total_ms = 0.0;
+  if (device == "cuda") {
+    GpuRunOptions go;
+    go.force_ptx = args.force_ptx;
+    GpuNetwork net(pkg, go);
+    fmt::print("device: {} (sm_{}), driver {}\n", net.device().name, net.device().sm(), cuda::Driver::get().library());
+    out = net.run(input);
+    const GpuTimings t = net.time(input, args.repeat);
+    layer_ms = t.layer_ms;
+    total_ms = t.total_ms;
+  } else {
+    CpuConvNetwork cpu(pkg, weights, static_cast<int32_t>(input.dim(0)), args.threads);
+    fmt::print("device: CPU executor, {} threads\n", cpu.threads());
+    std::vector<std::vector<double>> per(pkg.layers.size());
+    std::vector<double> totals;
+    for (int r = 0; r < args.repeat; ++r) {
+      std::vector<double> ms;
+      const auto t0 = std::chrono::steady_clock::now();
+      out = cpu.run(input, &ms);
+      totals.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      for (size_t i = 0; i < ms.size(); ++i) per[i].push_back(ms[i]);
+    }
+    for (size_t i = 0; i < per.size(); ++i) layer_ms[i] = median(per[i]);
+    total_ms = median(totals);
+  }
+  for (size_t i = 0; i < pkg.layers.size(); ++i) {
+    const ConvShape& s = pkg.layers[i].conv->shape;
+    fmt::print("  {:<10} {}x{} conv {:>5} -> {:<5} {:>4}x{:<4} {:10.3f} ms\n", pkg.layers[i].name, s.kernel_h, s.kernel_w,
+               s.in_channels, s.out_channels, s.out_h(), s.out_w(), layer_ms[i]);
+  }
+  fmt::print("total {:.3f} ms (median of {})\n", total_ms, args.repeat);
+  int rc = kOk;
+  if (args.check) {
+    DenseTensor ref = input;
+    for (size_t i = 0; i < pkg.layers.size(); ++i) {
+      ref = reference_conv2d(weights[i].a, with_images(pkg.layers[i].conv->shape), ref, epilogue(i));
+    }
+    const double err = max_relative_error(out, ref);
+    const bool ok = err <= 1e-4;
+    fmt::print("check against the direct convolution: max relative error {:.3g} -> {}\n", err, ok ? "PASS" : "FAIL");
+    if (!ok) rc = kWorkFailed;
+  }
+  if (!args.output.empty()) {
+    write_npy(args.output, out);
+    fmt::print("wrote {} {}\n", args.output, out.shape_string());
+  }
+  return rc;
+}
+
 }  // namespace
 
 Action add_compile(CLI::App& app) {
@@ -165,6 +243,7 @@ Action add_run(CLI::App& app) {
   return [args] {
     const Package pkg = load_package(args->package);
     DenseTensor input = read_npy_f32(args->input);
+    if (pkg.layers.front().conv) return run_conv(pkg, input, *args);
     SPARSERT_USER_CHECK(input.rank() == 2, args->input, "shape {} is not a matrix", input.shape_string());
     if (args->layout == "batch-major") input = transpose_dense(input);
     SPARSERT_USER_CHECK(input.rows() == pkg.layers.front().k, args->input,
@@ -172,12 +251,7 @@ Action add_run(CLI::App& app) {
                         args->layout, pkg.layers.front().k);
     SPARSERT_USER_CHECK(input.cols() >= 1 && input.cols() <= pkg.n, args->input,
                         "{} columns; the package is compiled for 1 to {}", input.cols(), pkg.n);
-    std::string device = args->device;
-    if (device == "auto") {
-      std::string why;
-      device = cuda::Driver::available(&why) ? "cuda" : "cpu";
-      if (device == "cpu") fmt::print(stderr, "sparsert: no GPU ({}); running on the CPU executor\n", why);
-    }
+    const std::string device = choose_device(args->device);
     std::vector<LayerWeights> weights;
     if (device == "cpu" || args->check) {
       for (size_t i = 0; i < pkg.layers.size(); ++i) weights.push_back(load_layer_weights(pkg, i));

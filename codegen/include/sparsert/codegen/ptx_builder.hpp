@@ -57,6 +57,19 @@ void append_f32(std::string& out, float v);
 void append_operand(std::string& out, const Operand& op);
 std::string to_string(const Operand& op);
 
+// The signature of a kernel, up to and including the brace that opens its body:
+//   .visible .entry NAME(\n\t.param .u64 P0,\n ... \t.param .u32 Pn\n)\n.reqntid X, Y, Z\n{\n
+// `required` writes .reqntid (the launch must use exactly these dimensions), else .maxntid (at most).
+struct EntryParam {
+  std::string name;  // the full parameter symbol, e.g. "spmm_e0_param_B"
+  const char* type;  // "u64", "u32"
+};
+struct ThreadCount {
+  int x = 1, y = 1, z = 1;
+  bool required = true;
+};
+std::string entry_signature(std::string_view name, std::span<const EntryParam> params, ThreadCount threads);
+
 class Builder {
  public:
   static constexpr size_t kRegText = 16;  // bytes written per register name: "%rd" and up to 10 digits, padded

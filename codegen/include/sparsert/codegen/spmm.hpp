@@ -4,6 +4,7 @@
 #include "sparsert/codegen/target.hpp"
 #include "sparsert/codegen/tile.hpp"
 #include "sparsert/inspector/plan.hpp"
+#include "sparsert/runtime/conv.hpp"
 #include "sparsert/runtime/csr.hpp"
 #include "sparsert/runtime/reference.hpp"
 
@@ -26,6 +27,9 @@ struct SpmmOptions {
   // F[col] = 1 for each column below N where an output it stores (after bias, ReLU, clamp) is nonzero or NaN. F is
   // never cleared by the kernel: the caller zeroes it before the launch. Off: the PTX is exactly as without it.
   bool live_flags = false;
+  // A convolution (virtual im2col, runtime/conv.hpp): A is the im2col weight matrix, column n of B and C is output
+  // pixel n, B and C are the layer's bordered NCHW buffers and ld is the pixel count. Needs cols_per_thread = 1.
+  std::optional<ConvLayout> conv;
 };
 
 // One .entry in its own PTX module: a contiguous range of the plan's row blocks.

@@ -9,6 +9,7 @@
 // emit_stream_spmm() does both. Layout and launch are documented in docs/codegen.md ("The weight-streaming kernel").
 #include "sparsert/codegen/target.hpp"
 #include "sparsert/inspector/plan.hpp"
+#include "sparsert/runtime/conv.hpp"
 #include "sparsert/runtime/csr.hpp"
 #include "sparsert/runtime/reference.hpp"
 
@@ -104,14 +105,19 @@ struct StreamKernel {
 
 // Kernel parameters, in order: B (u64, global f32*, k×ld), C (u64, global f32*, m×ld), N (u32, 1 ≤ N ≤ ld), then
 // ell, stages, block_stages, krows, slots (u64 global pointers to the arrays above), then F (u64) with live_flags.
+// conv: a convolution (SpmmOptions::conv): B and C are its bordered NCHW buffers, ld its pixel count, and krows hold
+// tap offsets in floats (conv_tap_rows) instead of rows of B.
 std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, int32_t ld,
-                                 const StreamEpilogueKind& epilogue, const std::string& name);
+                                 const StreamEpilogueKind& epilogue, const std::string& name,
+                                 const std::optional<ConvLayout>& conv = std::nullopt);
 
 // `plan` must come from make_plan(a, ...) with gy = 1; its blocks may have at most rows_per_block rows (use
 // m_blocks = ceil(m / rows_per_block) with Balance::kRows, or more blocks when balancing nonzeros). Row reordering
 // is honoured through the slots' row field. bias: empty, one value, or one per row of A (UserError otherwise).
 StreamWeights pack_stream_weights(const CsrMatrix& a, const inspector::WorkPlan& plan, const StreamParams& p,
                                   const std::vector<float>& bias);
+// Rewrites packed krows (rows of the im2col matrix) as the tap offsets a convolution kernel reads.
+void conv_tap_rows(const ConvLayout& conv, StreamWeights& w);
 
 struct StreamOptions {
   StreamParams params;
@@ -119,6 +125,7 @@ struct StreamOptions {
   int32_t ld = 0;
   std::string name = "stream_spmm";
   bool live_flags = false;  // StreamEpilogueKind::live_flags
+  std::optional<ConvLayout> conv;
 };
 
 // The plan this kernel uses by default: nonzero-balanced row blocks, as many as keep every block within

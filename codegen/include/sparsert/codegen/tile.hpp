@@ -36,6 +36,9 @@ struct KernelShape {
   int32_t m = 0;
   int32_t k = 0;
   int32_t ld = 0;
+  // Columns are the output pixels of a convolution: neighbours are not neighbours in memory, so each thread takes
+  // one (cols_per_thread = 1).
+  bool conv = false;
 };
 
 // Threads per block: (n_tile / cols_per_thread) × gy.

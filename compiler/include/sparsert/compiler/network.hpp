@@ -4,7 +4,15 @@
 //     "layers": [ { "weights": "fc1.mtx", "bias": -0.3, "activation": "relu", "clamp": 32.0, "n": 256 }, ... ] }
 // Paths are relative to the JSON file. A weight matrix is M×K (rows = outputs); layer i computes C = act(A·B + bias)
 // with B the [K, n] activations. Every error names the layer and the field.
+//
+// A convolutional network gives its input instead of n, and every layer a "conv" object:
+//   { "format": "sparsert-network/1", "input": { "images": 1, "channels": 64, "height": 56, "width": 56 },
+//     "layers": [ { "weights": "b2.smtx", "conv": { "kernel": 3, "stride": 1, "padding": 1, "im2col_order": "rsc" },
+//                   "activation": "relu" }, ... ] }
+// Weights are the im2col matrix [C_out, C_in·R·S] (DLMC's layout; "im2col_order" crs, the default, or rsc), or an
+// .npy [C_out, C_in, R, S] (crs). Activations are NCHW; each layer's input is the previous layer's output.
 #include "sparsert/inspector/formats.hpp"
+#include "sparsert/runtime/conv.hpp"
 #include "sparsert/runtime/reference.hpp"
 
 #include <filesystem>
@@ -21,13 +29,26 @@ struct LayerDesc {
   std::vector<float> bias;           // empty, one value, or M values
   Activation activation = Activation::kNone;
   std::optional<float> clamp;
-  int32_t n = 0;
+  int32_t n = 0;  // columns; a convolution: its output pixels (images × out_h × out_w), derived when loading
+  // A convolution layer (the network has an input): kernel, stride, padding, im2col order; the channels and sizes
+  // come from the weights and the previous layer.
+  struct Conv {
+    int32_t kernel_h = 1, kernel_w = 1, stride = 1, pad = 0;
+    Im2colOrder order = Im2colOrder::kCRS;
+  };
+  std::optional<Conv> conv;
+};
+
+// The input of a convolutional network: NCHW.
+struct ConvInput {
+  int32_t images = 1, channels = 0, height = 0, width = 0;
 };
 
 struct NetworkDesc {
   std::filesystem::path source;  // the JSON file
   std::vector<LayerDesc> layers;
   inspector::LoadOptions load;   // how pattern-only weights get values
+  std::optional<ConvInput> input;  // a convolutional network
 };
 
 NetworkDesc read_network(const std::filesystem::path& json_path);
@@ -36,6 +57,9 @@ NetworkDesc parse_network(const std::string& json_text, const std::filesystem::p
 struct LoadedLayer {
   LayerDesc desc;
   CsrMatrix a;  // M×K
+  // A convolution: its full shape, and the borders of its input (its padding) and output (the next layer's padding)
+  // buffers, so that no layer pays for padding at run time.
+  std::optional<ConvLayout> conv;
 };
 
 // Reads every layer's weights and checks that shapes chain and biases fit; errors name the layer and field.

@@ -35,7 +35,8 @@ class GpuNetwork {
   GpuNetwork(const GpuNetwork&) = delete;
   GpuNetwork& operator=(const GpuNetwork&) = delete;
 
-  // input: [K of the first layer, N] with 1 <= N <= package n; returns [M of the last layer, N].
+  // input: [K of the first layer, N] with 1 <= N <= package n; returns [M of the last layer, N]. A convolutional
+  // package: input NCHW [images, C, H, W] with at most the compiled images; returns NCHW.
   DenseTensor run(const DenseTensor& input);
   // Runs `repeats` times after one warm-up; per-layer times from events between layers.
   GpuTimings time(const DenseTensor& input, int repeats);

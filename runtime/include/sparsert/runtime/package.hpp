@@ -5,6 +5,7 @@
 //   layerI.eJ.SM.ptx     the PTX of entry J for target SM
 //   layerI.eJ.SM.cubin   its cubin (absent in a PTX-only package, made where the toolkit was missing)
 // Every file's sha256 is in the manifest and is checked on load.
+#include "sparsert/runtime/conv.hpp"
 #include "sparsert/runtime/csr.hpp"
 #include "sparsert/runtime/reference.hpp"
 
@@ -50,6 +51,9 @@ struct PackageLayer {
   // The kernels fuse live-column detection: they take F (u64, u32 flags, ld words) after all their other parameters
   // and set F[col] = 1 for every column with a nonzero output. Written to the manifest only when true.
   bool live_flags = false;
+  // A convolution (virtual im2col): its shape and the borders of its input and output buffers; the kernels' N is its
+  // output pixels (runtime/conv.hpp). Written to the manifest only when set.
+  std::optional<ConvLayout> conv;
   int32_t block_x = 0, block_y = 0, n_tile = 0;
   std::vector<PackageEntry> entries;
   nlohmann::json tile;  // the tile parameters used, for reports
@@ -79,6 +83,9 @@ void write_layer_weights(const std::filesystem::path& path, const LayerWeights& 
 LayerWeights read_layer_weights(const std::filesystem::path& path);
 
 nlohmann::json manifest_json(const Package& p);
+// A layer's convolution in the manifest, and back (UserError naming the field).
+nlohmann::json conv_layout_json(const ConvLayout& c);
+ConvLayout conv_layout_from_json(const nlohmann::json& j, const std::string& where);
 // Writes manifest.json atomically (the other files must already be in p.dir).
 void write_manifest(const Package& p);
 // Reads and checks manifest.json: format version, fields (UserError naming the field), and every file's sha256.

@@ -1,0 +1,216 @@
+// Convolutional networks end to end: a network JSON of 1x1, 3x3 (stride 1 and 2) and 1x1 convolutions with ReLU
+// compiles (baked and streamed) and runs through ptxsim's emulated driver and through `sparsert run` on the CPU,
+// matching the direct convolution of reference_conv2d layer by layer; a ResNet-50 bottleneck block from DLMC does the
+// same; and bad descriptions are one-line UserErrors naming the field.
+#include "sparsert/compiler/compile.hpp"
+#include "sparsert/inspector/formats.hpp"
+#include "sparsert/inspector/generate.hpp"
+#include "sparsert/runtime/file_io.hpp"
+#include "sparsert/runtime/gpu_executor.hpp"
+#include "sparsert/runtime/npy.hpp"
+#include "test_support.hpp"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+using namespace sparsert;
+using namespace sparsert::compiler;
+using sparsert::testing::ScratchDir;
+
+namespace {
+const bool kUseEmu = [] {
+  ::setenv("SPARSERT_LIBCUDA", SPARSERT_EMU_LIB, 1);
+  return true;
+}();
+
+DenseTensor random_images(int32_t images, int32_t c, int32_t h, int32_t w, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(images) * c * h * w);
+  inspector::fill_values(v, {inspector::ValueFill::Distribution::kUniform, seed, 1.0f});
+  return DenseTensor({images, c, h, w}, std::move(v));
+}
+
+// The answer key: each layer's direct convolution of the previous layer's exact output.
+DenseTensor reference(const std::vector<LoadedLayer>& layers, DenseTensor x) {
+  for (const LoadedLayer& l : layers) {
+    ConvShape s = l.conv->shape;
+    s.images = static_cast<int32_t>(x.dim(0));
+    x = reference_conv2d(l.a, s, x, {l.desc.bias, l.desc.activation, l.desc.clamp});
+  }
+  return x;
+}
+
+// 2 images of 8 x 9 x 9: 1x1 to 16 (ReLU), 3x3 pad 1 to 16 from an .npy [16, 16, 3, 3] (ReLU), 3x3 stride 2 pad 1 to
+// 24 in rsc order (ReLU, clamp), 1x1 to 32.
+std::filesystem::path write_small_network(const ScratchDir& dir) {
+  auto save = [&](const std::string& name, int32_t m, int32_t k, uint64_t seed) {
+    CsrMatrix a = inspector::generate_pruned_gaussian(m, k, 0.7, seed);
+    for (float& v : a.values) v *= 0.4f;
+    inspector::save_matrix(dir / name, a);
+  };
+  save("c0.mtx", 16, 8, 1);
+  save("c2.smtx", 24, 16 * 9, 3);
+  save("c3.mtx", 32, 24, 4);
+  CsrMatrix a1 = inspector::generate_pruned_gaussian(16, 16 * 9, 0.8, 2);
+  DenseTensor w1({16, 16, 3, 3});
+  for (int32_t r = 0; r < a1.rows; ++r)
+    for (int32_t i = a1.row_ptr[r]; i < a1.row_ptr[r + 1]; ++i)
+      w1.data()[static_cast<size_t>(r) * 144 + a1.col_idx[i]] = 0.3f * a1.values[i];
+  write_npy(dir / "c1.npy", w1);
+  return dir.write("net.json", R"({"format": "sparsert-network/1",
+    "input": {"images": 2, "channels": 8, "height": 9, "width": 9},
+    "layers": [
+      {"name": "reduce", "weights": "c0.mtx", "conv": {"kernel": 1}, "bias": -0.05, "activation": "relu"},
+      {"name": "conv3", "weights": "c1.npy", "conv": {"kernel": 3, "padding": 1}, "activation": "relu"},
+      {"name": "down", "weights": "c2.smtx", "conv": {"kernel": [3, 3], "stride": 2, "padding": 1,
+                                                      "im2col_order": "rsc"}, "activation": "relu", "clamp": 2.0},
+      {"name": "expand", "weights": "c3.mtx", "conv": {"kernel": 1}, "bias": 0.1}]})");
+}
+
+CompileOptions options(const ScratchDir& dir, codegen::KernelKind kind) {
+  CompileOptions o;
+  o.targets = {codegen::Target::parse("sm_90")};
+  o.progress = false;
+  o.cache_dir = dir / "cache";
+  o.assemble = false;  // the emulated driver JIT-compiles (interprets) the PTX
+  o.kernel_kind = kind;
+  if (kind == codegen::KernelKind::kStreamed) o.stream_params = {32, 16, 4, 32, 2};
+  return o;
+}
+
+std::string user_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(no UserError)";
+}
+
+int run_cli(const std::string& args, std::string* output) {
+  return sparsert::testing::run_sparsert(args, output, /*with_stdout=*/true);
+}
+}  // namespace
+
+TEST(ConvNetwork, ShapesChainAndBordersFollowTheNextPadding) {
+  ScratchDir dir;
+  const std::vector<LoadedLayer> layers = load_network(read_network(write_small_network(dir)));
+  ASSERT_EQ(layers.size(), 4u);
+  EXPECT_EQ(layers[0].desc.n, 2 * 9 * 9);
+  EXPECT_EQ(layers[2].conv->shape.out_h(), 5);
+  EXPECT_EQ(layers[3].desc.n, 2 * 5 * 5);
+  EXPECT_EQ(layers[0].conv->in_border, 0);
+  EXPECT_EQ(layers[0].conv->out_border, 1);  // conv3 pads by 1
+  EXPECT_EQ(layers[1].conv->out_border, 1);  // down pads by 1
+  EXPECT_EQ(layers[2].conv->out_border, 0);
+  EXPECT_EQ(layers[1].conv->shape.order, Im2colOrder::kCRS);
+  EXPECT_EQ(layers[2].conv->shape.order, Im2colOrder::kRSC);
+}
+
+TEST(ConvNetwork, BakedAndStreamedMatchTheReferenceOnTheEmulatedDriver) {
+  for (codegen::KernelKind kind : {codegen::KernelKind::kBaked, codegen::KernelKind::kStreamed}) {
+    ScratchDir dir;
+    const std::vector<LoadedLayer> layers = load_network(read_network(write_small_network(dir)));
+    compile_network(layers, dir / "pkg", options(dir, kind));
+    const Package pkg = load_package(dir / "pkg");
+    ASSERT_TRUE(pkg.layers.front().conv.has_value());
+    EXPECT_EQ(pkg.layers.front().kind, codegen::to_string(kind));
+    GpuNetwork net(pkg);
+    for (int32_t images : {2, 1}) {
+      const DenseTensor x = random_images(images, 8, 9, 9, 7 + images);
+      const DenseTensor got = net.run(x);
+      const DenseTensor want = reference(layers, x);
+      ASSERT_EQ(got.shape(), want.shape()) << codegen::to_string(kind);
+      EXPECT_LE(max_relative_error(got, want), 1e-4) << codegen::to_string(kind) << ", " << images << " image(s)";
+    }
+  }
+}
+
+TEST(ConvNetwork, CliRunsOnTheCpuAndChecks) {
+  ScratchDir dir;
+  const std::filesystem::path json = write_small_network(dir);
+  write_npy(dir / "x.npy", random_images(2, 8, 9, 9, 21));
+  std::string out;
+  ASSERT_EQ(run_cli(fmt::format("compile {} -o {} --target sm_90 --ptx-only -q --no-tuning-db", json.string(),
+                                (dir / "pkg").string()),
+                    &out),
+            0)
+      << out;
+  ASSERT_EQ(run_cli(fmt::format("run {} --input {} --output {} --device cpu --check", (dir / "pkg").string(),
+                                (dir / "x.npy").string(), (dir / "y.npy").string()),
+                    &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("PASS"), std::string::npos) << out;
+  const DenseTensor y = read_npy_f32(dir / "y.npy");
+  EXPECT_EQ(y.shape(), (std::vector<int64_t>{2, 32, 5, 5}));
+  // A wrong input shape is a one-line error naming the input, exit 2.
+  write_npy(dir / "bad.npy", random_images(1, 7, 9, 9, 1));
+  EXPECT_EQ(run_cli(fmt::format("run {} --input {} --device cpu", (dir / "pkg").string(), (dir / "bad.npy").string()),
+                    &out),
+            2)
+      << out;
+  EXPECT_NE(out.find("bad.npy"), std::string::npos) << out;
+}
+
+TEST(ConvNetwork, BadDescriptionsNameTheField) {
+  ScratchDir dir;
+  write_small_network(dir);
+  auto error_of = [&](const std::string& layers, const std::string& input =
+                                                     R"({"images": 1, "channels": 8, "height": 9, "width": 9})") {
+    const std::filesystem::path p = dir.write(
+        "bad.json", fmt::format(R"({{"format": "sparsert-network/1", "input": {}, "layers": [{}]}})", input, layers));
+    return user_error([&] { load_network(read_network(p)); });
+  };
+  EXPECT_NE(error_of(R"({"weights": "c0.mtx", "conv": {"kernel": 3}})").find("layer 0: weights"), std::string::npos);
+  EXPECT_NE(error_of(R"({"weights": "c0.mtx", "conv": {"kernel": 1, "padding": 1}})").find("padding"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"weights": "c0.mtx", "conv": {"kernel": 1}})", R"({"channels": 9, "height": 9, "width": 9})")
+                .find("layer 0: weights"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"weights": "c0.mtx", "conv": {"kernel": 1, "stride": 0}})").find("conv.stride"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"weights": "c0.mtx", "n": 5, "conv": {"kernel": 1}})").find("layer 0: n"), std::string::npos);
+  EXPECT_NE(error_of(R"({"weights": "c0.mtx"})").find("layer 0: conv"), std::string::npos);
+  EXPECT_NE(error_of(R"({"weights": "c0.mtx", "conv": {"kernel": 1}})", R"({"channels": 8, "height": 0, "width": 9})")
+                .find("input.height"),
+            std::string::npos);
+  // A 3x3 unpadded convolution of a 2x2 image has no output pixels.
+  EXPECT_NE(error_of(R"({"weights": "c1.npy", "conv": {"kernel": 3}})", R"({"channels": 16, "height": 2, "width": 2})")
+                .find("layer 0"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"weights": "c1.npy", "conv": {"kernel": 3, "padding": 1, "im2col_order": "rsc"}})",
+                     R"({"channels": 16, "height": 4, "width": 4})")
+                .find("im2col_order"),
+            std::string::npos);
+}
+
+// The first block of ResNet-50's second group, which downsamples (DLMC, 90%; its 3x3 runs at a quarter of its 1x1's
+// pixels in rn50_batchsizes.txt, so the stride is on the 3x3, ResNet v1.5): 1x1 256 -> 128, 3x3 stride 2 on 128,
+// 1x1 128 -> 512, with ReLU, on 2 images of 256 x 12 x 12 (the weights do not depend on the image size; a small one
+// keeps ptxsim fast).
+TEST(ConvNetwork, Rn50BottleneckBlockFromDlmc) {
+  const std::filesystem::path data = std::filesystem::path(SPARSERT_SHARED_DATA) / "dlmc/rn50/magnitude_pruning/0.9";
+  if (!std::filesystem::exists(data)) GTEST_SKIP() << data << " not found";
+  ScratchDir dir;
+  const std::filesystem::path json = dir.write("block.json", fmt::format(R"({{"format": "sparsert-network/1",
+    "input": {{"images": 2, "channels": 256, "height": 12, "width": 12}},
+    "values": {{"distribution": "normal", "seed": 3}},
+    "layers": [
+      {{"weights": "{0}/bottleneck_1_block_group_projection_block_group2.smtx", "conv": {{"kernel": 1}}, "activation": "relu"}},
+      {{"weights": "{0}/bottleneck_2_block_group_projection_block_group2.smtx",
+        "conv": {{"kernel": 3, "stride": 2, "padding": 1, "im2col_order": "rsc"}}, "activation": "relu"}},
+      {{"weights": "{0}/bottleneck_3_block_group_projection_block_group2.smtx", "conv": {{"kernel": 1}}, "activation": "relu"}}]}})",
+                                                                           data.string()));
+  const std::vector<LoadedLayer> layers = load_network(read_network(json));
+  ASSERT_EQ(layers[1].conv->shape.in_channels, 128);
+  ASSERT_EQ(layers[2].conv->shape.out_channels, 512);
+  CompileOptions o = options(dir, codegen::KernelKind::kBaked);
+  o.kernel_kind.reset();  // compile's own choice per layer
+  compile_network(layers, dir / "pkg", o);
+  GpuNetwork net(load_package(dir / "pkg"));
+  const DenseTensor x = random_images(2, 256, 12, 12, 5);
+  EXPECT_LE(max_relative_error(net.run(x), reference(layers, x)), 1e-4);
+}
