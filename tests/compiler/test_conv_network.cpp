@@ -130,6 +130,7 @@ TEST(ConvNetwork, BakedAndStreamedMatchTheReferenceOnTheEmulatedDriver) {
 
 TEST(ConvNetwork, CliRunsOnTheCpuAndChecks) {
   ScratchDir dir;
+  ::setenv("SPARSERT_CACHE_DIR", (dir / "cache").c_str(), 1);  // the user's kernel cache stays as it is
   const std::filesystem::path json = write_small_network(dir);
   write_npy(dir / "x.npy", random_images(2, 8, 9, 9, 21));
   std::string out;
@@ -153,6 +154,14 @@ TEST(ConvNetwork, CliRunsOnTheCpuAndChecks) {
             2)
       << out;
   EXPECT_NE(out.find("bad.npy"), std::string::npos) << out;
+  // A description whose padding is not smaller than the kernel: compile exits 2 naming the field.
+  const std::filesystem::path bad = dir.write("bad.json", R"({"format": "sparsert-network/1",
+    "input": {"images": 1, "channels": 8, "height": 9, "width": 9},
+    "layers": [{"weights": "c0.mtx", "conv": {"kernel": 1, "padding": 1}}]})");
+  EXPECT_EQ(run_cli(fmt::format("compile {} -o {} --ptx-only -q", bad.string(), (dir / "bad_pkg").string()), &out), 2)
+      << out;
+  EXPECT_NE(out.find("layer 0: conv.padding"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "bad_pkg"));
 }
 
 TEST(ConvNetwork, BadDescriptionsNameTheField) {
