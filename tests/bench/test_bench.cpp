@@ -11,6 +11,7 @@
 #include <bit>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <random>
 #include <set>
 #include <sys/wait.h>
@@ -43,6 +44,16 @@ void expect_timed(const nlohmann::json& r, const std::string& what) {
   EXPECT_LE(q3, max) << what;
   EXPECT_EQ(r["samples_ms"].size(), 10u) << what;
   EXPECT_LE(r["max_rel_error"].get<double>(), r["tolerance"].get<double>()) << what;
+}
+
+// Every baseline named is either measured or listed as unavailable with a reason, never both or neither.
+void expect_accounted_for(const MethodSet& set, std::initializer_list<const char*> baselines) {
+  for (const char* b : baselines) {
+    const bool measured = std::find(set.baselines.begin(), set.baselines.end(), b) != set.baselines.end();
+    const bool listed = std::any_of(set.unavailable.begin(), set.unavailable.end(),
+                                    [&](const Unavailable& u) { return u.method == b && !u.reason.empty(); });
+    EXPECT_NE(measured, listed) << b;
+  }
 }
 
 // Runs a shell command; returns its exit status and fills `out` with stdout and stderr.
@@ -149,12 +160,7 @@ TEST(Bench, SmokeSuiteEveryCpuMethodVerifiesAndIsTimed) {
   MethodSet set = cpu_methods(2);
   EXPECT_EQ(set.subject, "sparsert-cpu");
   // Both CPU baselines are accounted for: measured, or listed with the reason they were not built.
-  for (const char* b : {"eigen", "openblas"}) {
-    const bool measured = std::find(set.baselines.begin(), set.baselines.end(), b) != set.baselines.end();
-    const bool listed = std::any_of(set.unavailable.begin(), set.unavailable.end(),
-                                    [&](const Unavailable& u) { return u.method == b && !u.reason.empty(); });
-    EXPECT_NE(measured, listed) << b;
-  }
+  expect_accounted_for(set, {"eigen", "openblas"});
   const nlohmann::json r = run_suite(problems, set, quick("smoke"));
   EXPECT_NO_THROW(check_results(r, "run"));
   EXPECT_TRUE(r["all_verified"].get<bool>());
@@ -412,15 +418,18 @@ TEST(Bench, CliRunsTheSmokeSuiteAndWritesTheReport) {
 }
 
 TEST(Bench, CudaWithoutADriverIsOneLineAndExit2) {
-  ScratchDir dir;
-  std::string out;
-  const int rc = shell(fmt::format("SPARSERT_LIBCUDA={} {} bench --suite smoke --device cuda -o {}",
-                                   (dir / "no-libcuda.so").string(), SPARSERT_CLI, (dir / "r.json").string()),
-                       &out);
-  EXPECT_EQ(rc, 2) << out;
-  EXPECT_NE(out.find("--device cuda: no CUDA driver"), std::string::npos) << out;
-  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
-  EXPECT_FALSE(std::filesystem::exists(dir / "r.json"));
+  // The products' and the convolutions' GPU method sets alike.
+  for (const char* suite : {"smoke", "smoke-conv"}) {
+    ScratchDir dir;
+    std::string out;
+    const int rc = shell(fmt::format("SPARSERT_LIBCUDA={} {} bench --suite {} --device cuda -o {}",
+                                     (dir / "no-libcuda.so").string(), SPARSERT_CLI, suite, (dir / "r.json").string()),
+                         &out);
+    EXPECT_EQ(rc, 2) << suite << ": " << out;
+    EXPECT_NE(out.find("--device cuda: no CUDA driver"), std::string::npos) << suite << ": " << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << suite << ": " << out;
+    EXPECT_FALSE(std::filesystem::exists(dir / "r.json")) << suite;
+  }
 }
 
 #ifdef SPARSERT_EMU_LIB
@@ -441,5 +450,106 @@ TEST(Bench, GpuPathRunsOnTheEmulatedDriver) {
   EXPECT_TRUE(r["all_verified"].get<bool>()) << r.dump();
   expect_timed(r["problems"][0]["results"]["sparsert-gpu"], "sparsert-gpu");
   EXPECT_NE(r["problems"][0]["results"]["sparsert-gpu"].value("detail", "").find("tile"), std::string::npos);
+}
+#endif
+
+// ---- the convolution suites (issue 15) ----------------------------------------------------------------------------
+
+TEST(BenchConv, SmokeConvEveryCpuMethodVerifiesAgainstTheDirectConvolution) {
+  const std::vector<Problem> problems = make_suite("smoke-conv", {});
+  ASSERT_EQ(problems.size(), 4u);
+  EXPECT_TRUE(is_conv_suite("smoke-conv"));
+  EXPECT_FALSE(is_conv_suite("smoke"));
+  MethodSet set = conv_cpu_methods(2);
+  EXPECT_TRUE(set.convolution);
+  EXPECT_EQ(set.subject, "sparsert-cpu");
+  expect_accounted_for(set, {"eigen-im2col", "eigen-1t-im2col", "openblas-im2col"});
+  const nlohmann::json r = run_suite(problems, set, quick("smoke-conv"));
+  EXPECT_NO_THROW(check_results(r, "run"));
+  EXPECT_TRUE(r["all_verified"].get<bool>()) << r.dump();
+  for (const auto& p : r["problems"]) {
+    const std::string name = p["name"];
+    ASSERT_TRUE(p.contains("conv")) << name;
+    const nlohmann::json& c = p["conv"];
+    EXPECT_EQ(p["n"].get<int64_t>(),
+              c["images"].get<int64_t>() * c["out_h"].get<int64_t>() * c["out_w"].get<int64_t>());
+    EXPECT_EQ(p["k"].get<int64_t>(), c["in_channels"].get<int64_t>() * c["kernel"][0].get<int64_t>() *
+                                         c["kernel"][1].get<int64_t>());
+    expect_timed(p["results"]["sparsert-cpu"], name + " sparsert-cpu");
+    for (const std::string b : r["baselines"]) expect_timed(p["results"][b], name + " " + b);
+  }
+  const std::string md = write_report({r}, {"c.json"}, ScratchDir().path() / "charts", "charts", "x");
+  EXPECT_NE(md.find("| Table 3 # |"), std::string::npos);
+  EXPECT_NE(md.find("## Sparse 3x3 convolutions (CPU)"), std::string::npos);
+  EXPECT_NE(md.find("| smoke-conv | 2 | "), std::string::npos) << md;
+  EXPECT_NE(md.find("im2col order is crs, rsc"), std::string::npos) << md;
+  EXPECT_NE(md.find("explicit im2col + Eigen's sparse x dense, same threads, at 90% (≥ 2×, suite rn50-conv3x3-0.9 on "
+                    "cpu): **not measured**"),
+            std::string::npos)
+      << md;
+}
+
+TEST(BenchConv, ConvolutionsAndProductsDoNotMix) {
+  MethodSet spmm = cpu_methods(1);
+  try {
+    run_suite(make_suite("smoke-conv", {}), spmm, quick("smoke-conv"));
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_EQ(std::string(e.what()), "conv3x3: is a convolution; these methods take matrix products");
+  }
+  MethodSet conv = conv_cpu_methods(1);
+  EXPECT_THROW(run_suite(make_suite("smoke", {}), conv, quick("smoke")), UserError);
+}
+
+TEST(BenchConv, Rn50Conv3x3SuiteDerivesTheShapes) {
+  SPARSERT_REQUIRE_SHARED_DATA(data);
+  for (const char* suite : {"rn50-conv3x3-0.9", "rn50-conv3x3-0.95"}) {
+    const std::vector<Problem> p = make_suite(suite, {data, 12});
+    ASSERT_EQ(p.size(), 16u) << suite;
+    std::map<std::string, int> per_paper_problem;
+    for (const Problem& x : p) {
+      ASSERT_TRUE(x.conv.has_value()) << x.name;
+      const ConvShape& c = *x.conv;
+      EXPECT_EQ(x.name.rfind("bottleneck_2_", 0), 0u) << x.name;
+      EXPECT_EQ(c.kernel_h, 3);
+      EXPECT_EQ(c.pad, 1);
+      EXPECT_EQ(c.order, Im2colOrder::kRSC);
+      EXPECT_EQ(c.columns(), x.n) << x.name;
+      EXPECT_EQ(c.k(), x.a.cols) << x.name;
+      // ResNet-50 v1.5: the first block of groups 2-4 downsamples in its 3x3 convolution.
+      const bool strided = x.name.find("projection_block_group") != std::string::npos && x.name.back() != '1';
+      EXPECT_EQ(c.stride, strided ? 2 : 1) << x.name;
+      EXPECT_EQ(c.in_h, c.out_h() * c.stride) << x.name;
+      if (!strided) ++per_paper_problem[x.paper_problem];
+      if (x.name == "bottleneck_2_block_group_projection_block_group2") {
+        EXPECT_EQ(x.group, "128x1152x784 (128x56x56 s2)");
+      }
+    }
+    // Table 3: 64 channels at 56x56, 128 at 28, 256 at 14, 512 at 7; the group-1 projection block is problem 1 too.
+    EXPECT_EQ(per_paper_problem, (std::map<std::string, int>{{"1", 3}, {"2", 3}, {"3", 5}, {"4", 2}})) << suite;
+  }
+}
+
+#ifdef SPARSERT_EMU_LIB
+// On ptxsim's emulated driver without cuDNN: sparsert's generated convolution is the subject, every smoke-conv
+// problem (stride 1 and 2, 1x1, 3x3 and 7x7, both im2col orders) is verified against the direct convolution, and
+// cuDNN is recorded as not measured with its reason.
+TEST(BenchConv, SparsertGpuConvolutionRunsOnTheEmulatedDriver) {
+  ScratchDir dir;
+  ::setenv("SPARSERT_LIBCUDA", SPARSERT_EMU_LIB, 1);
+  ::setenv("SPARSERT_LIBCUDNN", (dir / "none.so").c_str(), 1);
+  MethodSet set = conv_gpu_methods(dir / "scratch");
+  ::unsetenv("SPARSERT_LIBCUDNN");
+  EXPECT_TRUE(set.convolution);
+  EXPECT_EQ(set.subject, "sparsert-gpu");
+  ASSERT_FALSE(set.unavailable.empty());
+  EXPECT_EQ(set.unavailable.front().method, "cudnn-implicit-gemm");
+  EXPECT_NE(set.unavailable.front().reason.find("cannot load"), std::string::npos) << set.unavailable.front().reason;
+  const nlohmann::json r = run_suite(make_suite("smoke-conv", {}), set, quick("smoke-conv"));
+  EXPECT_TRUE(r["all_verified"].get<bool>()) << r.dump();
+  for (const auto& p : r["problems"]) {
+    expect_timed(p["results"]["sparsert-gpu"], p["name"].get<std::string>() + " sparsert-gpu");
+    EXPECT_NE(p["results"]["sparsert-gpu"]["detail"].get<std::string>().find("conv"), std::string::npos) << p.dump();
+  }
 }
 #endif

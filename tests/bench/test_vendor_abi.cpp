@@ -1,4 +1,4 @@
-// The GPU baselines declare the few cuBLAS / cuSPARSE values and entry points they use instead of including the
+// The GPU baselines declare the few cuBLAS / cuSPARSE / cuDNN values and entry points they use instead of including the
 // toolkit's headers (the libraries are dlopen'ed). These checks need the toolkit, not a GPU.
 #include "sparsert/bench/vendor_abi.hpp"
 
@@ -11,7 +11,15 @@
 #include <cublas_api.h>
 #include <cusparse.h>
 #include <library_types.h>
+#if __has_include(<cudnn.h>)
+#define SPARSERT_CUDNN_HEADERS 1
+// cudnnConvolutionFwdAlgoPerf_t is marked deprecated (the legacy API), and is what the baseline calls.
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#include <cudnn.h>
 #endif
+#endif
+
+#include <cstddef>
 
 namespace v = sparsert::bench::vendor;
 
@@ -38,6 +46,44 @@ TEST(VendorAbi, ConstantsMatchTheToolkitHeaders) {
 #endif
 }
 
+TEST(VendorAbi, CudnnConstantsAndPerfLayoutMatchTheHeaders) {
+#ifdef SPARSERT_CUDNN_HEADERS
+  static_assert(sizeof(cudnnTensorFormat_t) == sizeof(int) && sizeof(cudnnDataType_t) == sizeof(int) &&
+                sizeof(cudnnConvolutionMode_t) == sizeof(int) && sizeof(cudnnMathType_t) == sizeof(int) &&
+                sizeof(cudnnConvolutionFwdAlgo_t) == sizeof(int) && sizeof(cudnnStatus_t) == sizeof(int));
+  EXPECT_EQ(v::kCudnnTensorNchw, CUDNN_TENSOR_NCHW);
+  EXPECT_EQ(v::kCudnnDataFloat, CUDNN_DATA_FLOAT);
+  EXPECT_EQ(v::kCudnnCrossCorrelation, CUDNN_CROSS_CORRELATION);
+  EXPECT_EQ(v::kCudnnFmaMath, CUDNN_FMA_MATH);
+  EXPECT_EQ(v::kCudnnStatusSuccess, CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(v::kCudnnFwdAlgoImplicitGemm, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM);
+  EXPECT_EQ(v::kCudnnFwdAlgoCount, CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
+  // The names are indexed by value.
+  const std::pair<int, const char*> algos[] = {
+      {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, "IMPLICIT_GEMM"},
+      {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, "IMPLICIT_PRECOMP_GEMM"},
+      {CUDNN_CONVOLUTION_FWD_ALGO_GEMM, "GEMM"},
+      {CUDNN_CONVOLUTION_FWD_ALGO_DIRECT, "DIRECT"},
+      {CUDNN_CONVOLUTION_FWD_ALGO_FFT, "FFT"},
+      {CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING, "FFT_TILING"},
+      {CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD, "WINOGRAD"},
+      {CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED, "WINOGRAD_NONFUSED"}};
+  for (const auto& [value, name] : algos) EXPECT_STREQ(v::kCudnnFwdAlgoNames[value], name);
+  // cudnnFindConvolutionForwardAlgorithm writes an array of these: every field where the header puts it.
+  using Perf = cudnnConvolutionFwdAlgoPerf_t;
+  EXPECT_EQ(sizeof(v::CudnnFwdAlgoPerf), sizeof(Perf));
+  EXPECT_EQ(offsetof(v::CudnnFwdAlgoPerf, algo), offsetof(Perf, algo));
+  EXPECT_EQ(offsetof(v::CudnnFwdAlgoPerf, status), offsetof(Perf, status));
+  EXPECT_EQ(offsetof(v::CudnnFwdAlgoPerf, time), offsetof(Perf, time));
+  EXPECT_EQ(offsetof(v::CudnnFwdAlgoPerf, memory), offsetof(Perf, memory));
+  EXPECT_EQ(offsetof(v::CudnnFwdAlgoPerf, determinism), offsetof(Perf, determinism));
+  EXPECT_EQ(offsetof(v::CudnnFwdAlgoPerf, math_type), offsetof(Perf, mathType));
+  EXPECT_EQ(offsetof(v::CudnnFwdAlgoPerf, reserved), offsetof(Perf, reserved));
+#else
+  GTEST_SKIP() << "cuDNN's headers were not found beside the CUDA toolkit's at configure time";
+#endif
+}
+
 namespace {
 std::filesystem::path toolkit_library(const std::string& name) {
   return std::filesystem::path(SPARSERT_CUDA_LIB_DIR) / name;
@@ -58,5 +104,16 @@ TEST(VendorAbi, EveryEntryPointResolvesInTheToolkitLibraries) {
   // A library without the entry points is reported, not bound.
   EXPECT_NE(v::resolve_cublas(cusparse.string()).find("symbol cublasCreate_v2 not found"), std::string::npos);
   EXPECT_NE(v::resolve_cusparse("/nonexistent/libcusparse.so").find("cannot load /nonexistent/libcusparse.so"),
+            std::string::npos);
+}
+
+TEST(VendorAbi, EveryCudnnEntryPointResolves) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "not under AddressSanitizer: the toolkit libraries' own allocations read as leaks";
+#endif
+  const auto cudnn = toolkit_library("libcudnn.so.9");
+  if (!std::filesystem::exists(cudnn)) GTEST_SKIP() << "no cuDNN 9 under " << SPARSERT_CUDA_LIB_DIR;
+  EXPECT_EQ(v::resolve_cudnn(cudnn.string()), "");
+  EXPECT_NE(v::resolve_cudnn(toolkit_library("libcusparse.so.12").string()).find("symbol cudnnCreate not found"),
             std::string::npos);
 }

@@ -1,4 +1,5 @@
 // sparsert bench --suite S [--device cpu|cuda] [--threads T] [--repeats R] -o results.json
+//   (S: an SpMM suite, or a convolution suite rn50-conv3x3-0.9 / rn50-conv3x3-0.95 / smoke-conv)
 // sparsert bench --report results.json... -o docs/benchmarks.md
 #include "commands.hpp"
 #include "sparsert/bench/bench.hpp"
@@ -81,7 +82,10 @@ int run_bench(const BenchArgs& a) {
       std::filesystem::remove_all(p, ec);
     }
   } cleanup{scratch};
-  bench::MethodSet methods = a.device == "cuda" ? bench::gpu_methods(scratch) : bench::cpu_methods(a.threads);
+  const bool conv = bench::is_conv_suite(a.suite);
+  bench::MethodSet methods =
+      a.device == "cuda" ? (conv ? bench::conv_gpu_methods(scratch) : bench::gpu_methods(scratch))
+                         : (conv ? bench::conv_cpu_methods(a.threads) : bench::cpu_methods(a.threads));
   for (const auto& u : methods.unavailable) fmt::print("note: {} not measured: {}\n", u.method, u.reason);
 
   bench::SuiteOptions so;
@@ -123,7 +127,9 @@ Action add_bench(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "bench", "Time sparsert against vendor baselines on the SparseRT paper's suites, or write the report");
   sub->add_option("--suite", args->suite, "Problems to run")->check(CLI::IsMember(bench::suite_names()));
-  sub->add_option("--device", args->device, "cpu: OpenBLAS, Eigen, CPU executor; cuda: cuBLAS, cuSPARSE, kernels")
+  sub->add_option("--device", args->device,
+                  "cpu: OpenBLAS, Eigen (after an explicit im2col for convolutions), CPU executor; cuda: cuBLAS, "
+                  "cuSPARSE (cuDNN for convolutions), kernels")
       ->default_val("cpu")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--threads", args->threads, "CPU threads for every method (0: all cores)")

@@ -1,6 +1,7 @@
-// The GPU method set: sparsert's generated kernels against cuBLAS (dense) and cuSPARSE (sparse). cuBLAS and cuSPARSE
-// are loaded with dlopen, like the driver, and only the few entry points used here are declared, so sparsert builds
-// without the toolkit and runs where either library is missing (that baseline is then reported unavailable).
+// The GPU method sets: sparsert's generated kernels against cuBLAS (dense) and cuSPARSE (sparse) on products, and
+// against cuDNN on convolutions. The vendor libraries are loaded with dlopen, like the driver, and only the few entry
+// points used here are declared, so sparsert builds without the toolkit and runs where any of them is missing (that
+// baseline is then reported unavailable).
 #include "sparsert/autotune/choose.hpp"
 #include "sparsert/bench/bench.hpp"
 #include "sparsert/bench/vendor_abi.hpp"
@@ -360,6 +361,183 @@ class Cusparse final : public GpuMethod {
   std::string detail_;
 };
 
+// ---- cuDNN --------------------------------------------------------------------------------------------------------
+
+struct CudnnApi {
+  int (*create)(void** handle) = nullptr;
+  int (*destroy)(void* handle) = nullptr;
+  int (*set_stream)(void* handle, CUstream stream) = nullptr;
+  const char* (*error_string)(int status) = nullptr;
+  int (*create_tensor)(void** desc) = nullptr;
+  int (*set_tensor_4d)(void* desc, int format, int data_type, int n, int c, int h, int w) = nullptr;
+  int (*destroy_tensor)(void* desc) = nullptr;
+  int (*create_filter)(void** desc) = nullptr;
+  int (*set_filter_4d)(void* desc, int data_type, int format, int k, int c, int h, int w) = nullptr;
+  int (*destroy_filter)(void* desc) = nullptr;
+  int (*create_conv)(void** desc) = nullptr;
+  int (*set_conv_2d)(void* desc, int pad_h, int pad_w, int u, int v, int dilation_h, int dilation_w, int mode,
+                     int compute_type) = nullptr;
+  int (*set_conv_math)(void* desc, int math_type) = nullptr;
+  int (*destroy_conv)(void* desc) = nullptr;
+  int (*workspace_size)(void* handle, void* x, void* w, void* conv, void* y, int algo, size_t* bytes) = nullptr;
+  int (*find)(void* handle, void* x, void* w, void* conv, void* y, int requested, int* returned,
+              CudnnFwdAlgoPerf* results) = nullptr;
+  int (*forward)(void* handle, const void* alpha, void* x_desc, const void* x, void* w_desc, const void* w, void* conv,
+                 int algo, void* workspace, size_t workspace_bytes, const void* beta, void* y_desc, void* y) = nullptr;
+  void* handle = nullptr;
+  std::string library;
+
+  ~CudnnApi() {
+    if (handle != nullptr) destroy(handle);
+  }
+  void check(int status, const char* call) const {
+    if (status != kCudnnStatusSuccess) {
+      throw WorkFailure(fmt::format("{} failed: {} ({})", call, error_string(status), status));
+    }
+  }
+};
+
+bool bind_cudnn(void* h, CudnnApi& api, std::string* why) {
+  return bind(h, "cudnnCreate", api.create, why) && bind(h, "cudnnDestroy", api.destroy, why) &&
+         bind(h, "cudnnSetStream", api.set_stream, why) && bind(h, "cudnnGetErrorString", api.error_string, why) &&
+         bind(h, "cudnnCreateTensorDescriptor", api.create_tensor, why) &&
+         bind(h, "cudnnSetTensor4dDescriptor", api.set_tensor_4d, why) &&
+         bind(h, "cudnnDestroyTensorDescriptor", api.destroy_tensor, why) &&
+         bind(h, "cudnnCreateFilterDescriptor", api.create_filter, why) &&
+         bind(h, "cudnnSetFilter4dDescriptor", api.set_filter_4d, why) &&
+         bind(h, "cudnnDestroyFilterDescriptor", api.destroy_filter, why) &&
+         bind(h, "cudnnCreateConvolutionDescriptor", api.create_conv, why) &&
+         bind(h, "cudnnSetConvolution2dDescriptor", api.set_conv_2d, why) &&
+         bind(h, "cudnnSetConvolutionMathType", api.set_conv_math, why) &&
+         bind(h, "cudnnDestroyConvolutionDescriptor", api.destroy_conv, why) &&
+         bind(h, "cudnnGetConvolutionForwardWorkspaceSize", api.workspace_size, why) &&
+         bind(h, "cudnnFindConvolutionForwardAlgorithm", api.find, why) &&
+         bind(h, "cudnnConvolutionForward", api.forward, why);
+}
+
+std::shared_ptr<CudnnApi> load_cudnn(const Gpu& gpu, std::string* why) {
+  auto api = std::make_shared<CudnnApi>();
+  void* h = open_library("SPARSERT_LIBCUDNN", {"libcudnn.so.9", "libcudnn.so.8", "libcudnn.so"}, &api->library, why);
+  if (h == nullptr) return nullptr;
+  if (!bind_cudnn(h, *api, why)) return nullptr;
+  if (const int s = api->create(&api->handle); s != kCudnnStatusSuccess) {
+    api->handle = nullptr;
+    *why = fmt::format("cudnnCreate failed: {} ({})", api->error_string(s), api->library);
+    return nullptr;
+  }
+  api->check(api->set_stream(api->handle, gpu.stream.get()), "cudnnSetStream");
+  return api;
+}
+
+// cuDNN's dense FP32 convolution of the same layer: the weights scattered into an OIHW filter (zeros included), NCHW
+// input and output, cross-correlation as every CNN framework calls it.
+class Cudnn final : public GpuMethod {
+ public:
+  Cudnn(std::shared_ptr<Gpu> gpu, std::shared_ptr<CudnnApi> api, bool fastest)
+      : GpuMethod(std::move(gpu)), api_(std::move(api)), fastest_(fastest) {}
+  ~Cudnn() override { release(); }
+  std::string name() const override { return fastest_ ? "cudnn-fastest" : "cudnn-implicit-gemm"; }
+  std::string detail() const override { return detail_; }
+
+  void prepare(const Problem& p, const DenseTensor& input, const DenseTensor&) override {
+    release();
+    const ConvShape& s = *p.conv;
+    shape_ = s;
+    std::vector<float> filter(static_cast<size_t>(int64_t{s.out_channels} * s.k()), 0.0f);
+    for (int32_t m = 0; m < p.a.rows; ++m) {
+      for (int32_t i = p.a.row_ptr[m]; i < p.a.row_ptr[m + 1]; ++i) {
+        int32_t c = 0, r = 0, t = 0;
+        s.split_k(p.a.col_idx[i], c, r, t);
+        filter[static_cast<size_t>(((int64_t{m} * s.in_channels + c) * s.kernel_h + r) * s.kernel_w + t)] =
+            p.a.values[i];
+      }
+    }
+    w_ = upload(filter);
+    x_ = upload(input);
+    y_ = cuda::DeviceBuffer(static_cast<size_t>(s.columns()) * s.out_channels * sizeof(float));
+    api_->check(api_->create_tensor(&x_desc_), "cudnnCreateTensorDescriptor");
+    api_->check(
+        api_->set_tensor_4d(x_desc_, kCudnnTensorNchw, kCudnnDataFloat, s.images, s.in_channels, s.in_h, s.in_w),
+        "cudnnSetTensor4dDescriptor");
+    api_->check(api_->create_tensor(&y_desc_), "cudnnCreateTensorDescriptor");
+    api_->check(api_->set_tensor_4d(y_desc_, kCudnnTensorNchw, kCudnnDataFloat, s.images, s.out_channels, s.out_h(),
+                                    s.out_w()),
+                "cudnnSetTensor4dDescriptor");
+    api_->check(api_->create_filter(&w_desc_), "cudnnCreateFilterDescriptor");
+    api_->check(api_->set_filter_4d(w_desc_, kCudnnDataFloat, kCudnnTensorNchw, s.out_channels, s.in_channels,
+                                    s.kernel_h, s.kernel_w),
+                "cudnnSetFilter4dDescriptor");
+    api_->check(api_->create_conv(&conv_desc_), "cudnnCreateConvolutionDescriptor");
+    api_->check(api_->set_conv_2d(conv_desc_, s.pad, s.pad, s.stride, s.stride, 1, 1, kCudnnCrossCorrelation,
+                                  kCudnnDataFloat),
+                "cudnnSetConvolution2dDescriptor");
+    // FP32 as the paper's baseline: without this cuDNN may round the operands to TF32 on tensor cores.
+    api_->check(api_->set_conv_math(conv_desc_, kCudnnFmaMath), "cudnnSetConvolutionMathType");
+    algo_ = kCudnnFwdAlgoImplicitGemm;
+    detail_ = kCudnnFwdAlgoNames[algo_];
+    if (fastest_) {
+      CudnnFwdAlgoPerf perf[kCudnnFwdAlgoCount] = {};
+      int returned = 0;
+      api_->check(api_->find(api_->handle, x_desc_, w_desc_, conv_desc_, y_desc_, kCudnnFwdAlgoCount, &returned, perf),
+                  "cudnnFindConvolutionForwardAlgorithm");
+      std::vector<std::string> tried;
+      int best = -1;
+      for (int i = 0; i < returned; ++i) {
+        const bool ok = perf[i].status == kCudnnStatusSuccess && perf[i].algo >= 0 && perf[i].algo < kCudnnFwdAlgoCount;
+        tried.push_back(ok ? fmt::format("{} {:.4f} ms", kCudnnFwdAlgoNames[perf[i].algo], perf[i].time)
+                           : fmt::format("algo {} status {}", perf[i].algo, perf[i].status));
+        if (ok && best < 0) best = i;  // cuDNN sorts its results fastest first
+      }
+      if (best < 0) {
+        throw WorkFailure(fmt::format("cuDNN: no algorithm ran on {} ({})", p.name, fmt::join(tried, "; ")));
+      }
+      algo_ = perf[best].algo;
+      detail_ = fmt::format("{} (find: {})", kCudnnFwdAlgoNames[algo_], fmt::join(tried, "; "));
+    }
+    size_t bytes = 0;
+    api_->check(api_->workspace_size(api_->handle, x_desc_, w_desc_, conv_desc_, y_desc_, algo_, &bytes),
+                "cudnnGetConvolutionForwardWorkspaceSize");
+    workspace_bytes_ = bytes;
+    workspace_ = cuda::DeviceBuffer(std::max<size_t>(bytes, 1));
+  }
+
+  void run() override {
+    const float one = 1.0f, zero = 0.0f;
+    api_->check(api_->forward(api_->handle, &one, x_desc_, reinterpret_cast<const void*>(x_.get()), w_desc_,
+                              reinterpret_cast<const void*>(w_.get()), conv_desc_, algo_,
+                              reinterpret_cast<void*>(workspace_.get()), workspace_bytes_, &zero, y_desc_,
+                              reinterpret_cast<void*>(y_.get())),
+                "cudnnConvolutionForward");
+  }
+  DenseTensor result() override {
+    gpu_->stream.synchronize();
+    DenseTensor y({shape_.images, shape_.out_channels, shape_.out_h(), shape_.out_w()});
+    y_.download(y.data(), static_cast<size_t>(y.size()) * sizeof(float));
+    return y;
+  }
+  void release() override {
+    if (x_desc_ != nullptr) api_->destroy_tensor(x_desc_);
+    if (y_desc_ != nullptr) api_->destroy_tensor(y_desc_);
+    if (w_desc_ != nullptr) api_->destroy_filter(w_desc_);
+    if (conv_desc_ != nullptr) api_->destroy_conv(conv_desc_);
+    x_desc_ = y_desc_ = w_desc_ = conv_desc_ = nullptr;
+    for (cuda::DeviceBuffer* d : {&w_, &x_, &y_, &workspace_}) *d = cuda::DeviceBuffer{};
+  }
+
+ private:
+  std::shared_ptr<CudnnApi> api_;
+  bool fastest_;
+  ConvShape shape_;
+  cuda::DeviceBuffer w_, x_, y_, workspace_;
+  size_t workspace_bytes_ = 0;
+  void* x_desc_ = nullptr;
+  void* y_desc_ = nullptr;
+  void* w_desc_ = nullptr;
+  void* conv_desc_ = nullptr;
+  int algo_ = kCudnnFwdAlgoImplicitGemm;
+  std::string detail_;
+};
+
 // ---- sparsert's generated kernels ---------------------------------------------------------------------------------
 
 #if SPARSERT_BENCH_HAVE_COMPILER
@@ -378,8 +556,12 @@ class SparsertGpu final : public GpuMethod {
     compiler::CompileOptions o;
     o.targets = {target_};
     o.progress = false;
-    // What `sparsert compile` builds without a tuning record: the kernel the static model ranks fastest.
-    try {
+    if (p.conv) {
+      // A convolution: the input buffer's border is the padding, the output has none (NCHW in, NCHW out); compile
+      // takes codegen's rules (the model ranks plain SpMM kernels).
+      layer.conv = ConvLayout{*p.conv, p.conv->pad, 0};
+    } else try {
+      // What `sparsert compile` builds without a tuning record: the kernel the static model ranks fastest.
       const autotune::ModelChoice c = autotune::choose_by_model(p.a, p.n, Epilogue{}, target_);
       const compiler::TunedKernel pick{c.candidate.kind, c.candidate.tile, c.candidate.stream, "model"};
       o.tiles = [pick](const compiler::LoadedLayer&, const codegen::Target&) { return pick; };
@@ -391,8 +573,8 @@ class SparsertGpu final : public GpuMethod {
     const compiler::CompileReport r = compiler::compile_network({layer}, dir_, o);
     // "sm_90 baked tile {...} (model)" or "sm_90 streamed stream {...} (model)": check-model rebuilds it from this.
     detail_ = r.layers.empty() ? std::string{}
-                               : fmt::format("{} {} {} {} ({})", target_.name(), r.layers[0].kind,
-                                             r.layers[0].kind == "streamed" ? "stream" : "tile",
+                               : fmt::format("{} {}{} {} {} ({})", target_.name(), p.conv ? "conv " : "",
+                                             r.layers[0].kind, r.layers[0].kind == "streamed" ? "stream" : "tile",
                                              r.layers[0].tile.dump(), r.layers[0].tile_source);
     net_ = std::make_unique<GpuNetwork>(load_package(dir_));
     b_ = &b;
@@ -427,6 +609,26 @@ class SparsertGpu final : public GpuMethod {
 };
 #endif
 
+// sparsert's own GPU convolution in the convolution suites: SparsertGpu compiles a one-layer convolutional package
+// (virtual im2col, docs/codegen.md) and runs it NCHW in, NCHW out. It becomes the subject, both cuDNN methods its
+// baselines.
+std::unique_ptr<Method> make_sparsert_gpu_conv(const std::shared_ptr<Gpu>& gpu, const std::filesystem::path& scratch,
+                                               std::string* why) {
+#if SPARSERT_BENCH_HAVE_COMPILER
+  try {
+    return std::make_unique<SparsertGpu>(gpu, scratch);
+  } catch (const UserError& e) {
+    *why = e.what();
+    return nullptr;
+  }
+#else
+  (void)gpu;
+  (void)scratch;
+  *why = "built without the compiler";
+  return nullptr;
+#endif
+}
+
 }  // namespace
 
 namespace vendor {
@@ -450,6 +652,7 @@ std::string resolve(const std::string& path, BindAll bind_all) {
 
 std::string resolve_cublas(const std::string& path) { return resolve<CublasApi>(path, bind_cublas); }
 std::string resolve_cusparse(const std::string& path) { return resolve<CusparseApi>(path, bind_cusparse); }
+std::string resolve_cudnn(const std::string& path) { return resolve<CudnnApi>(path, bind_cudnn); }
 }  // namespace vendor
 
 MethodSet gpu_methods(const std::filesystem::path& scratch_dir) {
@@ -489,6 +692,48 @@ MethodSet gpu_methods(const std::filesystem::path& scratch_dir) {
   } else {
     set.unavailable.push_back({"cusparse", cusparse_why});
   }
+  return set;
+}
+
+MethodSet conv_gpu_methods(const std::filesystem::path& scratch_dir) {
+  std::string why;
+  if (!cuda::Driver::available(&why)) {
+    throw cuda::DriverUnavailable("--device cuda", fmt::format("no CUDA driver: {}", why));
+  }
+  auto gpu = std::make_shared<Gpu>();
+  MethodSet set;
+  set.convolution = true;
+  std::string sparsert_why;
+  if (std::unique_ptr<Method> m = make_sparsert_gpu_conv(gpu, scratch_dir, &sparsert_why)) {
+    set.subject = m->name();
+    set.notes[m->name()] =
+        fmt::format("sparsert's generated convolution on {} (sm_{})", gpu->info.name, gpu->info.sm());
+    set.methods.push_back(std::move(m));
+  } else {
+    set.unavailable.push_back({"sparsert-gpu", sparsert_why});
+  }
+  std::string cudnn_why;
+  if (std::shared_ptr<CudnnApi> api = load_cudnn(*gpu, &cudnn_why)) {
+    for (bool fastest : {false, true}) {
+      auto m = std::make_unique<Cudnn>(gpu, api, fastest);
+      // Without sparsert's method the implicit GEMM stands in as the subject, so cuDNN's own algorithms still compare.
+      if (set.subject.empty()) {
+        set.subject = m->name();
+      } else {
+        set.baselines.push_back(m->name());
+      }
+      set.notes[m->name()] = fmt::format(
+          "{} cudnnConvolutionForward, FP32 (CUDNN_FMA_MATH), NCHW, dense OIHW filter, {}", api->library,
+          fastest ? "the fastest algorithm cudnnFindConvolutionForwardAlgorithm reports"
+                  : "CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM");
+      set.methods.push_back(std::move(m));
+    }
+  } else {
+    set.unavailable.push_back({"cudnn-implicit-gemm", cudnn_why});
+    set.unavailable.push_back({"cudnn-fastest", cudnn_why});
+  }
+  SPARSERT_USER_CHECK(!set.methods.empty(), "--device cuda", "not measured: no GPU convolution method ({}; cuDNN: {})",
+                      sparsert_why, cudnn_why);
   return set;
 }
 

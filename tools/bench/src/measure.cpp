@@ -6,6 +6,7 @@
 #include "sparsert/runtime/error.hpp"
 #include "sparsert/runtime/file_io.hpp"
 #include "sparsert/runtime/reference.hpp"
+#include "sparsert/runtime/conv.hpp"
 
 #include <fmt/format.h>
 
@@ -37,9 +38,9 @@ double quantile(const std::vector<double>& sorted, double q) {
   return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
 }
 
-DenseTensor uniform_b(int64_t k, int64_t n) {
+DenseTensor uniform_b(std::vector<int64_t> shape) {
   // A fixed seed, so every method and every run sees the same operand.
-  DenseTensor b({k, n});
+  DenseTensor b(std::move(shape));
   uint64_t s = 0x9E3779B97F4A7C15ull;
   for (float& v : b.vec()) {
     s ^= s << 13;
@@ -163,15 +164,30 @@ nlohmann::json run_suite(const std::vector<Problem>& problems, MethodSet& set, c
   nlohmann::json rows = nlohmann::json::array();
   for (size_t pi = 0; pi < problems.size(); ++pi) {
     const Problem& p = problems[pi];
-    const DenseTensor generated = p.b ? DenseTensor{} : uniform_b(p.a.cols, p.n);
+    SPARSERT_USER_CHECK(p.conv.has_value() == set.convolution, p.name, "is {}a convolution; these methods take {}",
+                        p.conv ? "" : "not ", set.convolution ? "convolutions" : "matrix products");
+    // A convolution's operand is its input image; its reference convolves directly, without an im2col.
+    const std::vector<int64_t> b_shape =
+        p.conv ? std::vector<int64_t>{p.conv->images, p.conv->in_channels, p.conv->in_h, p.conv->in_w}
+               : std::vector<int64_t>{p.a.cols, p.n};
+    const DenseTensor generated = p.b ? DenseTensor{} : uniform_b(b_shape);
     const DenseTensor& b = p.b ? *p.b : generated;
-    SPARSERT_USER_CHECK(b.rank() == 2 && b.rows() == p.a.cols && b.cols() == p.n, p.name,
-                        "operand B has shape {}, expected [{}, {}]", b.shape_string(), p.a.cols, p.n);
-    const DenseTensor reference = reference_spmm(p.a, b);
+    SPARSERT_USER_CHECK(b.shape() == b_shape, p.name, "operand B has shape {}, expected {}", b.shape_string(),
+                        DenseTensor(b_shape).shape_string());
+    const DenseTensor reference = p.conv ? reference_conv2d(p.a, *p.conv, b) : reference_spmm(p.a, b);
     nlohmann::json row = {{"family", p.family},  {"group", p.group},     {"paper_problem", p.paper_problem},
                           {"name", p.name},      {"source", p.source},   {"m", p.a.rows},
                           {"k", p.a.cols},       {"n", p.n},             {"nnz", p.a.nnz()},
                           {"density", static_cast<double>(p.a.nnz()) / (static_cast<double>(p.a.rows) * p.a.cols)}};
+    if (p.conv) {
+      const ConvShape& c = *p.conv;
+      row["conv"] = {{"images", c.images},         {"in_channels", c.in_channels},
+                     {"in_h", c.in_h},             {"in_w", c.in_w},
+                     {"out_channels", c.out_channels}, {"kernel", {c.kernel_h, c.kernel_w}},
+                     {"stride", c.stride},         {"pad", c.pad},
+                     {"out_h", c.out_h()},         {"out_w", c.out_w()},
+                     {"im2col_order", to_string(c.order)}};
+    }
     nlohmann::json results = nlohmann::json::object();
     std::string line = fmt::format("[{}/{}] {} {} ({} nnz):", pi + 1, problems.size(), p.name, p.group, p.a.nnz());
     // Verify and calibrate every method first, then take the samples round-robin (one of each method in turn), so a

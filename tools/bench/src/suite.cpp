@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <random>
@@ -68,7 +69,11 @@ bool is_matmul_layer(const std::string& layer) {
   return layer.rfind("bottleneck_2_", 0) != 0 && layer != "initial_conv";
 }
 
-std::vector<Problem> rn50_suite(const std::string& sparsity, const SuiteOptions& o) {
+// The ResNet-50 layers of DLMC at `sparsity` whose names `keep` accepts, sorted by name, each with its N from
+// rn50_batchsizes.txt and its values filled from seeds first_seed, first_seed + 1, ...: DLMC stores patterns only,
+// and the values are normal draws, as the reference benchmarks fill them.
+std::vector<Problem> rn50_layers(const std::string& sparsity, const SuiteOptions& o, bool (*keep)(const std::string&),
+                                 const char* kind, const std::string& family, uint64_t first_seed) {
   const std::filesystem::path dlmc = o.data_dir / "dlmc";
   const std::filesystem::path dir = dlmc / "rn50" / "magnitude_pruning" / sparsity;
   SPARSERT_USER_CHECK(std::filesystem::is_directory(dir), dir.string(), "not a directory (the DLMC data is needed)");
@@ -76,32 +81,100 @@ std::vector<Problem> rn50_suite(const std::string& sparsity, const SuiteOptions&
   const std::map<std::string, int32_t> sizes = read_batch_sizes(sizes_path);
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (e.path().extension() == ".smtx" && is_matmul_layer(e.path().stem().string())) files.push_back(e.path());
+    if (e.path().extension() == ".smtx" && keep(e.path().stem().string())) files.push_back(e.path());
   }
   std::sort(files.begin(), files.end());
-  SPARSERT_USER_CHECK(!files.empty(), dir.string(), "holds no 1x1-convolution or FC .smtx files");
+  SPARSERT_USER_CHECK(!files.empty(), dir.string(), "holds no {} .smtx files", kind);
   std::vector<Problem> out;
-  uint64_t seed = 1;
+  uint64_t seed = first_seed;
   for (const auto& f : files) {
     const std::string layer = f.stem().string();
     auto it = sizes.find(layer);
     SPARSERT_USER_CHECK(it != sizes.end(), sizes_path.string(), "no N for layer '{}'", layer);
     Problem p;
-    p.family = "rn50-" + sparsity;
+    p.family = family;
     p.name = layer;
-    // DLMC stores patterns only; the values are normal draws, as the reference benchmarks fill them.
     inspector::ValueFill fill{inspector::ValueFill::Distribution::kNormal, seed++, 1.0f};
     p.a = inspector::read_smtx(f, fill);
     p.source = fmt::format("{} (values: normal, seed {})", f.string(), fill.seed);
     p.n = it->second;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::vector<Problem> rn50_suite(const std::string& sparsity, const SuiteOptions& o) {
+  std::vector<Problem> out = rn50_layers(sparsity, o, is_matmul_layer, "1x1-convolution or FC", "rn50-" + sparsity, 1);
+  for (Problem& p : out) {
     p.group = shape_group(p.a.rows, p.a.cols, p.n);
     p.paper_problem = paper_problem(p.a.rows, p.a.cols, p.n);
-    out.push_back(std::move(p));
   }
   // Grouped by shape, largest N first, as Table 1 orders them.
   std::stable_sort(out.begin(), out.end(), [](const Problem& x, const Problem& y) {
     return std::tuple(-x.n, x.a.cols, x.a.rows) < std::tuple(-y.n, y.a.cols, y.a.rows);
   });
+  return out;
+}
+
+// The 3x3 convolutions of ResNet-50 (the middle layer of each bottleneck) on the DLMC weights, as Table 3 of the
+// paper runs them: batch 1, 224x224 images. DLMC gives each layer's im2col matrix (C_out × 9·C_in) and its N (output
+// pixels); the rest is ResNet-50 v1.5 as in TensorFlow's official model, from which the DLMC weights were pruned: 3x3
+// kernels with padding 1, stride 2 in the first block ("projection_block") of groups 2 to 4 (so its input is twice
+// its output's size) and stride 1 everywhere else. The im2col order is assumed to be TensorFlow's (HWIO weights:
+// k = (r·3 + s)·C_in + c, Im2colOrder::kRSC); DLMC does not record it, and since the values are generated the
+// assumption changes which input pixels a weight reads, not how much work there is.
+bool is_conv3x3_layer(const std::string& layer) { return layer.rfind("bottleneck_2_", 0) == 0; }
+
+std::vector<Problem> rn50_conv3x3_suite(const std::string& sparsity, const SuiteOptions& o) {
+  std::vector<Problem> out =
+      rn50_layers(sparsity, o, is_conv3x3_layer, "3x3-convolution (bottleneck_2_*)", "rn50-conv3x3-" + sparsity, 1000);
+  const std::string sizes_path = (o.data_dir / "dlmc" / "rn50_batchsizes.txt").string();
+  for (Problem& p : out) {
+    const std::string& layer = p.name;
+    const bool first_block = layer.find("projection_block_group") != std::string::npos;
+    const auto side = static_cast<int32_t>(std::lround(std::sqrt(static_cast<double>(p.n))));
+    ConvShape c{.in_channels = p.a.cols / 9,
+                .out_channels = p.a.rows,
+                .kernel_h = 3,
+                .kernel_w = 3,
+                .stride = first_block && layer.back() != '1' ? 2 : 1,  // groups 2-4 downsample in their first block
+                .pad = 1,
+                .order = Im2colOrder::kRSC};
+    SPARSERT_USER_CHECK(p.a.cols % 9 == 0, layer, "{} columns is not 9 * C_in: not a 3x3 convolution", p.a.cols);
+    SPARSERT_USER_CHECK(side * side == p.n, sizes_path, "N {} of layer '{}' is not a square image", p.n, layer);
+    c.in_h = c.in_w = side * c.stride;
+    check_conv_shape(c, layer);
+    check_conv_weights(c, p.a, layer);
+    SPARSERT_INTERNAL_CHECK(c.columns() == p.n, "{}: {} output pixels, N is {}", layer, c.columns(), p.n);
+    p.conv = c;
+    p.group = fmt::format("{}x{}x{} ({}x{}x{} s{})", p.a.rows, p.a.cols, p.n, c.in_channels, c.in_h, c.in_w, c.stride);
+    // Table 3 lists the stride-1 layers of each group (image side 56, 28, 14, 7).
+    static const std::map<int32_t, std::string> table3 = {{56, "1"}, {28, "2"}, {14, "3"}, {7, "4"}};
+    if (c.stride == 1) p.paper_problem = table3.count(side) ? table3.at(side) : std::string{};
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Problem& x, const Problem& y) {
+    return std::tuple(-x.n, x.conv->stride, x.a.cols) < std::tuple(-y.n, y.conv->stride, y.a.cols);
+  });
+  return out;
+}
+
+// Small convolutions on generated weights that reach every path of the convolution methods in seconds.
+std::vector<Problem> smoke_conv_suite() {
+  using O = Im2colOrder;
+  const std::pair<const char*, ConvShape> specs[] = {
+      {"conv3x3", {1, 16, 14, 14, 24, 3, 3, 1, 1, O::kRSC}},
+      {"conv3x3-s2", {2, 12, 15, 13, 16, 3, 3, 2, 1, O::kCRS}},  // two images
+      {"stem7x7-s2", {1, 3, 30, 30, 8, 7, 7, 2, 3, O::kRSC}},
+      {"conv1x1-s2", {1, 32, 9, 9, 20, 1, 1, 2, 0, O::kCRS}}};
+  std::vector<Problem> out;
+  uint64_t seed = 300;
+  for (const auto& [name, c] : specs) {
+    Problem p = generated_problem("smoke-conv", name, c.out_channels, c.k(), static_cast<int32_t>(c.columns()), 0.8,
+                                  seed++);
+    p.conv = c;
+    p.group = fmt::format("{} ({}x{}x{} s{})", p.group, c.in_channels, c.in_h, c.in_w, c.stride);
+    out.push_back(std::move(p));
+  }
   return out;
 }
 
@@ -198,9 +271,14 @@ std::filesystem::path default_data_dir() {
 }
 
 const std::vector<std::string>& suite_names() {
-  static const std::vector<std::string> names = {"rn50-0.9", "rn50-0.95", "transformer", "mobilenet", "graphchallenge",
-                                                 "smoke"};
+  static const std::vector<std::string> names = {"rn50-0.9",         "rn50-0.95",         "transformer",
+                                                 "mobilenet",        "graphchallenge",    "smoke",
+                                                 "rn50-conv3x3-0.9", "rn50-conv3x3-0.95", "smoke-conv"};
   return names;
+}
+
+bool is_conv_suite(const std::string& suite) {
+  return suite == "rn50-conv3x3-0.9" || suite == "rn50-conv3x3-0.95" || suite == "smoke-conv";
 }
 
 Problem generated_problem(std::string family, std::string name, int32_t m, int32_t k, int32_t n, double sparsity,
@@ -223,6 +301,9 @@ std::vector<Problem> make_suite(const std::string& suite, const SuiteOptions& op
   if (suite == "mobilenet") return mobilenet_suite();
   if (suite == "graphchallenge") return graphchallenge_suite(options);
   if (suite == "smoke") return smoke_suite();
+  if (suite == "rn50-conv3x3-0.9") return rn50_conv3x3_suite("0.9", options);
+  if (suite == "rn50-conv3x3-0.95") return rn50_conv3x3_suite("0.95", options);
+  if (suite == "smoke-conv") return smoke_conv_suite();
   throw_user_error("--suite", "unknown suite '{}'", suite);
 }
 

@@ -1,10 +1,14 @@
 #pragma once
-// sparsert bench: the SpMM suites of the SparseRT paper (Table 1) and the Graph Challenge, timed for sparsert's
-// executors beside vendor baselines measured in the same run, and the report that turns runs into docs/benchmarks.md.
+// sparsert bench: the SpMM suites of the SparseRT paper (Table 1), its sparse 3x3 convolutions (Table 3) and the Graph
+// Challenge, timed for sparsert's executors beside vendor baselines measured in the same run, and the report that turns
+// runs into docs/benchmarks.md.
 //
 // Every product C[M×N] = A[M×K]·B[K×N] (A sparse, B and C dense row-major) is checked against reference_spmm before
-// its time counts; a method that does not verify is recorded as such, without a time. The run fails when the subject
+// its time counts; a method that does not verify is recorded as such, without a time. A convolution problem is the same
+// product with a virtual im2col (conv.hpp): A is the im2col weight matrix [C_out × C_in·R·S], the operand is the input
+// image NCHW [images, C_in, H, W], C is NCHW [images, C_out, P, Q], and the answer key is reference_conv2d. The run fails when the subject
 // (sparsert) does not verify; a baseline that does not verify, or throws, is reported and the run goes on.
+#include "sparsert/runtime/conv.hpp"
 #include "sparsert/runtime/csr.hpp"
 #include "sparsert/runtime/tensor.hpp"
 
@@ -14,6 +18,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,14 +32,19 @@ struct Problem {
   std::string paper_problem;  // Table 1's problem number for the shape, or empty
   std::string name;           // the layer
   std::string source;         // the file, or how the weights were generated
-  int32_t n = 0;
+  int32_t n = 0;                          // columns of C: output pixels for a convolution
   CsrMatrix a;
-  std::shared_ptr<const DenseTensor> b;  // K×N; null: uniform [-1, 1) values drawn from a fixed seed
+  std::shared_ptr<const DenseTensor> b;  // K×N (the input image for a convolution); null: uniform [-1, 1) values
+                                         // drawn from a fixed seed
+  std::optional<ConvShape> conv;         // set: a convolution (A's columns in conv->order); n = conv->columns()
 };
 
 // "rn50-0.9", "rn50-0.95", "transformer", "mobilenet", "graphchallenge", and "smoke" (three small generated problems
-// that check the machinery in seconds).
+// that check the machinery in seconds); the convolution suites "rn50-conv3x3-0.9", "rn50-conv3x3-0.95" and
+// "smoke-conv" (small generated convolutions: stride 1 and 2, 1x1, 3x3 and 7x7, both im2col orders).
 const std::vector<std::string>& suite_names();
+// Whether `suite` holds convolutions (run with conv_cpu_methods / conv_gpu_methods).
+bool is_conv_suite(const std::string& suite);
 
 // $SPARSERT_DATA_DIR, else ../shared/data beside the source tree sparsert was built from.
 std::filesystem::path default_data_dir();
@@ -86,6 +96,7 @@ struct Unavailable {
 };
 
 struct MethodSet {
+  bool convolution = false;                      // the methods take convolution problems, not SpMM ones
   std::vector<std::unique_ptr<Method>> methods;  // the subject first, then the baselines
   std::string subject;
   std::vector<std::string> baselines;            // the available ones, in the report's order
@@ -100,6 +111,15 @@ MethodSet cpu_methods(int threads);
 // generated kernels through compile_network and GpuNetwork. Throws cuda::DriverUnavailable (a UserError) when no
 // driver can be loaded; a missing cuBLAS or cuSPARSE only makes that baseline unavailable.
 MethodSet gpu_methods(const std::filesystem::path& scratch_dir);
+
+// Convolutions on the CPU: sparsert's CpuConv (virtual im2col, runtime/src/cpu_conv.cpp) against an explicit im2col
+// followed by OpenBLAS SGEMM on the dense A and by Eigen's sparse × dense product, every step on `threads` threads.
+MethodSet conv_cpu_methods(int threads);
+// Convolutions on the GPU: cuDNN (FP32 arithmetic, no TF32) with CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM and with the
+// fastest algorithm cudnnFindConvolutionForwardAlgorithm reports, beside sparsert's generated convolution where
+// make_sparsert_gpu_conv (gpu_methods.cpp) provides it; until then the implicit GEMM is the subject. Throws
+// cuda::DriverUnavailable (a UserError) when no driver can be loaded, and a UserError when no method can be built.
+MethodSet conv_gpu_methods(const std::filesystem::path& scratch_dir);
 
 struct Stats {
   double median_ms = 0, min_ms = 0, max_ms = 0, q1_ms = 0, q3_ms = 0;
