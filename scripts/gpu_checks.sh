@@ -86,7 +86,7 @@ case $stage in
     done
     ;;
   bench-rest)
-    for s in transformer mobilenet graphchallenge; do
+    for s in transformer mobilenet graphchallenge rn50-conv3x3-0.9 rn50-conv3x3-0.95; do
       step "$sparsert" bench --suite "$s" --device cuda --repeats 20 --data "$data" -o "$out/$s-cuda.json"
     done
     ;;
