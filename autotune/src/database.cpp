@@ -2,12 +2,20 @@
 
 #include "sparsert/autotune/space.hpp"
 #include "sparsert/codegen/spmm.hpp"
+#include "sparsert/runtime/content_store.hpp"
 #include "sparsert/runtime/file_io.hpp"
 #include "sparsert/runtime/sha256.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-#include <cstdlib>
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string_view>
 
 namespace sparsert::autotune {
 
@@ -39,66 +47,198 @@ TuningRecord kernel_of(const nlohmann::json& e, const std::string& where) {
   }
   return r;
 }
+
+TuningRecord record_of(const nlohmann::json& e, const std::string& where) {
+  TuningRecord r = kernel_of(e, where);
+  try {
+    r.layer = e.value("layer", "");
+    r.target = e.value("target", "");
+    r.n = e.value("n", 0);
+    r.mode = e.value("mode", "");
+    r.device = e.value("device", "");
+    r.score = e.value("score_us", 0.0);
+    r.shared_from = e.value("shared_from", "");
+  } catch (const nlohmann::json::exception& ex) {
+    throw_user_error(where, "malformed field ({})", ex.what());
+  }
+  return r;
+}
+
+// One line of the file, without its newline.
+std::string record_line(const std::string& key, const TuningRecord& r) {
+  nlohmann::json j = {{"key", key},         {"kind", codegen::to_string(r.kind)}, {"layer", r.layer},
+                      {"target", r.target}, {"n", r.n},                           {"mode", r.mode},
+                      {"device", r.device}, {"score_us", r.score},                {"shared_from", r.shared_from}};
+  if (r.kind == codegen::KernelKind::kStreamed) {
+    j["stream"] = codegen::to_json(r.stream);
+  } else {
+    j["tile"] = codegen::to_json(r.tile);
+  }
+  return j.dump();
+}
+
+using Records = std::map<std::string, TuningRecord>;
+
+// The earlier format is one JSON document, {"format": ..., "entries": {...}}; a file of JSON lines is not one document
+// unless it holds a single record, which has neither member.
+std::optional<nlohmann::json> old_format_document(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+  if (!j.is_object() || (!j.contains("format") && !j.contains("entries"))) return std::nullopt;
+  return j;
+}
+
+void read_old_format(const nlohmann::json& j, const std::string& file, Records& out) {
+  SPARSERT_USER_CHECK(j.value("format", "") == "sparsert-tuning/1", file, "format: expected \"sparsert-tuning/1\"");
+  SPARSERT_USER_CHECK(j.contains("entries") && j.at("entries").is_object(), file, "entries: missing or not an object");
+  for (const auto& [key, e] : j.at("entries").items()) {
+    out[key] = record_of(e, fmt::format("{}: entries.{}", file, key.substr(0, 12)));
+  }
+}
+
+// Where the complete lines of `text` end: a record is complete once its newline is written.
+size_t complete_end(const std::string& text) {
+  const size_t nl = text.rfind('\n');
+  return nl == std::string::npos ? 0 : nl + 1;
+}
+
+bool blank(std::string_view s) { return s.find_first_not_of(" \t\r\n") == std::string_view::npos; }
+
+// The line number of the incomplete last line of `text`, or 0 when there is none.
+size_t incomplete_line(const std::string& text) {
+  const size_t end = complete_end(text);
+  if (blank(std::string_view(text).substr(end))) return 0;
+  return static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(end), '\n')) + 1;
+}
+
+void read_lines(const std::string& text, const std::string& file, Records& out) {
+  const size_t end = complete_end(text);
+  size_t line_no = 0;
+  for (size_t pos = 0; pos < end;) {
+    const size_t nl = text.find('\n', pos);
+    const std::string_view line(text.data() + pos, nl - pos);
+    pos = nl + 1;
+    ++line_no;
+    if (blank(line)) continue;
+    const std::string where = fmt::format("{}:{}", file, line_no);
+    nlohmann::json e;
+    try {
+      e = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& ex) {
+      throw_user_error(where, "not JSON ({})", ex.what());
+    }
+    SPARSERT_USER_CHECK(e.is_object() && e.contains("key") && e.at("key").is_string() &&
+                            !e.at("key").get<std::string>().empty(),
+                        where, "key: missing or not a string");
+    const std::string key = e.at("key").get<std::string>();
+    out[key] = record_of(e, fmt::format("{}: {}", where, key.substr(0, 12)));
+  }
+  if (const size_t bad = incomplete_line(text)) {
+    fmt::print(stderr, "sparsert: warning: {}:{}: incomplete record skipped (a write was interrupted)\n", file, bad);
+  }
+}
+
+// An exclusive flock on the database file, released when it goes. flock holds the open file, not the path: a writer
+// that waited while another converted the file (a new file renamed over it) would hold a file no longer at the path,
+// so it opens the path again.
+class LockedFile {
+ public:
+  explicit LockedFile(const std::filesystem::path& path) : path_(path) {
+    while (true) {
+      fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      SPARSERT_USER_CHECK(fd_ >= 0, path.string(), "cannot write ({})", std::strerror(errno));
+      int rc;
+      while ((rc = ::flock(fd_, LOCK_EX)) != 0 && errno == EINTR) {
+      }
+      if (rc != 0) fail("cannot lock");
+      struct stat held {}, now {};
+      if (::fstat(fd_, &held) == 0 && ::stat(path.c_str(), &now) == 0 && held.st_dev == now.st_dev &&
+          held.st_ino == now.st_ino)
+        return;
+      ::close(fd_);
+    }
+  }
+  ~LockedFile() { ::close(fd_); }
+  LockedFile(const LockedFile&) = delete;
+  LockedFile& operator=(const LockedFile&) = delete;
+
+  void truncate(size_t size) {
+    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) fail("cannot truncate");
+  }
+  // O_APPEND: every write lands at the end, whatever was there when the file was opened.
+  void append(std::string_view bytes) {
+    while (!bytes.empty()) {
+      const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) fail("write failed");
+      bytes.remove_prefix(static_cast<size_t>(n));
+    }
+  }
+
+ private:
+  [[noreturn]] void fail(const char* what) {
+    const int e = errno;
+    ::close(fd_);
+    fd_ = -1;
+    throw_user_error(path_.string(), "{} ({})", what, std::strerror(e));
+  }
+
+  std::filesystem::path path_;
+  int fd_ = -1;
+};
 }  // namespace
 
-std::filesystem::path TuningDatabase::default_path() {
-  if (const char* d = std::getenv("SPARSERT_CACHE_DIR"); d && *d) return std::filesystem::path(d) / "tuning.json";
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
-    return std::filesystem::path(x) / "sparsert" / "tuning.json";
-  if (const char* home = std::getenv("HOME"); home && *home)
-    return std::filesystem::path(home) / ".cache/sparsert/tuning.json";
-  return std::filesystem::temp_directory_path() / "sparsert-cache" / "tuning.json";
-}
+std::filesystem::path TuningDatabase::default_path() { return default_cache_dir() / "tuning.json"; }
 
 TuningDatabase TuningDatabase::load(const std::filesystem::path& path) {
   TuningDatabase db;
   db.path_ = path;
   if (!std::filesystem::exists(path)) return db;
-  const std::string file = path.string();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    throw_user_error(file, "not JSON ({})", e.what());
-  }
-  SPARSERT_USER_CHECK(j.is_object() && j.value("format", "") == "sparsert-tuning/1", file,
-                      "format: expected \"sparsert-tuning/1\"");
-  SPARSERT_USER_CHECK(j.contains("entries") && j.at("entries").is_object(), file, "entries: missing or not an object");
-  for (const auto& [key, e] : j.at("entries").items()) {
-    const std::string where = fmt::format("{}: entries.{}", file, key.substr(0, 12));
-    TuningRecord r = kernel_of(e, where);
-    try {
-      r.layer = e.value("layer", "");
-      r.target = e.value("target", "");
-      r.n = e.value("n", 0);
-      r.mode = e.value("mode", "");
-      r.device = e.value("device", "");
-      r.score = e.value("score_us", 0.0);
-      r.shared_from = e.value("shared_from", "");
-    } catch (const nlohmann::json::exception& ex) {
-      throw_user_error(where, "malformed field ({})", ex.what());
-    }
-    db.records_[key] = r;
+  const std::string text = read_file(path);
+  if (const auto old = old_format_document(text)) {
+    read_old_format(*old, path.string(), db.records_);
+  } else {
+    read_lines(text, path.string(), db.records_);
   }
   return db;
 }
 
-void TuningDatabase::save() const {
-  nlohmann::json entries = nlohmann::json::object();
-  for (const auto& [key, r] : records_) {
-    entries[key] = {{"kind", codegen::to_string(r.kind)}, {"layer", r.layer},   {"target", r.target},
-                    {"n", r.n},                              {"mode", r.mode},     {"device", r.device},
-                    {"score_us", r.score},                   {"shared_from", r.shared_from}};
-    if (r.kind == codegen::KernelKind::kStreamed) {
-      entries[key]["stream"] = codegen::to_json(r.stream);
-    } else {
-      entries[key]["tile"] = codegen::to_json(r.tile);
-    }
-  }
-  const nlohmann::json j = {{"format", "sparsert-tuning/1"}, {"entries", std::move(entries)}};
+void TuningDatabase::put(const std::string& key, const TuningRecord& r) {
+  const auto it = records_.find(key);
+  if (it != records_.end() && record_line(key, it->second) == record_line(key, r)) return;
+  records_[key] = r;
+  if (std::find(unsaved_.begin(), unsaved_.end(), key) == unsaved_.end()) unsaved_.push_back(key);
+}
+
+void TuningDatabase::save() {
+  if (unsaved_.empty()) return;
+  std::string lines;
+  for (const std::string& key : unsaved_) lines += record_line(key, records_.at(key)) + '\n';
   std::error_code ec;
   if (!path_.parent_path().empty()) std::filesystem::create_directories(path_.parent_path(), ec);
-  write_file_atomic(path_, j.dump(1));
+  const std::string file = path_.string();
+  LockedFile locked(path_);
+  // Read under the lock: what other writers added since load() is on disk now, and nobody changes it while we hold it.
+  const std::string text = read_file(path_);
+  if (const auto old = old_format_document(text)) {
+    Records converted;
+    read_old_format(*old, file, converted);
+    std::string all;
+    for (const auto& [key, r] : converted) all += record_line(key, r) + '\n';
+    write_file_atomic(path_, all + lines);
+  } else {
+    // An interrupted write left part of a record: cut it off, or the next record would be glued to it and lost.
+    if (const size_t bad = incomplete_line(text)) {
+      fmt::print(stderr, "sparsert: warning: {}:{}: incomplete record removed (a write was interrupted)\n", file, bad);
+    }
+    if (complete_end(text) < text.size()) locked.truncate(complete_end(text));
+    locked.append(lines);
+  }
+  unsaved_.clear();
 }
 
 std::optional<TuningRecord> TuningDatabase::find(const std::string& key) const {

@@ -1,14 +1,9 @@
 #include "sparsert/compiler/cache.hpp"
 
-#include "sparsert/runtime/file_io.hpp"
 #include "sparsert/runtime/sha256.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
-
-#include <cstdlib>
-#include <random>
 
 namespace sparsert::compiler {
 
@@ -35,43 +30,27 @@ std::string stream_cache_key(const codegen::StreamParams& p, const codegen::Stre
   return h.hex();
 }
 
-std::filesystem::path KernelCache::default_dir() {
-  if (const char* d = std::getenv("SPARSERT_CACHE_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::filesystem::path(x) / "sparsert";
-  if (const char* home = std::getenv("HOME"); home && *home) return std::filesystem::path(home) / ".cache/sparsert";
-  return std::filesystem::temp_directory_path() / "sparsert-cache";
-}
-
-KernelCache::KernelCache(std::filesystem::path dir) : dir_(std::move(dir)) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir_, ec);
-  SPARSERT_USER_CHECK(!ec && std::filesystem::is_directory(dir_), dir_.string(), "cannot create the cache directory "
-                      "({}); set SPARSERT_CACHE_DIR", ec.message());
-}
-
-std::filesystem::path KernelCache::entry_dir(const std::string& key) const { return dir_ / key.substr(0, 2) / key; }
+KernelCache::KernelCache(std::filesystem::path dir) : store_(std::move(dir)) {}
 
 std::optional<CachedKernel> KernelCache::find(const std::string& key) const {
-  const std::filesystem::path d = entry_dir(key);
-  if (!std::filesystem::exists(d / "meta.json")) return std::nullopt;
+  std::optional<StoreEntry> found = store_.find(key);
+  if (!found) return std::nullopt;
   try {
-    const nlohmann::json meta = nlohmann::json::parse(read_file(d / "meta.json"));
+    const nlohmann::json& meta = found->meta;
     CachedKernel k;
-    k.key = meta.at("key").get<std::string>();
-    if (k.key != key) throw std::runtime_error("key mismatch");
+    k.key = key;
     k.block_x = meta.at("block_x");
     k.block_y = meta.at("block_y");
     k.n_tile = meta.at("n_tile");
+    auto file = [&](const nlohmann::json& name) -> std::string& { return found->files.at(name.get<std::string>()); };
     for (const auto& e : meta.at("entries")) {
       CachedEntry ce;
       ce.name = e.at("name");
       ce.block_begin = e.at("blocks")[0];
       ce.block_end = e.at("blocks")[1];
-      ce.ptx = read_file(d / e.at("ptx").get<std::string>());
-      if (sha256_hex(ce.ptx) != e.at("ptx_sha256").get<std::string>()) throw std::runtime_error("ptx checksum");
+      ce.ptx = std::move(file(e.at("ptx")));
       if (!e.at("cubin").is_null()) {
-        const std::string cubin = read_file(d / e.at("cubin").get<std::string>());
-        if (sha256_hex(cubin) != e.at("cubin_sha256").get<std::string>()) throw std::runtime_error("cubin checksum");
+        const std::string& cubin = file(e.at("cubin"));
         ce.cubin.assign(cubin.begin(), cubin.end());
       }
       ce.resources.registers = e.at("registers");
@@ -83,59 +62,37 @@ std::optional<CachedKernel> KernelCache::find(const std::string& key) const {
     }
     return k;
   } catch (const std::exception&) {
-    // Truncated, altered or half-removed: discard it so the caller rebuilds. Renaming first keeps a concurrent
-    // reader from seeing a directory that is being deleted file by file.
-    std::error_code ec;
-    const std::filesystem::path trash = d.string() + fmt::format(".bad.{}", ::getpid());
-    std::filesystem::rename(d, trash, ec);
-    std::filesystem::remove_all(ec ? d : trash, ec);
+    // The files check out but the metadata does not decode (another layout, or edited): rebuild it.
+    store_.discard(key);
     return std::nullopt;
   }
 }
 
 void KernelCache::store(const CachedKernel& k) const {
-  const std::filesystem::path final_dir = entry_dir(k.key);
-  std::filesystem::create_directories(final_dir.parent_path());
-  std::random_device rd;
-  const std::filesystem::path tmp = dir_ / fmt::format("tmp.{}.{}.{:08x}", k.key.substr(0, 12), ::getpid(), rd());
-  std::filesystem::create_directories(tmp);
+  StoreEntry entry;
   nlohmann::json entries = nlohmann::json::array();
   for (size_t i = 0; i < k.entries.size(); ++i) {
     const CachedEntry& e = k.entries[i];
     const std::string ptx_name = fmt::format("e{}.ptx", i);
-    write_file_atomic(tmp / ptx_name, e.ptx);
+    entry.files[ptx_name] = e.ptx;
     nlohmann::json ej = {{"name", e.name},
                          {"blocks", {e.block_begin, e.block_end}},
                          {"ptx", ptx_name},
-                         {"ptx_sha256", sha256_hex(e.ptx)},
+                         {"cubin", nullptr},
                          {"registers", e.resources.registers},
                          {"spill_bytes", e.resources.spill_bytes},
                          {"shared_bytes", e.resources.shared_bytes},
                          {"constant_bytes", e.resources.constant_bytes},
                          {"assemble_seconds", e.assemble_seconds}};
-    if (e.cubin.empty()) {
-      ej["cubin"] = nullptr;
-    } else {
+    if (!e.cubin.empty()) {
       const std::string cubin_name = fmt::format("e{}.cubin", i);
-      const std::string_view bytes(e.cubin.data(), e.cubin.size());
-      write_file_atomic(tmp / cubin_name, bytes);
+      entry.files[cubin_name].assign(e.cubin.begin(), e.cubin.end());
       ej["cubin"] = cubin_name;
-      ej["cubin_sha256"] = sha256_hex(bytes);
     }
     entries.push_back(std::move(ej));
   }
-  const nlohmann::json meta = {{"key", k.key},
-                               {"block_x", k.block_x},
-                               {"block_y", k.block_y},
-                               {"n_tile", k.n_tile},
-                               {"entries", std::move(entries)}};
-  write_file_atomic(tmp / "meta.json", meta.dump(1));
-  std::error_code ec;
-  std::filesystem::rename(tmp, final_dir, ec);
-  if (ec) {
-    // Another compile stored the same key first (rename onto a non-empty directory fails): theirs is as good.
-    std::filesystem::remove_all(tmp, ec);
-  }
+  entry.meta = {{"block_x", k.block_x}, {"block_y", k.block_y}, {"n_tile", k.n_tile}, {"entries", std::move(entries)}};
+  store_.put(k.key, entry);
 }
 
 }  // namespace sparsert::compiler

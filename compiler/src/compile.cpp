@@ -1,52 +1,24 @@
 #include "sparsert/compiler/compile.hpp"
 
+#include "sparsert/autotune/progress.hpp"
 #include "sparsert/codegen/assembler.hpp"
 #include "sparsert/codegen/heuristic.hpp"
 #include "sparsert/runtime/file_io.hpp"
 #include "sparsert/runtime/package.hpp"
 #include "sparsert/runtime/sha256.hpp"
+#include "sparsert/runtime/thread_pool.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
-#include <cstdio>
-#include <mutex>
 #include <random>
-#include <thread>
 
 namespace sparsert::compiler {
 
 namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// Progress on stderr: a bar redrawn in place on a terminal, one line per step otherwise (logs, CI).
-class Progress {
- public:
-  Progress(bool enabled, size_t total) : enabled_(enabled && total > 0), total_(total), tty_(::isatty(2)) {}
-  void step(const std::string& what) {
-    if (!enabled_) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    ++done_;
-    if (tty_) {
-      const int width = 30;
-      const int filled = static_cast<int>(width * done_ / total_);
-      std::fprintf(stderr, "\r[%s%s] %zu/%zu %-50.50s", std::string(filled, '#').c_str(),
-                   std::string(width - filled, '.').c_str(), done_, total_, what.c_str());
-      if (done_ == total_) std::fprintf(stderr, "\n");
-    } else {
-      std::fprintf(stderr, "compile: %zu/%zu %s\n", done_, total_, what.c_str());
-    }
-  }
-
- private:
-  bool enabled_;
-  size_t total_, done_ = 0;
-  bool tty_;
-  std::mutex mu_;
-};
 
 struct Job {
   size_t layer;
@@ -267,38 +239,22 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       if (assemble) tasks.push_back({j, e});
     }
   }
-  Progress progress(options.progress, tasks.size());
-  std::atomic<size_t> next{0};
-  std::mutex error_mu;
-  std::exception_ptr first_error;
-  auto worker = [&] {
-    for (size_t i = next++; i < tasks.size(); i = next++) {
-      Job& job = jobs[tasks[i].job];
-      CachedEntry& ce = job.built.entries[tasks[i].entry];
-      try {
-        const codegen::Assembled a = codegen::Assembler::instance().assemble(ce.ptx, job.target, ce.name);
-        ce.cubin = a.cubin;
-        ce.resources = {a.usage.registers, a.usage.spill_store_bytes + a.usage.spill_load_bytes, a.usage.shared_bytes,
-                        a.usage.constant_bytes};
-        ce.assemble_seconds = a.seconds;
-        if (a.usage.spill_store_bytes > 0 || a.usage.stack_bytes > 0) {
-          throw WorkFailure(fmt::format("{} for {} spills {} bytes (stack {}): choose more row blocks", ce.name,
-                                        job.target.name(), a.usage.spill_store_bytes, a.usage.stack_bytes));
-        }
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mu);
-        if (!first_error) first_error = std::current_exception();
-        next = tasks.size();
-      }
-      progress.step(fmt::format("{} {} {}", layers[job.layer].desc.name, job.target.name(), ce.name));
+  autotune::Progress progress("compile", options.progress, tasks.size());
+  parallel_for(static_cast<int64_t>(tasks.size()), options.threads, [&](int64_t i) {
+    Job& job = jobs[tasks[static_cast<size_t>(i)].job];
+    CachedEntry& ce = job.built.entries[tasks[static_cast<size_t>(i)].entry];
+    const std::string what = fmt::format("{} {} {}", layers[job.layer].desc.name, job.target.name(), ce.name);
+    const codegen::Assembled a = codegen::Assembler::instance().assemble(ce.ptx, job.target, ce.name);
+    ce.cubin = a.cubin;
+    ce.resources = {a.usage.registers, a.usage.spill_store_bytes + a.usage.spill_load_bytes, a.usage.shared_bytes,
+                    a.usage.constant_bytes};
+    ce.assemble_seconds = a.seconds;
+    progress.step(what);
+    if (a.usage.spill_store_bytes > 0 || a.usage.stack_bytes > 0) {
+      throw WorkFailure(fmt::format("{} for {} spills {} bytes (stack {}): choose more row blocks", ce.name,
+                                    job.target.name(), a.usage.spill_store_bytes, a.usage.stack_bytes));
     }
-  };
-  const unsigned threads =
-      options.threads > 0 ? static_cast<unsigned>(options.threads) : std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < std::min<size_t>(threads, std::max<size_t>(tasks.size(), 1)); ++t) pool.emplace_back(worker);
-  for (auto& t : pool) t.join();
-  if (first_error) std::rethrow_exception(first_error);
+  });
 
   // Assemble the package in a temporary directory beside the destination, then rename it into place.
   std::random_device rd;

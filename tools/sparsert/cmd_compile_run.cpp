@@ -194,7 +194,7 @@ Action add_compile(CLI::App& app) {
           autotune::TuneOptions to;
           to.target = target;
           to.progress = !args->quiet;
-          to.asm_cache_dir = compiler::KernelCache::default_dir() / "tune-asm";
+          to.asm_cache_dir = autotune::default_asm_cache_dir();
           const autotune::TuneReport rep = autotune::tune(missing, to);
           record_results(rep, missing, *db);
           db->save();

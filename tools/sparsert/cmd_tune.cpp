@@ -2,7 +2,6 @@
 #include "commands.hpp"
 #include "matrix_options.hpp"
 #include "sparsert/codegen/assembler.hpp"
-#include "sparsert/compiler/cache.hpp"
 #include "sparsert/runtime/file_io.hpp"
 #include "tuning_support.hpp"
 #include "sparsert/autotune/choose.hpp"
@@ -171,7 +170,7 @@ Action add_tune(CLI::App& app) {
     opt.threads = args->threads;
     opt.share = !args->no_share;
     opt.progress = !args->quiet;
-    opt.asm_cache_dir = compiler::KernelCache::default_dir() / "tune-asm";
+    opt.asm_cache_dir = autotune::default_asm_cache_dir();
     // Outputs must be writable before any work is done.
     std::string html = args->html;
     if (html.empty()) html = std::filesystem::path(args->output).replace_extension(".html").string();

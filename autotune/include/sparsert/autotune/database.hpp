@@ -1,8 +1,13 @@
 #pragma once
-// The tuning database: one JSON file mapping a key to the kernel tuning chose: its kind (baked or streamed) and the
+// The tuning database: a file mapping a key to the kernel tuning chose: its kind (baked or streamed) and the
 // parameters of that kind (tile parameters, or stream parameters). A key is the sha256 of what
 // determines a layer's kernels for a target except the tile parameters (which are the result): generator version,
 // matrix structure and values, bias and epilogue, N, target, toolkit version — the fields of the kernel cache key.
+//
+// The file is JSON lines, one record a line, appended to and never rewritten, so that commands tuning at the same
+// time each add their records instead of the last one to save replacing the others'; on reading, the newest record
+// of a key wins. A file in the earlier whole-JSON format ({"format": "sparsert-tuning/1", "entries": {...}}) is read
+// as it is and converted on the first write.
 #include "sparsert/codegen/stream_spmm.hpp"
 #include "sparsert/codegen/target.hpp"
 #include "sparsert/codegen/tile.hpp"
@@ -15,6 +20,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace sparsert::autotune {
 
@@ -38,22 +44,28 @@ struct TuningRecord {
 
 class TuningDatabase {
  public:
-  // $SPARSERT_CACHE_DIR/tuning.json, else $XDG_CACHE_HOME/sparsert/tuning.json, else ~/.cache/sparsert/tuning.json
-  // (the kernel cache's directory rule).
+  // tuning.json in the cache directory (runtime's default_cache_dir()).
   static std::filesystem::path default_path();
 
-  // A missing file is an empty database; a malformed one is a UserError naming the file and field.
+  // A missing file is an empty database; a malformed record is a UserError naming the file, the line (or the entry
+  // of the old format) and the field. An incomplete last line (a write that was interrupted) is skipped with a
+  // one-line warning on stderr.
   static TuningDatabase load(const std::filesystem::path& path);
-  void save() const;  // atomically
+  // Appends the records put since load() or the last save(), under an exclusive lock on the file (flock): concurrent
+  // savers never interleave, and each keeps what the others wrote. Throws UserError naming the file when it cannot be
+  // written.
+  void save();
 
   std::optional<TuningRecord> find(const std::string& key) const;
-  void put(const std::string& key, const TuningRecord& r) { records_[key] = r; }
+  // A record equal to the one the key already has is not written again.
+  void put(const std::string& key, const TuningRecord& r);
   size_t size() const { return records_.size(); }
   const std::filesystem::path& path() const { return path_; }
 
  private:
   std::filesystem::path path_;
   std::map<std::string, TuningRecord> records_;
+  std::vector<std::string> unsaved_;  // keys put since the last save, in order
 };
 
 }  // namespace sparsert::autotune

@@ -39,8 +39,11 @@ struct TuneOptions {
   int repeats = 20;              // gpu mode: timed launches per candidate (median); warm-up launches: 2
   bool share = true;             // reuse the result of an earlier layer of the same shape and similar pattern
   bool progress = true;          // a bar with time left on a terminal, plain lines otherwise
-  std::filesystem::path asm_cache_dir;  // assembled-result cache; empty: none
+  std::filesystem::path asm_cache_dir;  // assembled-result cache (the commands: default_asm_cache_dir()); empty: none
 };
+
+// tune-asm/ in the cache directory (runtime's default_cache_dir()).
+std::filesystem::path default_asm_cache_dir();
 
 struct CandidateResult {
   Candidate cand;

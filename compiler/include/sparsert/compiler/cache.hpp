@@ -1,11 +1,12 @@
 #pragma once
 // The content-addressed kernel cache. A key is the sha256 of everything that determines a layer's kernels for one
 // target (generator version, matrix structure and values, bias and epilogue, tile parameters, n, target, toolkit
-// version); an entry is a directory named by its key holding the PTX and cubins of every entry point and a meta.json
-// with their checksums. Entries are written to a temporary directory and renamed into place, so concurrent compiles
-// never see half an entry; an entry whose files do not match their checksums is discarded and rebuilt.
+// version); an entry of the content store (runtime/content_store.hpp) holds the PTX and cubin of every entry point,
+// with the launch shape and each entry's resources as its metadata. The store publishes entries atomically and treats
+// a corrupted one as a miss, so concurrent compiles share one cache and a damaged entry is rebuilt.
 #include "sparsert/codegen/spmm.hpp"
 #include "sparsert/codegen/stream_spmm.hpp"
+#include "sparsert/runtime/content_store.hpp"
 #include "sparsert/runtime/package.hpp"
 
 #include <filesystem>
@@ -40,18 +41,18 @@ std::string stream_cache_key(const codegen::StreamParams& p, const codegen::Stre
 
 class KernelCache {
  public:
-  // $SPARSERT_CACHE_DIR, else $XDG_CACHE_HOME/sparsert, else ~/.cache/sparsert.
-  static std::filesystem::path default_dir();
+  // runtime's default_cache_dir(), the one directory rule; kept here for the callers that name the cache by its class.
+  static std::filesystem::path default_dir() { return default_cache_dir(); }
   explicit KernelCache(std::filesystem::path dir = default_dir());
 
   // A verified entry, or nothing (a missing entry, or a corrupted one, which is removed).
   std::optional<CachedKernel> find(const std::string& key) const;
   void store(const CachedKernel& k) const;
-  const std::filesystem::path& dir() const { return dir_; }
-  std::filesystem::path entry_dir(const std::string& key) const;
+  const std::filesystem::path& dir() const { return store_.dir(); }
+  std::filesystem::path entry_dir(const std::string& key) const { return store_.entry_dir(key); }
 
  private:
-  std::filesystem::path dir_;
+  ContentStore store_;
 };
 
 }  // namespace sparsert::compiler

@@ -1,6 +1,8 @@
 #pragma once
-// A small fixed pool for the CPU executor. The caller takes part in every parallel_for, so a pool of one thread runs
+// A small fixed pool for the CPU executor, and parallel_for for one-off fan-outs (the compiler's assembly, the tuner's
+// entries, reading Graph Challenge layers). The caller takes part in every parallel_for, so a pool of one thread runs
 // everything inline with no synchronisation at all.
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -45,5 +47,15 @@ class ThreadPool {
   int64_t next_ = 0;  // guarded by mutex_ through claim(); tasks are coarse, so the lock is not contended
   std::exception_ptr error_;
 };
+
+// Runs fn(i) for every i in [0, n) on up to `threads` threads, the caller included (0: one per core), indices handed
+// out in increasing order; errors as ThreadPool::parallel_for (the first stops the rest and is rethrown). The threads
+// live for this call only: for work that is coarse next to starting a thread.
+inline void parallel_for(int64_t n, int threads, const std::function<void(int64_t)>& fn) {
+  if (n <= 0) return;
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  ThreadPool pool(static_cast<int>(std::min<int64_t>(threads, n)));
+  pool.parallel_for(n, fn);
+}
 
 }  // namespace sparsert

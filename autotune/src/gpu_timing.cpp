@@ -1,0 +1,112 @@
+#include "gpu_timing.hpp"
+
+#include "sparsert/runtime/reference.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <random>
+
+namespace sparsert::autotune {
+
+namespace {
+DenseTensor random_input(int64_t k, int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  DenseTensor b({k, n});
+  for (float& x : b.vec()) x = d(rng);
+  return b;
+}
+
+// The entry's cubin, else its PTX: the emulated driver (and a driver older than the toolkit) takes PTX only.
+cuda::Module load_entry(const Built& built, size_t e) {
+  const std::vector<char>& cubin = built.asm_results[e].cubin;
+  if (!cubin.empty()) {
+    try {
+      return cuda::Module(cubin.data(), built.entry_name(e) + ".cubin");
+    } catch (const cuda::CudaError& err) {
+      if (err.result() != CUDA_ERROR_INVALID_IMAGE && err.result() != CUDA_ERROR_NO_BINARY_FOR_GPU) throw;
+    }
+  }
+  return cuda::Module(built.entry_ptx(e).c_str(), built.entry_name(e) + ".ptx");
+}
+}  // namespace
+
+GpuBench::GpuBench(const TuneLayer& l, int repeats) : layer_(l), repeats_(repeats) {
+  b_ = random_input(l.a.cols, l.n, 0x5eed);
+  want_ = reference_spmm(l.a, b_, l.epilogue);
+  db_ = cuda::DeviceBuffer(std::max<size_t>(static_cast<size_t>(b_.size()) * 4, 4));
+  dc_ = cuda::DeviceBuffer(std::max<size_t>(static_cast<size_t>(l.a.rows) * l.n * 4, 4));
+  db_.upload(b_.data(), static_cast<size_t>(b_.size()) * 4);
+}
+
+double GpuBench::run(const Built& built, bool* verified) {
+  std::vector<cuda::Module> modules;
+  std::vector<CUfunction> fns;
+  for (size_t e = 0; e < built.entries(); ++e) {
+    modules.push_back(load_entry(built, e));
+    fns.push_back(modules.back().function(built.entry_name(e)));
+  }
+  uint32_t n = static_cast<uint32_t>(layer_.n);
+  CUdeviceptr pb = db_.get(), pc = dc_.get();
+  std::vector<void*> params = {&pb, &pc, &n};
+  // A streamed kernel reads its weights from five arrays, passed after B, C and N (docs/codegen.md).
+  std::vector<cuda::DeviceBuffer> arrays;
+  std::vector<CUdeviceptr> array_ptrs;
+  if (built.stream) {
+    const codegen::StreamWeights& w = built.stream->weights;
+    for (const std::vector<uint32_t>* v : {&w.ell, &w.stages, &w.block_stages, &w.krows, &w.slots}) {
+      arrays.emplace_back(std::max<size_t>(v->size() * 4, 4));
+      arrays.back().upload(v->data(), v->size() * 4);
+    }
+    for (const cuda::DeviceBuffer& a : arrays) array_ptrs.push_back(a.get());
+    for (CUdeviceptr& a : array_ptrs) params.push_back(&a);
+  }
+  std::vector<cuda::KernelLaunch> entries;  // a baked candidate's
+  for (size_t e = 0; !built.stream && e < built.kernel.entries.size(); ++e) {
+    const codegen::SpmmKernel& k = built.kernel;
+    entries.push_back({fns[e], k.entries[e].name, static_cast<unsigned>(k.grid_x(layer_.n)),
+                       static_cast<unsigned>(k.entries[e].block_end - k.entries[e].block_begin),
+                       static_cast<unsigned>(k.block_x), static_cast<unsigned>(k.block_y), params.data()});
+  }
+  auto launch_all = [&] {
+    if (built.stream) {
+      const codegen::StreamKernel& k = *built.stream;
+      cuda::launch(fns[0], k.name, static_cast<unsigned>(k.grid_x(layer_.n)), static_cast<unsigned>(k.grid_y()),
+                   static_cast<unsigned>(codegen::stream_block_x(k.params)),
+                   static_cast<unsigned>(codegen::stream_block_y(k.params)), stream_, params.data());
+      return;
+    }
+    side_.launch(stream_, entries);
+  };
+  verify(launch_all, verified);
+  return median_time(launch_all);
+}
+
+void GpuBench::verify(const std::function<void()>& launch_all, bool* verified) {
+  dc_.fill_u32(0x7fc00000u, static_cast<size_t>(layer_.a.rows) * layer_.n);  // NaN: an unwritten output shows
+  launch_all();
+  stream_.synchronize();
+  DenseTensor got({layer_.a.rows, layer_.n});
+  dc_.download(got.data(), static_cast<size_t>(got.size()) * 4);
+  const double err = max_relative_error(got, want_);
+  if (!(err <= 1e-4)) throw WorkFailure(fmt::format("verify: max relative error {:.3g} against the reference", err));
+  *verified = true;
+}
+
+double GpuBench::median_time(const std::function<void()>& launch_all) {
+  for (int w = 0; w < 2; ++w) launch_all();
+  std::vector<double> times;
+  for (int r = 0; r < repeats_; ++r) {
+    cuda::Event start, stop;
+    start.record(stream_);
+    launch_all();
+    stop.record(stream_);
+    stop.synchronize();
+    times.push_back(static_cast<double>(stop.elapsed_ms_since(start)) * 1e3);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace sparsert::autotune

@@ -1,0 +1,488 @@
+#include "layer_search.hpp"
+
+#include "built_kernel.hpp"
+#include "gpu_timing.hpp"
+#include "sparsert/codegen/heuristic.hpp"
+#include "sparsert/inspector/plan.hpp"
+#include "sparsert/runtime/thread_pool.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <variant>
+
+namespace sparsert::autotune {
+
+namespace {
+using Clock = AssemblyBudget::Clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string plan_key(const inspector::PlanParams& p) {
+  return fmt::format("{}/{}/{}/{}", p.m_blocks, p.gy, inspector::to_string(p.balance), p.reorder_rows);
+}
+
+std::string stream_key(const codegen::StreamParams& p) {
+  return fmt::format("{}/{}/{}/{}/{}", p.rows_per_block, p.n_tile, p.cols_per_thread, p.stage_rows, p.unroll);
+}
+
+struct LayerContext {
+  const TuneLayer& layer;
+  const TuneOptions& opt;
+  const MachineModel& machine;
+  AsmStore* store;  // null without an assembler
+  std::map<std::string, inspector::WorkPlan> plans;
+  std::map<std::string, std::variant<Probe, std::string>> probes;
+  std::map<int32_t, inspector::WorkPlan> stream_plans;  // by rows per block (default_stream_plan's only input)
+  std::map<std::string, std::variant<StreamShape, std::string>> stream_shapes;
+
+  const inspector::WorkPlan& plan(const inspector::PlanParams& p) {
+    const std::string k = plan_key(p);
+    auto it = plans.find(k);
+    if (it == plans.end()) it = plans.emplace(k, inspector::make_plan(layer.a, p)).first;
+    return it->second;
+  }
+  // The probe's code depends on the plan, columns per thread, weight placement and load batching, not on n_tile.
+  const std::variant<Probe, std::string>& probe(const codegen::TileParams& t, bool simulate) {
+    const std::string k = fmt::format("{}/{}/{}/{}/{}/{}", plan_key(t.plan), t.cols_per_thread,
+                                      codegen::to_string(t.weights), t.loads_per_batch, t.max_fmas_per_entry,
+                                      simulate);
+    auto it = probes.find(k);
+    if (it == probes.end()) {
+      std::variant<Probe, std::string> v;
+      try {
+        v = simulate ? run_probe(layer.a, plan(t.plan), t, opt.target, layer.epilogue)
+                     : analytic_probe(layer.a, plan(t.plan), t);
+      } catch (const std::exception& e) {
+        v = fmt::format("probe: {}", e.what());
+      }
+      it = probes.emplace(k, std::move(v)).first;
+    }
+    return it->second;
+  }
+
+  // The streamed kernel's plan: compile's (default_stream_plan), so that what is tuned is what compile builds.
+  const inspector::WorkPlan& stream_plan(const codegen::StreamParams& p) {
+    auto it = stream_plans.find(p.rows_per_block);
+    if (it == stream_plans.end()) {
+      it = stream_plans.emplace(p.rows_per_block, codegen::default_stream_plan(layer.a, p)).first;
+    }
+    return it->second;
+  }
+  // The packed weights' shape depends on rows per block, staged rows and unroll (n_tile only scales offsets).
+  const std::variant<StreamShape, std::string>& stream_shape_of(const codegen::StreamParams& p) {
+    const std::string k = fmt::format("{}/{}/{}", p.rows_per_block, p.stage_rows, p.unroll);
+    auto it = stream_shapes.find(k);
+    if (it == stream_shapes.end()) {
+      std::variant<StreamShape, std::string> v;
+      try {
+        v = stream_shape(codegen::pack_stream_weights(layer.a, stream_plan(p), p, layer.epilogue.bias), p);
+      } catch (const std::exception& e) {
+        v = fmt::format("pack: {}", e.what());
+      }
+      it = stream_shapes.emplace(k, std::move(v)).first;
+    }
+    return it->second;
+  }
+  const std::variant<Probe, std::string>& stream_probe(const codegen::StreamParams& p, bool simulate) {
+    const std::string k = fmt::format("stream/{}/{}", stream_key(p), simulate);
+    auto it = probes.find(k);
+    if (it == probes.end()) {
+      std::variant<Probe, std::string> v;
+      try {
+        if (simulate) {
+          v = run_stream_probe(layer.a, stream_plan(p), p, layer.n, opt.target, layer.epilogue);
+        } else if (const auto* shape = std::get_if<StreamShape>(&stream_shape_of(p))) {
+          v = analytic_stream_probe(*shape, p, layer.n, layer.epilogue);
+        } else {
+          v = std::get<std::string>(stream_shape_of(p));
+        }
+      } catch (const std::exception& e) {
+        v = fmt::format("probe: {}", e.what());
+      }
+      it = probes.emplace(k, std::move(v)).first;
+    }
+    return it->second;
+  }
+
+  // Ranks one candidate with codegen's resource estimate (or `registers` when given).
+  void model(CandidateResult& r, bool simulate, std::optional<int> registers = std::nullopt) {
+    r.counts_from = simulate ? "ptxsim" : "analytic";
+    if (r.cand.streamed()) {
+      const codegen::StreamParams& p = r.cand.stream;
+      const auto& shape = stream_shape_of(p);
+      const auto& pr = stream_probe(p, simulate);
+      if (const std::string* err = std::get_if<std::string>(&shape)) return fail(r, *err);
+      finish(r, pr, registers.value_or(codegen::stream_registers_estimate(p)), [&](const Probe& probe, int regs) {
+        return estimate_stream(probe, std::get<StreamShape>(shape), p, layer.n, regs, machine);
+      });
+      return;
+    }
+    const inspector::WorkPlan& pl = plan(r.cand.tile.plan);
+    const codegen::ResourceEstimate res = codegen::estimate_resources(r.cand.tile, pl);
+    finish(r, probe(r.cand.tile, simulate), registers.value_or(res.registers), [&](const Probe& probe, int regs) {
+      return estimate(probe, pl, r.cand.tile, layer.n, regs, res.shared_bytes, machine);
+    });
+  }
+  static void fail(CandidateResult& r, const std::string& why) {
+    r.status = "failed";
+    r.reason = why;
+  }
+  // The model's verdict from a probe (or the error that stopped it); an occupancy that fits no block rejects.
+  template <typename Estimator>
+  static void finish(CandidateResult& r, const std::variant<Probe, std::string>& pr, int registers, Estimator est) {
+    if (const std::string* err = std::get_if<std::string>(&pr)) return fail(r, *err);
+    r.registers = registers;
+    try {
+      r.estimate = est(std::get<Probe>(pr), registers);
+      if (r.status.empty()) r.status = "estimated";
+    } catch (const inspector::InvalidTileParams& e) {
+      r.status = "rejected";
+      r.reason = fmt::format("{}: {}", e.field(), e.reason());
+    }
+  }
+
+  // Emits the candidate's kernel for the real N (a streamed one with its packed weights) and assembles its entries.
+  Built build(const Candidate& c, bool need_cubin) {
+    Built b;
+    try {
+      if (c.streamed()) {
+        codegen::StreamOptions so;
+        so.params = c.stream;
+        so.ld = layer.n;
+        so.epilogue = layer.epilogue;
+        so.name = "tune_stream";
+        b.stream = codegen::emit_stream_spmm(layer.a, stream_plan(c.stream), opt.target, so);
+      } else {
+        codegen::SpmmOptions so;
+        so.tile = c.tile;
+        so.ld = layer.n;
+        so.epilogue = layer.epilogue;
+        so.name = "tune";
+        b.kernel = codegen::emit_spmm(layer.a, plan(c.tile.plan), opt.target, so);
+      }
+    } catch (const std::exception& e) {
+      b.error = fmt::format("emit: {}", e.what());
+      return b;
+    }
+    b.asm_results.resize(b.entries());
+    parallel_for(static_cast<int64_t>(b.entries()), std::max(opt.threads, 1), [&](int64_t i) {
+      const auto e = static_cast<size_t>(i);
+      b.asm_results[e] = store->get(b.entry_ptx(e), b.entry_name(e), opt.target, need_cubin);
+    });
+    for (size_t i = 0; i < b.asm_results.size(); ++i) {
+      if (!b.asm_results[i].error.empty()) {
+        b.error = fmt::format("assemble {}: {}", b.entry_name(i), b.asm_results[i].error);
+        break;
+      }
+    }
+    return b;
+  }
+
+  // What assembling the candidate costs grows with its fmas (baked); the streamed kernel's code does not depend on
+  // the matrix (~0.03 s), so it counts as none.
+  double fmas(const Candidate& c) {
+    if (c.streamed()) return 0.0;
+    double f = 0;
+    for (const auto& b : plan(c.tile.plan).blocks) f += static_cast<double>(b.nnz);
+    return f * c.tile.cols_per_thread;
+  }
+
+  // Folds an assembled kernel into its result: registers from the assembler, spills reject, model refreshed.
+  void apply(CandidateResult& r, const Built& b) {
+    if (!b.error.empty()) {
+      r.status = "failed";
+      r.reason = b.error;
+      return;
+    }
+    int regs = 0, spill = 0;
+    bool all_reused = true;
+    for (const AsmResult& a : b.asm_results) {
+      regs = std::max(regs, a.usage.registers);
+      spill += a.usage.spill_store_bytes + a.usage.spill_load_bytes + a.usage.stack_bytes;
+      r.assemble_seconds += a.seconds;
+      all_reused = all_reused && a.reused;
+    }
+    r.asm_reused = all_reused;
+    r.registers_from_assembler = true;
+    r.spill_bytes = spill;
+    r.registers = regs;
+    if (spill > 0) {
+      r.status = "rejected";
+      r.reason = fmt::format("spills: the assembler reports {} bytes of spills and stack", spill);
+      return;
+    }
+    r.status = "assembled";
+    r.estimate.reset();
+    model(r, true, regs);
+    if (r.status == "estimated") r.status = "assembled";
+  }
+};
+
+// The best ranked candidate that `keep` accepts: measured beats assembled beats estimated from ptxsim's counts beats
+// estimated from analytic counts (a rough ranking only), then the lowest score; -1 when none.
+template <typename Keep>
+int best_of(const std::vector<CandidateResult>& cands, Keep keep) {
+  auto rank_of = [](const CandidateResult& r) {
+    if (r.status == "measured") return 0;
+    if (r.status == "assembled") return 1;
+    if (r.status == "estimated") return r.counts_from == "ptxsim" ? 2 : 3;
+    return 4;
+  };
+  int best = -1;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const CandidateResult& r = cands[i];
+    if (rank_of(r) > 3 || !keep(r.cand)) continue;
+    if (best < 0) {
+      best = static_cast<int>(i);
+      continue;
+    }
+    const CandidateResult& w = cands[static_cast<size_t>(best)];
+    if (std::pair(rank_of(r), r.score()) < std::pair(rank_of(w), w.score())) best = static_cast<int>(i);
+  }
+  return best;
+}
+
+KindBest kind_best(const std::vector<CandidateResult>& cands, codegen::KernelKind kind) {
+  KindBest b;
+  b.index = best_of(cands, [&](const Candidate& c) { return c.kind == kind; });
+  if (b.index >= 0) {
+    b.score = cands[static_cast<size_t>(b.index)].score();
+    b.status = cands[static_cast<size_t>(b.index)].status;
+  }
+  return b;
+}
+
+// Sharing: an earlier layer of the same shape and pattern whose winner is also valid here. Fills lr's winner and
+// shared_from and returns true when one is found.
+bool share_earlier(LayerContext& ctx, const std::vector<TuneLayer>& layers, size_t li,
+                   const std::vector<LayerResult>& earlier, LayerResult& lr) {
+  const TuneLayer& layer = layers[li];
+  const TuneOptions& options = ctx.opt;
+  for (size_t pj = 0; pj < li && lr.shared_from.empty(); ++pj) {
+    const LayerResult& prev = earlier[pj];
+    if (!prev.shared_from.empty() || prev.winner < 0 || !similar_layers(layers[pj], layer)) continue;
+    CandidateResult shared, def;
+    shared.cand = prev.winner_candidate();
+    try {
+      check_candidate(shared.cand, layer.a, layer.n, options.target);
+      def.cand = default_candidate(layer.a, layer.n, options.target, options.kinds);
+    } catch (const inspector::InvalidTileParams&) {
+      continue;
+    }
+    ctx.model(shared, true);
+    ctx.model(def, true);
+    if (!shared.estimate || !def.estimate) continue;
+    lr.shared_from = prev.name;
+    lr.winner_kind = shared.cand.kind;
+    lr.winner_tile = shared.cand.tile;
+    lr.winner_stream = shared.cand.stream;
+    lr.winner_score = shared.score();
+    lr.default_score = def.score();
+  }
+  return !lr.shared_from.empty();
+}
+
+// Steps 1 and 2: every candidate, checked by the shared validity check and ranked by the model, the best of them on
+// ptxsim's counts. Returns the candidates counted by ptxsim, best first.
+std::vector<size_t> rank_candidates(LayerContext& ctx, LayerResult& lr) {
+  const TuneLayer& layer = ctx.layer;
+  const TuneOptions& options = ctx.opt;
+  // 1. Candidates, checked by the shared validity check.
+  for (Candidate& c : enumerate_candidates(layer.a, layer.n, options.target, options.kinds)) {
+    CandidateResult r;
+    r.cand = std::move(c);
+    if (!r.cand.valid()) {
+      r.status = "rejected";
+      r.reason = fmt::format("{}: {}", r.cand.rejected_field, r.cand.rejected_reason);
+    }
+    lr.candidates.push_back(std::move(r));
+  }
+  // 2. The cheap model on every valid candidate.
+  for (CandidateResult& r : lr.candidates) {
+    if (r.status.empty()) ctx.model(r, false);
+    if (r.cand.is_default) lr.default_index = static_cast<int>(&r - lr.candidates.data());
+  }
+  auto rank = [&](bool simulated_only) {
+    std::vector<size_t> out;
+    for (size_t i = 0; i < lr.candidates.size(); ++i) {
+      const CandidateResult& r = lr.candidates[i];
+      if (r.status == "estimated" && (!simulated_only || r.counts_from == "ptxsim")) out.push_back(i);
+    }
+    std::stable_sort(out.begin(), out.end(),
+                     [&](size_t x, size_t y) { return lr.candidates[x].score() < lr.candidates[y].score(); });
+    return out;
+  };
+  // 2b. ptxsim's counts for the best of the analytic ranking, the default (the baseline of every report) and the
+  // best streamed candidates (so that the kernel kind is decided on simulated counts, not left out of the race).
+  {
+    const std::vector<size_t> analytic = rank(false);
+    const size_t top = std::min(analytic.size(), static_cast<size_t>(std::max(options.simulate_top, 1)));
+    std::vector<size_t> sim(analytic.begin(), analytic.begin() + static_cast<std::ptrdiff_t>(top));
+    auto include = [&](size_t i) {
+      if (std::find(sim.begin(), sim.end(), i) == sim.end()) sim.push_back(i);
+    };
+    if (lr.default_index >= 0 && lr.candidates[static_cast<size_t>(lr.default_index)].status == "estimated")
+      include(static_cast<size_t>(lr.default_index));
+    int streamed = 0;
+    for (size_t i : analytic) {
+      if (streamed >= options.stream_simulate_top) break;
+      if (lr.candidates[i].cand.streamed()) {
+        include(i);
+        ++streamed;
+      }
+    }
+    for (size_t i : sim) {
+      CandidateResult& r = lr.candidates[i];
+      r.estimate.reset();
+      r.status.clear();
+      ctx.model(r, true);
+    }
+  }
+  return rank(true);
+}
+
+// Step 3: the best-ranked confirmed by the assembler (model mode), or assembled and timed (gpu mode). In gpu mode the
+// default is included so that best and default are compared on the same basis.
+void confirm(LayerContext& ctx, LayerResult& lr, const std::vector<size_t>& ranked, SearchRun& run,
+             size_t layers_left) {
+  const TuneOptions& options = run.options;
+  const bool gpu = run.gpu;
+  const size_t top = static_cast<size_t>(std::max(1, gpu ? options.measure_top : options.assemble_top));
+  std::vector<size_t> chosen(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(std::min(top, ranked.size())));
+  if (gpu && lr.default_index >= 0 && lr.candidates[static_cast<size_t>(lr.default_index)].status == "estimated" &&
+      std::find(chosen.begin(), chosen.end(), static_cast<size_t>(lr.default_index)) == chosen.end())
+    chosen.push_back(static_cast<size_t>(lr.default_index));
+  // The best streamed candidate too: assembling it costs ~0.03 s whatever the layer (its code does not depend on
+  // the matrix), and its registers from the assembler (~84 for 16 columns per thread) replace the 56 + 4·cpt
+  // bound, so the kinds are compared on real occupancy. (A baked candidate's assembly grows with its nonzeros:
+  // only the top ones are confirmed.)
+  auto streamed = [&](size_t i) { return lr.candidates[i].cand.streamed(); };
+  if (std::none_of(chosen.begin(), chosen.end(), streamed)) {
+    if (auto it = std::find_if(ranked.begin(), ranked.end(), streamed); it != ranked.end()) chosen.push_back(*it);
+  }
+  const Clock::time_point layer_deadline = run.budget.layer_deadline(layers_left);
+  std::vector<std::optional<std::promise<Built>>> promises(chosen.size());
+  std::vector<std::future<Built>> futures;
+  for (auto& p : promises) {
+    p.emplace();
+    futures.push_back(p->get_future());
+  }
+  std::vector<char> skipped(chosen.size(), 0);
+  auto produce = [&](size_t i) {
+    const Candidate& c = lr.candidates[chosen[i]].cand;
+    if (run.budget.limited() && !run.budget.allows(ctx.fmas(c), layer_deadline)) {
+      skipped[i] = 1;
+      promises[i]->set_value(Built{});
+      return;
+    }
+    Built b = ctx.build(c, gpu);
+    for (size_t e = 0; !b.stream && e < b.asm_results.size(); ++e) {  // the assembly rate is per fma of baked code
+      if (!b.asm_results[e].reused)
+        run.budget.record(b.asm_results[e].seconds, static_cast<double>(b.kernel.entries[e].fmas));
+    }
+    promises[i]->set_value(std::move(b));
+  };
+  std::unique_ptr<GpuBench> bench;
+  if (gpu) bench = std::make_unique<GpuBench>(ctx.layer, options.repeats);
+  // Candidates are built one at a time (each assembles its entries in parallel) on their own thread, ahead of the
+  // timing loop here: a pipeline, not a fan-out.
+  std::thread producer([&] {
+    for (size_t i = 0; i < chosen.size(); ++i) produce(i);
+  });
+  for (size_t i = 0; i < chosen.size(); ++i) {
+    Built b = futures[i].get();
+    CandidateResult& r = lr.candidates[chosen[i]];
+    if (skipped[i]) {
+      r.reason = "not assembled: it would not finish within the time budget";
+      run.budget.mark_exhausted();
+      continue;
+    }
+    ctx.apply(r, b);
+    if (gpu && r.status == "assembled") {
+      try {
+        r.time_us = bench->run(b, &r.verified);
+        r.status = "measured";
+      } catch (const std::exception& e) {
+        r.status = "failed";
+        r.reason = e.what();
+      }
+    }
+  }
+  producer.join();
+}
+
+// Step 4: the winner.
+void pick_winner(LayerResult& lr) {
+  // 4. The winner: measured beats assembled beats estimated (ptxsim's counts before analytic ones); then the lowest
+  // score. The same order picks the best of each kind.
+  lr.winner = best_of(lr.candidates, [](const Candidate&) { return true; });
+  lr.best_baked = kind_best(lr.candidates, codegen::KernelKind::kBaked);
+  lr.best_streamed = kind_best(lr.candidates, codegen::KernelKind::kStreamed);
+  if (lr.winner >= 0) {
+    const CandidateResult& w = lr.candidates[static_cast<size_t>(lr.winner)];
+    lr.winner_kind = w.cand.kind;
+    lr.winner_tile = w.cand.tile;
+    lr.winner_stream = w.cand.stream;
+    lr.winner_score = w.score();
+  }
+  if (lr.default_index >= 0) lr.default_score = lr.candidates[static_cast<size_t>(lr.default_index)].score();
+}
+}  // namespace
+
+AssemblyBudget::AssemblyBudget(Clock::time_point start, double seconds, int threads)
+    : limited_(seconds > 0),
+      deadline_(start + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(limited_ ? seconds : 0.0))),
+      threads_(std::max(threads, 1)) {}
+
+Clock::time_point AssemblyBudget::layer_deadline(size_t layers_left) const {
+  const double left = limited_ ? std::chrono::duration<double>(deadline_ - Clock::now()).count() : 0.0;
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                            std::max(0.0, left / static_cast<double>(std::max<size_t>(layers_left, 1)))));
+}
+
+bool AssemblyBudget::allows(double fmas, Clock::time_point layer_deadline) const {
+  if (!limited_) return true;
+  if (Clock::now() >= deadline_) return false;
+  double rate;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rate = fmas_ > 0 ? seconds_ / fmas_ : 4.0 / 16384;
+  }
+  const double predicted = fmas * rate / threads_;
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(predicted)) <=
+         layer_deadline;
+}
+
+void AssemblyBudget::record(double seconds, double fmas) {
+  std::lock_guard<std::mutex> lock(mu_);
+  seconds_ += seconds;
+  fmas_ += fmas;
+}
+
+LayerResult search_layer(SearchRun& run, const std::vector<TuneLayer>& layers, size_t li,
+                         const std::vector<LayerResult>& earlier) {
+  const TuneLayer& layer = layers[li];
+  const auto tl = Clock::now();
+  LayerResult lr;
+  lr.name = layer.name;
+  lr.m = layer.a.rows;
+  lr.k = layer.a.cols;
+  lr.n = layer.n;
+  lr.nnz = layer.a.nnz();
+  LayerContext ctx{layer, run.options, run.machine, run.store, {}, {}, {}, {}};
+  if (!(run.options.share && share_earlier(ctx, layers, li, earlier, lr))) {
+    const std::vector<size_t> ranked = rank_candidates(ctx, lr);
+    if (run.store) confirm(ctx, lr, ranked, run, layers.size() - li);
+    pick_winner(lr);
+  }
+  lr.seconds = since(tl);
+  return lr;
+}
+
+}  // namespace sparsert::autotune

@@ -1,0 +1,113 @@
+#include "sparsert/runtime/content_store.hpp"
+
+#include "sparsert/runtime/error.hpp"
+#include "sparsert/runtime/file_io.hpp"
+#include "sparsert/runtime/sha256.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <random>
+
+namespace sparsert {
+
+namespace {
+constexpr const char* kFormat = "sparsert-store/1";
+constexpr const char* kManifest = "manifest.json";
+
+// Keys and file names become path components: anything else (a manifest edited by hand, a caller's bug) must not
+// reach outside the entry's directory.
+bool safe_name(const std::string& s) {
+  return !s.empty() && s != "." && s != ".." && s != kManifest && s.find('/') == std::string::npos &&
+         s.find('\0') == std::string::npos;
+}
+
+std::filesystem::path unique_sibling(const std::filesystem::path& dir, const std::string& stem) {
+  std::random_device rd;
+  return dir / fmt::format("{}.{}.{:08x}", stem, ::getpid(), rd());
+}
+}  // namespace
+
+std::filesystem::path default_cache_dir() {
+  if (const char* d = std::getenv("SPARSERT_CACHE_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::filesystem::path(x) / "sparsert";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::filesystem::path(home) / ".cache/sparsert";
+  return std::filesystem::temp_directory_path() / "sparsert-cache";
+}
+
+ContentStore::ContentStore(std::filesystem::path dir) : dir_(std::move(dir)) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  SPARSERT_USER_CHECK(!ec && std::filesystem::is_directory(dir_), dir_.string(),
+                      "cannot create the cache directory ({}); set SPARSERT_CACHE_DIR", ec.message());
+}
+
+std::filesystem::path ContentStore::entry_dir(const std::string& key) const {
+  SPARSERT_INTERNAL_CHECK(key.size() > 2 && safe_name(key), "content store key '{}' is not a file name", key);
+  return dir_ / key.substr(0, 2) / key;
+}
+
+std::optional<StoreEntry> ContentStore::find(const std::string& key, const FileFilter& want) const {
+  const std::filesystem::path d = entry_dir(key);
+  std::error_code ec;
+  if (!std::filesystem::exists(d, ec)) return std::nullopt;
+  try {
+    const nlohmann::json manifest = nlohmann::json::parse(read_file(d / kManifest));
+    if (manifest.at("format").get<std::string>() != kFormat) throw std::runtime_error("format");
+    if (manifest.at("key").get<std::string>() != key) throw std::runtime_error("key mismatch");
+    StoreEntry e;
+    e.meta = manifest.at("meta");
+    for (const auto& [name, sha] : manifest.at("files").items()) {
+      if (!safe_name(name)) throw std::runtime_error("file name");
+      if (want && !want(name)) continue;
+      std::string bytes = read_file(d / name);
+      if (sha256_hex(bytes) != sha.get<std::string>()) throw std::runtime_error("checksum");
+      e.files.emplace(name, std::move(bytes));
+    }
+    return e;
+  } catch (const std::exception&) {
+    // A published entry is complete by construction (it was renamed into place whole), so a broken one was altered
+    // or truncated afterwards, or predates this layout: it is removed and rebuilt, never fatal.
+    discard(key);
+    return std::nullopt;
+  }
+}
+
+void ContentStore::discard(const std::string& key) const {
+  const std::filesystem::path d = entry_dir(key);
+  // Renaming first keeps a concurrent reader from seeing a directory that is being deleted file by file.
+  std::error_code ec;
+  const std::filesystem::path trash = unique_sibling(d.parent_path(), key + ".bad");
+  std::filesystem::rename(d, trash, ec);
+  std::filesystem::remove_all(ec ? d : trash, ec);
+}
+
+void ContentStore::put(const std::string& key, const StoreEntry& entry) const {
+  const std::filesystem::path final_dir = entry_dir(key);
+  std::filesystem::create_directories(final_dir.parent_path());
+  const std::filesystem::path tmp = unique_sibling(dir_, "tmp." + key.substr(0, 12));
+  std::filesystem::create_directories(tmp);
+  std::error_code ec;
+  try {
+    nlohmann::json files = nlohmann::json::object();
+    for (const auto& [name, bytes] : entry.files) {
+      SPARSERT_INTERNAL_CHECK(safe_name(name), "content store file name '{}'", name);
+      write_file_atomic(tmp / name, bytes);
+      files[name] = sha256_hex(bytes);
+    }
+    const nlohmann::json manifest = {
+        {"format", kFormat}, {"key", key}, {"files", std::move(files)}, {"meta", entry.meta}};
+    write_file_atomic(tmp / kManifest, manifest.dump(1));
+  } catch (...) {
+    std::filesystem::remove_all(tmp, ec);
+    throw;
+  }
+  std::filesystem::rename(tmp, final_dir, ec);
+  // Renaming onto a non-empty directory fails: another process stored the key first, and its entry is as good as
+  // ours unless it is broken, in which case find() has just removed it and the second rename replaces it.
+  if (ec && !find(key, [](const std::string&) { return false; })) std::filesystem::rename(tmp, final_dir, ec);
+  if (ec) std::filesystem::remove_all(tmp, ec);
+}
+
+}  // namespace sparsert
