@@ -161,6 +161,14 @@ class EntryEmitter {
     b_.inst("ld.param.u64", {param_b, SymbolAddress{pb}});
     b_.inst("ld.param.u64", {param_c, SymbolAddress{pc}});
     b_.inst("ld.param.u32", {n_reg_, SymbolAddress{pn}});
+    if (opt_.device_n) {
+      b_.comment("the active column count is min(N, *NP): NP is set on the device by an earlier kernel");
+      const Reg param_np = b_.reg(RegClass::kB64), gnp = b_.reg(RegClass::kB64), n_dev = b_.reg(RegClass::kB32);
+      b_.inst("ld.param.u64", {param_np, SymbolAddress{name_ + "_param_NP"}});
+      b_.inst("cvta.to.global.u64", {gnp, param_np});
+      b_.inst("ld.global.u32", {n_dev, Address{gnp, 0}});
+      b_.inst("min.u32", {n_reg_, n_reg_, n_dev});
+    }
     const Reg gb = b_.reg(RegClass::kB64), gc = b_.reg(RegClass::kB64);
     b_.inst("cvta.to.global.u64", {gb, param_b});
     b_.inst("cvta.to.global.u64", {gc, param_c});
@@ -171,6 +179,15 @@ class EntryEmitter {
     b_.inst("mov.u32", {lane, Special{"%tid.x"}});
     b_.inst("mov.u32", {group_reg_, Special{"%tid.y"}});
     b_.inst("mov.u32", {block_reg_, Special{"%ctaid.y"}});
+    if (opt_.device_n) {
+      // The grid covers N; the whole block leaves when its tile holds no active column (uniform: no barrier waits).
+      b_.comment(fmt::format("blocks whose column tile starts at or past the count exit: ctaid.x * {} >= N",
+                             opt_.tile.n_tile));
+      const Reg start = b_.reg(RegClass::kB32), past = b_.reg(RegClass::kPred);
+      b_.inst("mul.lo.u32", {start, tile, IntImm{opt_.tile.n_tile}});
+      b_.inst("setp.ge.u32", {past, start, n_reg_});
+      b_.inst("bra", {Symbol{"$done"}}, Guard{past});
+    }
     b_.comment(fmt::format("this thread's first column: c0 = ctaid.x * {} + tid.x * {}", opt_.tile.n_tile, cpt_));
     const Reg lane_col = b_.reg(RegClass::kB32), c0 = b_.reg(RegClass::kB32);
     b_.inst("mul.lo.u32", {lane_col, lane, IntImm{cpt_}});
@@ -533,10 +550,14 @@ class EntryEmitter {
     if (opt_.live_flags) {
       out += "// F (global u32*, ld words, zeroed by the caller): F[col] = 1 where a stored output is nonzero or NaN\n";
     }
+    if (opt_.device_n) {
+      out += "// NP (global const u32*): the active column count is min(N, *NP); tiles at or past it do nothing\n";
+    }
     if (opt_.conv) out += conv_header_comment(*opt_.conv);
     std::vector<ptx::EntryParam> params = {
         {name_ + "_param_B", "u64"}, {name_ + "_param_C", "u64"}, {name_ + "_param_N", "u32"}};
     if (opt_.live_flags) params.push_back({name_ + "_param_F", "u64"});
+    if (opt_.device_n) params.push_back({name_ + "_param_NP", "u64"});
     out += ptx::entry_signature(name_, params, {bx, gy_, 1, true});
     out += b_.declarations();
     if (e.shared_bytes > 0) out += fmt::format("\t.shared .align 16 .b8 partials[{}];\n", e.shared_bytes);
@@ -588,6 +609,7 @@ SpmmKernel emit_spmm(const CsrMatrix& a, const inspector::WorkPlan& plan, const 
                         "{} columns, but the convolution has {} output pixels", options.ld,
                         options.conv->shape.columns());
     SPARSERT_USER_CHECK(!options.live_flags, "live_flags", "are not supported for convolutions");
+    SPARSERT_USER_CHECK(!options.device_n, "device_n", "is not supported for convolutions");
   }
 
   // Gather each (block, group)'s nonzeros by column, then by row: a counting sort of the block's rows by column.
@@ -645,6 +667,7 @@ SpmmKernel emit_spmm(const CsrMatrix& a, const inspector::WorkPlan& plan, const 
   kernel.block_x = tile.n_tile / tile.cols_per_thread;
   kernel.block_y = tile.plan.gy;
   kernel.live_flags = options.live_flags;
+  kernel.device_n = options.device_n;
 
   // Entries: consecutive blocks until the fma budget of one entry is reached.
   int32_t begin = 0;
@@ -705,6 +728,9 @@ nlohmann::json SpmmKernel::sidecar() const {
                              {{"name", "N"}, {"type", "u32"}, {"what", "active columns, 1 <= N <= ld"}}});
   if (live_flags) {
     params_json.push_back({{"name", "F"}, {"type", "u64"}, {"what", "global u32*, ld live-column flags, zeroed"}});
+  }
+  if (device_n) {
+    params_json.push_back({{"name", "NP"}, {"type", "u64"}, {"what", "global const u32*, columns used: min(N, *NP)"}});
   }
   return {{"format", "sparsert-kernel/1"},
           {"generator", kGeneratorVersion},

@@ -117,6 +117,7 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
     SPARSERT_USER_CHECK(ld == conv->shape.columns(), "n", "{} columns, but the convolution has {} output pixels", ld,
                         conv->shape.columns());
     SPARSERT_USER_CHECK(!epilogue.live_flags, "live_flags", "are not supported for convolutions");
+    SPARSERT_USER_CHECK(!epilogue.device_n, "device_n", "is not supported for convolutions");
   }
   const int32_t rows = p.rows_per_block, cpt = p.cols_per_thread, by = stream_block_y(p);
   const int32_t threads = rows * by;
@@ -145,6 +146,15 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
     b.inst("cvta.to.global.u64", {g[i], raw});
   }
   b.inst("ld.param.u32", {n, SymbolAddress{pn}});
+  const std::string pnp = name + "_param_NP";
+  if (epilogue.device_n) {
+    b.comment("the active column count is min(N, *NP): NP is set on the device by an earlier kernel");
+    const Reg raw = b.reg(RegClass::kB64), gnp = b.reg(RegClass::kB64), n_dev = b.reg(RegClass::kB32);
+    b.inst("ld.param.u64", {raw, SymbolAddress{pnp}});
+    b.inst("cvta.to.global.u64", {gnp, raw});
+    b.inst("ld.global.u32", {n_dev, Address{gnp}});
+    b.inst("min.u32", {n, n, n_dev});
+  }
   const Reg tx = b.reg(RegClass::kB32), ty = b.reg(RegClass::kB32), tile = b.reg(RegClass::kB32),
             blk = b.reg(RegClass::kB32);
   b.inst("mov.u32", {tx, Special{"%tid.x"}});
@@ -157,6 +167,13 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
   const Reg col0 = b.reg(RegClass::kB32), cthr = b.reg(RegClass::kB32);
   b.comment(fmt::format("this thread's first output column: ctaid.x * {} + tid.y * {}", p.n_tile, cpt));
   b.inst("shl.b32", {col0, tile, IntImm{log2i(p.n_tile)}});
+  if (epilogue.device_n) {
+    // The grid covers N; the whole block leaves when its tile holds no active column (uniform: no barrier waits).
+    b.comment("blocks whose column tile starts at or past the count exit");
+    const Reg past = b.reg(RegClass::kPred);
+    b.inst("setp.ge.u32", {past, col0, n});
+    b.inst("bra", {Symbol{"$done"}}, Guard{past});
+  }
   b.inst("mad.lo.u32", {cthr, ty, IntImm{cpt}, col0});
 
   b.comment("slot (row of C, bias) of this thread; the accumulators start at the bias");
@@ -374,6 +391,10 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
   }
   std::vector<ptx::EntryParam> params;
   for (int i = 0; i < nparams; ++i) params.push_back({param(i), i == 2 ? "u32" : "u64"});
+  if (epilogue.device_n) {
+    out += "// NP (global const u32*): the active column count is min(N, *NP); tiles at or past it do nothing\n";
+    params.push_back({pnp, "u64"});
+  }
   out += ptx::entry_signature(name, params, {rows, by, 1, true});
   out += b.declarations();
   out += fmt::format("\t.shared .align 16 .b8 tile[{}];\n\n", stream_shared_bytes(p));
@@ -529,7 +550,8 @@ StreamKernel emit_stream_spmm(const CsrMatrix& a, const inspector::WorkPlan& pla
   k.params = options.params;
   k.target = target;
   k.ld = options.ld;
-  k.epilogue = StreamEpilogueKind{options.epilogue.activation, options.epilogue.clamp, options.live_flags};
+  k.epilogue =
+      StreamEpilogueKind{options.epilogue.activation, options.epilogue.clamp, options.live_flags, options.device_n};
   k.name = options.name;
   if (options.conv) check_conv_layout(*options.conv, a.rows, a.cols, "conv");
   k.ptx = emit_stream_spmm_ptx(options.params, target, options.ld, k.epilogue, options.name, options.conv);
@@ -553,6 +575,9 @@ nlohmann::json StreamKernel::sidecar() const {
                              arr("slots", "u32 pairs {row of C, bias bits}", weights.slots.size())});
   if (epilogue.live_flags) {
     params_json.push_back({{"name", "F"}, {"type", "u64"}, {"what", "global u32*, ld live-column flags, zeroed"}});
+  }
+  if (epilogue.device_n) {
+    params_json.push_back({{"name", "NP"}, {"type", "u64"}, {"what", "global const u32*, columns used: min(N, *NP)"}});
   }
   return {{"format", "sparsert-stream-kernel/1"},
           {"generator", kStreamGeneratorVersion},

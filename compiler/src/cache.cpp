@@ -8,7 +8,8 @@
 namespace sparsert::compiler {
 
 std::string kernel_cache_key(const CsrMatrix& a, const Epilogue& ep, const codegen::TileParams& tile, int32_t n,
-                             const codegen::Target& target, const std::string& toolkit, bool live_flags) {
+                             const codegen::Target& target, const std::string& toolkit, bool live_flags,
+                             bool device_n) {
   Sha256 h;
   h.field(codegen::kGeneratorVersion);
   hash_layer(h, a, ep);
@@ -16,6 +17,7 @@ std::string kernel_cache_key(const CsrMatrix& a, const Epilogue& ep, const codeg
   h.field(std::to_string(n)).field(target.name()).field(toolkit);
   // Only fused kernels hash the option, so the keys of plain kernels (and the entries already cached) do not change.
   if (live_flags) h.field("live_flags");
+  if (device_n) h.field("device_n");
   return h.hex();
 }
 
@@ -27,6 +29,7 @@ std::string stream_cache_key(const codegen::StreamParams& p, const codegen::Stre
   h.field(ep.clamp ? fmt::format("{:a}", *ep.clamp) : "noclamp");
   h.field(std::to_string(n)).field(target.name()).field(toolkit);
   if (ep.live_flags) h.field("live_flags");
+  if (ep.device_n) h.field("device_n");
   return h.hex();
 }
 

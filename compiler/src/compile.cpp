@@ -165,7 +165,8 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
         job.streamed = true;
         job.stream = kinds[li].stream;
         job.tile_source = kinds[li].stream_tuned ? tuned[li].front()->source : "streamed";
-        job.key = conv_key(stream_cache_key(job.stream, {d.activation, d.clamp, options.live_flags}, d.n, target, toolkit),
+        job.key = conv_key(stream_cache_key(job.stream, {d.activation, d.clamp, options.live_flags, options.device_n},
+                                            d.n, target, toolkit),
                            layers[li].conv);
         job.cached = cache.find(job.key);
         jobs.push_back(std::move(job));
@@ -177,7 +178,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       if (baked_record) job.tile_source = rec->source;
       if (layers[li].conv) job.tile.cols_per_thread = 1;  // a convolution's columns are not adjacent in memory
       job.key = conv_key(kernel_cache_key(layers[li].a, epilogue_of(layers[li].desc), job.tile, layers[li].desc.n,
-                                          target, toolkit, options.live_flags),
+                                          target, toolkit, options.live_flags, options.device_n),
                          layers[li].conv);
       job.cached = cache.find(job.key);
       jobs.push_back(std::move(job));
@@ -199,7 +200,8 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       CachedEntry ce;
       ce.name = "sparsert_stream";  // shared by every layer with these parameters, so it names none of them
       ce.ptx = codegen::emit_stream_spmm_ptx(sp, job.target, l.desc.n,
-                                             {l.desc.activation, l.desc.clamp, options.live_flags}, ce.name, l.conv);
+                                             {l.desc.activation, l.desc.clamp, options.live_flags, options.device_n},
+                                             ce.name, l.conv);
       ce.resources.shared_bytes = codegen::stream_shared_bytes(sp);
       job.emit_seconds = since(te);
       job.built.key = job.key;
@@ -220,6 +222,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     opt.epilogue = epilogue_of(l.desc);
     opt.name = fmt::format("sparsert_{}", l.desc.name);
     opt.live_flags = options.live_flags;
+    opt.device_n = options.device_n;
     opt.conv = l.conv;
     job.kernel = codegen::emit_spmm(l.a, inspector::make_plan(l.a, job.tile.plan), job.target, opt);
     job.emit_seconds = since(te);
@@ -282,6 +285,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       pl.activation = l.desc.activation;
       pl.clamp = l.desc.clamp;
       pl.live_flags = options.live_flags;
+      pl.device_n = options.device_n;
       pl.conv = l.conv;
       pl.weights_file = fmt::format("layer{}.csr", li);
       write_layer_weights(tmp / pl.weights_file, LayerWeights{l.a, l.desc.bias});

@@ -6,7 +6,10 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <deque>
+#include <numeric>
 #include <random>
 
 namespace sparsert::graphchallenge {
@@ -17,27 +20,80 @@ using compiler::KernelCache;
 using compiler::LayerDesc;
 using compiler::LoadedLayer;
 
+namespace {
+// When the host reads the live count (run_layers). Every layer's count is written on the device, where the next
+// layer's kernels read it (compiled with device_n), so the host never needs it to stay exact: it needs an upper bound
+// to size the grids, and counts only fall, so any count it has seen bounds every later one. It copies the counts into
+// page-locked memory every kCountBatch layers (an asynchronous copy of 4 bytes per layer: one per layer would put a
+// copy between every two layers on the stream) and, before each launch, polls the events of those copies
+// (cuEventQuery, never blocking) to shrink the grids to the newest count that has arrived. When the device is ahead of
+// the host (small late layers) the counts arrive a few layers late and nothing waits. When the host is ahead (large
+// early layers), it could enqueue every layer with the input width as the bound and leave the late layers' grids full
+// of blocks that exit at once; so it never runs more than kMaxLag layers ahead of the newest count it knows, and waits
+// for the oldest pending copy when it would (cuEventSynchronize). That wait costs the device nothing (the layers
+// enqueued since stay queued), comes at most once per kCountBatch layers, and never when the device keeps up.
+constexpr int32_t kCountBatch = 4;
+constexpr int32_t kMaxLag = 8;
+}  // namespace
+
 struct CudaLayerExecutor::Impl {
   const Network* net = nullptr;
   std::filesystem::path package_dir;
   std::unique_ptr<GpuNetwork> gpu;
   std::unique_ptr<cuda::Module> filter;
-  CUfunction compact_fn = nullptr;
-  cuda::DeviceBuffer cur, next, flags, positions;
+  CUfunction scan_fn = nullptr, compact_fn = nullptr;
+  // Layer kernels read act[cur] and write act[1 - cur], where the compaction then runs in place; cur flips every layer.
+  cuda::DeviceBuffer act[2];
+  cuda::DeviceBuffer flags;   // u32 per column: set by the layer kernels, cleared by sparsert_live_scan
+  cuda::DeviceBuffer pos;     // u32 per column: sparsert_live_scan's positions within a scan block
+  cuda::DeviceBuffer sums;    // u32 per scan block: its live columns, then its offset
+  cuda::DeviceBuffer ticket;  // u32: blocks of sparsert_live_scan done; 0 between launches
+  cuda::DeviceBuffer counts;  // u32: counts[s] = live columns after s layers since load_inputs (counts[0] = inputs)
+  cuda::DeviceBuffer ids;     // u32 per live column: its position among the loaded inputs, compacted with the columns
+  cuda::HostBuffer counts_host, ids_host;  // page-locked: asynchronous copies into them do not block the host
+  std::vector<cuda::Event> batch_done;     // one per count copy of a run_layers call
   int32_t ld = 0;
-  uint32_t live = 0;
+  int cur = 0;
+  int32_t steps = 0;   // layers run since load_inputs
+  uint32_t live = 0;   // live columns after them (exact whenever a call returns)
+  std::vector<int32_t> host_ids;  // run_layer: the ids of the live columns, to turn new ids into kept positions
   std::vector<std::string> notes;
 
   // Every device object holds the context it was made in (cuda::ContextRef), so the context outlives them in any
   // order; the filter and the buffers go first only so that their memory is back before the network's is.
   void release_device() {
     filter.reset();
-    compact_fn = nullptr;
-    cur = {};
-    next = {};
+    scan_fn = compact_fn = nullptr;
+    for (cuda::DeviceBuffer& b : act) b = {};
     flags = {};
-    positions = {};
+    pos = {};
+    sums = {};
+    ticket = {};
+    counts = {};
+    ids = {};
+    counts_host = {};
+    ids_host = {};
+    batch_done.clear();
     gpu.reset();
+  }
+
+  uint32_t* host_counts() const { return static_cast<uint32_t*>(counts_host.get()); }
+
+  // Enqueues layer `layer` as step `step` (its count is counts[step], the new one counts[step + 1]) with grids for
+  // `bound` >= counts[step] columns: the layer's kernels, the scan and the in-place compaction. No host wait.
+  void enqueue(int32_t layer, int32_t step, uint32_t bound) {
+    SPARSERT_INTERNAL_CHECK(bound >= 1 && bound <= static_cast<uint32_t>(ld), "bound {} of {}", bound, ld);
+    const cuda::Stream& s = gpu->stream();
+    CUdeviceptr in = act[cur].get(), out = act[1 - cur].get();
+    CUdeviceptr n_in = counts.get() + 4 * static_cast<CUdeviceptr>(step), n_out = n_in + 4;
+    CUdeviceptr f = flags.get(), p = pos.get(), sm = sums.get(), t = ticket.get(), id = ids.get();
+    auto rows = static_cast<uint32_t>(net->neurons), width = static_cast<uint32_t>(ld);
+    gpu->launch_layer(static_cast<size_t>(layer), in, out, bound, f, n_in);
+    void* scan_params[] = {&f, &p, &sm, &t, &n_in, &n_out};
+    cuda::launch(scan_fn, kLiveScanKernel, (bound + kLiveBlock - 1) / kLiveBlock, 1, kLiveBlock, 1, s, scan_params);
+    void* compact_params[] = {&out, &rows, &width, &id, &p, &sm, &n_in, &n_out};
+    cuda::launch(compact_fn, kLiveCompactKernel, rows + 1, 1, kLiveBlock, 1, s, compact_params);
+    cur = 1 - cur;
   }
 
   ~Impl() {
@@ -71,6 +127,7 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
   SPARSERT_USER_CHECK(y0.rank() == 2 && y0.rows() == net.neurons && y0.cols() >= 1, "inputs",
                       "shape {} is not {} x (at least 1)", y0.shape_string(), net.neurons);
   const auto n = static_cast<int32_t>(y0.cols());
+  const size_t steps = net.layers.size() + 1;
   if (!im.gpu || im.ld != n) {
     // Kernels are specialised to the leading dimension, so they are compiled once the input width is known.
     const auto t0 = std::chrono::steady_clock::now();
@@ -96,8 +153,10 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     co.progress = options_.progress;
     co.assemble = options_.assemble;
     co.cache_dir = options_.cache_dir;
-    // The layer kernels flag the live columns in their epilogue, so no separate scan of the output is launched.
+    // The layer kernels flag the live columns in their epilogue, so no separate scan of the output is launched, and
+    // they read the live count from the device, where the previous layer's scan wrote it.
     co.live_flags = true;
+    co.device_n = true;
     const CompileReport r = compile_network(layers, im.package_dir, co);
     im.notes.push_back(fmt::format("compiled {} layers for {} ({} cache hits){}", layers.size(), target.name(), r.hits,
                                    r.ptx_only ? ", PTX only: " + r.ptx_only_reason : ""));
@@ -105,54 +164,127 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     for (const std::string& note : im.gpu->load_notes()) {
       if (note.find("rejected") != std::string::npos) im.notes.push_back(note);
     }
+    for (size_t l = 0; l < net.layers.size(); ++l) {
+      SPARSERT_INTERNAL_CHECK(im.gpu->layer_has_live_flags(l) && im.gpu->layer_has_device_n(l),
+                              "layer {} was compiled without live-column flags or the device-side count", l + 1);
+    }
     const std::string filter_ptx = filter_kernels_ptx(target);
     im.filter = std::make_unique<cuda::Module>(filter_ptx.c_str(), "dead-input filter kernels");
-    im.compact_fn = im.filter->function(kColCompactKernel);
-    const size_t bytes = static_cast<size_t>(net.neurons) * n * 4;
-    im.cur = cuda::DeviceBuffer(bytes);
-    im.next = cuda::DeviceBuffer(bytes);
-    im.flags = cuda::DeviceBuffer(static_cast<size_t>(n) * 4);
-    im.positions = cuda::DeviceBuffer(static_cast<size_t>(n) * 4);
+    im.scan_fn = im.filter->function(kLiveScanKernel);
+    im.compact_fn = im.filter->function(kLiveCompactKernel);
+    const size_t bytes = static_cast<size_t>(net.neurons) * n * 4, words = static_cast<size_t>(n) * 4;
+    for (cuda::DeviceBuffer& b : im.act) b = cuda::DeviceBuffer(bytes);
+    im.flags = cuda::DeviceBuffer(words);
+    im.pos = cuda::DeviceBuffer(words);
+    im.sums = cuda::DeviceBuffer(static_cast<size_t>((n + kLiveBlock - 1) / kLiveBlock) * 4);
+    im.ticket = cuda::DeviceBuffer(4);
+    im.counts = cuda::DeviceBuffer(steps * 4);
+    im.ids = cuda::DeviceBuffer(words);
+    im.counts_host = cuda::HostBuffer(steps * 4);
+    im.ids_host = cuda::HostBuffer(words);
+    for (size_t b = 0; b < net.layers.size() / kCountBatch + 1; ++b) im.batch_done.emplace_back(CU_EVENT_DISABLE_TIMING);
     im.ld = n;
     compile_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  im.cur.upload(y0.data(), static_cast<size_t>(y0.size()) * 4);
-  im.live = static_cast<uint32_t>(n);
+  // Not timed: the inputs, ids 0..n-1, n live columns, clear flags and ticket (a run that failed may have left them).
+  im.cur = 0;
+  im.act[0].upload(y0.data(), static_cast<size_t>(y0.size()) * 4);
+  im.host_ids.resize(static_cast<size_t>(n));
+  std::iota(im.host_ids.begin(), im.host_ids.end(), 0);
+  im.ids.upload(im.host_ids.data(), im.host_ids.size() * 4);
+  im.flags.fill_u32(0, static_cast<size_t>(n));
+  im.ticket.fill_u32(0, 1);
+  const auto n32 = static_cast<uint32_t>(n);
+  im.counts.upload(&n32, 4);
+  im.steps = 0;
+  im.live = n32;
 }
 
+// One layer, and the host waits for it: what the layer-by-layer interface needs (run_layers does not wait).
 std::vector<int32_t> CudaLayerExecutor::run_layer(int32_t layer) {
   Impl& im = *impl_;
   if (im.live == 0) return {};
-  const cuda::Stream& s = im.gpu->stream();
-  CUdeviceptr flags = im.flags.get();
-  auto rows = static_cast<uint32_t>(im.net->neurons), ld = static_cast<uint32_t>(im.ld), n = im.live;
-  // The layer's kernels set flags[col] = 1 for every column with a nonzero output (compiled with live_flags): the
-  // flags are zeroed first, on the same stream.
-  SPARSERT_INTERNAL_CHECK(im.gpu->layer_has_live_flags(static_cast<size_t>(layer)),
-                          "layer {} was compiled without live-column flags", layer + 1);
-  cuda::Driver::get().check(cuda::Driver::get().api().cuMemsetD32Async(flags, 0, n, s.get()), "cuMemsetD32Async");
-  im.gpu->launch_layer(static_cast<size_t>(layer), im.cur.get(), im.next.get(), n, flags);
-  std::vector<uint32_t> host_flags(n);
-  cuda::Driver::get().check(
-      cuda::Driver::get().api().cuMemcpyDtoHAsync_v2(host_flags.data(), flags, static_cast<size_t>(n) * 4, s.get()),
-      "cuMemcpyDtoHAsync");
-  s.synchronize();
+  SPARSERT_INTERNAL_CHECK(static_cast<size_t>(im.steps) < im.net->layers.size(), "run_layer: {} layers run already",
+                          im.steps);
+  im.enqueue(layer, im.steps, im.live);
+  ++im.steps;
+  uint32_t count = 0;
+  im.counts.download(&count, 4, 4 * static_cast<size_t>(im.steps));
   std::vector<int32_t> kept;
-  for (uint32_t j = 0; j < n; ++j) {
-    if (host_flags[j]) kept.push_back(static_cast<int32_t>(j));
+  if (count == im.live) {
+    kept.resize(count);
+    std::iota(kept.begin(), kept.end(), 0);
+    return kept;
   }
-  if (kept.size() == n) {
-    std::swap(im.cur, im.next);
-  } else if (!kept.empty()) {
-    im.positions.upload(kept.data(), kept.size() * 4);
-    CUdeviceptr in = im.next.get(), out = im.cur.get(), pos = im.positions.get();
-    auto count = static_cast<uint32_t>(kept.size());
-    void* compact_params[] = {&in, &out, &rows, &ld, &pos, &count};
-    cuda::launch(im.compact_fn, kColCompactKernel, (count + kFilterBlock - 1) / kFilterBlock,
-                 1, kFilterBlock, 1, s, compact_params);
+  std::vector<int32_t> now(count);
+  if (count > 0) im.ids.download(now.data(), static_cast<size_t>(count) * 4);
+  // Both are increasing: each surviving id is found in the old list after the previous one.
+  size_t at = 0;
+  for (int32_t id : now) {
+    while (im.host_ids[at] != id) ++at;
+    kept.push_back(static_cast<int32_t>(at));
   }
-  im.live = static_cast<uint32_t>(kept.size());
+  im.host_ids = std::move(now);
+  im.live = count;
   return kept;
+}
+
+LiveColumns CudaLayerExecutor::run_layers(int32_t layers, int64_t inputs) {
+  Impl& im = *impl_;
+  SPARSERT_INTERNAL_CHECK(im.steps == 0 && inputs == im.live && static_cast<size_t>(layers) == im.net->layers.size(),
+                          "run_layers({}, {}) after {} layers on {} columns", layers, inputs, im.steps, im.live);
+  const cuda::Stream& s = im.gpu->stream();
+  uint32_t* known = im.host_counts();
+  known[0] = im.live;
+  int32_t seen = 0;    // the host has counts known[0..seen]
+  int32_t copied = 0;  // counts[0..copied] are copied or on their way
+  struct Batch {
+    int32_t last;
+    const cuda::Event* done;
+  };
+  std::deque<Batch> pending;
+  size_t batches = 0;
+  auto copy_counts = [&](int32_t upto) {
+    im.counts.download_async(known + copied + 1, 4 * static_cast<size_t>(upto - copied),
+                             4 * static_cast<size_t>(copied + 1), s);
+    cuda::Event& e = im.batch_done[batches++];
+    e.record(s);
+    pending.push_back({upto, &e});
+    copied = upto;
+  };
+  int32_t enqueued = 0;
+  for (int32_t l = 0; l < layers; ++l) {
+    while (!pending.empty() && pending.front().done->query()) {
+      seen = pending.front().last;
+      pending.pop_front();
+    }
+    while (l - seen > kMaxLag && !pending.empty()) {
+      pending.front().done->synchronize();
+      seen = pending.front().last;
+      pending.pop_front();
+    }
+    const uint32_t bound = known[seen];
+    if (bound == 0) break;  // every column is dead: the remaining layers would do nothing
+    im.enqueue(l, l, bound);
+    enqueued = l + 1;
+    if (enqueued % kCountBatch == 0) copy_counts(enqueued);
+  }
+  if (copied < enqueued) copy_counts(enqueued);
+  // The survivors are among the first `known[seen]` ids (an upper bound on the last count): copied with the counts,
+  // then the one wait of the run.
+  const uint32_t bound = known[seen];
+  if (bound > 0) im.ids.download_async(im.ids_host.get(), static_cast<size_t>(bound) * 4, 0, s);
+  s.synchronize();  // every copy enqueued has landed
+  LiveColumns out;
+  for (int32_t l = 0; l < layers; ++l) out.live_after_layer.push_back(l < enqueued ? known[l + 1] : 0);
+  const uint32_t last = enqueued > 0 ? known[enqueued] : im.live;
+  SPARSERT_INTERNAL_CHECK(last <= bound, "{} columns survive, more than the bound {}", last, bound);
+  const auto* ids = static_cast<const uint32_t*>(im.ids_host.get());
+  out.survivors.assign(ids, ids + last);
+  im.host_ids = out.survivors;
+  im.live = last;
+  im.steps = enqueued;
+  return out;
 }
 
 DenseTensor CudaLayerExecutor::activations() {
@@ -162,11 +294,11 @@ DenseTensor CudaLayerExecutor::activations() {
   if (im.live == 0) return out;
   im.gpu->stream().synchronize();
   std::vector<float> all(static_cast<size_t>(rows) * im.ld);
-  im.cur.download(all.data(), all.size() * 4);
+  im.act[im.cur].download(all.data(), all.size() * 4);
   for (int32_t r = 0; r < rows; ++r) {
     std::copy_n(all.data() + static_cast<size_t>(r) * im.ld, im.live, out.data() + static_cast<int64_t>(r) * im.live);
   }
   return out;
 }
 
-}  // namespace sparsert::compiler
+}  // namespace sparsert::graphchallenge

@@ -86,24 +86,35 @@ std::vector<int32_t> CpuLayerExecutor::run_layer(int32_t layer) {
   return kept;
 }
 
+LiveColumns LayerExecutor::run_layers(int32_t layers, int64_t inputs) {
+  LiveColumns out;
+  out.survivors.resize(static_cast<size_t>(inputs));
+  for (size_t i = 0; i < out.survivors.size(); ++i) out.survivors[i] = static_cast<int32_t>(i);
+  for (int32_t l = 0; l < layers; ++l) {
+    const std::vector<int32_t> kept = run_layer(l);
+    if (kept.size() != out.survivors.size()) {
+      for (size_t p = 0; p < kept.size(); ++p) out.survivors[p] = out.survivors[static_cast<size_t>(kept[p])];
+      out.survivors.resize(kept.size());
+    }
+    out.live_after_layer.push_back(static_cast<int64_t>(out.survivors.size()));
+  }
+  return out;
+}
+
 InferenceResult run_inference(const Network& net, DenseTensor y0, LayerExecutor& executor) {
   SPARSERT_USER_CHECK(y0.rank() == 2 && y0.rows() == net.neurons, "inputs", "shape {} does not have {} rows",
                       y0.shape_string(), net.neurons);
   InferenceResult result;
-  std::vector<int32_t> ids(static_cast<size_t>(y0.cols()));
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+  const int64_t inputs = y0.cols();
   executor.load_inputs(std::move(y0));
 
   const auto start = std::chrono::steady_clock::now();
-  for (size_t l = 0; l < net.layers.size(); ++l) {
-    const std::vector<int32_t> kept = executor.run_layer(static_cast<int32_t>(l));
-    if (kept.size() != ids.size()) {
-      for (size_t p = 0; p < kept.size(); ++p) ids[p] = ids[static_cast<size_t>(kept[p])];
-      ids.resize(kept.size());
-    }
-    result.live_after_layer.push_back(static_cast<int64_t>(ids.size()));
-  }
+  LiveColumns live = executor.run_layers(static_cast<int32_t>(net.layers.size()), inputs);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  SPARSERT_INTERNAL_CHECK(live.live_after_layer.size() == net.layers.size(), "{} live counts for {} layers",
+                          live.live_after_layer.size(), net.layers.size());
+  result.live_after_layer = std::move(live.live_after_layer);
+  std::vector<int32_t> ids = std::move(live.survivors);
   // With no layers nothing was computed, so nothing was pruned: every input with a nonzero is a category.
   if (net.layers.empty()) {
     const DenseTensor y = executor.activations();

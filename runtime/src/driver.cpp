@@ -288,6 +288,40 @@ void DeviceBuffer::download(void* dst, size_t bytes, size_t offset) const {
   Driver::get().check(Driver::get().api().cuMemcpyDtoH_v2(dst, ptr_ + offset, bytes), "cuMemcpyDtoH");
 }
 
+void DeviceBuffer::download_async(void* dst, size_t bytes, size_t offset, const Stream& s) const {
+  SPARSERT_INTERNAL_CHECK(offset + bytes <= bytes_, "download of {} bytes at {} from a buffer of {}", bytes, offset,
+                          bytes_);
+  Driver::get().check(Driver::get().api().cuMemcpyDtoHAsync_v2(dst, ptr_ + offset, bytes, s.get()),
+                      "cuMemcpyDtoHAsync");
+}
+
+HostBuffer::HostBuffer(size_t bytes) : ctx_(current_context("cuMemHostAlloc")), bytes_(bytes) {
+  const Driver& d = Driver::get();
+  d.check(d.api().cuMemHostAlloc(&ptr_, std::max<size_t>(bytes, 1), 0), "cuMemHostAlloc",
+          fmt::format("{} bytes", bytes));
+}
+
+void HostBuffer::release() noexcept {
+  if (ptr_) {
+    const CUresult r = Driver::get().api().cuMemFreeHost(std::exchange(ptr_, nullptr));
+    if (r != CUDA_SUCCESS) release_failed(r, "cuMemFreeHost");
+  }
+  bytes_ = 0;
+  ctx_.reset();
+}
+
+HostBuffer::~HostBuffer() { release(); }
+
+HostBuffer& HostBuffer::operator=(HostBuffer&& o) noexcept {
+  if (this != &o) {
+    release();
+    ctx_ = std::move(o.ctx_);
+    ptr_ = std::exchange(o.ptr_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
 void DeviceBuffer::fill_u32(uint32_t value, size_t count) {
   SPARSERT_INTERNAL_CHECK(count * 4 <= bytes_, "fill of {} words in a buffer of {} bytes", count, bytes_);
   Driver::get().check(Driver::get().api().cuMemsetD32_v2(ptr_, value, count), "cuMemsetD32");
@@ -323,6 +357,12 @@ void Event::record(const Stream& s) {
 }
 void Event::synchronize() const {
   Driver::get().check(Driver::get().api().cuEventSynchronize(e_), "cuEventSynchronize");
+}
+bool Event::query() const {
+  const CUresult r = Driver::get().api().cuEventQuery(e_);
+  if (r == CUDA_ERROR_NOT_READY) return false;
+  Driver::get().check(r, "cuEventQuery");
+  return true;
 }
 float Event::elapsed_ms_since(const Event& start) const {
   float ms = 0;

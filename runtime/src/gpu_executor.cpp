@@ -37,6 +37,7 @@ struct LoadedLayer {
   unsigned block_x = 0, block_y = 0, n_tile = 0;
   int32_t m = 0, k = 0;
   bool live_flags = false;  // the kernels take the live-column flags after their other parameters
+  bool device_n = false;    // the kernels take a pointer to their column count last
   std::optional<ConvLayout> conv;
 };
 }  // namespace
@@ -54,6 +55,7 @@ struct GpuNetwork::Impl {
   cuda::DeviceBuffer ping, pong;
   std::vector<cuda::DeviceBuffer> acts;  // a convolutional network: layer i reads acts[i] and writes acts[i + 1]
   cuda::DeviceBuffer scratch_flags;  // live-column flags nobody reads, for fused layers launched without any
+  cuda::DeviceBuffer scratch_n;      // the column count of device_n layers launched without a count on the device
   size_t max_rows = 0;
 
   Impl(const Package& p, const GpuRunOptions& o) : opt(o), pkg(p) {
@@ -85,6 +87,7 @@ struct GpuNetwork::Impl {
       ll.m = pl.m;
       ll.k = pl.k;
       ll.live_flags = pl.live_flags;
+      ll.device_n = pl.device_n;
       ll.conv = pl.conv;
       SPARSERT_USER_CHECK(pl.conv.has_value() == p.layers.front().conv.has_value(), p.dir.string(),
                           "layer {} mixes convolutions and plain layers in one network", pl.name);
@@ -145,10 +148,12 @@ struct GpuNetwork::Impl {
     }
     for (const LoadedLayer& l : layers) {
       if (l.live_flags && !scratch_flags.get()) scratch_flags = cuda::DeviceBuffer(static_cast<size_t>(p.n) * 4);
+      if (l.device_n && !scratch_n.get()) scratch_n = cuda::DeviceBuffer(4);
     }
   }
 
-  void launch_layer(size_t li, CUdeviceptr in, CUdeviceptr out, uint32_t n, CUdeviceptr flags = 0) {
+  void launch_layer(size_t li, CUdeviceptr in, CUdeviceptr out, uint32_t n, CUdeviceptr flags = 0,
+                    CUdeviceptr n_ptr = 0) {
     const LoadedLayer& l = layers[li];
     const unsigned gx = (n + l.n_tile - 1) / l.n_tile;
     std::vector<void*> params = {&in, &out, &n};
@@ -157,6 +162,15 @@ struct GpuNetwork::Impl {
     if (l.live_flags) {
       if (!flags) flags = scratch_flags.get();
       params.push_back(&flags);
+    }
+    if (l.device_n) {
+      if (!n_ptr) {
+        // No count on the device: n itself, written on the stream before the launch (a graph captures the memset).
+        const cuda::Driver& d = cuda::Driver::get();
+        d.check(d.api().cuMemsetD32Async(scratch_n.get(), n, 1, stream->get()), "cuMemsetD32Async");
+        n_ptr = scratch_n.get();
+      }
+      params.push_back(&n_ptr);
     }
     launches.clear();
     for (const LoadedEntry& e : l.entries) {
@@ -247,11 +261,16 @@ GpuNetwork::~GpuNetwork() = default;
 const cuda::DeviceInfo& GpuNetwork::device() const { return impl_->info; }
 const cuda::Stream& GpuNetwork::stream() const { return *impl_->stream; }
 
-void GpuNetwork::launch_layer(size_t layer, CUdeviceptr in, CUdeviceptr out, uint32_t n, CUdeviceptr flags) {
+void GpuNetwork::launch_layer(size_t layer, CUdeviceptr in, CUdeviceptr out, uint32_t n, CUdeviceptr flags,
+                              CUdeviceptr n_ptr) {
   SPARSERT_INTERNAL_CHECK(layer < impl_->layers.size() && n >= 1 && n <= static_cast<uint32_t>(impl_->pkg.n),
                           "launch_layer({}, n = {}) for {} layers of width {}", layer, n, impl_->layers.size(),
                           impl_->pkg.n);
-  impl_->launch_layer(layer, in, out, n, flags);
+  impl_->launch_layer(layer, in, out, n, flags, n_ptr);
+}
+bool GpuNetwork::layer_has_device_n(size_t layer) const {
+  SPARSERT_INTERNAL_CHECK(layer < impl_->layers.size(), "layer {} of {}", layer, impl_->layers.size());
+  return impl_->layers[layer].device_n;
 }
 bool GpuNetwork::layer_has_live_flags(size_t layer) const {
   SPARSERT_INTERNAL_CHECK(layer < impl_->layers.size(), "layer {} of {}", layer, impl_->layers.size());

@@ -176,6 +176,7 @@ nlohmann::json manifest_json(const Package& p) {
                          {"entries", entries}};
     lj["clamp"] = l.clamp ? nlohmann::json(*l.clamp) : nlohmann::json(nullptr);
     if (l.live_flags) lj["live_flags"] = true;
+    if (l.device_n) lj["device_n"] = true;
     if (l.conv) lj["conv"] = conv_layout_json(*l.conv);
     layers.push_back(std::move(lj));
   }
@@ -235,6 +236,7 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     const nlohmann::json& clamp = field(lj, lw, "clamp");
     if (!clamp.is_null()) l.clamp = get_as<float>(lj, lw, "clamp");
     if (lj.contains("live_flags")) l.live_flags = get_as<bool>(lj, lw, "live_flags");  // absent: plain kernels
+    if (lj.contains("device_n")) l.device_n = get_as<bool>(lj, lw, "device_n");  // absent: N is the parameter
     if (lj.contains("conv")) {
       l.conv = conv_layout_from_json(lj["conv"], lw + ".conv");
       SPARSERT_USER_CHECK(l.conv->shape.out_channels == l.m && l.conv->shape.k() == l.k, lw + ".conv",

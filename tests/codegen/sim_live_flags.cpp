@@ -258,23 +258,27 @@ TEST(CodegenLiveFlags, FusedKernelsAssembleWithoutSpills) {
   if (!Assembler::available()) GTEST_SKIP() << Assembler::unavailable_reason();
   const CsrMatrix a = transpose(graphchallenge::generate_layer(1024, 1, 7));
   const Target t = Target::parse("sm_90");
-  int registers[2][2] = {};  // [fused][baked, streamed]
-  for (const bool fused : {false, true}) {
+  // [plain, fused, fused + the count from device memory (what the Graph Challenge's GPU executor runs)][baked, streamed]
+  int registers[3][2] = {};
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool fused = variant > 0, device_n = variant == 2;
     SpmmOptions opt;
     opt.ld = 1200;
     opt.tile = default_tile_params(a, opt.ld, t);
     opt.epilogue = {{-0.3f}, Activation::kRelu, 32.0f};
     opt.live_flags = fused;
+    opt.device_n = device_n;
     const SpmmKernel k = emit_spmm(a, inspector::make_plan(a, opt.tile.plan), t, opt);
     const Assembled baked = Assembler::instance().assemble(k.entries.front().ptx, t, k.entries.front().name);
-    EXPECT_EQ(baked.usage.spill_store_bytes + baked.usage.spill_load_bytes + baked.usage.stack_bytes, 0) << fused;
-    const std::string ptx = emit_stream_spmm_ptx({}, t, 1200, {Activation::kRelu, 32.0f, fused}, "s");
+    EXPECT_EQ(baked.usage.spill_store_bytes + baked.usage.spill_load_bytes + baked.usage.stack_bytes, 0) << variant;
+    const std::string ptx = emit_stream_spmm_ptx({}, t, 1200, {Activation::kRelu, 32.0f, fused, device_n}, "s");
     const Assembled streamed = Assembler::instance().assemble(ptx, t, "s");
     EXPECT_EQ(streamed.usage.spill_store_bytes + streamed.usage.spill_load_bytes + streamed.usage.stack_bytes, 0)
-        << fused;
-    registers[fused][0] = baked.usage.registers;
-    registers[fused][1] = streamed.usage.registers;
+        << variant;
+    registers[variant][0] = baked.usage.registers;
+    registers[variant][1] = streamed.usage.registers;
   }
-  std::printf("[ assemble ] sm_90 registers, plain -> fused: baked entry 0 %d -> %d, streamed %d -> %d\n",
-              registers[0][0], registers[1][0], registers[0][1], registers[1][1]);
+  std::printf("[ assemble ] sm_90 registers, plain -> fused -> fused + device count: baked entry 0 %d -> %d -> %d, "
+              "streamed %d -> %d -> %d\n",
+              registers[0][0], registers[1][0], registers[2][0], registers[0][1], registers[1][1], registers[2][1]);
 }

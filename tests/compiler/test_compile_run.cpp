@@ -68,6 +68,17 @@ CompileOptions options(const ScratchDir& dir, std::vector<std::string> targets =
   return o;
 }
 
+// PTX only for sm_90 (the emulated driver runs the PTX), baked or, with small parameters, streamed.
+CompileOptions emu_options(const ScratchDir& dir, bool streamed) {
+  CompileOptions o = options(dir, {"sm_90"});
+  o.assemble = false;
+  if (streamed) {
+    o.kernel_kind = codegen::KernelKind::kStreamed;
+    o.stream_params = {32, 8, 4, 16, 2};
+  }
+  return o;
+}
+
 std::string user_error(const std::function<void()>& f) {
   try {
     f();
@@ -572,17 +583,89 @@ TEST(CompileRun, ModelChoosesKernelsWithoutATuningRecord) {
 // parameters and sets flags[col] = 1 for each column below N with a nonzero output. The option enters the cache key
 // (a fused and a plain kernel never share an entry) and the manifest (GpuNetwork passes the flags only to such
 // layers).
+// The column count on the device (CompileOptions::device_n, issue 13): the kernels read min(N, *NP), so a kernel
+// earlier on the stream can set it, and blocks whose column tile starts at or past it leave. Their own cache entries,
+// marked in the manifest; a run without a count (GpuNetwork writes n to a scratch word) is as exact as the plain
+// package; with a count c the columns below c are the reference's and the others untouched, the grid being sized for
+// all 20 columns. Baked without live flags, streamed with them (NP comes after F).
+TEST(CompileRun, DeviceCountKernelsComputeOnlyTheColumnsTheDeviceSays) {
+  ScratchDir dir;
+  const auto layers = load_network(read_network(write_network(dir)));
+  for (const bool streamed : {false, true}) {
+    const std::string what = streamed ? "streamed" : "baked";
+    CompileOptions o = emu_options(dir, streamed);
+    o.live_flags = streamed;
+    const std::filesystem::path plain_dir = dir / (what + "-plain-n"), dev_dir = dir / (what + "-device-n");
+    compile_network(layers, plain_dir, o);
+    o.device_n = true;
+    EXPECT_EQ(compile_network(layers, dev_dir, o).misses, 3) << what << ": found the plain kernels' entries";
+    EXPECT_EQ(compile_network(layers, dev_dir, o).hits, 3) << what;
+    const Package plain = load_package(plain_dir), dev = load_package(dev_dir);
+    EXPECT_EQ(read_file(plain_dir / "manifest.json").find("device_n"), std::string::npos);
+    for (size_t li = 0; li < layers.size(); ++li) {
+      EXPECT_FALSE(plain.layers[li].device_n);
+      EXPECT_TRUE(dev.layers[li].device_n) << what;
+      EXPECT_NE(plain.layers[li].cache_key, dev.layers[li].cache_key) << what;
+      const std::string ptx = read_file(dev_dir / dev.layers[li].entries.front().ptx.at("sm_90"));
+      EXPECT_NE(ptx.find("_param_NP"), std::string::npos) << what;
+    }
+
+    const sparsert::testing::EmulatedDriver& emu = sparsert::testing::EmulatedDriver::use(SPARSERT_EMU_LIB);
+    GpuNetwork net(dev);
+    const int32_t n = 13;
+    const DenseTensor x = input(48, n);
+    EXPECT_LE(max_relative_error(net.run(x), reference(layers, x)), 1e-5) << what;
+
+    const auto ld = static_cast<size_t>(dev.n);
+    const DenseTensor full = input(48, static_cast<int32_t>(ld));
+    const DenseTensor want = reference_spmm(layers[0].a, full, {layers[0].desc.bias, layers[0].desc.activation,
+                                                                layers[0].desc.clamp});
+    cuda::DeviceBuffer in(48 * ld * 4), out(40 * ld * 4), flags(ld * 4), count(4);
+    in.upload(full.data(), full.size() * 4);
+    for (const uint32_t c : {0u, 1u, 5u, 17u, 20u}) {
+      SCOPED_TRACE(what + ", device count " + std::to_string(c));
+      const float sentinel = 12345.0f;
+      out.upload(std::vector<float>(40 * ld, sentinel).data(), 40 * ld * 4);
+      flags.fill_u32(0, ld);
+      count.upload(&c, 4);
+      ASSERT_TRUE(net.layer_has_device_n(0));
+      net.launch_layer(0, in.get(), out.get(), static_cast<uint32_t>(ld), flags.get(), count.get());
+      net.stream().synchronize();
+      // The blocks past the count leave before any work: with none live, not one fma (the last launch: one entry).
+      const std::vector<unsigned long long> counts = emu.instruction_counts(0);
+      ASSERT_FALSE(counts.empty());
+      ASSERT_GT(counts.size(), 1u);
+      const unsigned long long float_ops = counts[0] + counts[1];  // InstrClass::Fma, FpArith
+      if (c == 0) {
+        EXPECT_EQ(float_ops, 0u) << "float work ran with a device count of 0";
+      } else if (c == ld) {
+        EXPECT_GT(float_ops, 0u);
+      }
+      std::vector<float> got(40 * ld);
+      out.download(got.data(), got.size() * 4);
+      std::vector<uint32_t> got_flags(ld);
+      flags.download(got_flags.data(), ld * 4);
+      for (size_t r = 0; r < 40; ++r) {
+        for (size_t j = 0; j < ld; ++j) {
+          if (j < c) {
+            ASSERT_NEAR(got[r * ld + j], want.at(static_cast<int64_t>(r), static_cast<int64_t>(j)), 1e-5f)
+                << r << ", " << j;
+          } else {
+            ASSERT_EQ(got[r * ld + j], sentinel) << "column " << j << " past the device's count was written";
+          }
+        }
+      }
+      for (size_t j = c; j < ld; ++j) ASSERT_EQ(got_flags[j], 0u) << "flag " << j;
+    }
+  }
+}
+
 TEST(CompileRun, LiveFlagsKernelsFlagTheNonzeroColumnsAndHaveTheirOwnCacheEntries) {
   ScratchDir dir;
   const auto layers = load_network(read_network(write_network(dir)));
   for (const bool streamed : {false, true}) {
     const std::string what = streamed ? "streamed" : "baked";
-    CompileOptions o = options(dir, {"sm_90"});
-    o.assemble = false;  // the emulated driver runs the PTX
-    if (streamed) {
-      o.kernel_kind = codegen::KernelKind::kStreamed;
-      o.stream_params = {32, 8, 4, 16, 2};
-    }
+    CompileOptions o = emu_options(dir, streamed);
     const std::filesystem::path plain_dir = dir / (what + "-plain"), live_dir = dir / (what + "-live");
     EXPECT_EQ(compile_network(layers, plain_dir, o).misses, 3) << what;
     o.live_flags = true;

@@ -4,11 +4,13 @@
 // was released (CUDA_ERROR_CONTEXT_IS_DESTROYED); the emulated driver rejects and records such calls the same way.
 #include "emulated_driver.hpp"
 #include "sparsert/graphchallenge/cuda_executor.hpp"
+#include "sparsert/graphchallenge/filter_kernels.hpp"
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/graphchallenge/generator.hpp"
 #include "sparsert/graphchallenge/io.hpp"
 #include "sparsert/runtime/driver.hpp"
 #include "sparsert/graphchallenge/network.hpp"
+#include "sparsert/ptxsim/ptxsim.hpp"
 #include "test_support.hpp"
 
 #include <fmt/format.h>
@@ -23,6 +25,16 @@ namespace {
 namespace gc = graphchallenge;
 
 testing::EmulatedDriver& emu() { return testing::EmulatedDriver::use(SPARSERT_EMU_LIB); }
+
+// The executor as the tests run it: PTX only (the emulated driver runs PTX), one assembler thread, a private cache.
+graphchallenge::CudaGraphChallengeOptions emu_options(const std::filesystem::path& cache) {
+  graphchallenge::CudaGraphChallengeOptions opt;
+  opt.assemble = false;
+  opt.progress = false;
+  opt.threads = 1;
+  opt.cache_dir = cache;
+  return opt;
+}
 
 // A small synthetic network (1024 neurons, 3 layers, 40 images) and its categories from the CPU executor.
 class GraphChallengeGpuTeardown : public ::testing::Test {
@@ -55,12 +67,7 @@ TEST_F(GraphChallengeGpuTeardown, ExecutorReleasesEverythingWithoutAFailingDrive
   ASSERT_TRUE(cuda::Driver::available());
   emu().clear_teardown_failures();
   {
-    graphchallenge::CudaGraphChallengeOptions opt;
-    opt.assemble = false;  // the emulated driver runs PTX
-    opt.progress = false;
-    opt.threads = 1;
-    opt.cache_dir = dir_ / "cache";
-    graphchallenge::CudaLayerExecutor exec(opt);
+    graphchallenge::CudaLayerExecutor exec(emu_options(dir_ / "cache"));
     exec.prepare(net_);
     EXPECT_EQ(gc::run_inference(net_, inputs(1), exec).categories, truth_);
     // Another input width recompiles: the first network, the filter and the buffers go while the executor lives.
@@ -77,16 +84,13 @@ TEST_F(GraphChallengeGpuTeardown, ExecutorReleasesEverythingWithoutAFailingDrive
   EXPECT_FALSE(cuda::Context::retained(0)) << "the executor left the primary context retained";
 }
 
-// Kernel launches per layer (issue 13): the layer kernels flag the live columns in their epilogue, so a layer launches
-// its entries (or its one streamed kernel) and, where columns died, sparsert_col_compact; no sparsert_col_live scan.
-// Before the fusion every layer launched entries + col_live (+ compact).
-TEST_F(GraphChallengeGpuTeardown, EachLayerLaunchesItsKernelsAndCompactionOnly) {
-  graphchallenge::CudaGraphChallengeOptions opt;
-  opt.assemble = false;
-  opt.progress = false;
-  opt.threads = 1;
-  opt.cache_dir = dir_ / "cache";
-  graphchallenge::CudaLayerExecutor exec(opt);
+// Kernel launches per layer (issue 13): the layer kernels flag the live columns in their epilogue and read the live
+// count from the device; the scan (sparsert_live_scan) and the in-place compaction (sparsert_live_compact) follow on
+// the device. A layer launches its entries (or its one streamed kernel), the scan and the compaction, nothing else,
+// and the compaction moves nothing where no column died: it reads the two counts and returns. Before: entries +
+// col_live (+ col_compact), then entries (+ col_compact) with the positions computed on the host.
+TEST_F(GraphChallengeGpuTeardown, EachLayerLaunchesItsKernelsScanAndCompaction) {
+  graphchallenge::CudaLayerExecutor exec(emu_options(dir_ / "cache"));
   exec.prepare(net_);
   exec.load_inputs(inputs(1));
   uint32_t live = 40;
@@ -94,16 +98,19 @@ TEST_F(GraphChallengeGpuTeardown, EachLayerLaunchesItsKernelsAndCompactionOnly) 
   for (int32_t l = 0; l < kLayers; ++l) {
     emu().clear_launches();
     const std::vector<int32_t> kept = exec.run_layer(l);
+    const std::vector<unsigned long long> last = emu().instruction_counts(0);  // the compaction's
     const std::vector<testing::EmulatedDriver::Launch> launches = emu().launches();
     const std::string prefix = fmt::format("sparsert_l{}_e", l + 1);
     std::vector<std::string> entries;
-    int compact = 0, other = 0;
+    int scan = 0, compact = 0, other = 0;
     std::string names;
     for (const auto& launch : launches) {
       names += " " + launch.kernel;
       if (launch.kernel.rfind(prefix, 0) == 0 || launch.kernel == "sparsert_stream") {
         entries.push_back(launch.kernel);
-      } else if (launch.kernel == "sparsert_col_compact") {
+      } else if (launch.kernel == gc::kLiveScanKernel) {
+        ++scan;
+      } else if (launch.kernel == gc::kLiveCompactKernel) {
         ++compact;
       } else {
         ++other;
@@ -111,17 +118,105 @@ TEST_F(GraphChallengeGpuTeardown, EachLayerLaunchesItsKernelsAndCompactionOnly) 
     }
     const bool died = !kept.empty() && kept.size() < live;
     EXPECT_EQ(other, 0) << "layer " << l + 1 << " launched:" << names;
-    EXPECT_EQ(compact, died ? 1 : 0) << "layer " << l + 1 << " launched:" << names;
+    EXPECT_EQ(scan, 1) << "layer " << l + 1 << " launched:" << names;
+    EXPECT_EQ(compact, 1) << "layer " << l + 1 << " launched:" << names;
     ASSERT_FALSE(entries.empty()) << "layer " << l + 1 << " launched:" << names;
+    ASSERT_EQ(launches.size(), entries.size() + 2) << "layer " << l + 1 << " launched:" << names;
+    EXPECT_EQ(launches[launches.size() - 2].kernel, gc::kLiveScanKernel) << names;
+    EXPECT_EQ(launches.back().kernel, gc::kLiveCompactKernel) << names;
     // Each entry once: e0, e1, ... (or the one streamed kernel).
     std::sort(entries.begin(), entries.end());
     EXPECT_EQ(std::adjacent_find(entries.begin(), entries.end()), entries.end()) << names;
-    EXPECT_EQ(launches.size(), entries.size() + (died ? 1 : 0)) << "layer " << l + 1 << " launched:" << names;
-    compactions += compact;
+    // The compaction's work: with no column dead, each of its rows + 1 blocks loads the two counts and stores nothing.
+    ASSERT_GT(last.size(), static_cast<size_t>(ptxsim::InstrClass::StGlobal));
+    const unsigned long long loads = last[static_cast<size_t>(ptxsim::InstrClass::LdGlobal)];
+    const unsigned long long stores = last[static_cast<size_t>(ptxsim::InstrClass::StGlobal)];
+    const unsigned blocks = launches.back().grid[0];
+    EXPECT_EQ(blocks, 1024u + 1);
+    if (died) {
+      EXPECT_GT(stores, 0u) << "layer " << l + 1;
+      ++compactions;
+    } else {
+      EXPECT_EQ(stores, 0u) << "layer " << l + 1;
+      EXPECT_EQ(loads, 2ull * blocks) << "layer " << l + 1;
+    }
     live = static_cast<uint32_t>(kept.size());
   }
   EXPECT_GE(compactions, 1) << "no layer killed a column: the compaction path was not exercised";
   EXPECT_GE(live, 1u);
+}
+
+// Host synchronisations per network run (issue 13). The live count stays on the device, so run_layers (what
+// run_inference times) enqueues every layer without waiting and the host waits once, at the end, for the counts and
+// the surviving ids. Before, every layer waited three times: its flags (cuMemcpyDtoHAsync into pageable memory, then
+// cuStreamSynchronize) and the upload of the kept positions (cuMemcpyHtoD). The host reads the counts every 4 layers
+// without waiting and sizes the grids by the newest it has: they shrink as columns die. In device-lag mode (the host
+// sees nothing complete unless it waits) it waits at most once per 8 layers beyond the first 8, and the grids are
+// never smaller than with a device that keeps up; the answer is exact either way.
+TEST(GraphChallengeGpuHostSyncs, OneWaitPerRunWhateverTheLayerCount) {
+  emu();
+  testing::ScratchDir dir;
+  constexpr int32_t kLayers = 12;
+  const auto weights = graphchallenge::write_network(dir.path(), 1024, kLayers, 40, 6);
+  const gc::Network net =
+      gc::make_network(graphchallenge::read_layers(weights, 1024, kLayers), 1024, gc::official_bias(1024));
+  const DenseTensor y0 = gc::feature_major_inputs(
+      graphchallenge::read_images(dir / "sparse-images-1024.tsv", 1024), 1024, 4);  // 160 columns
+  gc::CpuLayerExecutor cpu(CpuExecutorOptions{1, 64});
+  cpu.prepare(net);
+  const gc::InferenceResult truth = gc::run_inference(net, y0, cpu);
+  ASSERT_GE(truth.categories.size(), 4u);
+  ASSERT_LT(truth.live_after_layer.back(), 160);
+
+  graphchallenge::CudaLayerExecutor exec(emu_options(dir / "cache"));
+  exec.prepare(net);
+  // Lag first: the page-locked counts hold no earlier run's values, so reading one before it landed shows.
+  std::vector<unsigned> grids[2];
+  for (const bool lag : {true, false}) {
+    SCOPED_TRACE(lag ? "device lag" : "device keeps up");
+    exec.load_inputs(y0);  // compiles the first time; uploads: not part of the run
+    emu().clear_host_syncs();
+    emu().clear_launches();
+    emu().set_device_lag(lag);
+    const gc::LiveColumns r = exec.run_layers(kLayers, y0.cols());
+    emu().set_device_lag(false);
+    const std::vector<std::string> syncs = emu().host_syncs();
+    EXPECT_EQ(r.survivors, truth.categories);
+    EXPECT_EQ(r.live_after_layer, truth.live_after_layer);
+    std::string text;
+    for (const std::string& c : syncs) text += c + "; ";
+    ASSERT_FALSE(syncs.empty());
+    EXPECT_EQ(syncs.back(), "cuStreamSynchronize") << text;
+    if (!lag) {
+      EXPECT_EQ(syncs.size(), 1u) << text;
+    } else {
+      EXPECT_LE(syncs.size(), 1u + (kLayers - 8 + 7) / 8) << text;
+      for (size_t i = 0; i + 1 < syncs.size(); ++i) EXPECT_EQ(syncs[i], "cuEventSynchronize") << text;
+    }
+    // Launches: per layer its entries, the scan and the compaction; the first entry's grid.x sizes the layer.
+    const std::vector<testing::EmulatedDriver::Launch> launches = emu().launches();
+    std::vector<unsigned> grid(kLayers, 0);
+    int scans = 0, compacts = 0;
+    for (const auto& launch : launches) {
+      if (launch.kernel == gc::kLiveScanKernel) {
+        ++scans;
+      } else if (launch.kernel == gc::kLiveCompactKernel) {
+        ++compacts;
+      } else {
+        int layer = 0;
+        if (launch.kernel != "sparsert_stream") {
+          ASSERT_EQ(std::sscanf(launch.kernel.c_str(), "sparsert_l%d_e", &layer), 1) << launch.kernel;
+          grid[layer - 1] = std::max(grid[layer - 1], launch.grid[0]);
+        }
+      }
+    }
+    EXPECT_EQ(scans, kLayers);
+    EXPECT_EQ(compacts, kLayers);
+    for (int32_t l = 1; l < kLayers; ++l) EXPECT_LE(grid[l], grid[l - 1]) << "layer " << l + 1;
+    grids[lag] = grid;
+  }
+  EXPECT_LT(grids[0].back(), grids[0].front()) << "the grids did not shrink as columns died";
+  for (int32_t l = 0; l < kLayers; ++l) EXPECT_GE(grids[1][l], grids[0][l]) << "layer " << l + 1;
 }
 
 // The program as a user runs it: the emulated driver prints the calls that failed in teardown at exit.

@@ -734,3 +734,131 @@ TEST_F(DriverApi, ReleasingEverythingBeforeTheContextRecordsNoTeardownFailure) {
   ctx = nullptr;
   EXPECT_EQ(teardown_failures(), "");
 }
+
+// Page-locked host memory and cuEventQuery (issue 13: the Graph Challenge's live counts reach the host this way).
+// An asynchronous copy into page-locked memory does not block the host; cuEventQuery says when it has landed.
+TEST_F(DriverApi, PageLockedMemoryAndEventQuery) {
+  const unsigned n = 1000;
+  void* pinned = nullptr;
+  EXPECT_EQ(drv().cuMemHostAlloc(nullptr, 64, 0), CUDA_ERROR_INVALID_VALUE);
+  CU_OK(drv().cuMemHostAlloc(&pinned, n * 4, CU_MEMHOSTALLOC_PORTABLE));
+  ASSERT_NE(pinned, nullptr);
+  std::vector<uint32_t> words(n);
+  for (unsigned i = 0; i < n; ++i) words[i] = i * 7 + 1;
+  CUdeviceptr d;
+  CU_OK(drv().cuMemAlloc_v2(&d, n * 4));
+  CU_OK(drv().cuMemcpyHtoD_v2(d, words.data(), n * 4));
+  CUstream s;
+  CU_OK(drv().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUevent e;
+  CU_OK(drv().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+  EXPECT_EQ(drv().cuEventQuery(e), CUDA_SUCCESS) << "an event never recorded has nothing to wait for";
+  std::memset(pinned, 0, n * 4);
+  CU_OK(drv().cuMemcpyDtoHAsync_v2(pinned, d, n * 4, s));
+  CU_OK(drv().cuEventRecord(e, s));
+  CUresult q = CUDA_ERROR_NOT_READY;
+  for (int i = 0; i < 1000000 && q == CUDA_ERROR_NOT_READY; ++i) q = drv().cuEventQuery(e);
+  if (q == CUDA_ERROR_NOT_READY) {
+    CU_OK(drv().cuEventSynchronize(e));
+  } else {
+    EXPECT_EQ(q, CUDA_SUCCESS);
+  }
+  EXPECT_EQ(std::memcmp(pinned, words.data(), n * 4), 0);
+  CU_OK(drv().cuEventDestroy_v2(e));
+  CU_OK(drv().cuStreamDestroy_v2(s));
+  CU_OK(drv().cuMemFree_v2(d));
+  CU_OK(drv().cuMemFreeHost(pinned));
+  if (drv().emulated) {
+    EXPECT_EQ(drv().cuMemFreeHost(pinned), CUDA_ERROR_INVALID_VALUE);  // freed already
+    EXPECT_EQ(drv().cuMemHostAlloc(&pinned, 0, 0), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_EQ(drv().cuMemHostAlloc(&pinned, 64, 0x100), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_EQ(drv().cuMemHostAlloc(&pinned, 64, CU_MEMHOSTALLOC_DEVICEMAP), CUDA_ERROR_NOT_SUPPORTED);
+    clear_teardown_failures();
+  }
+}
+
+// The emulator's host-synchronisation log and device-lag mode: which calls block the host, and a host that sees no
+// work complete until it waits.
+TEST_F(DriverApi, HostSynchronisationLogAndDeviceLag) {
+  if (!drv().emulated) GTEST_SKIP() << "the host-sync log and device-lag mode are emulator extensions";
+  auto get_syncs = reinterpret_cast<int (*)(char*, size_t)>(dlsym(drv().handle, "sparsertEmuGetHostSyncs"));
+  auto clear_syncs = reinterpret_cast<void (*)()>(dlsym(drv().handle, "sparsertEmuClearHostSyncs"));
+  auto set_lag = reinterpret_cast<void (*)(int)>(dlsym(drv().handle, "sparsertEmuSetDeviceLag"));
+  ASSERT_TRUE(get_syncs && clear_syncs && set_lag);
+  auto syncs = [&] {
+    std::string text(4096, '\0');
+    get_syncs(text.data(), text.size());
+    return std::string(text.c_str());
+  };
+  void* pinned = nullptr;
+  CU_OK(drv().cuMemHostAlloc(&pinned, 64, 0));
+  std::vector<uint32_t> pageable(16, 0);
+  const uint32_t words[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  CUdeviceptr d;
+  CU_OK(drv().cuMemAlloc_v2(&d, 64));
+  CUstream s;
+  CU_OK(drv().cuStreamCreate(&s, 0));
+  CUevent e;
+  CU_OK(drv().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+  clear_syncs();
+  CU_OK(drv().cuMemcpyHtoDAsync_v2(d, words, 64, s));        // staged: does not wait
+  CU_OK(drv().cuMemsetD32Async(d + 60, 99, 1, s));
+  CU_OK(drv().cuMemcpyDtoHAsync_v2(pinned, d, 64, s));       // page-locked: does not wait
+  CU_OK(drv().cuMemcpyDtoDAsync_v2(d, d + 32, 32, s));
+  CU_OK(drv().cuMemsetD32_v2(d, 0, 1));                      // device memory: does not wait
+  EXPECT_EQ(syncs(), "");
+  CU_OK(drv().cuMemcpyDtoHAsync_v2(pageable.data(), d, 64, s));  // pageable: returns when done
+  CU_OK(drv().cuMemcpyDtoH_v2(pageable.data(), d, 64));
+  CU_OK(drv().cuMemcpyHtoD_v2(d, words, 64));
+  CU_OK(drv().cuStreamSynchronize(s));
+  CU_OK(drv().cuCtxSynchronize());
+  CU_OK(drv().cuEventRecord(e, s));
+  CU_OK(drv().cuEventSynchronize(e));
+  EXPECT_EQ(syncs(), "cuMemcpyDtoHAsync to pageable memory\ncuMemcpyDtoH\ncuMemcpyHtoD\ncuStreamSynchronize\n"
+                     "cuCtxSynchronize\ncuEventSynchronize\n");
+  EXPECT_EQ(get_syncs(nullptr, 0), 6);
+
+  // Device lag: the copy into page-locked memory and the event complete only when the host waits.
+  set_lag(1);
+  clear_syncs();
+  std::memset(pinned, 0, 64);
+  CU_OK(drv().cuMemcpyHtoDAsync_v2(d, words, 64, s));
+  CU_OK(drv().cuMemcpyDtoHAsync_v2(pinned, d, 64, s));
+  CU_OK(drv().cuEventRecord(e, s));
+  CU_OK(drv().cuMemsetD32Async(d, 0, 16, s));  // later work does not change what the copy took
+  EXPECT_EQ(drv().cuEventQuery(e), CUDA_ERROR_NOT_READY);
+  EXPECT_EQ(static_cast<uint32_t*>(pinned)[5], 0u) << "the copy landed before the host waited";
+  CU_OK(drv().cuEventSynchronize(e));
+  EXPECT_EQ(drv().cuEventQuery(e), CUDA_SUCCESS);
+  EXPECT_EQ(std::memcmp(pinned, words, 64), 0);
+  CU_OK(drv().cuEventRecord(e, s));
+  EXPECT_EQ(drv().cuEventQuery(e), CUDA_ERROR_NOT_READY);
+  set_lag(0);  // completes everything
+  EXPECT_EQ(drv().cuEventQuery(e), CUDA_SUCCESS);
+  EXPECT_EQ(syncs(), "cuEventSynchronize\n");
+
+  CU_OK(drv().cuEventDestroy_v2(e));
+  CU_OK(drv().cuStreamDestroy_v2(s));
+  CU_OK(drv().cuMemFree_v2(d));
+  CU_OK(drv().cuMemFreeHost(pinned));
+  clear_syncs();
+}
+
+// Page-locked memory goes with its context, as device memory does: freeing it afterwards is
+// CUDA_ERROR_CONTEXT_IS_DESTROYED, recorded as a teardown failure.
+TEST_F(DriverApi, PageLockedMemoryOfADestroyedContext) {
+  if (!drv().emulated) GTEST_SKIP() << "pointers of a destroyed context are undefined behaviour on the real driver";
+  clear_teardown_failures();
+  CUcontext own = nullptr;
+  CU_OK(drv().cuCtxCreate_v2(&own, 0, 0));
+  void* pinned = nullptr;
+  CU_OK(drv().cuMemHostAlloc(&pinned, 64, 0));
+  CU_OK(drv().cuCtxDestroy_v2(own));
+  CU_OK(drv().cuCtxSetCurrent(ctx));
+  EXPECT_EQ(drv().cuMemFreeHost(pinned), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  int count = 0;
+  const std::string failures = teardown_failures(&count);
+  EXPECT_EQ(count, 1) << failures;
+  EXPECT_NE(failures.find("cuMemFreeHost: CUDA_ERROR_CONTEXT_IS_DESTROYED"), std::string::npos) << failures;
+  clear_teardown_failures();
+}

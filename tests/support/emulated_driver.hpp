@@ -2,7 +2,9 @@
 // ptxsim's emulated driver (libsparsert_cuda_emu.so) as tests drive it: SPARSERT_LIBCUDA points the runtime at it,
 // and its extensions report the driver calls that failed in teardown (a release call that failed, or any call on a
 // destroyed context, which returns CUDA_ERROR_CONTEXT_IS_DESTROYED as the real driver does), the kernel launches
-// submitted and the streams they went to, and the nodes of a captured graph with their dependencies.
+// submitted (kernel, stream, grid), the calls that blocked the host, the instruction counts of the last launch, and
+// the nodes of a captured graph with their dependencies; device-lag mode makes the host see no work complete until it
+// synchronises.
 #include <sparsert/runtime/cuda_api.h>
 
 #include <dlfcn.h>
@@ -46,6 +48,14 @@ class EmulatedDriver {
     if (!get_launches_ || !clear_launches_ || !get_nodes_) {
       ADD_FAILURE() << path << " does not export the launch-log and graph-node queries";
     }
+    get_syncs_ = reinterpret_cast<int (*)(char*, size_t)>(::dlsym(handle_, "sparsertEmuGetHostSyncs"));
+    clear_syncs_ = reinterpret_cast<void (*)()>(::dlsym(handle_, "sparsertEmuClearHostSyncs"));
+    set_lag_ = reinterpret_cast<void (*)(int)>(::dlsym(handle_, "sparsertEmuSetDeviceLag"));
+    get_counts_ = reinterpret_cast<int (*)(int, unsigned long long*, int)>(
+        ::dlsym(handle_, "sparsertEmuGetInstructionCounts"));
+    if (!get_syncs_ || !clear_syncs_ || !set_lag_ || !get_counts_) {
+      ADD_FAILURE() << path << " does not export the host-sync, device-lag and instruction-count extensions";
+    }
   }
 
   // Points the runtime at `path` (before its first driver call) and opens it.
@@ -77,6 +87,7 @@ class EmulatedDriver {
     std::string kernel;
     unsigned stream = 0;
     bool captured = false;
+    unsigned grid[3] = {0, 0, 0};
   };
   // The launches since the log was last cleared.
   std::vector<Launch> launches() const {
@@ -86,9 +97,9 @@ class EmulatedDriver {
     std::string text(static_cast<size_t>(n) * 256 + 1, '\0');
     get_launches_(text.data(), text.size());
     std::istringstream in(text.c_str());
-    std::string word, how;
+    std::string word, how, grid;
     Launch l;
-    while (in >> l.kernel >> word >> l.stream >> how) {
+    while (in >> l.kernel >> word >> l.stream >> how >> grid >> l.grid[0] >> l.grid[1] >> l.grid[2]) {
       l.captured = how == "captured";
       out.push_back(l);
     }
@@ -96,6 +107,34 @@ class EmulatedDriver {
   }
   void clear_launches() const {
     if (clear_launches_) clear_launches_();
+  }
+
+  // The calls that blocked the host since the log was last cleared (cuStreamSynchronize, cuMemcpyDtoH, ...).
+  std::vector<std::string> host_syncs() const {
+    std::vector<std::string> out;
+    if (!get_syncs_) return out;
+    const int n = get_syncs_(nullptr, 0);
+    std::string text(static_cast<size_t>(n) * 64 + 1, '\0');
+    get_syncs_(text.data(), text.size());
+    std::istringstream in(text.c_str());
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty()) out.push_back(line);
+    }
+    return out;
+  }
+  void clear_host_syncs() const {
+    if (clear_syncs_) clear_syncs_();
+  }
+  // On: the host sees no work complete until it synchronises (a device that never catches up on its own).
+  void set_device_lag(bool on) const {
+    if (set_lag_) set_lag_(on ? 1 : 0);
+  }
+  // Instructions executed per ptxsim::InstrClass by the last kernel launch (which = 0) or all launches (which = 1).
+  std::vector<unsigned long long> instruction_counts(int which) const {
+    std::vector<unsigned long long> out(64, 0);
+    if (!get_counts_) return {};
+    out.resize(static_cast<size_t>(get_counts_(which, out.data(), static_cast<int>(out.size()))));
+    return out;
   }
 
   // A node of a captured graph: its kind ("kernel", "memcpyHtoD", ...), kernel name ("-" for other kinds), the stream
@@ -133,6 +172,10 @@ class EmulatedDriver {
   int (*get_launches_)(char*, size_t) = nullptr;
   void (*clear_launches_)() = nullptr;
   int (*get_nodes_)(CUgraph, char*, size_t) = nullptr;
+  int (*get_syncs_)(char*, size_t) = nullptr;
+  void (*clear_syncs_)() = nullptr;
+  void (*set_lag_)(int) = nullptr;
+  int (*get_counts_)(int, unsigned long long*, int) = nullptr;
 };
 
 }  // namespace sparsert::testing

@@ -2,6 +2,13 @@
 // ptxsim. One emulated sm_90 device; all work runs synchronously on the calling thread, so streams only order work
 // and events time the interpreter. Misuse returns the CUresult codes the real driver documents.
 //
+// Host synchronisation: the calls that block the host until device work completes (stream, context and event
+// synchronisation, synchronous copies to or from host memory, and asynchronous copies into pageable host memory, which
+// the real driver completes before returning) are logged (sparsertEmuGetHostSyncs). In device-lag mode
+// (sparsertEmuSetDeviceLag) the host sees no work complete until it synchronises: events stay CUDA_ERROR_NOT_READY to
+// cuEventQuery, and asynchronous copies into page-locked memory (cuMemHostAlloc) land in it, at the next
+// synchronisation, which models a device that never catches up with the host on its own.
+//
 // Stream capture follows the CUDA Programming Guide's rules, cross-stream dependencies included: an event recorded on
 // a capturing stream becomes a captured event (the set of graph nodes the stream's next operation would depend on);
 // a stream that waits on it joins that capture, and its operations depend on those nodes. cuStreamEndCapture, on the
@@ -68,6 +75,7 @@ struct Capture;
 struct EventObj : Owned {
   unsigned flags = 0;
   bool recorded = false;
+  uint64_t serial = 0;  // the State::record_serial of its last record outside capture
   Clock::time_point when;
   // Last recorded on a capturing stream: the capture (still set once it ended: a captured event stays one until it
   // is recorded again outside capture) and the nodes that record stands for.
@@ -116,6 +124,20 @@ struct LaunchRecord {
   std::string kernel;
   unsigned stream = 0;
   bool captured = false;
+  ps::Dim3 grid;
+};
+// Page-locked host memory from cuMemHostAlloc. The destruction of its context frees it: the record stays (dead), and
+// so does the memory, so that the pointer is still recognised (and never handed out again).
+struct HostAlloc {
+  CtxObj* ctx = nullptr;
+  size_t bytes = 0;
+  bool dead = false;
+};
+// Device-lag mode: an asynchronous copy into page-locked memory, its bytes taken when it ran, written to the host at
+// the next synchronisation.
+struct PendingCopy {
+  void* dst = nullptr;
+  std::vector<std::byte> bytes;
 };
 constexpr size_t kLaunchLogLimit = 1 << 16;
 
@@ -140,6 +162,12 @@ struct State {
   ps::InstrCounts last_counts, total_counts;
   unsigned next_stream_serial = 1;
   std::vector<LaunchRecord> launch_log;  // the first kLaunchLogLimit since the last clear
+  std::map<const std::byte*, HostAlloc> host_allocs;  // by start address, dead ones included
+  std::vector<std::string> host_syncs;                 // calls that blocked the host, since the last clear
+  bool device_lag = false;
+  uint64_t record_serial = 0;     // events recorded outside capture so far
+  uint64_t completed_serial = 0;  // device-lag mode: events with a serial up to this one have completed
+  std::vector<PendingCopy> pending_copies;
 };
 
 State& st() {
@@ -266,6 +294,14 @@ void destroy_context(CtxObj* c) {
     s.mem.free(it->first);
     it = s.allocs.erase(it);
   }
+  for (auto& [p, h] : s.host_allocs) {
+    if (h.ctx != c || h.dead) continue;
+    h.dead = true;
+    // A pending copy into it would write freed memory on the real driver; here it is dropped.
+    std::erase_if(s.pending_copies, [&](const PendingCopy& pc) {
+      return static_cast<const std::byte*>(pc.dst) >= p && static_cast<const std::byte*>(pc.dst) < p + h.bytes;
+    });
+  }
   c->alive = false;
 }
 
@@ -331,7 +367,7 @@ CUresult submit(CUstream hs, Node n) {
   const bool captured = so && so->capture;
   if (captured && so->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   if (n.kind == Node::Kernel && st().launch_log.size() < kLaunchLogLimit)
-    st().launch_log.push_back({n.func->name, n.stream, captured});
+    st().launch_log.push_back({n.func->name, n.stream, captured, n.grid});
   if (captured) {
     std::vector<Node>& nodes = so->capture->graph->nodes;
     n.deps = so->tail;
@@ -403,6 +439,26 @@ std::string kernel_name(const Node& n) {
 
 // The serial number of a stream handle for messages and the launch log (0: the NULL stream).
 unsigned serial_of(StreamObj* s) { return s ? s->serial : 0; }
+
+// The page-locked allocation holding [p, p + bytes), or null (pageable memory, or straddling an allocation's end).
+HostAlloc* host_alloc_of(const void* p, size_t bytes) {
+  auto& allocs = st().host_allocs;
+  const auto* b = static_cast<const std::byte*>(p);
+  auto it = allocs.upper_bound(b);
+  if (it == allocs.begin()) return nullptr;
+  --it;
+  const size_t off = static_cast<size_t>(b - it->first);
+  return off < it->second.bytes && bytes <= it->second.bytes - off ? &it->second : nullptr;
+}
+
+// A call that blocks the host until the device's work is done: logged; everything submitted so far has completed.
+void host_sync(const std::string& call) {
+  State& s = st();
+  s.host_syncs.push_back(call);
+  for (const PendingCopy& c : s.pending_copies) std::memcpy(c.dst, c.bytes.data(), c.bytes.size());
+  s.pending_copies.clear();
+  s.completed_serial = s.record_serial;
+}
 
 }  // namespace
 
@@ -648,7 +704,8 @@ CUresult cuCtxGetCurrent(CUcontext* pctx) {
 CUresult cuCtxSynchronize(void) {
   LOCK;
   REQUIRE_CTX;
-  return CUDA_SUCCESS;  // all work already ran
+  host_sync("cuCtxSynchronize");  // all work already ran
+  return CUDA_SUCCESS;
 }
 
 // ---- modules ----
@@ -819,6 +876,45 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
   LOCK;
   return released("cuMemFree", mem_free(p));
 }
+// Page-locked host memory, owned by the current context. CU_MEMHOSTALLOC_DEVICEMAP (host memory the device reads
+// through a device pointer) is not emulated: ptxsim's kernels address its own device memory only.
+CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
+  LOCK;
+  REQUIRE_CTX;
+  if (!pp || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (flags & ~static_cast<unsigned>(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
+                                     CU_MEMHOSTALLOC_WRITECOMBINED))
+    return CUDA_ERROR_INVALID_VALUE;
+  if (flags & CU_MEMHOSTALLOC_DEVICEMAP)
+    return fail_with(CUDA_ERROR_NOT_SUPPORTED, "cuMemHostAlloc: CU_MEMHOSTALLOC_DEVICEMAP (mapped host memory) is not "
+                                               "emulated");
+  auto* p = static_cast<std::byte*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096));
+  if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::memset(p, 0xa5, bytes);  // not zeroed: a read before a copy has landed sees 0xa5a5a5a5, not a plausible 0
+  st().host_allocs[p] = HostAlloc{tl_current, bytes, false};
+  *pp = p;
+  return CUDA_SUCCESS;
+}
+static CUresult mem_free_host(void* p) {
+  REQUIRE_INIT;
+  auto it = st().host_allocs.find(static_cast<const std::byte*>(p));
+  if (it != st().host_allocs.end() && it->second.dead)
+    return destroyed("cuMemFreeHost", "the page-locked memory's context");
+  if (!tl_current || !st().ctxs.count(tl_current)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!tl_current->alive) return destroyed("cuMemFreeHost", "the context current to this thread");
+  if (it == st().host_allocs.end()) return CUDA_ERROR_INVALID_VALUE;  // not a cuMemHostAlloc start, or freed already
+  std::erase_if(st().pending_copies, [&](const PendingCopy& c) {
+    return static_cast<const std::byte*>(c.dst) >= it->first &&
+           static_cast<const std::byte*>(c.dst) < it->first + it->second.bytes;
+  });
+  std::free(const_cast<std::byte*>(it->first));
+  st().host_allocs.erase(it);
+  return CUDA_SUCCESS;
+}
+CUresult cuMemFreeHost(void* p) {
+  LOCK;
+  return released("cuMemFreeHost", mem_free_host(p));
+}
 
 static CUresult copy_node(const char* call, Node n, CUstream s, bool async) {
   LOCK;
@@ -838,6 +934,27 @@ static CUresult copy_node(const char* call, Node n, CUstream s, bool async) {
   if ((n.kind != Node::DtoH && !st().mem.find(n.dst, span)) ||
       ((n.kind == Node::DtoH || n.kind == Node::DtoD) && !st().mem.find(n.src, span)))
     return CUDA_ERROR_INVALID_VALUE;
+  const bool host = n.kind == Node::HtoD || n.kind == Node::DtoH;
+  HostAlloc* pinned = !host ? nullptr : host_alloc_of(n.kind == Node::HtoD ? n.hsrc : n.hdst, n.bytes);
+  if (pinned && pinned->dead) return destroyed(call, "the page-locked host memory's context");
+  if (so && so->capture) return submit(s, std::move(n));
+  // Host synchronisation (CUDA's "API synchronization behavior"): synchronous copies between device and host memory
+  // return once done; an asynchronous copy into pageable memory too. Into page-locked memory it does not block.
+  if (host && (!async || (n.kind == Node::DtoH && !pinned))) {
+    const CUresult r = submit(s, std::move(n));
+    if (r == CUDA_SUCCESS) host_sync(api_name(call) + (async ? " to pageable memory" : ""));
+    return r;
+  }
+  if (st().device_lag && n.kind == Node::DtoH && pinned) {
+    PendingCopy c{n.hdst, std::vector<std::byte>(n.bytes)};
+    try {
+      st().mem.copy_to_host(c.bytes.data(), n.src, n.bytes);
+    } catch (const ps::SimError& e) {
+      return sim_error(e);
+    }
+    st().pending_copies.push_back(std::move(c));
+    return CUDA_SUCCESS;
+  }
   return submit(s, std::move(n));
 }
 
@@ -936,6 +1053,7 @@ CUresult cuStreamSynchronize(CUstream h) {
   if (s && s->capture)
     return invalidate(s->capture.get(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
                       "cuStreamSynchronize: stream " + std::to_string(s->serial) + " is capturing");
+  host_sync("cuStreamSynchronize");
   return CUDA_SUCCESS;
 }
 CUresult cuEventCreate(CUevent* pe, unsigned int flags) {
@@ -969,6 +1087,8 @@ CUresult cuEventRecord(CUevent h, CUstream s) {
   e->capture.reset();
   e->tail.clear();
   e->recorded = true;
+  e->serial = ++st().record_serial;
+  if (!st().device_lag) st().completed_serial = e->serial;
   e->when = Clock::now();
   return CUDA_SUCCESS;
 }
@@ -1023,15 +1143,34 @@ CUresult cuStreamWaitEvent(CUstream h, CUevent he, unsigned int flags) {
   ec->streams.insert(so);
   return CUDA_SUCCESS;
 }
+// What waiting on an event or querying it requires: a live event, not last recorded in a capture (it stands for no
+// work that runs).
+static CUresult event_to_wait_on(CUevent h, const char* call, EventObj** out) {
+  EventObj* e = lookup(st().events, h);
+  if (!e) return CUDA_ERROR_INVALID_HANDLE;
+  if (e->dead) return destroyed(call, "the event's context");
+  if (e->capture)
+    return invalidate(e->capture->ended() ? nullptr : e->capture.get(), CUDA_ERROR_CAPTURED_EVENT,
+                      std::string(call) + ": the event was last recorded in a capturing stream");
+  *out = e;
+  return CUDA_SUCCESS;
+}
 CUresult cuEventSynchronize(CUevent h) {
   LOCK;
   REQUIRE_INIT;
-  EventObj* e = lookup(st().events, h);
-  if (!e) return CUDA_ERROR_INVALID_HANDLE;
-  REQUIRE_LIVE(e, "the event");
-  if (e->capture)
-    return invalidate(e->capture->ended() ? nullptr : e->capture.get(), CUDA_ERROR_CAPTURED_EVENT,
-                      "cuEventSynchronize: the event was last recorded in a capturing stream");
+  EventObj* e = nullptr;
+  if (const CUresult r = event_to_wait_on(h, "cuEventSynchronize", &e); r != CUDA_SUCCESS) return r;
+  host_sync("cuEventSynchronize");
+  return CUDA_SUCCESS;
+}
+// CUDA_SUCCESS when the work the event last recorded has completed (or it was never recorded), CUDA_ERROR_NOT_READY
+// while it has not (device-lag mode only: otherwise all work ran at submission). Never blocks.
+CUresult cuEventQuery(CUevent h) {
+  LOCK;
+  REQUIRE_INIT;
+  EventObj* e = nullptr;
+  if (const CUresult r = event_to_wait_on(h, "cuEventQuery", &e); r != CUDA_SUCCESS) return r;
+  if (e->recorded && e->serial > st().completed_serial) return CUDA_ERROR_NOT_READY;
   return CUDA_SUCCESS;
 }
 CUresult cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) {
@@ -1282,14 +1421,16 @@ void sparsertEmuClearTeardownFailures(void) {
   st().teardown_failures.clear();
 }
 // Kernel launches submitted since the library was loaded or the log last cleared (the first 65536 of them), one line
-// each: "KERNEL stream S run" (run at once) or "KERNEL stream S captured" (captured into a graph), where S numbers the
-// streams 1, 2, ... in creation order (0: the NULL stream). Returns how many; when `out` is not null, writes the
-// lines, NUL-terminated and cut to `size` bytes. Graph replays are not logged.
+// each: "KERNEL stream S run grid X Y Z" (run at once) or "KERNEL stream S captured grid X Y Z" (captured into a
+// graph), where S numbers the streams 1, 2, ... in creation order (0: the NULL stream) and X Y Z is the grid. Returns
+// how many; when `out` is not null, writes the lines, NUL-terminated and cut to `size` bytes. Graph replays are not
+// logged.
 int sparsertEmuGetLaunchLog(char* out, size_t size) {
   LOCK;
   std::string text;
   for (const LaunchRecord& r : st().launch_log)
-    text += r.kernel + " stream " + std::to_string(r.stream) + (r.captured ? " captured\n" : " run\n");
+    text += r.kernel + " stream " + std::to_string(r.stream) + (r.captured ? " captured" : " run") + " grid " +
+            std::to_string(r.grid.x) + " " + std::to_string(r.grid.y) + " " + std::to_string(r.grid.z) + "\n";
   write_text(text, out, size);
   return static_cast<int>(st().launch_log.size());
 }
@@ -1317,6 +1458,35 @@ int sparsertEmuGetGraphNodes(CUgraph hg, char* out, size_t size) {
   }
   write_text(text, out, size);
   return static_cast<int>(g->nodes.size());
+}
+// Calls that blocked the host until device work completed, since the library was loaded or the log last cleared, one
+// line each: cuStreamSynchronize, cuCtxSynchronize, cuEventSynchronize, cuMemcpyHtoD, cuMemcpyDtoH (synchronous
+// copies) or "cuMemcpyDtoHAsync to pageable memory". Returns how many; `out` and `size` as for
+// sparsertEmuGetLaunchLog.
+int sparsertEmuGetHostSyncs(char* out, size_t size) {
+  LOCK;
+  std::string text;
+  for (const std::string& c : st().host_syncs) text += c + "\n";
+  write_text(text, out, size);
+  return static_cast<int>(st().host_syncs.size());
+}
+void sparsertEmuClearHostSyncs(void) {
+  LOCK;
+  st().host_syncs.clear();
+}
+// Device-lag mode on (1) or off (0). On, the host sees no work complete until its next synchronisation: cuEventQuery
+// returns CUDA_ERROR_NOT_READY for events recorded since, and asynchronous copies into page-locked memory land then
+// (their bytes are those the device held when the copy was submitted, as on a GPU that runs the stream in order).
+// Turning it off completes everything.
+void sparsertEmuSetDeviceLag(int on) {
+  LOCK;
+  State& s = st();
+  if (!on) {
+    for (const PendingCopy& c : s.pending_copies) std::memcpy(c.dst, c.bytes.data(), c.bytes.size());
+    s.pending_copies.clear();
+    s.completed_serial = s.record_serial;
+  }
+  s.device_lag = on != 0;
 }
 // Instruction counts per ptxsim::InstrClass of the last kernel launch (which = 0) or of all launches (which = 1).
 // Returns the number of classes written (at most n).

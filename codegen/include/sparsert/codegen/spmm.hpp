@@ -27,6 +27,11 @@ struct SpmmOptions {
   // F[col] = 1 for each column below N where an output it stores (after bias, ReLU, clamp) is nonzero or NaN. F is
   // never cleared by the kernel: the caller zeroes it before the launch. Off: the PTX is exactly as without it.
   bool live_flags = false;
+  // The active column count from device memory: every entry takes one more parameter after the others (after F with
+  // live_flags), NP (u64, global const u32*), and uses min(N, *NP) as its column count, so a kernel earlier on the
+  // stream can set it; blocks whose column tile starts at or past it exit at once, so the grid may be sized for any
+  // bound N >= *NP. Off: the PTX is exactly as without it.
+  bool device_n = false;
   // A convolution (virtual im2col, runtime/conv.hpp): A is the im2col weight matrix, column n of B and C is output
   // pixel n, B and C are the layer's bordered NCHW buffers and ld is the pixel count. Needs cols_per_thread = 1.
   std::optional<ConvLayout> conv;
@@ -51,6 +56,7 @@ struct SpmmKernel {
   int32_t block_y = 0;
   std::vector<SpmmEntry> entries;
   bool live_flags = false;  // the entries take F after N (SpmmOptions::live_flags)
+  bool device_n = false;    // the entries take NP last (SpmmOptions::device_n)
 
   // grid = (ceil(n / n_tile), entry blocks, 1) for an active column count n.
   int32_t grid_x(int32_t n) const { return (n + tile.n_tile - 1) / tile.n_tile; }

@@ -59,6 +59,9 @@ struct StreamEpilogueKind {
   // Fused live-column detection (as SpmmOptions::live_flags): one more parameter after slots, F (u64, global u32*),
   // F[col] = 1 for each column below N where a stored output is nonzero or NaN; the caller zeroes F.
   bool live_flags = false;
+  // The active column count from device memory (as SpmmOptions::device_n): one more parameter after all the others,
+  // NP (u64, global const u32*); the kernel uses min(N, *NP) and blocks whose column tile starts past it exit.
+  bool device_n = false;
   bool operator==(const StreamEpilogueKind&) const = default;
 };
 
@@ -125,6 +128,7 @@ struct StreamOptions {
   int32_t ld = 0;
   std::string name = "stream_spmm";
   bool live_flags = false;  // StreamEpilogueKind::live_flags
+  bool device_n = false;    // StreamEpilogueKind::device_n
   std::optional<ConvLayout> conv;
 };
 

@@ -31,9 +31,11 @@ struct CachedKernel {
   std::vector<CachedEntry> entries;
 };
 
-// live_flags: the kernel fuses live-column detection (SpmmOptions::live_flags); its code differs, so does its key.
+// live_flags: the kernel fuses live-column detection (SpmmOptions::live_flags); device_n: it reads its column count
+// from device memory (SpmmOptions::device_n). Its code differs, so does its key; off, neither is hashed.
 std::string kernel_cache_key(const CsrMatrix& a, const Epilogue& ep, const codegen::TileParams& tile, int32_t n,
-                             const codegen::Target& target, const std::string& toolkit, bool live_flags = false);
+                             const codegen::Target& target, const std::string& toolkit, bool live_flags = false,
+                             bool device_n = false);
 // The weight-streaming kernel's code does not depend on the matrix or the bias (they travel in arrays), so its key
 // leaves them out and every layer with the same parameters shares one entry.
 std::string stream_cache_key(const codegen::StreamParams& p, const codegen::StreamEpilogueKind& ep, int32_t n,

@@ -39,6 +39,11 @@ struct CompileOptions {
   // words, zeroed by the caller), after its others; the manifest marks such layers ("live_flags") and GpuNetwork
   // passes F to them. The Graph Challenge's dead-input filter uses it instead of a separate scan.
   bool live_flags = false;
+  // Every kernel reads its active column count from device memory: it takes NP (u64, a u32 on the device) last and
+  // uses min(N, *NP), so the count can be set by a kernel without the host (SpmmOptions::device_n); the manifest marks
+  // such layers ("device_n") and GpuNetwork passes NP to them. The Graph Challenge's GPU executor keeps the live
+  // count on the device with it.
+  bool device_n = false;
   std::filesystem::path cache_dir = KernelCache::default_dir();
 };
 

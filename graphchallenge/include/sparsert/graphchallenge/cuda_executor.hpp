@@ -1,7 +1,9 @@
 #pragma once
 // The Graph Challenge on a GPU (or ptxsim's emulated driver): every layer compiled through the kernel cache into a
 // package, launched layer by layer with the activations on the device, and the dead-input filter run on the device
-// between layers (only the live-column flags cross to the host).
+// between layers. The live count stays on the device too: the layer kernels read it from there (device_n), so
+// run_layers enqueues every layer without waiting for the previous one; the host reads the counts only now and then,
+// to shrink the grids (docs/graphchallenge.md).
 #include "sparsert/codegen/target.hpp"
 #include "sparsert/compiler/cache.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
@@ -26,7 +28,11 @@ class CudaLayerExecutor final : public LayerExecutor {
   std::string name() const override;
   void prepare(const Network& net) override;
   void load_inputs(DenseTensor y0) override;
+  // One layer, then a wait for its count (and the surviving ids when columns died): for tests and stepping.
   std::vector<int32_t> run_layer(int32_t layer) override;
+  // Every layer with no wait between them; one stream synchronisation at the end (and, when the device falls behind
+  // the host, at most one wait per few layers to bound the grids: cuda_executor.cpp).
+  LiveColumns run_layers(int32_t layers, int64_t inputs) override;
   DenseTensor activations() override;
 
   double compile_seconds() const { return compile_seconds_; }

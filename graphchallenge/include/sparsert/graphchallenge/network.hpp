@@ -41,6 +41,12 @@ Network make_network(std::vector<CsrMatrix> weights, int32_t neurons, float bias
 // i + r·images is image i. UserError when the neuron counts differ or the result is too large.
 DenseTensor feature_major_inputs(const CsrMatrix& images, int32_t neurons, int32_t replicate = 1);
 
+// What a run of the layers leaves: the live count after each layer, and which of the loaded input columns survive.
+struct LiveColumns {
+  std::vector<int64_t> live_after_layer;
+  std::vector<int32_t> survivors;  // positions among the loaded inputs, increasing
+};
+
 // Runs the layers on live activations. An implementation owns its activations (host or device memory) between
 // calls; the driver sees only which columns survive each layer.
 class LayerExecutor {
@@ -55,6 +61,10 @@ class LayerExecutor {
   // Runs layer `layer` (0-based) on the live columns, keeps only the output columns with a nonzero and returns
   // their positions among the columns live before the call, increasing.
   virtual std::vector<int32_t> run_layer(int32_t layer) = 0;
+  // Runs layers 0 to layers - 1 on the `inputs` columns of load_inputs. This default calls run_layer layer by layer
+  // and follows the survivors on the host; an executor that keeps the filter on the device overrides it, so that the
+  // host does not wait for every layer.
+  virtual LiveColumns run_layers(int32_t layers, int64_t inputs);
   // The live activations on the host, neurons × live columns (for checks; not timed).
   virtual DenseTensor activations() = 0;
 };

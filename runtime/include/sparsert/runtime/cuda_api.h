@@ -76,6 +76,11 @@ typedef enum CUevent_flags_enum {
   CU_EVENT_DISABLE_TIMING = 0x2,
   CU_EVENT_INTERPROCESS = 0x4
 } CUevent_flags;
+/* cuMemHostAlloc flags. */
+#define CU_MEMHOSTALLOC_PORTABLE 0x01
+#define CU_MEMHOSTALLOC_DEVICEMAP 0x02
+#define CU_MEMHOSTALLOC_WRITECOMBINED 0x04
+
 typedef enum CUevent_wait_flags_enum { CU_EVENT_WAIT_DEFAULT = 0x0, CU_EVENT_WAIT_EXTERNAL = 0x1 } CUevent_wait_flags;
 
 typedef enum CUstreamCaptureMode_enum {
@@ -186,6 +191,8 @@ typedef enum CUjit_option_enum {
   X(cuFuncGetAttribute, (int* pi, CUfunction_attribute attrib, CUfunction hfunc))                                \
   X(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytesize))                                                        \
   X(cuMemFree_v2, (CUdeviceptr dptr))                                                                            \
+  X(cuMemHostAlloc, (void** pp, size_t bytesize, unsigned int Flags))                                            \
+  X(cuMemFreeHost, (void* p))                                                                                    \
   X(cuMemcpyHtoD_v2, (CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount))                             \
   X(cuMemcpyDtoH_v2, (void* dstHost, CUdeviceptr srcDevice, size_t ByteCount))                                   \
   X(cuMemcpyDtoD_v2, (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount))                           \
@@ -203,6 +210,7 @@ typedef enum CUjit_option_enum {
   X(cuEventRecord, (CUevent hEvent, CUstream hStream))                                                           \
   X(cuStreamWaitEvent, (CUstream hStream, CUevent hEvent, unsigned int Flags))                                   \
   X(cuEventSynchronize, (CUevent hEvent))                                                                        \
+  X(cuEventQuery, (CUevent hEvent))                                                                              \
   X(cuEventElapsedTime_v2, (float* pMilliseconds, CUevent hStart, CUevent hEnd))                                 \
   X(cuEventDestroy_v2, (CUevent hEvent))                                                                         \
   X(cuLaunchKernel,                                                                                              \

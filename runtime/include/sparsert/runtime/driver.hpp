@@ -113,6 +113,8 @@ ContextRef current_context(const char* call);
 // on stderr, at most a few lines per process. Never throws.
 void release_failed(CUresult r, const char* call) noexcept;
 
+class Stream;
+
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -128,12 +130,37 @@ class DeviceBuffer {
   size_t bytes() const { return bytes_; }
   void upload(const void* src, size_t bytes, size_t offset = 0);
   void download(void* dst, size_t bytes, size_t offset = 0) const;
+  // cuMemcpyDtoHAsync on `s`: returns at once only when dst is page-locked (HostBuffer); into pageable memory the
+  // driver returns once the copy is done.
+  void download_async(void* dst, size_t bytes, size_t offset, const Stream& s) const;
   void fill_u32(uint32_t value, size_t count);
 
  private:
   void release() noexcept;
   ContextRef ctx_;
   CUdeviceptr ptr_ = 0;
+  size_t bytes_ = 0;
+};
+
+// Page-locked host memory (cuMemHostAlloc, freed with cuMemFreeHost): the destination of device-to-host copies that do
+// not block the host. Move-only.
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  explicit HostBuffer(size_t bytes);
+  ~HostBuffer();
+  HostBuffer(HostBuffer&& o) noexcept
+      : ctx_(std::move(o.ctx_)), ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  HostBuffer& operator=(HostBuffer&& o) noexcept;
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void release() noexcept;
+  ContextRef ctx_;
+  void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
 
@@ -169,6 +196,8 @@ class Event {
   CUevent get() const { return e_; }
   void record(const Stream& s);
   void synchronize() const;
+  // Whether the work the event last recorded has completed (cuEventQuery; never blocks).
+  bool query() const;
   float elapsed_ms_since(const Event& start) const;
 
  private:

@@ -47,8 +47,13 @@ class GpuNetwork {
   // afterwards runs after all of them (and a capture of stream() may end there).
   // flags: a layer compiled with live-column flags (PackageLayer::live_flags) sets flags[col] = 1 (u32, package n
   // words, zeroed by the caller) for every column with a nonzero output; other layers ignore it. 0: a scratch buffer.
-  void launch_layer(size_t layer, CUdeviceptr in, CUdeviceptr out, uint32_t n, CUdeviceptr flags = 0);
+  // n_ptr: a layer compiled with the column count on the device (PackageLayer::device_n) reads it from there (a u32,
+  // at most n; blocks past it exit, so n only bounds the grid); other layers ignore it. 0: n, written to a scratch
+  // word on the stream before the launch.
+  void launch_layer(size_t layer, CUdeviceptr in, CUdeviceptr out, uint32_t n, CUdeviceptr flags = 0,
+                    CUdeviceptr n_ptr = 0);
   bool layer_has_live_flags(size_t layer) const;
+  bool layer_has_device_n(size_t layer) const;
   const cuda::Stream& stream() const;
 
   const cuda::DeviceInfo& device() const;

@@ -51,6 +51,9 @@ struct PackageLayer {
   // The kernels fuse live-column detection: they take F (u64, u32 flags, ld words) after all their other parameters
   // and set F[col] = 1 for every column with a nonzero output. Written to the manifest only when true.
   bool live_flags = false;
+  // The kernels read their active column count from device memory: they take NP (u64, a u32 on the device) last and
+  // use min(N, *NP). Written to the manifest only when true.
+  bool device_n = false;
   // A convolution (virtual im2col): its shape and the borders of its input and output buffers; the kernels' N is its
   // output pixels (runtime/conv.hpp). Written to the manifest only when set.
   std::optional<ConvLayout> conv;
