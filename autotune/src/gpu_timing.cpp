@@ -50,12 +50,12 @@ double GpuBench::run(const Built& built, bool* verified) {
   uint32_t n = static_cast<uint32_t>(layer_.n);
   CUdeviceptr pb = db_.get(), pc = dc_.get();
   std::vector<void*> params = {&pb, &pc, &n};
-  // A streamed kernel reads its weights from five arrays, passed after B, C and N (docs/codegen.md).
+  // A streamed kernel reads its weights from the arrays of its layout, passed after B, C and N (docs/codegen.md).
   std::vector<cuda::DeviceBuffer> arrays;
   std::vector<CUdeviceptr> array_ptrs;
   if (built.stream) {
     const codegen::StreamWeights& w = built.stream->weights;
-    for (const std::vector<uint32_t>* v : {&w.ell, &w.stages, &w.block_stages, &w.krows, &w.slots}) {
+    for (const auto& [what, v] : w.arrays()) {
       arrays.emplace_back(std::max<size_t>(v->size() * 4, 4));
       arrays.back().upload(v->data(), v->size() * 4);
     }

@@ -15,11 +15,11 @@ MachineModel MachineModel::for_target(const codegen::Target& t) {
   // Typical parts per architecture; clocks are sustained boost clocks under load, not the peak.
   const bool concurrent = std::string_view(kEntryLaunch) == "concurrent";  // what GpuNetwork does
   switch (t.sm()) {
-    case 75: return {"Tesla T4 (sm_75)", 40, 1.59, 32, 16, 64 * 1024, 65536, concurrent};
-    case 80: return {"A100 SXM (sm_80)", 108, 1.41, 64, 32, 164 * 1024, 65536, concurrent};
-    case 86: return {"RTX A6000 (sm_86)", 84, 1.80, 48, 16, 100 * 1024, 65536, concurrent};
-    case 89: return {"L40S (sm_89)", 142, 2.52, 48, 24, 100 * 1024, 65536, concurrent};
-    default: return {"H100 SXM (sm_90)", 132, 1.755, 64, 32, 228 * 1024, 65536, concurrent};
+    case 75: return {"Tesla T4 (sm_75)", 40, 1.59, 32, 16, 64 * 1024, 65536, concurrent, 320.0};
+    case 80: return {"A100 SXM (sm_80)", 108, 1.41, 64, 32, 164 * 1024, 65536, concurrent, 2039.0};
+    case 86: return {"RTX A6000 (sm_86)", 84, 1.80, 48, 16, 100 * 1024, 65536, concurrent, 768.0};
+    case 89: return {"L40S (sm_89)", 142, 2.52, 48, 24, 100 * 1024, 65536, concurrent, 864.0};
+    default: return {"H100 SXM (sm_90)", 132, 1.755, 64, 32, 228 * 1024, 65536, concurrent, 3350.0};
   }
 }
 
@@ -30,7 +30,8 @@ nlohmann::json to_json(const MachineModel& m) {
           {"max_warps_per_sm", m.max_warps_per_sm},
           {"max_blocks_per_sm", m.max_blocks_per_sm},
           {"shared_bytes_per_sm", m.shared_bytes_per_sm},
-          {"registers_per_sm", m.registers_per_sm}};
+          {"registers_per_sm", m.registers_per_sm},
+          {"dram_gbps", m.dram_gbps}};
 }
 
 double issue_cost(ptxsim::InstrClass c) {
@@ -156,7 +157,7 @@ Probe analytic_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, const 
 nlohmann::json to_json(const Estimate& e) {
   return {{"microseconds", e.microseconds}, {"throughput_us", e.throughput_us}, {"critical_us", e.critical_us},
           {"launch_us", e.launch_us},       {"fetch_us", e.fetch_us},           {"latency_us", e.latency_us},
-          {"shared_us", e.shared_us},
+          {"shared_us", e.shared_us},       {"memory_us", e.memory_us},
           {"bound", e.bound},               {"blocks_per_sm", e.blocks_per_sm}, {"occupancy", e.occupancy},
           {"grid_blocks", e.grid_blocks},   {"warp_instructions", e.warp_instructions}};
 }
@@ -191,6 +192,13 @@ constexpr double kInstructionBytes = 16.0;
 // step; `unroll` steps overlap. A stage adds its copy's global loads and two barriers.
 constexpr double kStreamStepCycles = 150.0;
 constexpr double kStreamStageCycles = 1000.0;
+// The row-split layout's step: the 8-byte entry load (as the ELL walk's) feeds a dependent global load of B (an L1
+// hit for a vector at N = 1, L2 for wider B) before the fma. An assumption, not yet measured: 150 + 100. The chain
+// starts with the slot load, then the first entry.
+constexpr double kRowsStepCycles = 250.0;
+constexpr double kRowsPreambleCycles = 1000.0;
+// Sustained DRAM reads reach about this share of the data-sheet bandwidth.
+constexpr double kDramEfficiency = 0.8;
 
 // What a baked region's SASS holds (docs/autotune.md): FFMA/FMUL per nonzero and column, one LDG per row of B, the
 // stores, the partial sums through shared memory; the rest of its PTX folds into those or into a short preamble.
@@ -236,6 +244,7 @@ struct LaunchWork {
   double block_code_bytes = 0.0;   // distinct instruction bytes one block runs (its thread groups' code regions)
   double latency_cycles = 0.0;     // a chain of dependent memory accesses every block of the launch waits through
   double shared_cycles = 0.0;      // one block's shared-memory wavefronts (one per cycle per SM)
+  double dram_bytes = 0.0;         // bytes the launch moves through DRAM where that can bound it (row-split kernel)
   double fetch_gain = 1.0;  // > 1 where code fetched once serves more than one block or warp
 };
 
@@ -246,8 +255,10 @@ Estimate combine(const std::vector<LaunchWork>& launches, int warps_per_block, i
   Estimate est;
   est.blocks_per_sm = bps;
   double cycles = 0.0, tp_cycles = 0.0, cp_cycles = 0.0, fetch_cycles = 0.0, lat_cycles = 0.0, sh_cycles = 0.0;
+  double mem_cycles = 0.0;
   double resident_warps_total = 0.0;
-  double worst[5] = {0, 0, 0, 0, 0};
+  double worst[6] = {0, 0, 0, 0, 0, 0};
+  const double dram_bytes_per_cycle = m.dram_gbps * kDramEfficiency / m.clock_ghz;
   for (const LaunchWork& l : launches) {
     if (l.grid_blocks <= 0) continue;  // launched but empty: only its overhead counts
     est.grid_blocks += l.grid_blocks;
@@ -262,17 +273,19 @@ Estimate combine(const std::vector<LaunchWork>& launches, int warps_per_block, i
     const double waves = std::ceil(static_cast<double>(per_sm) / static_cast<double>(bps));
     const double lat = waves * l.latency_cycles;
     const double shared = static_cast<double>(per_sm) * l.shared_cycles;
+    const double mem = dram_bytes_per_cycle > 0 ? l.dram_bytes / dram_bytes_per_cycle : 0.0;
     tp_cycles += tp;
     cp_cycles += l.critical_cycles;
     fetch_cycles += fetch;
     lat_cycles += lat;
     sh_cycles += shared;
+    mem_cycles += mem;
     // A block with few warps cannot hide its memory chain behind its (conflicted) shared loads: they add.
-    const double terms[4] = {tp, l.critical_cycles, fetch, lat + shared};
-    const size_t arg = static_cast<size_t>(std::max_element(terms, terms + 4) - terms);
+    const double terms[5] = {tp, l.critical_cycles, fetch, lat + shared, mem};
+    const size_t arg = static_cast<size_t>(std::max_element(terms, terms + 5) - terms);
     cycles += terms[arg];
     // For `bound`: the launch's time goes to the term that set it, the memory chain to its larger part.
-    worst[arg == 3 && shared > lat ? 4 : arg] += terms[arg];
+    worst[arg == 4 ? 5 : arg == 3 && shared > lat ? 4 : arg] += terms[arg];
     resident_warps_total += resident;
   }
   const double cycles_per_us = m.clock_ghz * 1e3;
@@ -281,10 +294,11 @@ Estimate combine(const std::vector<LaunchWork>& launches, int warps_per_block, i
   est.fetch_us = fetch_cycles / cycles_per_us;
   est.latency_us = lat_cycles / cycles_per_us;
   est.shared_us = sh_cycles / cycles_per_us;
+  est.memory_us = mem_cycles / cycles_per_us;
   est.launch_us = kLaunchUs * static_cast<double>(launches.size());
   est.microseconds = cycles / cycles_per_us + est.launch_us;
-  static constexpr const char* kNames[5] = {"issue", "critical", "fetch", "latency", "shared"};
-  const size_t arg = static_cast<size_t>(std::max_element(worst, worst + 5) - worst);
+  static constexpr const char* kNames[6] = {"issue", "critical", "fetch", "latency", "shared", "memory"};
+  const size_t arg = static_cast<size_t>(std::max_element(worst, worst + 6) - worst);
   est.bound = worst[arg] / cycles_per_us >= est.launch_us ? kNames[arg] : "launch";
   est.occupancy = launches.empty()
                       ? 0.0
@@ -393,7 +407,80 @@ int stream_step_wavefronts(const uint32_t* ell, int32_t packed, int32_t stride, 
 }
 }  // namespace
 
+namespace {
+// The row-split layout's walk (emit_rows_spmm.cpp): slots of four u32 {row, bias, first, end}, 32 / lanes_per_row
+// row groups per warp.
+StreamShape rows_shape(const codegen::StreamWeights& w, const codegen::StreamParams& p) {
+  const int32_t lanes = p.lanes_per_row, groups_per_warp = 32 / lanes;
+  const int32_t warps = p.rows_per_block / groups_per_warp;
+  StreamShape s;
+  s.blocks = w.blocks;
+  s.rows = w.m;
+  s.nnz = w.nnz;
+  s.k = w.k;
+  s.slots = static_cast<int64_t>(w.slots.size() / 4);
+  int64_t warp_steps_total = 0, heaviest = 0;
+  for (int32_t b = 0; b < w.blocks; ++b) {
+    for (int32_t wi = 0; wi < warps; ++wi) {
+      int64_t steps = 0;
+      for (int32_t g = 0; g < groups_per_warp; ++g) {
+        const uint32_t* slot = w.slots.data() + (static_cast<size_t>(b) * p.rows_per_block + wi * groups_per_warp + g) * 4;
+        steps = std::max<int64_t>(steps, (int64_t{slot[3]} - slot[2] + lanes - 1) / lanes);
+      }
+      warp_steps_total += steps;
+      s.nonempty_segments += steps > 0;
+      heaviest = std::max(heaviest, steps);
+    }
+  }
+  s.segments = int64_t{w.blocks} * warps;
+  s.padded_entries = warp_steps_total * 32;
+  s.heaviest_block_steps = heaviest;
+  const double mean = static_cast<double>(warp_steps_total) / std::max<double>(static_cast<double>(s.segments), 1.0);
+  s.imbalance = mean > 0 ? static_cast<double>(heaviest) / mean : 1.0;
+  return s;
+}
+
+// Per thread, as emit_rows_spmm.cpp writes it: the preamble, per step the entry pair and the loads of B with their
+// addresses and the fmas, per iteration the pointer step and branch, the shuffles, and the epilogue (lane 0 of each
+// row: a warp issues it once per row group, so it is counted lanes_per_row times to make warp issues come out).
+Probe analytic_rows_probe(const StreamShape& s, const codegen::StreamParams& p, int32_t n, const Epilogue& ep) {
+  using C = ptxsim::InstrClass;
+  const int64_t by = codegen::stream_block_y(p), cpt = p.cols_per_thread, lanes = p.lanes_per_row;
+  const int64_t threads = int64_t{s.blocks} * p.rows_per_block * lanes * by;
+  const int64_t vec = (cpt % 4 == 0 && n % 4 == 0) ? 4 : (cpt % 2 == 0 && n % 2 == 0) ? 2 : 1;
+  const int64_t chunks = cpt / vec;
+  const bool clamp = n % p.n_tile != 0;
+  const int64_t lane_steps = s.padded_entries * by;
+  const int64_t iterations = lane_steps / p.unroll + s.segments * 32 * by;  // the unrolled loop and the tail's steps
+  const int64_t row_lanes = int64_t{s.rows} * by * lanes;
+  const int64_t epi_fp = 1 + (ep.activation == Activation::kRelu ? 1 : 0) + (ep.clamp ? 1 : 0);
+  int64_t log_lanes = 0;
+  while ((int64_t{1} << log_lanes) < lanes) ++log_lanes;
+  ptxsim::InstrCounts c;
+  auto add = [&](C k, int64_t v) {
+    c.by_class[static_cast<size_t>(k)] += static_cast<uint64_t>(std::max<int64_t>(v, 0));
+  };
+  add(C::LdParam, 5 * threads);
+  add(C::Move, (4 + cpt) * threads);
+  add(C::IntArith, (14 + (clamp ? 4 * chunks : 2)) * threads + (4 + cpt) * row_lanes);
+  add(C::LdGlobal, threads + lane_steps * (1 + chunks));
+  add(C::Compare, 4 * threads + cpt * row_lanes);
+  add(C::Control, 4 * threads);
+  add(C::IntArith, lane_steps * (1 + (clamp ? chunks : 1)) + iterations);
+  add(C::Fma, lane_steps * cpt);
+  add(C::Compare, iterations);
+  add(C::Control, iterations);
+  add(C::Warp, log_lanes * cpt * threads);
+  add(C::FpArith, log_lanes * cpt * threads + epi_fp * cpt * row_lanes);
+  add(C::StGlobal, cpt * row_lanes);
+  Probe probe;
+  probe.entries.push_back(ProbeEntry{c, 0, s.blocks});
+  return probe;
+}
+}  // namespace
+
 StreamShape stream_shape(const codegen::StreamWeights& w, const codegen::StreamParams& p, int32_t tile_row_bytes) {
+  if (p.layout == codegen::StreamLayout::kRows) return rows_shape(w, p);
   const int32_t warps = p.rows_per_block / 32;
   const int32_t packed = codegen::stream_row_bytes(p);
   const int32_t stride = tile_row_bytes > 0 ? tile_row_bytes : packed;
@@ -440,6 +527,7 @@ StreamShape stream_shape(const codegen::StreamWeights& w, const codegen::StreamP
 }
 
 Probe analytic_stream_probe(const StreamShape& s, const codegen::StreamParams& p, int32_t n, const Epilogue& ep) {
+  if (p.layout == codegen::StreamLayout::kRows) return analytic_rows_probe(s, p, n, ep);
   using C = ptxsim::InstrClass;
   const int64_t by = codegen::stream_block_y(p), cpt = p.cols_per_thread;
   const int64_t threads = int64_t{s.blocks} * p.rows_per_block * by;
@@ -523,8 +611,7 @@ Probe run_stream_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, cons
   const codegen::StreamWeights& w = k.weights;
   std::vector<ptxsim::Arg> args = {ptxsim::arg_u64(db), ptxsim::arg_u64(dc),
                                    ptxsim::arg_u32(static_cast<uint32_t>(p.n_tile))};
-  for (const std::vector<uint32_t>* v : {&w.ell, &w.stages, &w.block_stages, &w.krows, &w.slots})
-    args.push_back(ptxsim::arg_u64(upload_u32(mem, *v)));
+  for (const auto& [what, v] : w.arrays()) args.push_back(ptxsim::arg_u64(upload_u32(mem, *v)));
   ptxsim::Module mod(mem, k.ptx, k.name + ".ptx");
   ptxsim::LaunchOptions lo;
   lo.check_races = false;  // codegen's tests prove race freedom; here only the counts matter
@@ -540,7 +627,8 @@ Probe run_stream_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, cons
 
 Estimate estimate_stream(const Probe& probe, const StreamShape& shape, const codegen::StreamParams& p, int32_t n,
                          int registers, const MachineModel& m) {
-  const int32_t warps_per_block = (p.rows_per_block / 32) * codegen::stream_block_y(p);
+  const bool rows = p.layout == codegen::StreamLayout::kRows;
+  const int32_t warps_per_block = codegen::stream_block_x(p) / 32 * codegen::stream_block_y(p);
   const int bps = blocks_per_sm(registers, warps_per_block, codegen::stream_shared_bytes(p), m);
   const int64_t tiles_x = (std::max(n, 1) + p.n_tile - 1) / p.n_tile;
   ptxsim::InstrCounts counts;
@@ -554,6 +642,17 @@ Estimate estimate_stream(const Probe& probe, const StreamShape& shape, const cod
   l.warp_instructions = static_cast<double>(counts.total()) / 32.0 * static_cast<double>(tiles_x);
   l.critical_cycles = tile_warps > 0 ? tile_cycles / tile_warps * shape.imbalance * kDependentCpi : 0.0;
   // Every block waits through its ELL steps (unroll of them in flight) and its stages; the heaviest block sets it.
+  if (rows) {
+    // Each block's warps walk their rows side by side: the longest warp's steps, `unroll` of them in flight. Every
+    // nonzero crosses DRAM once per column tile (8 bytes), with the slots, B and C once.
+    l.latency_cycles = kRowsPreambleCycles +
+                       static_cast<double>(shape.heaviest_block_steps) * kRowsStepCycles / p.unroll;
+    const double cols = static_cast<double>(std::max(n, 1));
+    l.dram_bytes = static_cast<double>(tiles_x) * (8.0 * static_cast<double>(shape.nnz)) +
+                   16.0 * static_cast<double>(shape.slots) + 4.0 * cols * static_cast<double>(shape.rows) +
+                   4.0 * cols * static_cast<double>(shape.k);
+    return combine({l}, warps_per_block, bps, m);
+  }
   l.latency_cycles = static_cast<double>(shape.heaviest_block_steps) * kStreamStepCycles / p.unroll +
                      static_cast<double>(shape.heaviest_block_stages) * kStreamStageCycles;
   // Every warp (blocks × warps along x × column groups) walks its segment; each step loads cpt floats of B as

@@ -1,5 +1,7 @@
 #include "sparsert/autotune/space.hpp"
 
+#include "sparsert/autotune/model.hpp"
+
 #include "sparsert/codegen/heuristic.hpp"
 #include "sparsert/inspector/plan.hpp"
 
@@ -22,6 +24,10 @@ std::string describe(const codegen::TileParams& t) {
 std::string describe(const Candidate& c) {
   if (!c.streamed()) return "baked " + describe(c.tile);
   const codegen::StreamParams def;
+  if (c.stream.layout == codegen::StreamLayout::kRows) {
+    return fmt::format("streamed rows rpb={} lanes={} nt={} cpt={} u={}", c.stream.rows_per_block,
+                       c.stream.lanes_per_row, c.stream.n_tile, c.stream.cols_per_thread, c.stream.unroll);
+  }
   std::string s = fmt::format("streamed rpb={} nt={} cpt={}", c.stream.rows_per_block, c.stream.n_tile,
                               c.stream.cols_per_thread);
   if (c.stream.stage_rows != def.stage_rows) s += fmt::format(" sr={}", c.stream.stage_rows);
@@ -64,9 +70,15 @@ codegen::TileParams tile_from_json(const nlohmann::json& j, const std::string& w
 codegen::StreamParams stream_from_json(const nlohmann::json& j, const std::string& where) {
   SPARSERT_USER_CHECK(j.is_object(), where, "stream parameters are not an object");
   codegen::StreamParams p;
+  if (j.contains("layout")) {
+    SPARSERT_USER_CHECK(j.at("layout").is_string(), where, "layout is not a string");
+    const std::string layout = j.at("layout").get<std::string>();
+    SPARSERT_USER_CHECK(layout == "ell" || layout == "rows", where, "layout '{}' is not ell or rows", layout);
+    p.layout = layout == "rows" ? codegen::StreamLayout::kRows : codegen::StreamLayout::kEll;
+  }
   for (auto [field, out] : {std::pair{"rows_per_block", &p.rows_per_block}, std::pair{"n_tile", &p.n_tile},
                             std::pair{"cols_per_thread", &p.cols_per_thread}, std::pair{"stage_rows", &p.stage_rows},
-                            std::pair{"unroll", &p.unroll}}) {
+                            std::pair{"unroll", &p.unroll}, std::pair{"lanes_per_row", &p.lanes_per_row}}) {
     if (!j.contains(field)) continue;
     SPARSERT_USER_CHECK(j.at(field).is_number_integer(), where, "{} is not an integer", field);
     *out = j.at(field).get<int32_t>();
@@ -144,7 +156,7 @@ bool wants(const KindSet& kinds, codegen::KernelKind k) {
   return std::find(kinds.begin(), kinds.end(), k) != kinds.end();
 }
 
-std::vector<Candidate> baked_grid(const CsrMatrix& a, int32_t n) {
+std::vector<Candidate> baked_grid(const CsrMatrix& a, int32_t n, int32_t sms) {
   std::vector<Candidate> grid;
   auto add = [&](int32_t rows_per_block, int32_t gy, Shape s, codegen::WeightPlacement w, inspector::Balance bal,
                  bool reorder) {
@@ -160,7 +172,11 @@ std::vector<Candidate> baked_grid(const CsrMatrix& a, int32_t n) {
   };
   using W = codegen::WeightPlacement;
   using B = inspector::Balance;
-  for (int32_t rpb : {16, 32, 64, 128})
+  // Layers too short for a wave at 16 rows a block (512 rows at N = 49 give 32 × 2 blocks for 132 SMs) also get 8
+  // and 4 rows a block: more blocks, each with less code to fetch.
+  std::vector<int32_t> rows_per_block = {16, 32, 64, 128};
+  if (int64_t{blocks_for(a.rows, 16)} * ((std::max(n, 1) + 31) / 32) < sms) rows_per_block.insert(rows_per_block.begin(), {4, 8});
+  for (int32_t rpb : rows_per_block)
     for (int32_t gy : {1, 2, 4, 8})
       for (Shape s : {Shape{32, 1}, Shape{64, 1}, Shape{64, 2}, Shape{128, 2}, Shape{128, 4}})
         add(rpb, gy, s, W::kImmediate, B::kNonzeros, false);
@@ -178,6 +194,8 @@ std::vector<Candidate> baked_grid(const CsrMatrix& a, int32_t n) {
 // rows, fewer when the tile is wider than 32 columns: 256 × 64 columns would need 65.8 KB of shared memory, past the
 // 48 KB of static shared memory, so every tile holds at most 256 × 32 floats (33 KB).
 constexpr int32_t kStreamTileFloats = 256 * 32;
+
+constexpr int32_t kRowsMaxN = 16;
 
 std::vector<Candidate> streamed_grid(int32_t n) {
   std::vector<Candidate> grid;
@@ -200,6 +218,25 @@ std::vector<Candidate> streamed_grid(int32_t n) {
       add(p);
     }
   add(codegen::StreamParams{});
+  // The row-split layout for small N (N = 1 is a sparse GEMV): 128 threads a block, so that even a layer of a few
+  // hundred rows launches a full wave; lanes per row from short rows (4) to long ones (32). Above kRowsMaxN the ELL
+  // walk and baked code were measured (shared/measurements) and this layout was not, so the model would be guessing.
+  if (n <= kRowsMaxN) {
+    const int32_t nt = static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(std::max(n, 1))));
+    for (int32_t lanes : {4, 8, 16, 32})
+      for (int32_t unroll : {2, 4})
+        for (int32_t cpt : {nt, std::min(nt, 4)}) {
+          Candidate c;
+          c.kind = codegen::KernelKind::kStreamed;
+          c.stream.layout = codegen::StreamLayout::kRows;
+          c.stream.rows_per_block = 128 / lanes;
+          c.stream.lanes_per_row = lanes;
+          c.stream.n_tile = nt;
+          c.stream.cols_per_thread = cpt;
+          c.stream.unroll = unroll;
+          if (std::find(grid.begin(), grid.end(), c) == grid.end()) grid.push_back(c);
+        }
+  }
   return grid;
 }
 }  // namespace
@@ -234,7 +271,7 @@ void check_candidate(const Candidate& c, const CsrMatrix& a, int32_t n, const co
 std::vector<Candidate> enumerate_candidates(const CsrMatrix& a, int32_t n, const codegen::Target& target,
                                             const KindSet& kinds) {
   std::vector<Candidate> grid;
-  if (wants(kinds, codegen::KernelKind::kBaked)) grid = baked_grid(a, n);
+  if (wants(kinds, codegen::KernelKind::kBaked)) grid = baked_grid(a, n, MachineModel::for_target(target).sms);
   if (wants(kinds, codegen::KernelKind::kStreamed)) {
     for (Candidate& c : streamed_grid(n)) grid.push_back(std::move(c));
   }

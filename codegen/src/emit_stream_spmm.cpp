@@ -10,6 +10,7 @@
 #include "sparsert/codegen/ptx_builder.hpp"
 
 #include "conv_addressing.hpp"
+#include "stream_common.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -33,23 +34,80 @@ using ptx::Symbol;
 using ptx::SymbolAddress;
 using ptx::Vector;
 
-namespace {
-constexpr uint32_t kNoRow = 0xFFFFFFFFu;
-constexpr int32_t kWarp = 32;
-constexpr int32_t kEntryBytes = 8;
+using namespace stream_detail;
 
-bool power_of_two(int32_t v) { return v > 0 && (v & (v - 1)) == 0; }
-int32_t log2i(int32_t v) { return std::countr_zero(static_cast<uint32_t>(v)); }
+namespace {
 
 // Columns per copy instruction when staging B: 16-byte loads need 16-byte aligned rows of B (ld % 4 == 0).
 int32_t copy_vector(const StreamParams& p, int32_t ld) { return (ld % 4 == 0 && p.n_tile % 4 == 0) ? 4 : 1; }
 
 int32_t stage_record_words(const StreamParams& p) { return 2 + 2 * (p.rows_per_block / kWarp); }
-
-const char* vec_suffix(int n) { return n == 4 ? ".v4" : n == 2 ? ".v2" : ""; }
 }  // namespace
 
+namespace stream_detail {
+void check_common_params(const StreamParams& p, int32_t ld) {
+  auto bad = [](const char* field, std::string why) { throw InvalidTileParams(field, std::move(why)); };
+  if (p.cols_per_thread != 1 && p.cols_per_thread != 2 && p.cols_per_thread != 4 && p.cols_per_thread != 8 &&
+      p.cols_per_thread != 16) {
+    bad("cols_per_thread", fmt::format("{} is not one of 1, 2, 4, 8, 16", p.cols_per_thread));
+  }
+  if (!power_of_two(p.n_tile) || p.n_tile < p.cols_per_thread) {
+    bad("n_tile", fmt::format("{} is not a power of two at least cols_per_thread ({})", p.n_tile, p.cols_per_thread));
+  }
+  if (p.unroll != 1 && p.unroll != 2 && p.unroll != 4) bad("unroll", fmt::format("{} is not 1, 2 or 4", p.unroll));
+  if (ld < 1) bad("ld", fmt::format("{} is not at least 1", ld));
+}
+
+void emit_device_count(Builder& b, const std::string& name, Reg n) {
+  b.comment("the active column count is min(N, *NP): NP is set on the device by an earlier kernel");
+  const Reg raw = b.reg(RegClass::kB64), gnp = b.reg(RegClass::kB64), n_dev = b.reg(RegClass::kB32);
+  b.inst("ld.param.u64", {raw, SymbolAddress{name + "_param_NP"}});
+  b.inst("cvta.to.global.u64", {gnp, raw});
+  b.inst("ld.global.u32", {n_dev, Address{gnp}});
+  b.inst("min.u32", {n, n, n_dev});
+}
+
+void emit_exit_past_count(Builder& b, Reg col0, Reg n) {
+  b.comment("blocks whose column tile starts at or past the count exit");
+  const Reg past = b.reg(RegClass::kPred);
+  b.inst("setp.ge.u32", {past, col0, n});
+  b.inst("bra", {Symbol{"$done"}}, Guard{past});
+}
+
+void add_device_count_param(std::string& out, std::vector<ptx::EntryParam>& params, const std::string& name) {
+  out += "// NP (global const u32*): the active column count is min(N, *NP); tiles at or past it do nothing\n";
+  params.push_back({name + "_param_NP", "u64"});
+}
+
+LiveFlagsRegs emit_live_flags_setup(Builder& b, const std::string& param, Reg column_offset) {
+  b.comment("live-column flags: F[col] = 1 where this thread's output is nonzero (or NaN: neu) and col < N");
+  const Reg raw = b.reg(RegClass::kB64), gf = b.reg(RegClass::kB64);
+  LiveFlagsRegs f{b.reg(RegClass::kB64), b.reg(RegClass::kB32)};
+  b.inst("ld.param.u64", {raw, SymbolAddress{param}});
+  b.inst("cvta.to.global.u64", {gf, raw});
+  b.inst("add.s64", {f.ptr, gf, column_offset});
+  b.inst("mov.u32", {f.one, IntImm{1}});
+  return f;
+}
+
+void emit_live_flag(Builder& b, const LiveFlagsRegs& f, Reg acc, Reg pc, int32_t c) {
+  const Reg pl = b.reg(RegClass::kPred);
+  b.inst("setp.neu.and.f32", {pl, acc, F32Imm{0.0f}, pc});
+  b.inst("st.global.u32", {Address{f.ptr, int64_t{c} * 4}, f.one}, Guard{pl});
+}
+}  // namespace stream_detail
+
+std::string to_string(StreamLayout l) { return l == StreamLayout::kRows ? "rows" : "ell"; }
+
 nlohmann::json to_json(const StreamParams& p) {
+  if (p.layout == StreamLayout::kRows) {
+    return {{"layout", "rows"},
+            {"rows_per_block", p.rows_per_block},
+            {"lanes_per_row", p.lanes_per_row},
+            {"n_tile", p.n_tile},
+            {"cols_per_thread", p.cols_per_thread},
+            {"unroll", p.unroll}};
+  }
   return {{"rows_per_block", p.rows_per_block},
           {"n_tile", p.n_tile},
           {"cols_per_thread", p.cols_per_thread},
@@ -57,7 +115,9 @@ nlohmann::json to_json(const StreamParams& p) {
           {"unroll", p.unroll}};
 }
 
-int32_t stream_block_x(const StreamParams& p) { return p.rows_per_block; }
+int32_t stream_block_x(const StreamParams& p) {
+  return p.layout == StreamLayout::kRows ? p.rows_per_block * p.lanes_per_row : p.rows_per_block;
+}
 int32_t stream_block_y(const StreamParams& p) { return p.n_tile / p.cols_per_thread; }
 int32_t stream_row_bytes(const StreamParams& p) {
   // The 32 lanes of a warp read 32 different staged rows at the same column. With a row stride of n_tile floats (a
@@ -70,27 +130,26 @@ int32_t stream_row_bytes(const StreamParams& p) {
   const int32_t unit = p.cols_per_thread;  // 1 or 2 floats: an odd number of the loads' units per row
   return (p.n_tile / unit) % 2 == 1 ? p.n_tile * 4 : p.n_tile * 4 + 4 * unit;
 }
-int32_t stream_shared_bytes(const StreamParams& p) { return (p.stage_rows + 1) * stream_row_bytes(p); }
+int32_t stream_shared_bytes(const StreamParams& p) {
+  return p.layout == StreamLayout::kRows ? 0 : (p.stage_rows + 1) * stream_row_bytes(p);
+}
 // ptxas reports 32-40 registers for cpt = 1, 80 for cpt = 8 and 84 for cpt = 16 (it loads ahead across the unrolled
 // steps), and spills at 64 with cpt = 4: 56 + 4·cpt bounds them all.
-int32_t stream_registers_estimate(const StreamParams& p) { return 56 + 4 * p.cols_per_thread; }
+int32_t stream_registers_estimate(const StreamParams& p) {
+  return p.layout == StreamLayout::kRows ? rows_registers_estimate(p) : 56 + 4 * p.cols_per_thread;
+}
 
 void check_stream_params(const StreamParams& p, int32_t ld, const Target& target) {
+  if (p.layout == StreamLayout::kRows) return check_rows_params(p, ld, target);
   auto bad = [](const char* field, std::string why) { throw InvalidTileParams(field, std::move(why)); };
+  if (p.lanes_per_row != 0) bad("lanes_per_row", fmt::format("{}: only the rows layout has lanes per row",
+                                                            p.lanes_per_row));
   if (p.rows_per_block < kWarp || p.rows_per_block % kWarp != 0) {
     bad("rows_per_block", fmt::format("{} is not a positive multiple of 32 (one ELL segment per warp)",
                                       p.rows_per_block));
   }
-  if (p.cols_per_thread != 1 && p.cols_per_thread != 2 && p.cols_per_thread != 4 && p.cols_per_thread != 8 &&
-      p.cols_per_thread != 16) {
-    bad("cols_per_thread", fmt::format("{} is not one of 1, 2, 4, 8, 16", p.cols_per_thread));
-  }
-  if (!power_of_two(p.n_tile) || p.n_tile < p.cols_per_thread) {
-    bad("n_tile", fmt::format("{} is not a power of two at least cols_per_thread ({})", p.n_tile, p.cols_per_thread));
-  }
-  if (p.unroll != 1 && p.unroll != 2 && p.unroll != 4) bad("unroll", fmt::format("{} is not 1, 2 or 4", p.unroll));
+  check_common_params(p, ld);
   if (p.stage_rows < 1) bad("stage_rows", fmt::format("{} is not at least 1", p.stage_rows));
-  if (ld < 1) bad("ld", fmt::format("{} is not at least 1", ld));
   const int64_t threads = int64_t{p.rows_per_block} * (p.n_tile / p.cols_per_thread);
   if (threads > target.max_threads_per_block()) {
     bad("rows_per_block", fmt::format("{} rows × {} column groups = {} threads, more than {}", p.rows_per_block,
@@ -118,7 +177,11 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
                         conv->shape.columns());
     SPARSERT_USER_CHECK(!epilogue.live_flags, "live_flags", "are not supported for convolutions");
     SPARSERT_USER_CHECK(!epilogue.device_n, "device_n", "is not supported for convolutions");
+    if (p.layout == StreamLayout::kRows) {
+      throw InvalidTileParams("layout", "convolutions are streamed in the ELL layout only (its staged taps)");
+    }
   }
+  if (p.layout == StreamLayout::kRows) return emit_rows_spmm_ptx(p, target, ld, epilogue, name);
   const int32_t rows = p.rows_per_block, cpt = p.cols_per_thread, by = stream_block_y(p);
   const int32_t threads = rows * by;
   // A convolution's columns are pixels, not adjacent in memory past a row of the image: one column per copy.
@@ -146,15 +209,7 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
     b.inst("cvta.to.global.u64", {g[i], raw});
   }
   b.inst("ld.param.u32", {n, SymbolAddress{pn}});
-  const std::string pnp = name + "_param_NP";
-  if (epilogue.device_n) {
-    b.comment("the active column count is min(N, *NP): NP is set on the device by an earlier kernel");
-    const Reg raw = b.reg(RegClass::kB64), gnp = b.reg(RegClass::kB64), n_dev = b.reg(RegClass::kB32);
-    b.inst("ld.param.u64", {raw, SymbolAddress{pnp}});
-    b.inst("cvta.to.global.u64", {gnp, raw});
-    b.inst("ld.global.u32", {n_dev, Address{gnp}});
-    b.inst("min.u32", {n, n, n_dev});
-  }
+  if (epilogue.device_n) emit_device_count(b, name, n);
   const Reg tx = b.reg(RegClass::kB32), ty = b.reg(RegClass::kB32), tile = b.reg(RegClass::kB32),
             blk = b.reg(RegClass::kB32);
   b.inst("mov.u32", {tx, Special{"%tid.x"}});
@@ -167,13 +222,8 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
   const Reg col0 = b.reg(RegClass::kB32), cthr = b.reg(RegClass::kB32);
   b.comment(fmt::format("this thread's first output column: ctaid.x * {} + tid.y * {}", p.n_tile, cpt));
   b.inst("shl.b32", {col0, tile, IntImm{log2i(p.n_tile)}});
-  if (epilogue.device_n) {
-    // The grid covers N; the whole block leaves when its tile holds no active column (uniform: no barrier waits).
-    b.comment("blocks whose column tile starts at or past the count exit");
-    const Reg past = b.reg(RegClass::kPred);
-    b.inst("setp.ge.u32", {past, col0, n});
-    b.inst("bra", {Symbol{"$done"}}, Guard{past});
-  }
+  // The grid covers N; the whole block leaves when its tile holds no active column (uniform: no barrier waits).
+  if (epilogue.device_n) emit_exit_past_count(b, col0, n);
   b.inst("mad.lo.u32", {cthr, ty, IntImm{cpt}, col0});
 
   b.comment("slot (row of C, bias) of this thread; the accumulators start at the bias");
@@ -338,17 +388,8 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
     b.inst("mul.wide.u32", {coff, cthr, IntImm{4}});
     b.inst("add.s64", {t, g[1], roff});
     if (!conv) b.inst("add.s64", {cptr, t, coff});
-    Reg fptr, one;
-    if (epilogue.live_flags) {
-      b.comment("live-column flags: F[col] = 1 where this thread's output is nonzero (or NaN: neu) and col < N");
-      const Reg raw = b.reg(RegClass::kB64), gf = b.reg(RegClass::kB64);
-      fptr = b.reg(RegClass::kB64);
-      one = b.reg(RegClass::kB32);
-      b.inst("ld.param.u64", {raw, SymbolAddress{param(8)}});
-      b.inst("cvta.to.global.u64", {gf, raw});
-      b.inst("add.s64", {fptr, gf, coff});
-      b.inst("mov.u32", {one, IntImm{1}});
-    }
+    LiveFlagsRegs flags{};
+    if (epilogue.live_flags) flags = emit_live_flags_setup(b, param(8), coff);
     for (int32_t c = 0; c < cpt; ++c) {
       if (epilogue.activation == Activation::kRelu) b.inst("max.f32", {acc[c], acc[c], F32Imm{0.0f}});
       if (epilogue.clamp) b.inst("min.f32", {acc[c], acc[c], F32Imm{*epilogue.clamp}});
@@ -363,11 +404,7 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
       } else {
         b.inst("st.global.f32", {Address{cptr, int64_t{c} * 4}, acc[c]}, Guard{pc});
       }
-      if (epilogue.live_flags) {
-        const Reg pl = b.reg(RegClass::kPred);
-        b.inst("setp.neu.and.f32", {pl, acc[c], F32Imm{0.0f}, pc});
-        b.inst("st.global.u32", {Address{fptr, int64_t{c} * 4}, one}, Guard{pl});
-      }
+      if (epilogue.live_flags) emit_live_flag(b, flags, acc[c], pc, c);
     }
   }
   b.label("$done");
@@ -391,10 +428,7 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
   }
   std::vector<ptx::EntryParam> params;
   for (int i = 0; i < nparams; ++i) params.push_back({param(i), i == 2 ? "u32" : "u64"});
-  if (epilogue.device_n) {
-    out += "// NP (global const u32*): the active column count is min(N, *NP); tiles at or past it do nothing\n";
-    params.push_back({pnp, "u64"});
-  }
+  if (epilogue.device_n) add_device_count_param(out, params, name);
   out += ptx::entry_signature(name, params, {rows, by, 1, true});
   out += b.declarations();
   out += fmt::format("\t.shared .align 16 .b8 tile[{}];\n\n", stream_shared_bytes(p));
@@ -408,11 +442,18 @@ void conv_tap_rows(const ConvLayout& conv, StreamWeights& w) {
 }
 
 int64_t StreamWeights::bytes() const {
-  return 4 * static_cast<int64_t>(ell.size() + stages.size() + block_stages.size() + krows.size() + slots.size());
+  int64_t words = 0;
+  for (const auto& [what, v] : arrays()) words += static_cast<int64_t>(v->size());
+  return 4 * words;
 }
 
-StreamWeights pack_stream_weights(const CsrMatrix& a, const inspector::WorkPlan& plan, const StreamParams& p,
-                                  const std::vector<float>& bias) {
+std::vector<std::pair<const char*, const std::vector<uint32_t>*>> StreamWeights::arrays() const {
+  if (layout == StreamLayout::kRows) return {{"ell", &ell}, {"slots", &slots}};
+  return {{"ell", &ell}, {"stages", &stages}, {"block_stages", &block_stages}, {"krows", &krows}, {"slots", &slots}};
+}
+
+void check_stream_plan(const CsrMatrix& a, const inspector::WorkPlan& plan, const StreamParams& p,
+                       const std::vector<float>& bias) {
   SPARSERT_INTERNAL_CHECK(plan.rows == a.rows && plan.cols == a.cols && plan.nnz == a.nnz(),
                           "pack_stream_weights: the plan is for another matrix");
   if (plan.params.gy != 1) throw InvalidTileParams("gy", fmt::format("{}: the streaming kernel needs gy = 1",
@@ -428,7 +469,12 @@ StreamWeights pack_stream_weights(const CsrMatrix& a, const inspector::WorkPlan&
   if (plan.blocks.size() > 65535) {
     throw InvalidTileParams("m_blocks", fmt::format("{} row blocks exceed grid.y's 65535", plan.blocks.size()));
   }
+}
 
+StreamWeights pack_stream_weights(const CsrMatrix& a, const inspector::WorkPlan& plan, const StreamParams& p,
+                                  const std::vector<float>& bias) {
+  if (p.layout == StreamLayout::kRows) return pack_rows_weights(a, plan, p, bias);
+  check_stream_plan(a, plan, p, bias);
   const int32_t rows = p.rows_per_block, warps = rows / kWarp, row_bytes = stream_row_bytes(p);
   StreamWeights out;
   out.m = a.rows;
@@ -567,12 +613,18 @@ nlohmann::json StreamKernel::sidecar() const {
   nlohmann::json params_json =
       nlohmann::json::array({{{"name", "B"}, {"type", "u64"}, {"what", "global f32*, k x ld, row-major"}},
                              {{"name", "C"}, {"type", "u64"}, {"what", "global f32*, m x ld, row-major"}},
-                             {{"name", "N"}, {"type", "u32"}, {"what", "active columns, 1 <= N <= ld"}},
-                             arr("ell", "u32 pairs {weight bits, tile byte offset}", weights.ell.size()),
-                             arr("stages", "u32 stage records", weights.stages.size()),
-                             arr("block_stages", "u32 per block + 1", weights.block_stages.size()),
-                             arr("krows", "u32 staged B rows", weights.krows.size()),
-                             arr("slots", "u32 pairs {row of C, bias bits}", weights.slots.size())});
+                             {{"name", "N"}, {"type", "u32"}, {"what", "active columns, 1 <= N <= ld"}}});
+  if (params.layout == StreamLayout::kRows) {
+    params_json.push_back(arr("ell", "u32 pairs {weight bits, column of A}, row after row", weights.ell.size()));
+    params_json.push_back(arr("slots", "u32 quads {row of C, bias bits, first entry, end entry}",
+                              weights.slots.size()));
+  } else {
+    params_json.push_back(arr("ell", "u32 pairs {weight bits, tile byte offset}", weights.ell.size()));
+    params_json.push_back(arr("stages", "u32 stage records", weights.stages.size()));
+    params_json.push_back(arr("block_stages", "u32 per block + 1", weights.block_stages.size()));
+    params_json.push_back(arr("krows", "u32 staged B rows", weights.krows.size()));
+    params_json.push_back(arr("slots", "u32 pairs {row of C, bias bits}", weights.slots.size()));
+  }
   if (epilogue.live_flags) {
     params_json.push_back({{"name", "F"}, {"type", "u64"}, {"what", "global u32*, ld live-column flags, zeroed"}});
   }

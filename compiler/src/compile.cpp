@@ -297,13 +297,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
         pl.kind = "streamed";
         stream_weights = codegen::pack_stream_weights(l.a, codegen::default_stream_plan(l.a, sp), sp, l.desc.bias);
         if (l.conv) codegen::conv_tap_rows(*l.conv, *stream_weights);
-        const std::pair<const char*, const std::vector<uint32_t>*> arrays[] = {
-            {"ell", &stream_weights->ell},
-            {"stages", &stream_weights->stages},
-            {"block_stages", &stream_weights->block_stages},
-            {"krows", &stream_weights->krows},
-            {"slots", &stream_weights->slots}};
-        for (const auto& [what, data] : arrays) {
+        for (const auto& [what, data] : stream_weights->arrays()) {
           const std::string file = fmt::format("layer{}.{}.u32", li, what);
           add_file(file, std::string_view(reinterpret_cast<const char*>(data->data()), data->size() * 4));
           pl.arrays.push_back(file);

@@ -280,7 +280,7 @@ TEST(Space, StreamedTilesAreCappedAtNAndKindsCanBeRestricted) {
   const codegen::Target t = codegen::Target::parse("sm_90");
   const std::vector<Candidate> cands = enumerate_candidates(l.a, l.n, t, {codegen::KernelKind::kStreamed});
   ASSERT_FALSE(cands.empty());
-  int defaults = 0;
+  int defaults = 0, rows = 0;
   for (const Candidate& c : cands) {
     ASSERT_TRUE(c.streamed());
     defaults += c.is_default;
@@ -290,10 +290,39 @@ TEST(Space, StreamedTilesAreCappedAtNAndKindsCanBeRestricted) {
       continue;
     }
     EXPECT_EQ(c.stream.n_tile, 8) << describe(c);  // the power of two holding N = 6
-    EXPECT_EQ(c.stream.cols_per_thread, 8) << describe(c);
+    if (c.stream.layout == codegen::StreamLayout::kRows) {
+      ++rows;
+      EXPECT_TRUE(c.stream.cols_per_thread == 8 || c.stream.cols_per_thread == 4) << describe(c);
+      EXPECT_EQ(codegen::stream_block_x(c.stream), 128) << describe(c);
+      EXPECT_TRUE(c.valid()) << describe(c) << ": " << c.rejected_reason;
+    } else {
+      EXPECT_EQ(c.stream.cols_per_thread, 8) << describe(c);
+    }
   }
   EXPECT_EQ(defaults, 1);
-  EXPECT_EQ(cands.size(), 5u);  // rows per block 32-256 with 8 columns of 8 (duplicates dropped), the default
+  // ELL: rows per block 32-256 with 8 columns of 8 (duplicates dropped), the default; the row-split layout (N <= 16):
+  // 4 lane counts x 2 unrolls x 2 column splits.
+  EXPECT_EQ(rows, 16);
+  EXPECT_EQ(cands.size(), 5u + 16u);
+  const TuneLayer wide = small_layer("w", 3, 300, 200, 17);
+  for (const Candidate& c : enumerate_candidates(wide.a, wide.n, t, {codegen::KernelKind::kStreamed}))
+    EXPECT_NE(c.stream.layout, codegen::StreamLayout::kRows) << describe(c);
+}
+
+// A layer with fewer blocks than the target has SMs at 16 rows a block also gets 8 and 4 rows a block (issue 12: a
+// baked layer should fill a wave); a tall one does not.
+TEST(Space, ShortLayersGetBlocksForAFullWave) {
+  const codegen::Target t = codegen::Target::parse("sm_90");
+  auto most_blocks = [&](int32_t m, int32_t n) {
+    const CsrMatrix a = inspector::generate_pruned_gaussian(m, 64, 0.9, 4);
+    int32_t most = 0;
+    for (const Candidate& c : enumerate_candidates(a, n, t, {codegen::KernelKind::kBaked}))
+      most = std::max(most, c.tile.plan.m_blocks);
+    return most;
+  };
+  EXPECT_EQ(most_blocks(512, 49), 128);   // 32 x 2 blocks at 16 rows would leave 68 of 132 SMs idle
+  EXPECT_EQ(most_blocks(4096, 49), 256);  // 256 x 2 blocks fill the wave already: 16 rows a block at most
+  EXPECT_EQ(most_blocks(4096, 1), 256);
 }
 
 TEST(Space, LayerAboveThePerLayerCapIsNotTunedBaked) {

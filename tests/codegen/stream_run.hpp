@@ -33,8 +33,6 @@ inline StreamSimResult run_stream_in_ptxsim(const codegen::StreamKernel& k, cons
   std::vector<float> c_init(c_elems, std::numeric_limits<float>::quiet_NaN());
   const uint64_t dc = upload(mem, c_init.data(), c_elems * 4);
   auto up = [&](const std::vector<uint32_t>& v) { return upload(mem, v.data(), v.size() * 4); };
-  const uint64_t dell = up(w.ell), dstg = up(w.stages), dbst = up(w.block_stages), dkr = up(w.krows),
-                 dsl = up(w.slots);
   ptxsim::Module mod(mem, k.ptx, k.name + ".ptx");
   StreamSimResult r;
   const ptxsim::Dim3 grid{static_cast<uint32_t>(k.grid_x(n)), static_cast<uint32_t>(k.grid_y()), 1};
@@ -42,10 +40,9 @@ inline StreamSimResult run_stream_in_ptxsim(const codegen::StreamKernel& k, cons
                            static_cast<uint32_t>(codegen::stream_block_y(k.params)), 1};
   ptxsim::LaunchOptions opt;
   opt.check_races = check_races;
-  std::vector<ptxsim::Arg> args = {ptxsim::arg_u64(db),   ptxsim::arg_u64(dc),
-                                         ptxsim::arg_u32(static_cast<uint32_t>(n)),
-                                         ptxsim::arg_u64(dell), ptxsim::arg_u64(dstg), ptxsim::arg_u64(dbst),
-                                         ptxsim::arg_u64(dkr),  ptxsim::arg_u64(dsl)};
+  std::vector<ptxsim::Arg> args = {ptxsim::arg_u64(db), ptxsim::arg_u64(dc),
+                                   ptxsim::arg_u32(static_cast<uint32_t>(n))};
+  for (const auto& [what, v] : w.arrays()) args.push_back(ptxsim::arg_u64(up(*v)));
   uint64_t df = 0;
   if (k.epilogue.live_flags) {
     const std::vector<uint32_t> zeros(static_cast<size_t>(k.ld), 0u);

@@ -579,6 +579,39 @@ TEST(CompileRun, ModelChoosesKernelsWithoutATuningRecord) {
   EXPECT_NE(cli(fmt::format("compile {} -o {} --tiles fastest -q", net, (dir / "bad").string())), 0);
 }
 
+// At N = 1 (a sparse GEMV, like ResNet-50's final layer at batch 1) the model picks the row-split layout of the
+// streamed kernel; the package records it in the layer's tile, passes its two arrays, and runs to the reference.
+TEST(CompileRun, ModelStreamsGemvLayersRowSplit) {
+  ScratchDir dir;
+  CsrMatrix big = inspector::generate_pruned_gaussian(1000, 2048, 0.9, 31);
+  CsrMatrix small = inspector::generate_pruned_gaussian(100, 1000, 0.9, 32);
+  for (CsrMatrix* a : {&big, &small})
+    for (float& v : a->values) v *= 0.1f;
+  inspector::save_matrix(dir / "big.mtx", big);
+  inspector::save_matrix(dir / "small.mtx", small);
+  const std::string net = dir.write("gemv.json", R"({"format": "sparsert-network/1", "layers": [
+    {"weights": "big.mtx", "bias": 0.01, "activation": "relu", "n": 1},
+    {"weights": "small.mtx", "n": 1}]})").string();
+  const CacheDir cache_dir(dir / "cache");
+  std::string err;
+  ASSERT_EQ(cli(fmt::format("compile {} -o {} --target sm_90 --ptx-only --no-tuning-db --tiles model -q", net,
+                            (dir / "pkg").string()),
+                &err),
+            0)
+      << err;
+  const Package pkg = load_package(dir / "pkg");
+  ASSERT_EQ(pkg.layers.size(), 2u);
+  for (const PackageLayer& l : pkg.layers) {
+    EXPECT_EQ(l.kind, "streamed") << l.name;
+    EXPECT_EQ(l.tile.value("layout", ""), "rows") << l.name << ": " << l.tile.dump();
+    EXPECT_EQ(l.arrays.size(), 2u) << l.name;
+    EXPECT_EQ(l.block_x % 32, 0) << l.name;
+  }
+  const auto layers = load_network(read_network(net));
+  const DenseTensor x = input(2048, 1);
+  EXPECT_LE(max_relative_error(GpuNetwork(pkg).run(x), reference(layers, x)), 1e-5);
+}
+
 // CompileOptions::live_flags (issue 13): every kernel, baked or streamed, takes the live-column flags after its other
 // parameters and sets flags[col] = 1 for each column below N with a nonzero output. The option enters the cache key
 // (a fused and a plain kernel never share an entry) and the manifest (GpuNetwork passes the flags only to such

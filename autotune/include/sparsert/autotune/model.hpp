@@ -41,6 +41,7 @@ struct MachineModel {
   // How the runtime launches a baked layer's entries: side by side, or one after another on one stream (what the
   // 2026-11-23 H100 files measured); runtime::kEntryLaunch says which GpuNetwork does.
   bool concurrent_entries = false;
+  double dram_gbps = 0.0;  // the part's memory bandwidth (data sheet), for kernels whose bytes can bound them
   static MachineModel for_target(const codegen::Target& t);
 };
 nlohmann::json to_json(const MachineModel& m);
@@ -71,6 +72,9 @@ Probe run_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, const codeg
                 const codegen::Target& target, const Epilogue& epilogue);
 
 // What the streamed model needs of the packed weights (pack_stream_weights), summed over every row block.
+// The row-split layout (StreamLayout::kRows) fills it as its own walk reads: a warp steps until its longest row group
+// is done (ceil(row nonzeros / lanes_per_row) steps), padded_entries counts those steps × 32 lanes, the heaviest
+// block is its longest warp's steps (no barriers), and there are no stages, staged rows or shared loads.
 struct StreamShape {
   int32_t blocks = 0;
   int32_t rows = 0;                // rows of A: the thread slots that store outputs
@@ -86,6 +90,9 @@ struct StreamShape {
   // Shared-memory wavefronts of one warp's load of B (min(cpt, 4) floats a lane) at an ELL step, averaged over the
   // steps: min(cpt, 4) when no two lanes collide in a bank, up to 32 when all do.
   double wavefronts_per_load = 1.0;
+  int64_t nnz = 0;             // the row-split layout's memory term: nonzeros (8 bytes each) and slots (16 bytes)
+  int64_t slots = 0;
+  int32_t k = 0;               // rows of B (read once from DRAM)
 };
 // tile_row_bytes: the shared tile's row stride the kernel runs with (0: codegen::stream_row_bytes, today's layout;
 // n_tile * 4 for kernels of layout version 1, as measured before the padding).
@@ -114,7 +121,9 @@ struct Estimate {
   double fetch_us = 0.0;       // instruction fetch: the busiest SM's distinct code bytes at the front end's rate
   double latency_us = 0.0;     // the streamed kernel's chain of dependent loads (ELL steps and stages)
   double shared_us = 0.0;      // the streamed kernel's shared-memory wavefronts on the busiest SM (bank conflicts)
-  const char* bound = "";      // the term that set most of the time: issue, critical, fetch, latency, shared, launch
+  double memory_us = 0.0;      // the row-split kernel's bytes at the part's memory bandwidth
+  const char* bound = "";      // the term that set most of the time: issue, critical, fetch, latency, shared,
+                               // memory, launch
 };
 nlohmann::json to_json(const Estimate& e);
 

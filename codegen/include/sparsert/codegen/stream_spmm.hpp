@@ -18,11 +18,20 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sparsert::codegen {
 
 inline constexpr const char* kStreamGeneratorVersion = "sparsert-stream-spmm/2";
+
+// How the streamed weights are laid out and walked (docs/codegen.md):
+// - kEll: sliced ELL over row slots, rows of B staged through shared memory per stage (the default);
+// - kRows: row-split CSR, lanes_per_row lanes of a warp share one row and read B straight from global memory, then
+//   reduce with warp shuffles. It needs no shared memory and no barriers: the kernel for small N (N = 1 is a
+//   sparse GEMV) where staging a tile of B cannot pay and one thread per row gives too few threads.
+enum class StreamLayout { kEll, kRows };
+std::string to_string(StreamLayout l);
 
 struct StreamParams {
   // Defaults: the fewest instructions per useful fma on a Graph Challenge layer in ptxsim (docs/codegen.md); taller
@@ -32,13 +41,19 @@ struct StreamParams {
   int32_t cols_per_thread = 16;  // accumulators per thread: 1, 2, 4, 8 or 16 (shared loads are .v4 from 4 up)
   int32_t stage_rows = 256;      // rows of B staged in shared memory at a time (plus one zero row for padding)
   int32_t unroll = 2;            // ELL steps per loop iteration (1, 2 or 4); segments are padded to a multiple
+  // kRows: rows_per_block rows per block, each walked by lanes_per_row lanes (1, 2, 4, 8, 16 or 32; block.x =
+  // rows_per_block × lanes_per_row, a multiple of 32); n_tile, cols_per_thread and unroll as above; stage_rows unused.
+  StreamLayout layout = StreamLayout::kEll;
+  int32_t lanes_per_row = 0;  // kRows only
   bool operator==(const StreamParams&) const = default;
 };
 
+// kEll writes the five fields above (as before kRows existed, so cache keys are unchanged); kRows writes "layout":
+// "rows", lanes_per_row, rows_per_block, n_tile, cols_per_thread and unroll.
 nlohmann::json to_json(const StreamParams& p);
 
 // The launch shape and static shared memory of a kernel with these parameters.
-int32_t stream_block_x(const StreamParams& p);  // rows_per_block
+int32_t stream_block_x(const StreamParams& p);  // rows_per_block (kRows: × lanes_per_row)
 int32_t stream_block_y(const StreamParams& p);  // n_tile / cols_per_thread
 int32_t stream_shared_bytes(const StreamParams& p);
 // Bytes from one staged row of B to the next in the shared tile: n_tile * 4, padded so that the lanes of a warp,
@@ -88,7 +103,15 @@ struct StreamWeights {
 
   // Sum over the blocks of the rows of B each one stages: with nnz, the average reuse of a staged B element.
   int64_t staged_rows = 0;
+
+  // kRows (pack_rows_weights): ell holds the nonzeros as pairs {value bits, column of A} row after row in slot order,
+  // unpadded; slots hold four u32 per slot {row of C or 0xFFFFFFFF, bias bits, first entry, end entry}; stages,
+  // block_stages and krows stay empty and are not passed.
+  StreamLayout layout = StreamLayout::kEll;
+
   int64_t bytes() const;  // everything that is uploaded
+  // The arrays the kernel takes after B, C and N, in parameter order, with their parameter names.
+  std::vector<std::pair<const char*, const std::vector<uint32_t>*>> arrays() const;
 };
 
 struct StreamKernel {
@@ -107,7 +130,8 @@ struct StreamKernel {
 };
 
 // Kernel parameters, in order: B (u64, global f32*, k×ld), C (u64, global f32*, m×ld), N (u32, 1 ≤ N ≤ ld), then
-// ell, stages, block_stages, krows, slots (u64 global pointers to the arrays above), then F (u64) with live_flags.
+// ell, stages, block_stages, krows, slots (u64 global pointers to the arrays above; kRows: ell, slots), then F (u64)
+// with live_flags.
 // conv: a convolution (SpmmOptions::conv): B and C are its bordered NCHW buffers, ld its pixel count, and krows hold
 // tap offsets in floats (conv_tap_rows) instead of rows of B.
 std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, int32_t ld,

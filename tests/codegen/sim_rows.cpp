@@ -1,0 +1,255 @@
+// The row-split layout of the streamed kernel (StreamLayout::kRows) in ptxsim, with race, unset-register, warp
+// (shuffle membership) and bounds checks on, against reference_spmm within 1e-5 relative; its packing; its typed
+// parameter check; nvJitLink assembly with 0 spills.
+#include "sim_run.hpp"
+#include "stream_run.hpp"
+#include "sparsert/codegen/assembler.hpp"
+#include "sparsert/inspector/formats.hpp"
+#include "sparsert/inspector/generate.hpp"
+#include "sparsert/runtime/reference.hpp"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <bit>
+#include <cmath>
+#include <limits>
+
+using namespace sparsert;
+using namespace sparsert::codegen;
+using sparsert::testing::first_columns;
+using sparsert::testing::run_stream_in_ptxsim;
+
+namespace {
+StreamParams rows_params(int32_t rows, int32_t lanes, int32_t n_tile, int32_t cpt, int32_t unroll) {
+  StreamParams p;
+  p.layout = StreamLayout::kRows;
+  p.rows_per_block = rows;
+  p.lanes_per_row = lanes;
+  p.n_tile = n_tile;
+  p.cols_per_thread = cpt;
+  p.unroll = unroll;
+  return p;
+}
+
+DenseTensor random_b(int32_t k, int32_t ld, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(k) * ld);
+  inspector::fill_values(v, inspector::ValueFill{inspector::ValueFill::Distribution::kUniform, seed, 1.0f});
+  return DenseTensor({k, ld}, std::move(v));
+}
+
+// Emits with the default plan, runs n of ld columns in ptxsim, compares with the reference; columns past N must
+// keep their NaN. Returns the counts.
+ptxsim::InstrCounts check(const CsrMatrix& a, const StreamParams& p, int32_t ld, int32_t n, const Epilogue& ep,
+                          const std::string& what, bool live_flags = false) {
+  StreamOptions opt;
+  opt.params = p;
+  opt.ld = ld;
+  opt.epilogue = ep;
+  opt.live_flags = live_flags;
+  const StreamKernel k = emit_stream_spmm(a, default_stream_plan(a, p), Target::parse("sm_90"), opt);
+  const DenseTensor b = random_b(a.cols, ld, 91);
+  try {
+    const sparsert::testing::StreamSimResult r = run_stream_in_ptxsim(k, b, n);
+    const DenseTensor want = reference_spmm(a, first_columns(b, n), ep);
+    EXPECT_LE(max_relative_error(first_columns(r.c, n), want), 1e-5) << what;
+    for (int64_t row = 0; row < r.c.rows(); ++row) {
+      for (int64_t c = n; c < ld; ++c) {
+        if (!std::isnan(r.c.at(row, c))) {
+          ADD_FAILURE() << what << ": store past N at (" << row << ", " << c << ")";
+          return r.counts;
+        }
+      }
+    }
+    if (live_flags) {
+      for (int32_t c = 0; c < ld; ++c) {
+        bool live = false;
+        for (int64_t row = 0; c < n && row < want.rows(); ++row) live = live || want.at(row, c) != 0.0f;
+        EXPECT_EQ(r.flags[static_cast<size_t>(c)], live ? 1u : 0u) << what << ": flag of column " << c;
+      }
+    }
+    return r.counts;
+  } catch (const ptxsim::SimError& e) {
+    ADD_FAILURE() << what << ": " << e.what();
+    return {};
+  }
+}
+}  // namespace
+
+TEST(SimRows, RandomShapesParametersAndEpilogues) {
+  struct Case {
+    int32_t m, k;
+    double sparsity;
+    int32_t ld, n;
+    StreamParams p;
+  };
+  // Rows longer and shorter than the lanes and the unrolled step, empty rows, partial blocks and warps, column tiles
+  // that pass ld (17 % 4, 7 % 8), vector loads of B (ld % 4 == 0) and scalar ones.
+  const Case cases[] = {
+      {1000, 2048, 0.9, 1, 1, rows_params(4, 32, 1, 1, 2)},    // the GEMV shape of rn50's final layer, scaled
+      {37, 53, 0.5, 17, 17, rows_params(8, 4, 4, 4, 1)},
+      {37, 53, 0.5, 17, 5, rows_params(32, 1, 2, 2, 4)},
+      {129, 301, 0.8, 36, 33, rows_params(16, 8, 8, 8, 2)},
+      {129, 301, 0.8, 36, 36, rows_params(2, 16, 16, 16, 4)},
+      {250, 97, 0.9, 7, 7, rows_params(64, 2, 8, 1, 1)},
+      {64, 2000, 0.99, 3, 3, rows_params(1, 32, 4, 2, 2)},
+      {300, 200, 0.95, 64, 50, rows_params(4, 32, 32, 16, 2)},
+      {1, 1, 0.0, 1, 1, rows_params(1, 32, 1, 1, 2)},
+  };
+  const Epilogue eps[] = {{}, {{0.25f}, Activation::kRelu, std::nullopt}, {{-3.0f}, Activation::kRelu, 2.5f}};
+  uint64_t seed = 5;
+  for (const Case& c : cases) {
+    CsrMatrix a = inspector::generate_pruned_gaussian(c.m, c.k, c.sparsity, seed++);
+    std::vector<float> per_row(static_cast<size_t>(c.m));
+    for (int32_t r = 0; r < c.m; ++r) per_row[static_cast<size_t>(r)] = 0.01f * static_cast<float>(r % 7) - 0.02f;
+    std::vector<Epilogue> all(std::begin(eps), std::end(eps));
+    all.push_back({per_row, Activation::kRelu, std::nullopt});
+    for (const Epilogue& ep : all) {
+      check(a, c.p, c.ld, c.n, ep,
+            fmt::format("{}x{} s={} n={}/{} rows={} lanes={} tile={}x{} unroll={}", c.m, c.k, c.sparsity, c.n, c.ld,
+                        c.p.rows_per_block, c.p.lanes_per_row, c.p.n_tile, c.p.cols_per_thread, c.p.unroll));
+    }
+  }
+}
+
+TEST(SimRows, LiveFlagsAndEmptyMatrix) {
+  CsrMatrix a = inspector::generate_pruned_gaussian(70, 90, 0.9, 8);
+  check(a, rows_params(8, 8, 4, 2, 2), 12, 9, {{-0.5f}, Activation::kRelu, std::nullopt}, "live flags", true);
+  CsrMatrix empty;
+  empty.rows = 40;
+  empty.cols = 9;
+  empty.row_ptr.assign(41, 0);
+  check(empty, rows_params(4, 32, 1, 1, 2), 1, 1, {{0.75f}, Activation::kRelu, 0.5f}, "empty, clamped bias");
+  const StreamWeights w = pack_stream_weights(empty, default_stream_plan(empty, rows_params(4, 32, 1, 1, 2)),
+                                              rows_params(4, 32, 1, 1, 2), {});
+  EXPECT_EQ(w.arrays().size(), 2u);
+}
+
+// Each nonzero is read once (8 bytes, coalesced across the row's lanes) and costs one fma per column; per thread only
+// the parameters and its slot come on top.
+TEST(SimRows, GemvReadsEachNonzeroOnce) {
+  const CsrMatrix a = inspector::generate_pruned_gaussian(1000, 2048, 0.9, 4);
+  const ptxsim::InstrCounts c = check(a, rows_params(4, 32, 1, 1, 2), 1, 1, {}, "gemv");
+  EXPECT_EQ(c.of(ptxsim::InstrClass::Fma), static_cast<uint64_t>(a.nnz()) + 0u);
+  // Loads: one entry pair and one float of B per nonzero, plus five parameters and one slot per thread.
+  EXPECT_EQ(c.loads(), static_cast<uint64_t>(2 * a.nnz() + 6 * 1000 * 32));
+  std::printf("[ gemv ] %lld nonzeros: %.2f thread instructions per nonzero\n", static_cast<long long>(a.nnz()),
+              static_cast<double>(c.total()) / static_cast<double>(a.nnz()));
+}
+
+TEST(RowsPack, SlotsCoverEveryRowOnceLongestFirst) {
+  const CsrMatrix a = inspector::generate_pruned_gaussian(100, 80, 0.8, 3);
+  const StreamParams p = rows_params(8, 4, 4, 4, 2);
+  const StreamWeights w = pack_stream_weights(a, default_stream_plan(a, p), p, {0.5f});
+  EXPECT_EQ(w.layout, StreamLayout::kRows);
+  EXPECT_EQ(w.ell.size(), static_cast<size_t>(a.nnz()) * 2);
+  EXPECT_EQ(w.slots.size(), static_cast<size_t>(w.blocks) * 8 * 4);
+  std::vector<int> seen(100, 0);
+  for (int32_t bi = 0; bi < w.blocks; ++bi) {
+    int32_t prev = std::numeric_limits<int32_t>::max();
+    for (int32_t x = 0; x < 8; ++x) {
+      const uint32_t* s = w.slots.data() + (static_cast<size_t>(bi) * 8 + x) * 4;
+      if (s[0] == 0xFFFFFFFFu) continue;
+      ++seen[s[0]];
+      EXPECT_EQ(static_cast<int64_t>(s[3]) - s[2], a.row_nnz(static_cast<int32_t>(s[0])));
+      EXPECT_LE(a.row_nnz(static_cast<int32_t>(s[0])), prev);
+      prev = a.row_nnz(static_cast<int32_t>(s[0]));
+      EXPECT_EQ(std::bit_cast<float>(s[1]), 0.5f);
+      for (uint32_t e = s[2]; e < s[3]; ++e) {
+        EXPECT_EQ(w.ell[2 * e + 1], static_cast<uint32_t>(a.col_idx[a.row_ptr[s[0]] + (e - s[2])]));
+      }
+    }
+  }
+  for (int v : seen) EXPECT_EQ(v, 1);
+}
+
+TEST(RowsPtx, InvalidParametersAreTypedAndJsonRoundTrips) {
+  const Target t = Target::parse("sm_90");
+  auto field = [&](StreamParams p, int32_t ld = 64) -> std::string {
+    try {
+      check_stream_params(p, ld, t);
+    } catch (const inspector::InvalidTileParams& e) {
+      return e.field();
+    }
+    return "";
+  };
+  EXPECT_EQ(field(rows_params(4, 32, 1, 1, 2)), "");
+  EXPECT_EQ(field(rows_params(4, 3, 1, 1, 2)), "lanes_per_row");
+  EXPECT_EQ(field(rows_params(4, 64, 1, 1, 2)), "lanes_per_row");
+  EXPECT_EQ(field(rows_params(3, 8, 1, 1, 2)), "rows_per_block");  // 24 threads: a row group would straddle warps
+  EXPECT_EQ(field(rows_params(64, 32, 1, 1, 2)), "rows_per_block");  // 2048 threads
+  EXPECT_EQ(field(rows_params(4, 32, 3, 1, 2)), "n_tile");
+  EXPECT_EQ(field(rows_params(4, 32, 4, 3, 2)), "cols_per_thread");
+  EXPECT_EQ(field(rows_params(4, 32, 1, 1, 3)), "unroll");
+  EXPECT_EQ(field(rows_params(4, 32, 1, 1, 2), 0), "ld");
+  StreamParams ell;
+  ell.lanes_per_row = 4;
+  EXPECT_EQ(field(ell), "lanes_per_row");
+  const nlohmann::json j = to_json(rows_params(4, 32, 1, 1, 2));
+  EXPECT_EQ(j.at("layout"), "rows");
+  EXPECT_FALSE(j.contains("stage_rows"));
+  EXPECT_FALSE(to_json(StreamParams{}).contains("layout"));  // the ELL keys are what they were
+}
+
+TEST(RowsAssemble, Sm80AndSm90NoSpills) {
+  if (!Assembler::available()) GTEST_SKIP() << Assembler::unavailable_reason();
+  const StreamParams params[] = {rows_params(4, 32, 1, 1, 2), rows_params(8, 16, 1, 1, 4), rows_params(32, 4, 4, 4, 2),
+                                 rows_params(4, 32, 16, 16, 4), rows_params(128, 1, 8, 8, 2)};
+  for (const Target& t : {Target::parse("sm_80"), Target::parse("sm_90")}) {
+    for (const StreamParams& p : params) {
+      for (int32_t ld : {1, 64, 45}) {
+        const std::string ptx = emit_stream_spmm_ptx(p, t, ld, {Activation::kRelu, 32.0f}, "rows_spmm");
+        const Assembled as = Assembler::instance().assemble(ptx, t, "rows_spmm");
+        EXPECT_EQ(as.usage.spill_store_bytes, 0) << t.name() << " " << to_json(p).dump();
+        EXPECT_EQ(as.usage.spill_load_bytes, 0) << t.name();
+        EXPECT_EQ(as.usage.stack_bytes, 0) << t.name();
+        EXPECT_EQ(as.usage.shared_bytes, 0);
+        EXPECT_LE(as.usage.registers, stream_registers_estimate(p)) << to_json(p).dump() << " ld=" << ld;
+        std::printf("[ assemble ] %s %s ld=%d: %d registers, %zu B PTX, %zu B cubin\n", t.name().c_str(),
+                    to_json(p).dump().c_str(), ld, as.usage.registers, ptx.size(), as.cubin.size());
+      }
+    }
+  }
+}
+
+// With the column count in device memory (StreamEpilogueKind::device_n, the Graph Challenge's executor): columns
+// below min(N, *NP) are the reference's, the others keep their NaN, and whole column tiles past the count leave
+// before the shuffles (a partial warp at a shuffle is an error in ptxsim).
+TEST(SimRows, DeviceColumnCount) {
+  const CsrMatrix a = inspector::generate_pruned_gaussian(60, 50, 0.8, 12);
+  const StreamParams p = rows_params(8, 4, 2, 1, 2);
+  const int32_t ld = 10, n = 9;
+  StreamOptions opt;
+  opt.params = p;
+  opt.ld = ld;
+  opt.epilogue = {{0.1f}, Activation::kRelu, std::nullopt};
+  opt.device_n = true;
+  const StreamKernel k = emit_stream_spmm(a, default_stream_plan(a, p), Target::parse("sm_90"), opt);
+  ASSERT_NE(k.ptx.find("_param_NP"), std::string::npos);
+  const DenseTensor b = random_b(a.cols, ld, 4);
+  for (uint32_t count : {0u, 3u, 9u, 40u}) {
+    ptxsim::DeviceMemory mem;
+    auto up = [&](const void* d, size_t bytes) { return sparsert::testing::upload(mem, d, bytes); };
+    std::vector<float> c(static_cast<size_t>(a.rows) * ld, std::numeric_limits<float>::quiet_NaN());
+    const uint64_t db = up(b.data(), static_cast<size_t>(b.size()) * 4), dc = up(c.data(), c.size() * 4);
+    std::vector<ptxsim::Arg> args = {ptxsim::arg_u64(db), ptxsim::arg_u64(dc), ptxsim::arg_u32(n)};
+    for (const auto& [what, v] : k.weights.arrays()) args.push_back(ptxsim::arg_u64(up(v->data(), v->size() * 4)));
+    args.push_back(ptxsim::arg_u64(up(&count, 4)));
+    ptxsim::Module mod(mem, k.ptx, "rows_np.ptx");
+    ASSERT_NO_THROW(mod.launch(k.name, {static_cast<uint32_t>(k.grid_x(n)), static_cast<uint32_t>(k.grid_y()), 1},
+                               {static_cast<uint32_t>(stream_block_x(p)), static_cast<uint32_t>(stream_block_y(p)), 1},
+                               args))
+        << count;
+    mem.copy_to_host(c.data(), dc, c.size() * 4);
+    const DenseTensor got({a.rows, ld}, std::move(c));
+    const int32_t live = std::min<int32_t>(n, static_cast<int32_t>(count));
+    for (int64_t r = 0; r < a.rows; ++r)
+      for (int32_t col = live; col < ld; ++col) EXPECT_TRUE(std::isnan(got.at(r, col))) << count << " col " << col;
+    if (live > 0) {
+      EXPECT_LE(max_relative_error(first_columns(got, live), reference_spmm(a, first_columns(b, live), opt.epilogue)),
+                1e-5)
+          << count;
+    }
+  }
+}
