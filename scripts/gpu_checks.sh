@@ -111,6 +111,10 @@ case $stage in
     layer=$data/dlmc/rn50/magnitude_pruning/0.9/bottleneck_2_block_group3_2_1.smtx
     step "$sparsert" tune "$layer" --n 196 --mode gpu -o "$out/tune-gpu.json" --no-db
     step "$sparsert" tune "$layer" --n 196 --mode model -o "$out/tune-model.json" --no-db
+    # The row-split streamed kernel (N <= 16) has not run on a GPU: time its candidates at N = 1 on ResNet-50's final
+    # layer, so that `sparsert check-model tune-gemv-gpu.json` can calibrate its terms (docs/autotune.md).
+    step "$sparsert" tune "$data/dlmc/rn50/magnitude_pruning/0.9/final_dense.smtx" --n 1 --mode gpu --kernel streamed \
+      --top 4 -o "$out/tune-gemv-gpu.json" --no-db
     ;;
   all)
     # Each stage in its own process and log; a failed one is listed, and the next one runs.
