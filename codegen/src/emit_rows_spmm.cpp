@@ -13,8 +13,7 @@
 
 #include <algorithm>
 #include <bit>
-#include <cmath>
-#include <numeric>
+#include <span>
 
 namespace sparsert::codegen {
 
@@ -169,7 +168,7 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
   // One step: the entry pair, the row of B it names, cpt fmas. `steps` of them back to back, loads first so that
   // they are in flight together.
   auto emit_steps = [&](int32_t steps) {
-    std::vector<Reg> w, k, bptr;
+    std::vector<Reg> w, k;
     for (int32_t u = 0; u < steps; ++u) {
       w.push_back(b.reg(RegClass::kB32));
       k.push_back(b.reg(RegClass::kB32));
@@ -181,15 +180,17 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
       const Reg off = b.reg(RegClass::kB64);
       b.inst("mul.wide.u32", {off, k[u], IntImm{int64_t{ld} * 4}});
       bv.push_back(b.regs(RegClass::kF32, cpt));
+      // One address per chunk when chunks are clamped separately, else one for all (the chunks at offsets).
+      Reg ptr;
       for (int32_t q = 0; q < chunks; ++q) {
-        const Reg ptr = b.reg(RegClass::kB64);
-        if (clamp_columns || q == 0) b.inst("add.s64", {ptr, base[clamp_columns ? q : 0], off});
-        const Reg at = (clamp_columns || q == 0) ? ptr : bptr.back();
-        if (clamp_columns || q == 0) bptr.push_back(ptr);
+        if (clamp_columns || q == 0) {
+          ptr = b.reg(RegClass::kB64);
+          b.inst("add.s64", {ptr, base[clamp_columns ? q : 0], off});
+        }
         std::span<const Reg> part(bv.back().data() + q * vec, static_cast<size_t>(vec));
         b.inst(fmt::format("ld.global.nc{}.f32", vec_suffix(vec)),
                {vec == 1 ? ptx::Operand{part[0]} : ptx::Operand{Vector{part}},
-                Address{at, clamp_columns ? 0 : int64_t{q} * vec * 4}});
+                Address{ptr, clamp_columns ? 0 : int64_t{q} * vec * 4}});
       }
     }
     // The weight's bits are in a .b32 register, which f32 instructions accept as is.
