@@ -456,7 +456,7 @@ class EntryEmitter {
           if (ep.clamp) b_.inst("min.f32", {v[j], v[j], F32Imm{*ep.clamp}});
         }
         if (opt_.live_flags && !const_live) {
-          // neu: unordered, so a NaN counts as nonzero (as sparsert_col_live does).
+          // neu: unordered, so a NaN counts as nonzero (a NaN column stays live).
           for (int j = 0; j < cpt_; ++j) {
             if (live_set) {
               b_.inst("setp.neu.or.f32", {live_[j], v[j], F32Imm{0.0f}, live_[j]});

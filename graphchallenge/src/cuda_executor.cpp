@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -41,15 +42,22 @@ struct CudaLayerExecutor::Impl {
   std::filesystem::path package_dir;
   std::unique_ptr<GpuNetwork> gpu;
   std::unique_ptr<cuda::Module> filter;
-  CUfunction scan_fn = nullptr, compact_fn = nullptr;
-  // Layer kernels read act[cur] and write act[1 - cur], where the compaction then runs in place; cur flips every layer.
+  CUfunction filter_fn = nullptr;
+  // Layer kernels read act[cur] and write act[1 - cur], where the filter then moves the live columns left in place;
+  // cur flips every layer.
   cuda::DeviceBuffer act[2];
-  cuda::DeviceBuffer flags;   // u32 per column: set by the layer kernels, cleared by sparsert_live_scan
-  cuda::DeviceBuffer pos;     // u32 per column: sparsert_live_scan's positions within a scan block
-  cuda::DeviceBuffer sums;    // u32 per scan block: its live columns, then its offset
-  cuda::DeviceBuffer ticket;  // u32: blocks of sparsert_live_scan done; 0 between launches
-  cuda::DeviceBuffer counts;  // u32: counts[s] = live columns after s layers since load_inputs (counts[0] = inputs)
-  cuda::DeviceBuffer ids;     // u32 per live column: its position among the loaded inputs, compacted with the columns
+  // u32 per column: set by the layer kernels of step s in flags[s % 2], which the filter of step s reads and the
+  // filter of step s + 1 clears.
+  cuda::DeviceBuffer flags[2];
+  cuda::DeviceBuffer dest;       // u32 per column: the filter's destination of each column
+  cuda::DeviceBuffer offsets;    // u32 per chunk of kLiveBlock columns: the live columns before it
+  cuda::DeviceBuffer status;     // u64 per chunk and row group: the filter's look-back words, tagged with the epoch
+  cuda::DeviceBuffer read_done;  // u32 per chunk and row group: the epoch whose reads are done
+  cuda::DeviceBuffer ticket;     // u32: blocks of the filter started; 0 between launches
+  cuda::DeviceBuffer counts;     // u32: counts[s] = live columns after s layers since load_inputs (counts[0] = inputs)
+  cuda::DeviceBuffer ids;        // u32 per live column: its position among the loaded inputs, moved with the columns
+  uint32_t epoch = 0;            // the last filter launch's; status and read_done hold no later one
+  uint32_t row_groups = 0;       // the filter's grid.y
   cuda::HostBuffer counts_host, ids_host;  // page-locked: asynchronous copies into them do not block the host
   std::vector<cuda::Event> batch_done;     // one per count copy of a run_layers call
   int32_t ld = 0;
@@ -63,11 +71,13 @@ struct CudaLayerExecutor::Impl {
   // order; the filter and the buffers go first only so that their memory is back before the network's is.
   void release_device() {
     filter.reset();
-    scan_fn = compact_fn = nullptr;
+    filter_fn = nullptr;
     for (cuda::DeviceBuffer& b : act) b = {};
-    flags = {};
-    pos = {};
-    sums = {};
+    for (cuda::DeviceBuffer& b : flags) b = {};
+    dest = {};
+    offsets = {};
+    status = {};
+    read_done = {};
     ticket = {};
     counts = {};
     ids = {};
@@ -80,19 +90,29 @@ struct CudaLayerExecutor::Impl {
   uint32_t* host_counts() const { return static_cast<uint32_t*>(counts_host.get()); }
 
   // Enqueues layer `layer` as step `step` (its count is counts[step], the new one counts[step + 1]) with grids for
-  // `bound` >= counts[step] columns: the layer's kernels, the scan and the in-place compaction. No host wait.
+  // `bound` >= counts[step] columns: the layer's kernels, then the filter. No host wait.
   void enqueue(int32_t layer, int32_t step, uint32_t bound) {
     SPARSERT_INTERNAL_CHECK(bound >= 1 && bound <= static_cast<uint32_t>(ld), "bound {} of {}", bound, ld);
     const cuda::Stream& s = gpu->stream();
-    CUdeviceptr in = act[cur].get(), out = act[1 - cur].get();
+    CUdeviceptr data = act[1 - cur].get();
     CUdeviceptr n_in = counts.get() + 4 * static_cast<CUdeviceptr>(step), n_out = n_in + 4;
-    CUdeviceptr f = flags.get(), p = pos.get(), sm = sums.get(), t = ticket.get(), id = ids.get();
+    CUdeviceptr f = flags[step % 2].get(), next = flags[1 - step % 2].get();
+    CUdeviceptr dp = dest.get(), op = offsets.get(), sp = status.get(), rp = read_done.get(), t = ticket.get();
+    CUdeviceptr id = ids.get();
     auto rows = static_cast<uint32_t>(net->neurons), width = static_cast<uint32_t>(ld);
-    gpu->launch_layer(static_cast<size_t>(layer), in, out, bound, f, n_in);
-    void* scan_params[] = {&f, &p, &sm, &t, &n_in, &n_out};
-    cuda::launch(scan_fn, kLiveScanKernel, (bound + kLiveBlock - 1) / kLiveBlock, 1, kLiveBlock, 1, s, scan_params);
-    void* compact_params[] = {&out, &rows, &width, &id, &p, &sm, &n_in, &n_out};
-    cuda::launch(compact_fn, kLiveCompactKernel, rows + 1, 1, kLiveBlock, 1, s, compact_params);
+    gpu->launch_layer(static_cast<size_t>(layer), act[cur].get(), data, bound, f, n_in);
+    if (epoch == std::numeric_limits<uint32_t>::max()) {
+      // Wrapped (after 4 billion layers): words of old epochs could read as new ones. Zeroed memory is older than
+      // epoch 1. The wait: no launch still in flight may see the words change under it.
+      s.synchronize();
+      status.fill_u32(0, status.bytes() / 4);
+      read_done.fill_u32(0, read_done.bytes() / 4);
+      epoch = 0;
+    }
+    uint32_t e = ++epoch;
+    void* params[] = {&f, &next, &data, &rows, &width, &id, &dp, &op, &sp, &rp, &t, &n_in, &n_out, &e};
+    cuda::launch(filter_fn, kLiveFilterKernel, (bound + kLiveBlock - 1) / kLiveBlock, row_groups, kLiveBlock, 1, s,
+                 params);
     cur = 1 - cur;
   }
 
@@ -170,13 +190,19 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     }
     const std::string filter_ptx = filter_kernels_ptx(target);
     im.filter = std::make_unique<cuda::Module>(filter_ptx.c_str(), "dead-input filter kernels");
-    im.scan_fn = im.filter->function(kLiveScanKernel);
-    im.compact_fn = im.filter->function(kLiveCompactKernel);
+    im.filter_fn = im.filter->function(kLiveFilterKernel);
     const size_t bytes = static_cast<size_t>(net.neurons) * n * 4, words = static_cast<size_t>(n) * 4;
+    const size_t chunks = static_cast<size_t>((n + kLiveBlock - 1) / kLiveBlock);
+    im.row_groups = static_cast<uint32_t>((net.neurons + 1 + kFilterRows - 1) / kFilterRows);
     for (cuda::DeviceBuffer& b : im.act) b = cuda::DeviceBuffer(bytes);
-    im.flags = cuda::DeviceBuffer(words);
-    im.pos = cuda::DeviceBuffer(words);
-    im.sums = cuda::DeviceBuffer(static_cast<size_t>((n + kLiveBlock - 1) / kLiveBlock) * 4);
+    for (cuda::DeviceBuffer& b : im.flags) b = cuda::DeviceBuffer(words);
+    im.dest = cuda::DeviceBuffer(words);
+    im.offsets = cuda::DeviceBuffer(chunks * 4);
+    im.status = cuda::DeviceBuffer(chunks * im.row_groups * 8);
+    im.read_done = cuda::DeviceBuffer(chunks * im.row_groups * 4);
+    im.status.fill_u32(0, chunks * im.row_groups * 2);
+    im.read_done.fill_u32(0, chunks * im.row_groups);
+    im.epoch = 0;
     im.ticket = cuda::DeviceBuffer(4);
     im.counts = cuda::DeviceBuffer(steps * 4);
     im.ids = cuda::DeviceBuffer(words);
@@ -192,7 +218,7 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
   im.host_ids.resize(static_cast<size_t>(n));
   std::iota(im.host_ids.begin(), im.host_ids.end(), 0);
   im.ids.upload(im.host_ids.data(), im.host_ids.size() * 4);
-  im.flags.fill_u32(0, static_cast<size_t>(n));
+  for (cuda::DeviceBuffer& b : im.flags) b.fill_u32(0, static_cast<size_t>(n));
   im.ticket.fill_u32(0, 1);
   const auto n32 = static_cast<uint32_t>(n);
   im.counts.upload(&n32, 4);

@@ -20,18 +20,7 @@ using ptx::Symbol;
 using ptx::SymbolAddress;
 
 namespace {
-std::string entry(const std::string& name, const std::vector<std::pair<const char*, const char*>>& params,
-                  const Builder& b) {
-  std::vector<ptx::EntryParam> symbols;
-  for (const auto& [param, type] : params) symbols.push_back({fmt::format("{}_{}", name, param), type});
-  std::string out = ptx::entry_signature(name, symbols, {kFilterBlock, 1, 1, false});
-  out += b.declarations();
-  out += b.body();
-  out += "}\n";
-  return out;
-}
-
-// Like entry() for the live-count kernels: `threads` per block exactly (.reqntid), and shared declarations.
+// A kernel of `threads` per block exactly (.reqntid), with its shared declarations.
 std::string entry_exact(const std::string& name, const std::vector<std::pair<const char*, const char*>>& params,
                         const Builder& b, int threads, const std::string& shared) {
   std::vector<ptx::EntryParam> symbols;
@@ -52,13 +41,15 @@ Reg global_param(Builder& b, const std::string& symbol) {
   return g;
 }
 
-// base + index * 4.
-Reg word_address(Builder& b, Reg base, Reg index) {
+// base + index * scale.
+Reg scaled_address(Builder& b, Reg base, Reg index, int scale) {
   const Reg off = b.reg(RegClass::kB64), p = b.reg(RegClass::kB64);
-  b.inst("mul.wide.u32", {off, index, IntImm{4}});
+  b.inst("mul.wide.u32", {off, index, IntImm{scale}});
   b.inst("add.s64", {p, base, off});
   return p;
 }
+
+Reg word_address(Builder& b, Reg base, Reg index) { return scaled_address(b, base, index, 4); }
 
 // The block-wide sum of `value` over the threads before this one (exclusive) and over the block (total), for a block of
 // kLiveBlock threads: an inclusive scan within each warp by shfl.sync.up, the warp totals through shared memory
@@ -92,298 +83,281 @@ void block_scan(Builder& b, Reg value, Reg lane, Reg warp, Reg exclusive, Reg to
   b.inst("sub.u32", {exclusive, x, value});
 }
 
-// j = ctaid.x * ntid.x + tid.x; returns j and exits threads with j >= limit.
-Reg column_index(Builder& b, Reg limit) {
-  const Reg cta = b.reg(RegClass::kB32), ntid = b.reg(RegClass::kB32), tid = b.reg(RegClass::kB32);
-  const Reg j = b.reg(RegClass::kB32);
-  b.inst("mov.u32", {cta, Special{"%ctaid.x"}});
-  b.inst("mov.u32", {ntid, Special{"%ntid.x"}});
-  b.inst("mov.u32", {tid, Special{"%tid.x"}});
-  b.inst("mad.lo.u32", {j, cta, ntid, tid});
-  const Reg out = b.reg(RegClass::kPred);
-  b.inst("setp.ge.u32", {out, j, limit});
-  b.inst("bra", {Symbol{"$done"}}, Guard{out});
-  return j;
+// Status words of the chunk scan: (epoch << 32) | (state << 30) | value, written with one 64-bit store so that a
+// reader sees a state with its value; a word of an earlier epoch (an earlier launch) reads as "not yet".
+constexpr int kAggregate = 1;  // value: the chunk's live columns
+constexpr int kInclusive = 2;  // value: the live columns up to and including the chunk
+constexpr int kValueBits = 30;
+constexpr int64_t kDead = 0xffffffff;  // dest of a dead column
+
+// Polls `address` until it holds a status word of this launch's epoch (and of the inclusive state where
+// `need_inclusive`); leaves its low 32 bits in `low`. Volatile loads: each poll reads L2, never a stale L1 line.
+void spin_on_status(Builder& b, Reg address, Reg epoch, Reg low, bool need_inclusive, const std::string& label) {
+  const Reg w = b.reg(RegClass::kB64), hi64 = b.reg(RegClass::kB64), hi = b.reg(RegClass::kB32);
+  const Reg state = b.reg(RegClass::kB32), p = b.reg(RegClass::kPred);
+  b.label(label);
+  b.inst("ld.volatile.global.u64", {w, Address{address, 0}});
+  b.inst("shr.b64", {hi64, w, IntImm{32}});
+  b.inst("cvt.u32.u64", {hi, hi64});
+  b.inst("setp.ne.u32", {p, hi, epoch});
+  b.inst("bra", {Symbol{label}}, Guard{p});
+  b.inst("cvt.u32.u64", {low, w});
+  if (need_inclusive) {
+    b.inst("shr.u32", {state, low, IntImm{kValueBits}});
+    b.inst("setp.ne.u32", {p, state, IntImm{kInclusive}});
+    b.inst("bra", {Symbol{label}}, Guard{p});
+  }
 }
 
-std::string col_live() {
-  Builder b;
-  const std::string n = kColLiveKernel;
-  const Reg c = b.reg(RegClass::kB64), flags = b.reg(RegClass::kB64);
-  const Reg rows = b.reg(RegClass::kB32), ld = b.reg(RegClass::kB32), cols = b.reg(RegClass::kB32);
-  b.inst("ld.param.u64", {c, SymbolAddress{n + "_C"}});
-  b.inst("ld.param.u32", {rows, SymbolAddress{n + "_rows"}});
-  b.inst("ld.param.u32", {ld, SymbolAddress{n + "_ld"}});
-  b.inst("ld.param.u32", {cols, SymbolAddress{n + "_n"}});
-  b.inst("ld.param.u64", {flags, SymbolAddress{n + "_flags"}});
-  const Reg j = column_index(b, cols);
-  const Reg gc = b.reg(RegClass::kB64), off = b.reg(RegClass::kB64), p = b.reg(RegClass::kB64);
-  const Reg stride = b.reg(RegClass::kB64), live = b.reg(RegClass::kB32), m = b.reg(RegClass::kB32);
-  b.inst("cvta.to.global.u64", {gc, c});
-  b.inst("mul.wide.u32", {off, j, IntImm{4}});
-  b.inst("add.s64", {p, gc, off});
-  b.inst("mul.wide.u32", {stride, ld, IntImm{4}});
-  b.inst("mov.u32", {live, IntImm{0}});
-  b.inst("mov.u32", {m, IntImm{0}});
-  const Reg empty = b.reg(RegClass::kPred), more = b.reg(RegClass::kPred), nonzero = b.reg(RegClass::kPred);
-  b.inst("setp.eq.u32", {empty, rows, IntImm{0}});
-  b.inst("bra", {Symbol{"$store"}}, Guard{empty});
-  b.comment("scan the column until a nonzero (NaN counts as live: neu is unordered)");
-  b.label("$loop");
-  const Reg v = b.reg(RegClass::kF32);
-  b.inst("ld.global.f32", {v, Address{p, 0}});
-  b.inst("setp.neu.f32", {nonzero, v, ptx::F32Imm{0.0f}});
-  b.inst("selp.b32", {live, IntImm{1}, IntImm{0}, nonzero});
-  b.inst("bra", {Symbol{"$store"}}, Guard{nonzero});
-  b.inst("add.s64", {p, p, stride});
-  b.inst("add.u32", {m, m, IntImm{1}});
-  b.inst("setp.lt.u32", {more, m, rows});
-  b.inst("bra", {Symbol{"$loop"}}, Guard{more});
-  b.label("$store");
-  const Reg gf = b.reg(RegClass::kB64), fo = b.reg(RegClass::kB64), fp = b.reg(RegClass::kB64);
-  b.inst("cvta.to.global.u64", {gf, flags});
-  b.inst("mul.wide.u32", {fo, j, IntImm{4}});
-  b.inst("add.s64", {fp, gf, fo});
-  b.inst("st.global.u32", {Address{fp, 0}, live});
-  b.label("$done");
-  b.inst("ret", {});
-  return entry(n, {{"C", "u64"}, {"rows", "u32"}, {"ld", "u32"}, {"n", "u32"}, {"flags", "u64"}}, b);
+// A status word (`tag` = epoch << 32) at `address`, after a fence: what this block wrote before is visible first.
+void publish_status(Builder& b, Reg address, Reg tag, int state, Reg value) {
+  const Reg low = b.reg(RegClass::kB32), low64 = b.reg(RegClass::kB64), w = b.reg(RegClass::kB64);
+  b.inst("or.b32", {low, value, IntImm{int64_t{state} << kValueBits}});
+  b.inst("cvt.u64.u32", {low64, low});
+  b.inst("or.b64", {w, tag, low64});
+  b.inst("membar.gl", {});
+  b.inst("st.volatile.global.u64", {Address{address, 0}, w});
 }
 
-std::string col_compact() {
+// One launch per layer: the positions of the live columns (a scan of the flags) and their move to the left, in place.
+//
+// Each block draws a ticket t when it starts, so blocks begin in ticket order, and a block only waits for blocks that
+// began before it. Block t works on chunk x = t / nctaid.y (kLiveBlock columns, one per thread) and row group
+// y = t % nctaid.y (kFilterRows rows of data; the row after the last one is ids).
+//
+// The scan. The row group 0 block of a chunk scans its flags, publishes the chunk's count (aggregate), and looks back
+// over the earlier chunks' status words until it meets an inclusive one (a decoupled look-back). It then writes each
+// column's destination (dest[j], ~0 when the column is dead) and publishes the chunk's inclusive count. The other row
+// groups wait for that and read dest.
+//
+// The move, in place. A column goes to d <= j. The chunks before x end at or below x's first destination, so a block
+// writes only where chunks x' <= x read:
+// - its own chunk: it reads, then a barrier, then it writes;
+// - the at most two chunks that its destinations [prefix, inclusive) overlap: it waits for their reads (read_done of
+//   their block in its row group).
+// Columns that stay where they are are neither read nor written, so where no column died nothing moves.
+std::string live_filter() {
   Builder b;
-  const std::string n = kColCompactKernel;
-  const Reg in = b.reg(RegClass::kB64), out = b.reg(RegClass::kB64), pos = b.reg(RegClass::kB64);
-  const Reg rows = b.reg(RegClass::kB32), ld = b.reg(RegClass::kB32), count = b.reg(RegClass::kB32);
-  b.inst("ld.param.u64", {in, SymbolAddress{n + "_in"}});
-  b.inst("ld.param.u64", {out, SymbolAddress{n + "_out"}});
-  b.inst("ld.param.u32", {rows, SymbolAddress{n + "_rows"}});
-  b.inst("ld.param.u32", {ld, SymbolAddress{n + "_ld"}});
-  b.inst("ld.param.u64", {pos, SymbolAddress{n + "_positions"}});
-  b.inst("ld.param.u32", {count, SymbolAddress{n + "_count"}});
-  const Reg j = column_index(b, count);
-  const Reg gpos = b.reg(RegClass::kB64), po = b.reg(RegClass::kB64), pp = b.reg(RegClass::kB64);
-  const Reg src = b.reg(RegClass::kB32);
-  b.inst("cvta.to.global.u64", {gpos, pos});
-  b.inst("mul.wide.u32", {po, j, IntImm{4}});
-  b.inst("add.s64", {pp, gpos, po});
-  b.inst("ld.global.u32", {src, Address{pp, 0}});
-  const Reg gin = b.reg(RegClass::kB64), gout = b.reg(RegClass::kB64), so = b.reg(RegClass::kB64);
-  const Reg dsto = b.reg(RegClass::kB64), ps = b.reg(RegClass::kB64), pd = b.reg(RegClass::kB64);
-  const Reg stride = b.reg(RegClass::kB64), m = b.reg(RegClass::kB32);
-  b.inst("cvta.to.global.u64", {gin, in});
-  b.inst("cvta.to.global.u64", {gout, out});
-  b.inst("mul.wide.u32", {so, src, IntImm{4}});
-  b.inst("add.s64", {ps, gin, so});
-  b.inst("mul.wide.u32", {dsto, j, IntImm{4}});
-  b.inst("add.s64", {pd, gout, dsto});
-  b.inst("mul.wide.u32", {stride, ld, IntImm{4}});
-  b.inst("mov.u32", {m, IntImm{0}});
-  const Reg empty = b.reg(RegClass::kPred), more = b.reg(RegClass::kPred);
-  b.inst("setp.eq.u32", {empty, rows, IntImm{0}});
-  b.inst("bra", {Symbol{"$done"}}, Guard{empty});
-  b.label("$loop");
-  const Reg v = b.reg(RegClass::kF32);
-  b.inst("ld.global.f32", {v, Address{ps, 0}});
-  b.inst("st.global.f32", {Address{pd, 0}, v});
-  b.inst("add.s64", {ps, ps, stride});
-  b.inst("add.s64", {pd, pd, stride});
-  b.inst("add.u32", {m, m, IntImm{1}});
-  b.inst("setp.lt.u32", {more, m, rows});
-  b.inst("bra", {Symbol{"$loop"}}, Guard{more});
-  b.label("$done");
-  b.inst("ret", {});
-  return entry(n,
-               {{"in", "u64"}, {"out", "u64"}, {"rows", "u32"}, {"ld", "u32"}, {"positions", "u64"}, {"count", "u32"}},
-               b);
-}
-}  // namespace
-
-// flags (n words) -> pos, sums, *n_out. Block b covers columns [256 b, 256 b + 256); blocks past the last one
-// needed for n (at least one) leave at once, so the grid may cover any bound on n.
-std::string live_scan() {
-  Builder b;
-  const std::string name = kLiveScanKernel;
-  const Reg flags = global_param(b, name + "_flags"), pos = global_param(b, name + "_pos");
-  const Reg sums = global_param(b, name + "_sums"), ticket = global_param(b, name + "_ticket");
+  const std::string name = kLiveFilterKernel;
+  const Reg flags = global_param(b, name + "_flags"), next = global_param(b, name + "_next_flags");
+  const Reg data = global_param(b, name + "_data");
+  const Reg rows = b.reg(RegClass::kB32), ld = b.reg(RegClass::kB32), epoch = b.reg(RegClass::kB32);
+  b.inst("ld.param.u32", {rows, SymbolAddress{name + "_rows"}});
+  b.inst("ld.param.u32", {ld, SymbolAddress{name + "_ld"}});
+  const Reg ids = global_param(b, name + "_ids"), dest = global_param(b, name + "_dest");
+  const Reg offsets = global_param(b, name + "_offsets"), status = global_param(b, name + "_status");
+  const Reg read_done = global_param(b, name + "_read_done"), ticket = global_param(b, name + "_ticket");
   const Reg n_in = global_param(b, name + "_n_in"), n_out = global_param(b, name + "_n_out");
-  const Reg n = b.reg(RegClass::kB32), nb = b.reg(RegClass::kB32), t = b.reg(RegClass::kB32);
-  b.comment("n: the columns live before the layer; nb = max(1, ceil(n / 256)) blocks take part");
+  b.inst("ld.param.u32", {epoch, SymbolAddress{name + "_epoch"}});
+  const Reg tid = b.reg(RegClass::kB32), p = b.reg(RegClass::kPred), q = b.reg(RegClass::kPred);
+  const Reg first = b.reg(RegClass::kPred);
+  b.inst("mov.u32", {tid, Special{"%tid.x"}});
+  b.inst("setp.eq.u32", {first, tid, IntImm{0}});
+
+  b.comment("the block's ticket; the block that draws the last one puts the counter back to 0 for the next launch");
+  const Reg gy = b.reg(RegClass::kB32), last_ticket = b.reg(RegClass::kB32), drawn = b.reg(RegClass::kB32);
+  const Reg zero = b.reg(RegClass::kB32), slot = b.reg(RegClass::kB32);
+  b.inst("mov.u32", {last_ticket, Special{"%nctaid.x"}});
+  b.inst("mov.u32", {gy, Special{"%nctaid.y"}});
+  b.inst("mul.lo.u32", {last_ticket, last_ticket, gy});
+  b.inst("sub.u32", {last_ticket, last_ticket, IntImm{1}});
+  b.inst("mov.u32", {zero, IntImm{0}});
+  b.inst("mov.u32", {drawn, IntImm{0}});
+  b.inst("mov.u32", {slot, Symbol{"block_ticket"}});
+  b.inst("bra", {Symbol{"$ticketed"}}, Guard{first, true});
+  b.inst("atom.global.add.u32", {drawn, Address{ticket, 0}, IntImm{1}});
+  b.inst("setp.eq.u32", {p, drawn, last_ticket});
+  b.inst("st.global.u32", {Address{ticket, 0}, zero}, Guard{p});
+  b.inst("st.shared.u32", {Address{slot, 0}, drawn});
+  b.label("$ticketed");
+  b.inst("bar.sync", {IntImm{0}});
+  b.inst("ld.shared.u32", {drawn, Address{slot, 0}});
+  const Reg x = b.reg(RegClass::kB32), y = b.reg(RegClass::kB32), t = b.reg(RegClass::kB32);
+  b.inst("div.u32", {x, drawn, gy});
+  b.inst("mul.lo.u32", {t, x, gy});
+  b.inst("sub.u32", {y, drawn, t});
+
+  const Reg n = b.reg(RegClass::kB32), nb = b.reg(RegClass::kB32);
+  b.comment("n: the columns live before the layer; chunks x < nb = max(1, ceil(n / 256)) take part, the rest leave");
   b.inst("ld.global.u32", {n, Address{n_in, 0}});
   b.inst("add.u32", {t, n, IntImm{kLiveBlock - 1}});
   b.inst("shr.u32", {nb, t, IntImm{8}});
   b.inst("max.u32", {nb, nb, IntImm{1}});
-  const Reg cta = b.reg(RegClass::kB32), tid = b.reg(RegClass::kB32), p = b.reg(RegClass::kPred);
-  b.inst("mov.u32", {cta, Special{"%ctaid.x"}});
-  b.inst("mov.u32", {tid, Special{"%tid.x"}});
-  b.inst("setp.ge.u32", {p, cta, nb});
+  b.inst("setp.ge.u32", {p, x, nb});
   b.inst("bra", {Symbol{"$done"}}, Guard{p});
-  const Reg j = b.reg(RegClass::kB32), lane = b.reg(RegClass::kB32), warp = b.reg(RegClass::kB32);
-  b.inst("mad.lo.u32", {j, cta, IntImm{kLiveBlock}, tid});
+  const Reg j = b.reg(RegClass::kB32), in = b.reg(RegClass::kPred), idx = b.reg(RegClass::kB32);
+  b.inst("mad.lo.u32", {j, x, IntImm{kLiveBlock}, tid});
+  b.inst("setp.lt.u32", {in, j, n});
+  b.inst("mad.lo.u32", {idx, x, gy, y});
+  const Reg tag64 = b.reg(RegClass::kB64), tag = b.reg(RegClass::kB64);
+  b.inst("cvt.u64.u32", {tag64, epoch});
+  b.inst("shl.b64", {tag, tag64, IntImm{32}});
+  const Reg d = b.reg(RegClass::kB32), prefix = b.reg(RegClass::kB32), incl = b.reg(RegClass::kB32);
+  const Reg pslot = b.reg(RegClass::kB32), islot = b.reg(RegClass::kB32);
+  b.inst("mov.u32", {pslot, Symbol{"chunk_prefix"}});
+  b.inst("mov.u32", {islot, Symbol{"chunk_inclusive"}});
+  const Reg dp = word_address(b, dest, j);
+  b.inst("mov.u32", {d, IntImm{kDead}});
+  b.inst("setp.ne.u32", {p, y, IntImm{0}});
+  b.inst("bra", {Symbol{"$follow"}}, Guard{p});
+
+  b.comment("row group 0: f = flags[j] != 0 (j < n); the other parity's flag is cleared for the layer after next");
+  const Reg v = b.reg(RegClass::kB32), f = b.reg(RegClass::kB32), live = b.reg(RegClass::kPred);
+  const Reg lane = b.reg(RegClass::kB32), warp = b.reg(RegClass::kB32);
+  b.inst("mov.u32", {v, IntImm{0}});
+  b.inst("ld.global.u32", {v, Address{word_address(b, flags, j), 0}}, Guard{in});
+  b.inst("st.global.u32", {Address{word_address(b, next, j), 0}, zero}, Guard{in});
+  b.inst("setp.ne.u32", {live, v, IntImm{0}});
+  b.inst("selp.u32", {f, IntImm{1}, IntImm{0}, live});
   b.inst("and.b32", {lane, tid, IntImm{31}});
   b.inst("shr.u32", {warp, tid, IntImm{5}});
-  const Reg in = b.reg(RegClass::kPred), v = b.reg(RegClass::kB32), f = b.reg(RegClass::kB32);
-  const Reg zero = b.reg(RegClass::kB32);
-  b.comment("f = flags[j] != 0 for j < n; the flag is cleared for the next layer (its kernels only ever set flags)");
-  b.inst("setp.lt.u32", {in, j, n});
-  const Reg fp = word_address(b, flags, j);
-  b.inst("mov.u32", {v, IntImm{0}});
-  b.inst("mov.u32", {zero, IntImm{0}});
-  b.inst("ld.global.u32", {v, Address{fp, 0}}, Guard{in});
-  b.inst("st.global.u32", {Address{fp, 0}, zero}, Guard{in});
-  b.inst("setp.ne.u32", {p, v, IntImm{0}});
-  b.inst("selp.u32", {f, IntImm{1}, IntImm{0}, p});
-  const Reg excl = b.reg(RegClass::kB32), total = b.reg(RegClass::kB32);
-  block_scan(b, f, lane, warp, excl, total);
-  b.comment("pos[j] = live columns before j in this block, bit 31 = column j is live");
-  const Reg bit = b.reg(RegClass::kB32), word = b.reg(RegClass::kB32);
-  b.inst("shl.b32", {bit, f, IntImm{31}});
-  b.inst("or.b32", {word, excl, bit});
-  b.inst("st.global.u32", {Address{word_address(b, pos, j), 0}, word}, Guard{in});
-  b.comment("thread 0: sums[block] = its live columns, then a ticket; the block that draws the last one finishes");
-  const Reg first = b.reg(RegClass::kPred), drawn = b.reg(RegClass::kB32), last = b.reg(RegClass::kB32);
-  const Reg flag_slot = b.reg(RegClass::kB32), nb1 = b.reg(RegClass::kB32);
-  b.inst("setp.eq.u32", {first, tid, IntImm{0}});
-  b.inst("st.global.u32", {Address{word_address(b, sums, cta), 0}, total}, Guard{first});
-  b.inst("membar.gl", {}, Guard{first});
-  b.inst("mov.u32", {drawn, IntImm{0}});
-  b.inst("atom.global.add.u32", {drawn, Address{ticket, 0}, IntImm{1}}, Guard{first});
-  b.inst("sub.u32", {nb1, nb, IntImm{1}});
-  b.inst("setp.eq.u32", {p, drawn, nb1});
-  b.inst("selp.u32", {last, IntImm{1}, IntImm{0}, p});
-  b.inst("mov.u32", {flag_slot, Symbol{"last_block"}});
-  b.inst("st.shared.u32", {Address{flag_slot, 0}, last}, Guard{first});
+  const Reg excl = b.reg(RegClass::kB32), count = b.reg(RegClass::kB32);
+  block_scan(b, f, lane, warp, excl, count);
+  const Reg my_status = scaled_address(b, status, idx, 8);
+  b.inst("bra", {Symbol{"$scanned"}}, Guard{first, true});
+  b.comment("thread 0: the chunk's count, then the look-back over chunks x - 1, x - 2, ... of row group 0");
+  publish_status(b, my_status, tag, kAggregate, count);
+  const Reg k = b.reg(RegClass::kB32), low = b.reg(RegClass::kB32), state = b.reg(RegClass::kB32);
+  b.inst("mov.u32", {prefix, IntImm{0}});
+  b.inst("mov.u32", {k, x});
+  b.label("$look");
+  b.inst("setp.eq.u32", {p, k, IntImm{0}});
+  b.inst("bra", {Symbol{"$found"}}, Guard{p});
+  b.inst("sub.u32", {k, k, IntImm{1}});
+  const Reg kidx = b.reg(RegClass::kB32);
+  b.inst("mul.lo.u32", {kidx, k, gy});
+  spin_on_status(b, scaled_address(b, status, kidx, 8), epoch, low, false, "$look_wait");
+  b.inst("shr.u32", {state, low, IntImm{kValueBits}});
+  b.inst("and.b32", {low, low, IntImm{(1 << kValueBits) - 1}});
+  b.inst("add.u32", {prefix, prefix, low});
+  b.inst("setp.ne.u32", {p, state, IntImm{kInclusive}});
+  b.inst("bra", {Symbol{"$look"}}, Guard{p});
+  b.label("$found");
+  b.inst("add.u32", {incl, prefix, count});
+  b.inst("st.global.u32", {Address{word_address(b, offsets, x), 0}, prefix});
+  b.inst("st.shared.u32", {Address{pslot, 0}, prefix});
+  b.inst("st.shared.u32", {Address{islot, 0}, incl});
+  b.comment("the last chunk's inclusive count is the new live count");
+  b.inst("sub.u32", {t, nb, IntImm{1}});
+  b.inst("setp.eq.u32", {p, x, t});
+  b.inst("st.global.u32", {Address{n_out, 0}, incl}, Guard{p});
+  b.label("$scanned");
   b.inst("bar.sync", {IntImm{0}});
-  b.inst("ld.shared.u32", {last, Address{flag_slot, 0}});
-  b.inst("setp.eq.u32", {p, last, IntImm{0}});
-  b.inst("bra", {Symbol{"$done"}}, Guard{p});
+  b.inst("ld.shared.u32", {prefix, Address{pslot, 0}});
+  b.inst("ld.shared.u32", {incl, Address{islot, 0}});
+  b.comment("dest[j] = prefix + the live columns before j in the chunk, or ~0 for a dead column; then inclusive");
+  b.inst("add.u32", {t, prefix, excl});
+  b.inst("setp.ne.and.u32", {p, v, IntImm{0}, in});
+  b.inst("selp.b32", {d, t, IntImm{kDead}, p});
+  b.inst("st.global.u32", {Address{dp, 0}, d}, Guard{in});
+  b.inst("bar.sync", {IntImm{0}});
+  b.inst("bra", {Symbol{"$have_dest"}}, Guard{first, true});
+  publish_status(b, my_status, tag, kInclusive, incl);
+  b.inst("bra.uni", {Symbol{"$have_dest"}});
 
-  b.comment("the last block: sums[0, nb) -> exclusive block offsets, 256 at a time; *n_out = the live columns");
+  b.label("$follow");
+  b.comment("row groups 1, 2, ...: thread 0 waits for row group 0's inclusive word of this chunk; all read dest");
+  b.inst("bra", {Symbol{"$followed"}}, Guard{first, true});
+  const Reg xidx = b.reg(RegClass::kB32), wl = b.reg(RegClass::kB32);
+  b.inst("mul.lo.u32", {xidx, x, gy});
+  spin_on_status(b, scaled_address(b, status, xidx, 8), epoch, wl, true, "$follow_wait");
   b.inst("membar.gl", {});
-  const Reg carry = b.reg(RegClass::kB32), base = b.reg(RegClass::kB32), i = b.reg(RegClass::kB32);
-  const Reg s = b.reg(RegClass::kB32), off = b.reg(RegClass::kB32), part = b.reg(RegClass::kB32);
-  b.inst("mov.u32", {carry, IntImm{0}});
-  b.inst("mov.u32", {base, IntImm{0}});
-  b.label("$offsets");
-  b.inst("add.u32", {i, base, tid});
-  b.inst("setp.lt.u32", {in, i, nb});
-  const Reg sp = word_address(b, sums, i);
-  b.inst("mov.u32", {s, IntImm{0}});
-  b.comment(".cg: the other blocks' sums are in L2, never in this SM's L1");
-  b.inst("ld.global.cg.u32", {s, Address{sp, 0}}, Guard{in});
-  block_scan(b, s, lane, warp, off, part);
-  b.inst("add.u32", {off, off, carry});
-  b.inst("st.global.u32", {Address{sp, 0}, off}, Guard{in});
-  b.inst("add.u32", {carry, carry, part});
+  b.inst("and.b32", {incl, wl, IntImm{(1 << kValueBits) - 1}});
+  b.inst("st.shared.u32", {Address{islot, 0}, incl});
+  b.comment(".cg: written by another block in this launch, so never from this SM's L1");
+  b.inst("ld.global.cg.u32", {prefix, Address{word_address(b, offsets, x), 0}});
+  b.inst("st.shared.u32", {Address{pslot, 0}, prefix});
+  b.label("$followed");
   b.inst("bar.sync", {IntImm{0}});
-  b.inst("add.u32", {base, base, IntImm{kLiveBlock}});
-  b.inst("setp.lt.u32", {p, base, nb});
-  b.inst("bra", {Symbol{"$offsets"}}, Guard{p});
-  b.inst("st.global.u32", {Address{n_out, 0}, carry}, Guard{first});
-  b.inst("st.global.u32", {Address{ticket, 0}, zero}, Guard{first});
+  b.inst("ld.shared.u32", {prefix, Address{pslot, 0}});
+  b.inst("ld.shared.u32", {incl, Address{islot, 0}});
+  b.inst("ld.global.cg.u32", {d, Address{dp, 0}}, Guard{in});
+
+  b.label("$have_dest");
+  b.comment(fmt::format("read: a column that moves (live, d != j) loads its {} rows of the group", kFilterRows));
+  const Reg move = b.reg(RegClass::kPred), row0 = b.reg(RegClass::kB32);
+  b.inst("setp.ne.u32", {p, d, IntImm{kDead}});
+  b.inst("setp.ne.and.u32", {move, d, j, p});
+  b.inst("mul.lo.u32", {row0, y, IntImm{kFilterRows}});
+  std::vector<Reg> vals = b.regs(RegClass::kB32, kFilterRows);
+  // Row row0 + i: data + (row0 + i) * ld * 4 below rows, ids at rows, nothing past it (a uniform predicate).
+  auto row_base = [&](int i, Reg ok) {
+    const Reg r = b.reg(RegClass::kB32), off = b.reg(RegClass::kB64), at = b.reg(RegClass::kB64);
+    const Reg base = b.reg(RegClass::kB64);
+    b.inst("add.u32", {r, row0, IntImm{i}});
+    b.inst("mul.wide.u32", {off, r, ld});
+    b.inst("shl.b64", {off, off, IntImm{2}});
+    b.inst("add.s64", {at, data, off});
+    b.inst("setp.lt.u32", {q, r, rows});
+    b.inst("selp.b64", {base, at, ids, q});
+    b.inst("setp.le.and.u32", {ok, r, rows, move});
+    return base;
+  };
+  std::vector<Reg> bases;
+  std::vector<Reg> oks = b.regs(RegClass::kPred, kFilterRows);
+  b.inst("bra", {Symbol{"$read"}}, Guard{move, true});
+  for (int i = 0; i < kFilterRows; ++i) {
+    bases.push_back(row_base(i, oks[i]));
+    b.inst("ld.global.u32", {vals[i], Address{word_address(b, bases[i], j), 0}}, Guard{oks[i]});
+  }
+  b.label("$read");
+  b.inst("bar.sync", {IntImm{0}});
+  b.comment("thread 0: this block's reads are done; then wait for the reads of the chunks below x that it writes into");
+  b.inst("bra", {Symbol{"$waited"}}, Guard{first, true});
+  b.inst("membar.gl", {});
+  b.inst("st.volatile.global.u32", {Address{scaled_address(b, read_done, idx, 4), 0}, epoch});
+  const Reg kk = b.reg(RegClass::kB32), kend = b.reg(RegClass::kB32), got = b.reg(RegClass::kB32);
+  b.inst("setp.eq.u32", {p, prefix, incl});
+  b.inst("bra", {Symbol{"$waited"}}, Guard{p});
+  b.inst("shr.u32", {kk, prefix, IntImm{8}});
+  b.inst("sub.u32", {kend, incl, IntImm{1}});
+  b.inst("shr.u32", {kend, kend, IntImm{8}});
+  b.inst("add.u32", {kend, kend, IntImm{1}});
+  b.inst("min.u32", {kend, kend, x});
+  b.label("$wait_chunk");
+  b.inst("setp.ge.u32", {p, kk, kend});
+  b.inst("bra", {Symbol{"$waited_all"}}, Guard{p});
+  const Reg widx = b.reg(RegClass::kB32), wp = b.reg(RegClass::kB64);
+  b.inst("mad.lo.u32", {widx, kk, gy, y});
+  b.inst("mul.wide.u32", {wp, widx, IntImm{4}});
+  b.inst("add.s64", {wp, read_done, wp});
+  b.label("$wait_read");
+  b.inst("ld.volatile.global.u32", {got, Address{wp, 0}});
+  b.inst("setp.ne.u32", {q, got, epoch});
+  b.inst("bra", {Symbol{"$wait_read"}}, Guard{q});
+  b.inst("add.u32", {kk, kk, IntImm{1}});
+  b.inst("bra.uni", {Symbol{"$wait_chunk"}});
+  b.label("$waited_all");
+  b.inst("membar.gl", {});
+  b.label("$waited");
+  b.inst("bar.sync", {IntImm{0}});
+  b.comment("write: row[d] = row[j] for the columns that move");
+  b.inst("bra", {Symbol{"$done"}}, Guard{move, true});
+  for (int i = 0; i < kFilterRows; ++i) {
+    b.inst("st.global.u32", {Address{word_address(b, bases[i], d), 0}, vals[i]}, Guard{oks[i]});
+  }
   b.label("$done");
   b.inst("ret", {});
-  const std::string shared = fmt::format("\t.shared .align 4 .b32 warp_sums[{}];\n\t.shared .align 4 .b32 last_block;\n\n",
-                                         kLiveBlock / 32);
+  const std::string shared = fmt::format(
+      "\t.shared .align 4 .b32 warp_sums[{}];\n\t.shared .align 4 .b32 block_ticket;\n"
+      "\t.shared .align 4 .b32 chunk_prefix;\n\t.shared .align 4 .b32 chunk_inclusive;\n\n",
+      kLiveBlock / 32);
   return entry_exact(name,
-                     {{"flags", "u64"}, {"pos", "u64"}, {"sums", "u64"}, {"ticket", "u64"}, {"n_in", "u64"},
-                      {"n_out", "u64"}},
+                     {{"flags", "u64"}, {"next_flags", "u64"}, {"data", "u64"}, {"rows", "u32"}, {"ld", "u32"},
+                      {"ids", "u64"}, {"dest", "u64"}, {"offsets", "u64"}, {"status", "u64"}, {"read_done", "u64"},
+                      {"ticket", "u64"}, {"n_in", "u64"}, {"n_out", "u64"}, {"epoch", "u32"}},
                      b, kLiveBlock, shared);
 }
-
-// In place: the live columns of each row (and of ids) move left to their positions. Block r < rows moves row r, block
-// rows moves ids; each walks its row in chunks of 256 x kCompactColumns columns, all reads of a chunk before a barrier
-// and its writes after. A column moves to d <= j, so a chunk writes only below its own end, where no later chunk reads,
-// and its reads are done before its writes: no column is overwritten before it has been read.
-std::string live_compact() {
-  Builder b;
-  const std::string name = kLiveCompactKernel;
-  const Reg data = global_param(b, name + "_data");
-  const Reg rows = b.reg(RegClass::kB32), ld = b.reg(RegClass::kB32);
-  b.inst("ld.param.u32", {rows, SymbolAddress{name + "_rows"}});
-  b.inst("ld.param.u32", {ld, SymbolAddress{name + "_ld"}});
-  const Reg ids = global_param(b, name + "_ids"), pos = global_param(b, name + "_pos");
-  const Reg sums = global_param(b, name + "_sums");
-  const Reg n_in = global_param(b, name + "_n_in"), n_out = global_param(b, name + "_n_out");
-  const Reg n = b.reg(RegClass::kB32), c = b.reg(RegClass::kB32), p = b.reg(RegClass::kPred);
-  b.comment("nothing moves when no column died, or when none is left (no later kernel reads a column)");
-  b.inst("ld.global.u32", {n, Address{n_in, 0}});
-  b.inst("ld.global.u32", {c, Address{n_out, 0}});
-  b.inst("setp.eq.u32", {p, c, n});
-  b.inst("bra", {Symbol{"$done"}}, Guard{p});
-  b.inst("setp.eq.u32", {p, c, IntImm{0}});
-  b.inst("bra", {Symbol{"$done"}}, Guard{p});
-  const Reg cta = b.reg(RegClass::kB32), tid = b.reg(RegClass::kB32);
-  b.inst("mov.u32", {cta, Special{"%ctaid.x"}});
-  b.inst("mov.u32", {tid, Special{"%tid.x"}});
-  b.comment("this block's row: data + ctaid * ld * 4, or ids for the block past the rows");
-  const Reg roff = b.reg(RegClass::kB64), rbase = b.reg(RegClass::kB64), row = b.reg(RegClass::kB64);
-  b.inst("mul.wide.u32", {roff, cta, ld});
-  b.inst("shl.b64", {roff, roff, IntImm{2}});
-  b.inst("add.s64", {rbase, data, roff});
-  b.inst("setp.lt.u32", {p, cta, rows});
-  b.inst("selp.b64", {row, rbase, ids, p});
-  const Reg start = b.reg(RegClass::kB32);
-  b.inst("mov.u32", {start, IntImm{0}});
-  constexpr int V = kCompactColumns;
-  std::vector<Reg> j, val, d;
-  std::vector<Reg> move;
-  for (int v = 0; v < V; ++v) {
-    j.push_back(b.reg(RegClass::kB32));
-    val.push_back(b.reg(RegClass::kB32));
-    d.push_back(b.reg(RegClass::kB32));
-    move.push_back(b.reg(RegClass::kPred));
-  }
-  const Reg pw = b.reg(RegClass::kB32), ow = b.reg(RegClass::kB32), blk = b.reg(RegClass::kB32);
-  const Reg in = b.reg(RegClass::kPred), live = b.reg(RegClass::kPred);
-  b.label("$chunk");
-  b.comment(fmt::format("read: columns j = start + {} v + tid (v < {}): pos[j], the offset of j's scan block, row[j]",
-                        kLiveBlock, V));
-  for (int v = 0; v < V; ++v) {
-    b.inst("add.u32", {j[v], start, tid});
-    if (v > 0) b.inst("add.u32", {j[v], j[v], IntImm{kLiveBlock * v}});
-    b.inst("setp.lt.u32", {in, j[v], n});
-    b.inst("mov.u32", {pw, IntImm{0}});
-    b.inst("mov.u32", {ow, IntImm{0}});
-    b.inst("mov.u32", {val[v], IntImm{0}});
-    b.inst("shr.u32", {blk, j[v], IntImm{8}});
-    b.inst("ld.global.u32", {pw, Address{word_address(b, pos, j[v]), 0}}, Guard{in});
-    b.inst("ld.global.u32", {ow, Address{word_address(b, sums, blk), 0}}, Guard{in});
-    b.inst("ld.global.u32", {val[v], Address{word_address(b, row, j[v]), 0}}, Guard{in});
-    b.comment("live: bit 31 (negative as s32); d = the block's offset + the live columns before j in its block");
-    b.inst("setp.lt.s32", {live, pw, IntImm{0}});
-    b.inst("and.b32", {pw, pw, IntImm{0x7fffffff}});
-    b.inst("add.u32", {d[v], pw, ow});
-    b.inst("setp.ne.and.u32", {move[v], d[v], j[v], live});
-  }
-  b.inst("bar.sync", {IntImm{0}});
-  b.comment("write: row[d] = row[j] for the live columns that move");
-  for (int v = 0; v < V; ++v) {
-    b.inst("st.global.u32", {Address{word_address(b, row, d[v]), 0}, val[v]}, Guard{move[v]});
-  }
-  b.inst("add.u32", {start, start, IntImm{kLiveBlock * V}});
-  b.inst("setp.lt.u32", {p, start, n});
-  b.inst("bra", {Symbol{"$chunk"}}, Guard{p});
-  b.label("$done");
-  b.inst("ret", {});
-  return entry_exact(name,
-                     {{"data", "u64"}, {"rows", "u32"}, {"ld", "u32"}, {"ids", "u64"}, {"pos", "u64"}, {"sums", "u64"},
-                      {"n_in", "u64"}, {"n_out", "u64"}},
-                     b, kLiveBlock, "\n");
-}
+}  // namespace
 
 std::string filter_kernels_ptx(const Target& target) {
   std::string out = fmt::format("//\n// Generated by sparsert: dead-input filter kernels.\n//\n.version {}\n.target {}\n"
                                 ".address_size 64\n\n",
                                 target.ptx_version(), target.name());
-  out += "// launch: grid = (ceil(n / 128), 1, 1), block = (128, 1, 1)\n";
-  out += col_live();
-  out += "\n// launch: grid = (ceil(count / 128), 1, 1), block = (128, 1, 1)\n";
-  out += col_compact();
-  out += fmt::format("\n// launch: grid = (ceil(bound / {0}), 1, 1) for any bound >= *n_in, block = ({0}, 1, 1)\n", kLiveBlock);
-  out += live_scan();
-  out += fmt::format("\n// launch: grid = (rows + 1, 1, 1), block = ({}, 1, 1), after {}\n", kLiveBlock, kLiveScanKernel);
-  out += live_compact();
+  out += fmt::format("// launch: grid = (ceil(bound / {0}) or 1, ceil((rows + 1) / {1}), 1) for any bound >= *n_in, "
+                     "block = ({0}, 1, 1)\n",
+                     kLiveBlock, kFilterRows);
+  out += live_filter();
   return out;
 }
 

@@ -1,29 +1,20 @@
 #pragma once
 // The dead-input filter between layers on the GPU (the Graph Challenge entries' "filter"): which activation columns
-// are still alive, and gathering the live ones into a compact block. Small hand-built kernels in one module.
+// are still alive, and moving the live ones into a compact block. A hand-built kernel in its own module, launched by
+// CudaLayerExecutor once after each layer:
 //
-// The live count stays on the device (what CudaLayerExecutor launches after each layer):
-//   sparsert_live_scan(u64 flags, u64 pos, u64 sums, u64 ticket, u64 n_in, u64 n_out)
-//     n = *n_in columns were live before the layer; flags[j] != 0 (j < n) marks the live ones. Writes pos[j] (j < n):
-//     the live columns before j within its block of kLiveBlock columns, with bit 31 set where j is live; clears
-//     flags[j]; sums[b] becomes the live columns before block b (the block offsets); *n_out = the live columns.
-//     One thread per column, block-level scans (warp shuffles, then the warp totals through shared memory); the block
-//     that finishes last (a ticket, *ticket = 0 before the launch and after it) scans the block totals. Blocks past
-//     max(1, ceil(n / kLiveBlock)) return at once, so the grid may be sized for any bound on n.
-//     Launch: grid (ceil(bound / kLiveBlock) or 1, 1, 1), block (kLiveBlock, 1, 1).
-//   sparsert_live_compact(u64 data, u32 rows, u32 ld, u64 ids, u64 pos, u64 sums, u64 n_in, u64 n_out)
-//     After sparsert_live_scan with the same pos, sums, n_in, n_out: in place, column j < *n_in of each row of data
-//     (rows × ld words, row-major) and of ids (one row of words) moves to its position among the live columns when it
-//     is live. Nothing is touched when no column died (*n_out == *n_in) or none is left. Block r < rows moves row r,
-//     block rows moves ids. Launch: grid (rows + 1, 1, 1), block (kLiveBlock, 1, 1).
-//
-//   sparsert_col_live(u64 C, u32 rows, u32 ld, u32 n, u64 flags)
-//     flags[j] = 1 if column j < n of C (rows × ld, row-major) holds a nonzero (or a NaN), else 0.
-//     One thread per column: adjacent threads read adjacent addresses of a row (coalesced). The Graph Challenge's
-//     GPU executor no longer launches it: its layer kernels set the flags in their epilogue (SpmmOptions::live_flags).
-//   sparsert_col_compact(u64 in, u64 out, u32 rows, u32 ld, u64 positions, u32 count)
-//     out[m][j] = in[m][positions[j]] for j < count, every row m.
-// Launch both with block (kFilterBlock, 1, 1) and grid (ceil(n / kFilterBlock), 1, 1).
+//   sparsert_live_filter(u64 flags, u64 next_flags, u64 data, u32 rows, u32 ld, u64 ids, u64 dest, u64 offsets,
+//                        u64 status, u64 read_done, u64 ticket, u64 n_in, u64 n_out, u32 epoch)
+//     n = *n_in columns were live before the layer; flags[j] != 0 (j < n) marks those that still are (the layer
+//     kernels set them in their epilogue). In one launch: *n_out = the live columns; column j < n of each row of data
+//     (rows x ld words, row-major) and of ids (one row of words) moves to its position among the live columns, in
+//     place; next_flags[j] = 0 for j < n (the flags alternate between two buffers, so the ones this launch reads are
+//     cleared by the next one). Columns that keep their position are not touched, so nothing moves where none died.
+//     Scratch: dest (n words), offsets (one word per chunk of kLiveBlock columns), status (8 bytes per chunk and row
+//     group), read_done (4 bytes per chunk and row group), all of any content of an earlier epoch: every launch
+//     passes a new epoch (never 0, so zeroed memory is "earlier"); *ticket = 0 before the launch and after it.
+//     Launch: grid (max(1, ceil(bound / kLiveBlock)), ceil((rows + 1) / kFilterRows), 1) for any bound >= n,
+//     block (kLiveBlock, 1, 1). Blocks of chunks past max(1, ceil(n / kLiveBlock)) leave at once.
 #include "sparsert/codegen/target.hpp"
 
 #include <string>
@@ -32,14 +23,10 @@ namespace sparsert::graphchallenge {
 
 using codegen::Target;
 
-inline constexpr int kFilterBlock = 128;
-inline constexpr const char* kColLiveKernel = "sparsert_col_live";
-inline constexpr const char* kColCompactKernel = "sparsert_col_compact";
-inline constexpr int kLiveBlock = 256;      // threads (columns) per block of the live-count kernels
-inline constexpr int kCompactColumns = 4;   // columns per thread and chunk of sparsert_live_compact
-static_assert(kLiveBlock == 256, "sparsert_live_compact finds a column's scan block as j >> 8");
-inline constexpr const char* kLiveScanKernel = "sparsert_live_scan";
-inline constexpr const char* kLiveCompactKernel = "sparsert_live_compact";
+inline constexpr int kLiveBlock = 256;  // threads (columns) per block of the filter
+inline constexpr int kFilterRows = 16;  // rows of data each block moves
+static_assert(kLiveBlock == 256, "sparsert_live_filter finds a column's chunk as j >> 8");
+inline constexpr const char* kLiveFilterKernel = "sparsert_live_filter";
 
 std::string filter_kernels_ptx(const Target& target);
 
