@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
-#include <limits>
 #include <numeric>
 #include <random>
 
@@ -56,8 +55,8 @@ struct CudaLayerExecutor::Impl {
   cuda::DeviceBuffer ticket;     // u32: blocks of the filter started; 0 between launches
   cuda::DeviceBuffer counts;     // u32: counts[s] = live columns after s layers since load_inputs (counts[0] = inputs)
   cuda::DeviceBuffer ids;        // u32 per live column: its position among the loaded inputs, moved with the columns
-  uint32_t epoch = 0;            // the last filter launch's; status and read_done hold no later one
   uint32_t row_groups = 0;       // the filter's grid.y
+  cuda::Graph graph;             // every layer at full width, captured on the first run_layers in graph mode
   cuda::HostBuffer counts_host, ids_host;  // page-locked: asynchronous copies into them do not block the host
   std::vector<cuda::Event> batch_done;     // one per count copy of a run_layers call
   int32_t ld = 0;
@@ -70,6 +69,7 @@ struct CudaLayerExecutor::Impl {
   // Every device object holds the context it was made in (cuda::ContextRef), so the context outlives them in any
   // order; the filter and the buffers go first only so that their memory is back before the network's is.
   void release_device() {
+    graph = {};
     filter.reset();
     filter_fn = nullptr;
     for (cuda::DeviceBuffer& b : act) b = {};
@@ -101,19 +101,53 @@ struct CudaLayerExecutor::Impl {
     CUdeviceptr id = ids.get();
     auto rows = static_cast<uint32_t>(net->neurons), width = static_cast<uint32_t>(ld);
     gpu->launch_layer(static_cast<size_t>(layer), act[cur].get(), data, bound, f, n_in);
-    if (epoch == std::numeric_limits<uint32_t>::max()) {
-      // Wrapped (after 4 billion layers): words of old epochs could read as new ones. Zeroed memory is older than
-      // epoch 1. The wait: no launch still in flight may see the words change under it.
-      s.synchronize();
-      status.fill_u32(0, status.bytes() / 4);
-      read_done.fill_u32(0, read_done.bytes() / 4);
-      epoch = 0;
-    }
-    uint32_t e = ++epoch;
+    // The filter's epoch: status and read_done are zeroed by load_inputs, and each step of a run has its own epoch,
+    // so a word written by an earlier layer never passes for this one's. Static per step, so a captured graph's
+    // launches keep theirs.
+    uint32_t e = static_cast<uint32_t>(step) + 1;
     void* params[] = {&f, &next, &data, &rows, &width, &id, &dp, &op, &sp, &rp, &t, &n_in, &n_out, &e};
     cuda::launch(filter_fn, kLiveFilterKernel, (bound + kLiveBlock - 1) / kLiveBlock, row_groups, kLiveBlock, 1, s,
                  params);
     cur = 1 - cur;
+  }
+
+  // run_layers as one graph launch: every layer with grids for all ld columns (blocks past the live count leave),
+  // captured the first time, then the counts and every id copied back, and one wait.
+  LiveColumns run_graph(int32_t layers) {
+    const cuda::Stream& s = gpu->stream();
+    if (!graph.ready()) {
+      graph.begin_capture(s);
+      try {
+        for (int32_t l = 0; l < layers; ++l) enqueue(l, l, static_cast<uint32_t>(ld));
+      } catch (...) {
+        try {
+          graph.end_capture(s);  // takes the stream out of capture
+        } catch (...) {
+          // the first error is the one to report
+        }
+        graph = {};
+        cur = 0;
+        throw;
+      }
+      graph.end_capture(s);
+      cur = 0;  // captured, not run: the buffers alternate when the graph runs
+    }
+    uint32_t* known = host_counts();
+    graph.launch(s);
+    counts.download_async(known + 1, 4 * static_cast<size_t>(layers), 4, s);
+    ids.download_async(ids_host.get(), static_cast<size_t>(ld) * 4, 0, s);
+    s.synchronize();
+    LiveColumns out;
+    for (int32_t l = 0; l < layers; ++l) out.live_after_layer.push_back(known[l + 1]);
+    const uint32_t last = known[layers];
+    SPARSERT_INTERNAL_CHECK(last <= live, "{} columns survive of {}", last, live);
+    const auto* id = static_cast<const uint32_t*>(ids_host.get());
+    out.survivors.assign(id, id + last);
+    host_ids = out.survivors;
+    live = last;
+    steps = layers;
+    cur = layers % 2;
+    return out;
   }
 
   ~Impl() {
@@ -147,6 +181,9 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
   SPARSERT_USER_CHECK(y0.rank() == 2 && y0.rows() == net.neurons && y0.cols() >= 1, "inputs",
                       "shape {} is not {} x (at least 1)", y0.shape_string(), net.neurons);
   const auto n = static_cast<int32_t>(y0.cols());
+  // The filter's status words hold counts in 30 bits.
+  SPARSERT_USER_CHECK(y0.cols() < (int64_t{1} << 30), "inputs", "{} columns; the GPU executor takes fewer than 2^30",
+                      y0.cols());
   const size_t steps = net.layers.size() + 1;
   if (!im.gpu || im.ld != n) {
     // Kernels are specialised to the leading dimension, so they are compiled once the input width is known.
@@ -200,9 +237,6 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     im.offsets = cuda::DeviceBuffer(chunks * 4);
     im.status = cuda::DeviceBuffer(chunks * im.row_groups * 8);
     im.read_done = cuda::DeviceBuffer(chunks * im.row_groups * 4);
-    im.status.fill_u32(0, chunks * im.row_groups * 2);
-    im.read_done.fill_u32(0, chunks * im.row_groups);
-    im.epoch = 0;
     im.ticket = cuda::DeviceBuffer(4);
     im.counts = cuda::DeviceBuffer(steps * 4);
     im.ids = cuda::DeviceBuffer(words);
@@ -212,16 +246,21 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     im.ld = n;
     compile_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  // Not timed: the inputs, ids 0..n-1, n live columns, clear flags and ticket (a run that failed may have left them).
+  // Not timed: the inputs, ids 0..n-1, n live columns, clear flags, filter scratch and ticket (a run that failed may
+  // have left them). On the network's stream, so that they land after the work already there and before the layers:
+  // that stream does not wait for the NULL stream's copies and memsets.
+  const cuda::Stream& s = im.gpu->stream();
   im.cur = 0;
-  im.act[0].upload(y0.data(), static_cast<size_t>(y0.size()) * 4);
+  im.act[0].upload_async(y0.data(), static_cast<size_t>(y0.size()) * 4, 0, s);
   im.host_ids.resize(static_cast<size_t>(n));
   std::iota(im.host_ids.begin(), im.host_ids.end(), 0);
-  im.ids.upload(im.host_ids.data(), im.host_ids.size() * 4);
-  for (cuda::DeviceBuffer& b : im.flags) b.fill_u32(0, static_cast<size_t>(n));
-  im.ticket.fill_u32(0, 1);
+  im.ids.upload_async(im.host_ids.data(), im.host_ids.size() * 4, 0, s);
+  for (cuda::DeviceBuffer& b : im.flags) b.fill_u32_async(0, static_cast<size_t>(n), s);
+  im.status.fill_u32_async(0, im.status.bytes() / 4, s);
+  im.read_done.fill_u32_async(0, im.read_done.bytes() / 4, s);
+  im.ticket.fill_u32_async(0, 1, s);
   const auto n32 = static_cast<uint32_t>(n);
-  im.counts.upload(&n32, 4);
+  im.counts.upload_async(&n32, 4, 0, s);
   im.steps = 0;
   im.live = n32;
 }
@@ -234,8 +273,11 @@ std::vector<int32_t> CudaLayerExecutor::run_layer(int32_t layer) {
                           im.steps);
   im.enqueue(layer, im.steps, im.live);
   ++im.steps;
+  // On the stream (into pageable memory: returns once copied), after the layer: a plain download runs on the NULL
+  // stream, which does not wait for the network's stream.
+  const cuda::Stream& s = im.gpu->stream();
   uint32_t count = 0;
-  im.counts.download(&count, 4, 4 * static_cast<size_t>(im.steps));
+  im.counts.download_async(&count, 4, 4 * static_cast<size_t>(im.steps), s);
   std::vector<int32_t> kept;
   if (count == im.live) {
     kept.resize(count);
@@ -243,7 +285,7 @@ std::vector<int32_t> CudaLayerExecutor::run_layer(int32_t layer) {
     return kept;
   }
   std::vector<int32_t> now(count);
-  if (count > 0) im.ids.download(now.data(), static_cast<size_t>(count) * 4);
+  if (count > 0) im.ids.download_async(now.data(), static_cast<size_t>(count) * 4, 0, s);
   // Both are increasing: each surviving id is found in the old list after the previous one.
   size_t at = 0;
   for (int32_t id : now) {
@@ -262,6 +304,7 @@ LiveColumns CudaLayerExecutor::run_layers(int32_t layers, int64_t inputs) {
   const cuda::Stream& s = im.gpu->stream();
   uint32_t* known = im.host_counts();
   known[0] = im.live;
+  if (im.ld <= options_.graph_max_columns && cuda::Graph::supported()) return im.run_graph(layers);
   int32_t seen = 0;    // the host has counts known[0..seen]
   int32_t copied = 0;  // counts[0..copied] are copied or on their way
   struct Batch {

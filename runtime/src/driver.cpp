@@ -327,6 +327,18 @@ void DeviceBuffer::fill_u32(uint32_t value, size_t count) {
   Driver::get().check(Driver::get().api().cuMemsetD32_v2(ptr_, value, count), "cuMemsetD32");
 }
 
+void DeviceBuffer::upload_async(const void* src, size_t bytes, size_t offset, const Stream& s) {
+  SPARSERT_INTERNAL_CHECK(offset + bytes <= bytes_, "upload of {} bytes at {} into a buffer of {}", bytes, offset,
+                          bytes_);
+  Driver::get().check(Driver::get().api().cuMemcpyHtoDAsync_v2(ptr_ + offset, src, bytes, s.get()),
+                      "cuMemcpyHtoDAsync");
+}
+
+void DeviceBuffer::fill_u32_async(uint32_t value, size_t count, const Stream& s) {
+  SPARSERT_INTERNAL_CHECK(count * 4 <= bytes_, "fill of {} words in a buffer of {} bytes", count, bytes_);
+  Driver::get().check(Driver::get().api().cuMemsetD32Async(ptr_, value, count, s.get()), "cuMemsetD32Async");
+}
+
 Stream::Stream() : ctx_(current_context("cuStreamCreate")) {
   Driver::get().check(Driver::get().api().cuStreamCreate(&s_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
 }
@@ -416,6 +428,10 @@ bool Graph::supported() {
 }
 
 void Graph::release() noexcept {
+  if (!exec_ && !graph_) {  // empty (or moved from): no driver call, so none is needed where there is no driver
+    ctx_.reset();
+    return;
+  }
   const Api& a = Driver::get().api();
   if (exec_) {
     const CUresult r = a.cuGraphExecDestroy(std::exchange(exec_, nullptr));

@@ -53,10 +53,11 @@ for call in 'bench --suite rn50-0.9 ' 'bench --suite rn50-0.95 ' 'bench --suite 
   'bench --suite mobilenet ' 'bench --suite graphchallenge ' 'bench --suite rn50-conv3x3-0\.9 ' \
   'bench --suite rn50-conv3x3-0\.95 ' 'graphchallenge .*--device cuda' \
   'graphchallenge .*--device cpu' 'tune .*--mode gpu' 'tune .*--mode model' \
-  'tune .*final_dense\.smtx --n 1 --mode gpu --kernel streamed'; do
+  'tune .*final_dense\.smtx --n 1 --mode gpu --kernel streamed' \
+  'graphchallenge .*--replicate 1 --device cuda'; do
   check "ran: $call" grep -q -E "^$call" "$CALLS"
 done
-check "twelve sparsert calls" test "$(wc -l < "$CALLS")" -eq 12
+check "thirteen sparsert calls" test "$(wc -l < "$CALLS")" -eq 13
 check "all.log names bench-rn50" grep -q -E '^  - bench-rn50 \(exit 1' "$out/all.log"
 check "all.log names graphchallenge" grep -q -E '^  - graphchallenge \(exit 1' "$out/all.log"
 check "all.log names only the two failed stages" test "$(grep -c '^  - ' "$out/all.log")" -eq 2

@@ -163,7 +163,9 @@ TEST(GraphChallengeGpuHostSyncs, OneWaitPerRunWhateverTheLayerCount) {
   ASSERT_GE(truth.categories.size(), 4u);
   ASSERT_LT(truth.live_after_layer.back(), 160);
 
-  graphchallenge::CudaLayerExecutor exec(emu_options(dir / "cache"));
+  graphchallenge::CudaGraphChallengeOptions opt = emu_options(dir / "cache");
+  opt.graph_max_columns = 0;  // layer by layer (160 columns would otherwise run as one graph)
+  graphchallenge::CudaLayerExecutor exec(opt);
   exec.prepare(net);
   // Lag first: the page-locked counts hold no earlier run's values, so reading one before it landed shows.
   std::vector<unsigned> grids[2];
@@ -209,6 +211,64 @@ TEST(GraphChallengeGpuHostSyncs, OneWaitPerRunWhateverTheLayerCount) {
   }
   EXPECT_LT(grids[0].back(), grids[0].front()) << "the grids did not shrink as columns died";
   for (int32_t l = 0; l < kLayers; ++l) EXPECT_GE(grids[1][l], grids[0][l]) << "layer " << l + 1;
+}
+
+// Narrow inputs run as one CUDA Graph (issue 13: "the whole network as one CUDA Graph"): captured on the first run,
+// with per layer its entries and the filter at full-width grids, then replayed. Each run is one graph launch and one
+// host synchronisation, exact against the CPU executor, and a second run (new inputs, the same width) captures nothing.
+TEST(GraphChallengeGpuGraph, NarrowInputsRunAsOneGraphPerRun) {
+  emu();
+  if (!cuda::Graph::supported()) GTEST_SKIP() << "the driver has no graph API";
+  testing::ScratchDir dir;
+  constexpr int32_t kLayers = 12;
+  const auto weights = graphchallenge::write_network(dir.path(), 1024, kLayers, 40, 6);
+  const gc::Network net =
+      gc::make_network(graphchallenge::read_layers(weights, 1024, kLayers), 1024, gc::official_bias(1024));
+  const CsrMatrix images = graphchallenge::read_images(dir / "sparse-images-1024.tsv", 1024);
+  gc::CpuLayerExecutor cpu(CpuExecutorOptions{1, 64});
+  cpu.prepare(net);
+  graphchallenge::CudaLayerExecutor exec(emu_options(dir / "cache"));
+  exec.prepare(net);
+  // Two runs of the same width on different inputs: the images, then the same images in reverse column order.
+  DenseTensor y0 = gc::feature_major_inputs(images, 1024, 4);
+  DenseTensor y1({y0.rows(), y0.cols()});
+  for (int64_t r = 0; r < y0.rows(); ++r) {
+    for (int64_t c = 0; c < y0.cols(); ++c) y1.data()[r * y0.cols() + c] = y0.data()[r * y0.cols() + y0.cols() - 1 - c];
+  }
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE(fmt::format("run {}", run + 1));
+    const DenseTensor& y = run == 0 ? y0 : y1;
+    const gc::InferenceResult truth = gc::run_inference(net, y, cpu);
+    exec.load_inputs(y);
+    emu().clear_host_syncs();
+    emu().clear_launches();
+    const gc::LiveColumns r = exec.run_layers(kLayers, y.cols());
+    EXPECT_EQ(r.survivors, truth.categories);
+    EXPECT_EQ(r.live_after_layer, truth.live_after_layer);
+    const std::vector<std::string> syncs = emu().host_syncs();
+    ASSERT_EQ(syncs.size(), 1u);
+    EXPECT_EQ(syncs.front(), "cuStreamSynchronize");
+    const std::vector<testing::EmulatedDriver::Launch> launches = emu().launches();
+    int filters = 0, layer_kernels = 0;
+    for (const auto& launch : launches) {
+      EXPECT_TRUE(launch.captured) << launch.kernel << " was launched outside the graph";
+      if (launch.kernel == gc::kLiveFilterKernel) {
+        ++filters;
+        EXPECT_EQ(launch.grid[0], 1u) << "the filter's grid covers all 160 columns: one chunk";
+      } else {
+        ++layer_kernels;
+      }
+    }
+    if (run == 0) {
+      EXPECT_EQ(filters, kLayers);
+      EXPECT_GE(layer_kernels, kLayers);
+    } else {
+      EXPECT_TRUE(launches.empty()) << "the second run captured again";
+    }
+    // The activations read back are the last layer's live columns, as the CPU executor has them.
+    const DenseTensor act = exec.activations();
+    EXPECT_EQ(act.cols(), static_cast<int64_t>(truth.categories.size()));
+  }
 }
 
 // The program as a user runs it: the emulated driver prints the calls that failed in teardown at exit.

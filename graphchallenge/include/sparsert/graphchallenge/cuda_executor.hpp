@@ -19,6 +19,11 @@ struct CudaGraphChallengeOptions {
   int threads = 0;       // assembler threads
   bool progress = true;
   std::filesystem::path cache_dir = compiler::KernelCache::default_dir();
+  // Up to this many input columns, run_layers replays the whole network as one CUDA Graph (captured once per input
+  // width) with every grid sized for all the inputs: the blocks past the live count leave at once, which costs little
+  // at such widths, and one graph launch replaces two or more launches per layer. Wider inputs (and drivers without
+  // graphs) enqueue layer by layer with grids that shrink as columns die. 0: never a graph.
+  int64_t graph_max_columns = 8192;
 };
 
 class CudaLayerExecutor final : public LayerExecutor {
@@ -31,7 +36,8 @@ class CudaLayerExecutor final : public LayerExecutor {
   // One layer, then a wait for its count (and the surviving ids when columns died): for tests and stepping.
   std::vector<int32_t> run_layer(int32_t layer) override;
   // Every layer with no wait between them; one stream synchronisation at the end (and, when the device falls behind
-  // the host, at most one wait per few layers to bound the grids: cuda_executor.cpp).
+  // the host, at most one wait per few layers to bound the grids: cuda_executor.cpp). One graph launch where
+  // CudaGraphChallengeOptions::graph_max_columns allows.
   LiveColumns run_layers(int32_t layers, int64_t inputs) override;
   DenseTensor activations() override;
 

@@ -134,6 +134,11 @@ class DeviceBuffer {
   // driver returns once the copy is done.
   void download_async(void* dst, size_t bytes, size_t offset, const Stream& s) const;
   void fill_u32(uint32_t value, size_t count);
+  // The same on stream `s`, ordered with its kernels (cuMemcpyHtoDAsync, cuMemsetD32Async). upload and fill_u32 run
+  // on the legacy NULL stream, which a Stream (CU_STREAM_NON_BLOCKING) does not wait for: work about to run on a
+  // Stream needs these. From pageable memory, upload_async has copied `src` away when it returns.
+  void upload_async(const void* src, size_t bytes, size_t offset, const Stream& s);
+  void fill_u32_async(uint32_t value, size_t count, const Stream& s);
 
  private:
   void release() noexcept;
