@@ -89,13 +89,19 @@ constexpr int kAggregate = 1;  // value: the chunk's live columns
 constexpr int kInclusive = 2;  // value: the live columns up to and including the chunk
 constexpr int kValueBits = 30;
 constexpr int64_t kDead = 0xffffffff;  // dest of a dead column
+// A failed poll backs off this long before the next: dozens of blocks may poll one word, and every poll is an L2 read.
+constexpr int kBackoffNs = 64;
 
 // Polls `address` until it holds a status word of this launch's epoch (and of the inclusive state where
 // `need_inclusive`); leaves its low 32 bits in `low`. Volatile loads: each poll reads L2, never a stale L1 line.
 void spin_on_status(Builder& b, Reg address, Reg epoch, Reg low, bool need_inclusive, const std::string& label) {
   const Reg w = b.reg(RegClass::kB64), hi64 = b.reg(RegClass::kB64), hi = b.reg(RegClass::kB32);
   const Reg state = b.reg(RegClass::kB32), p = b.reg(RegClass::kPred);
+  const std::string poll = label + "_poll";
+  b.inst("bra.uni", {Symbol{poll}});
   b.label(label);
+  b.inst("nanosleep.u32", {IntImm{kBackoffNs}});
+  b.label(poll);
   b.inst("ld.volatile.global.u64", {w, Address{address, 0}});
   b.inst("shr.b64", {hi64, w, IntImm{32}});
   b.inst("cvt.u32.u64", {hi, hi64});
@@ -321,7 +327,10 @@ std::string live_filter() {
   b.inst("mad.lo.u32", {widx, kk, gy, y});
   b.inst("mul.wide.u32", {wp, widx, IntImm{4}});
   b.inst("add.s64", {wp, read_done, wp});
+  b.inst("bra.uni", {Symbol{"$wait_read_poll"}});
   b.label("$wait_read");
+  b.inst("nanosleep.u32", {IntImm{kBackoffNs}});
+  b.label("$wait_read_poll");
   b.inst("ld.volatile.global.u32", {got, Address{wp, 0}});
   b.inst("setp.ne.u32", {q, got, epoch});
   b.inst("bra", {Symbol{"$wait_read"}}, Guard{q});

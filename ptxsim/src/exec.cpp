@@ -1082,7 +1082,9 @@ void Runner::run_thread(uint32_t t) {
         if (!(in.flags & kAtomRed) && in.o[0].kind == OK::Reg) set(in.o[0], old);
         break;
       }
-      case Op::Nop: break;
+      case Op::Nop:
+        if (in.o[0].kind != OK::None) (void)V(in.o[0], in);  // nanosleep's operand: read, so an unset one shows
+        break;
       case Op::Ret:
       case Op::Exit:
         th.pc = pc;

@@ -54,6 +54,16 @@ void parse_fence(InstrCtx& c) {
   c.finish();
 }
 
+void parse_nanosleep(InstrCtx& c) {
+  // A hint to back off for up to t nanoseconds; the interpreter runs one thread at a time, so there is nothing to wait
+  // for. The operand is still parsed and typed.
+  c.in.op = Op::Nop;
+  c.in.cls = InstrClass::Sync;
+  if (c.one_type() != Ty::U32) c.err("nanosleep needs .u32");
+  c.in.o[0] = c.src(Ty::U32);
+  c.finish();
+}
+
 void parse_shfl(InstrCtx& c) {
   c.in.op = Op::Shfl;
   c.in.cls = InstrClass::Warp;
@@ -77,7 +87,7 @@ std::span<const OpcodeEntry> control_opcodes() {
   static constexpr OpcodeEntry table[] = {
       {"bra", parse_bra}, {"ret", parse_ret_exit}, {"exit", parse_ret_exit},
       {"bar", parse_bar}, {"barrier", parse_bar}, {"membar", parse_fence}, {"fence", parse_fence},
-      {"shfl", parse_shfl}};
+      {"nanosleep", parse_nanosleep}, {"shfl", parse_shfl}};
   return table;
 }
 

@@ -39,6 +39,7 @@ cat > "$work/path/nvidia-smi" << 'EOF'
 echo "name, driver_version"; echo "Fake GPU, 0"
 EOF
 chmod +x "$fake/bin/sparsert" "$fake/bin/real_gpu_tests" "$work/path/nvidia-smi"
+: > "$fake/data/graphchallenge/neuron1024/n1024-l100.tsv"  # the tune stage unpacks this one layer
 tar czf "$fake/data/graphchallenge/neuron1024.tar.gz" -C "$fake/data/graphchallenge" neuron1024
 export PATH=$work/path:$PATH CALLS=$work/calls
 
@@ -54,10 +55,11 @@ for call in 'bench --suite rn50-0.9 ' 'bench --suite rn50-0.95 ' 'bench --suite 
   'bench --suite rn50-conv3x3-0\.95 ' 'graphchallenge .*--device cuda' \
   'graphchallenge .*--device cpu' 'tune .*--mode gpu' 'tune .*--mode model' \
   'tune .*final_dense\.smtx --n 1 --mode gpu --kernel streamed' \
-  'graphchallenge .*--replicate 1 --device cuda'; do
+  'graphchallenge .*--replicate 1 --device cuda' 'tune .*n1024-l100\.tsv --n 950 --mode gpu' \
+  'tune .*n1024-l100\.tsv --n 60000 --mode gpu'; do
   check "ran: $call" grep -q -E "^$call" "$CALLS"
 done
-check "thirteen sparsert calls" test "$(wc -l < "$CALLS")" -eq 13
+check "fifteen sparsert calls" test "$(wc -l < "$CALLS")" -eq 15
 check "all.log names bench-rn50" grep -q -E '^  - bench-rn50 \(exit 1' "$out/all.log"
 check "all.log names graphchallenge" grep -q -E '^  - graphchallenge \(exit 1' "$out/all.log"
 check "all.log names only the two failed stages" test "$(grep -c '^  - ' "$out/all.log")" -eq 2

@@ -214,3 +214,20 @@ TEST(PtxsimNegative, ParameterMismatch) {
   EXPECT_THROW(mod.launch("k", {1}, {1025}, {arg_u64(0), arg_u32(0)}), SimError);
   EXPECT_THROW(mod.launch("k", {0}, {1}, {arg_u64(0), arg_u32(0)}), SimError);
 }
+
+// nanosleep (the filter kernel's back-off between polls) runs as nothing, with its operand typed and, for a register,
+// checked like any other read.
+TEST(PtxsimNegative, NanosleepIsANoOpWithATypedOperand) {
+  DeviceMemory mem;
+  const uint64_t out = mem.alloc(4);
+  Module ok(mem, kernel("nanosleep.u32 64;\nmov.u32 %r1, 20;\nnanosleep.u32 %r1;\nld.param.u64 %rd1, [p];\n"
+                        "st.global.u32 [%rd1], %r1;\nret;"),
+            "sleep.ptx");
+  ok.launch("k", {1}, {32}, {arg_u64(out)});
+  uint32_t v = 0;
+  mem.copy_to_host(&v, out, 4);
+  EXPECT_EQ(v, 20u);
+  expect_sim_error([&] { Module(mem, kernel("nanosleep.u64 64;\nret;"), "sleep64.ptx"); }, ErrorKind::Parse, 8);
+  Module unset(mem, kernel("nanosleep.u32 %r2;\nret;"), "unset.ptx");
+  expect_sim_error([&] { unset.launch("k", {1}, {1}, {arg_u64(out)}); }, ErrorKind::UnsetRegister, 8);
+}
