@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -189,6 +190,9 @@ TEST(ParallelFor, FirstErrorStopsTheRestAndIsRethrown) {
     parallel_for(1000, 2, [&](int64_t i) {
       ++ran;
       if (i == 3) throw std::runtime_error("index 3");
+      // The other indices take a while, so the other thread cannot finish all of them before the error stops it, even
+      // when the throwing thread is descheduled for a while (a loaded CI machine ran all 1000 instant ones).
+      if (i > 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     });
     FAIL() << "no error";
   } catch (const std::runtime_error& e) {
