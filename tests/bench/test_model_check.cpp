@@ -78,7 +78,9 @@ TEST(ModelCheck, TheModelsPickRunsCloseToTheMeasuredBest) {
       for (const bench::ModelPoint& p : g.points) best = std::min(best, p.measured_us);
       EXPECT_LE(pick->measured_us, 1.5 * best) << g.source << ": the model picks " << pick->label;
       for (const bench::ModelPoint& p : g.points) {
-        if (p.is_default && &p != &*pick) EXPECT_LT(pick->measured_us, p.measured_us) << g.source;
+        if (p.is_default && &p != &*pick) {
+          EXPECT_LT(pick->measured_us, p.measured_us) << g.source;
+        }
       }
     }
   }

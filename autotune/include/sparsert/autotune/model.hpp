@@ -42,6 +42,7 @@ struct MachineModel {
   // 2026-11-23 H100 files measured); runtime::kEntryLaunch says which GpuNetwork does.
   bool concurrent_entries = false;
   double dram_gbps = 0.0;  // the part's memory bandwidth (data sheet), for kernels whose bytes can bound them
+  double l2_mb = 0.0;      // the part's L2 (data sheet): a B larger than the share of it that stays is re-read
   static MachineModel for_target(const codegen::Target& t);
 };
 nlohmann::json to_json(const MachineModel& m);

@@ -1,0 +1,62 @@
+// The autotuner's model against the Graph Challenge kernels measured on the H100 (gc-ncu.csv in
+// ../shared/measurements/h100-2026-11-23: Nsight Compute's gpu__time_duration per launch, commit 287c969). Layer 1
+// ran at 60000 columns as two baked entries of 8 row blocks, 64 columns and 64 threads per block; its B (1024 x 60000
+// floats, 245 MB) does not fit in L2 and every row block reads it again, which the model's DRAM term prices.
+#include "sparsert/autotune/model.hpp"
+#include "sparsert/graphchallenge/generator.hpp"
+#include "sparsert/runtime/csr.hpp"
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+namespace sparsert {
+namespace {
+
+// Σ gpu__time_duration (us) of the launches of `kernel` in an ncu --csv file; 0 when there is none.
+double measured_us(const std::filesystem::path& csv, const std::string& kernel) {
+  std::ifstream in(csv);
+  double ns = 0.0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"" + kernel + "\"") == std::string::npos) continue;
+    const size_t last = line.rfind(",\"");
+    std::string value = line.substr(last + 2);
+    value.erase(std::remove_if(value.begin(), value.end(), [](char c) { return c == '"' || c == ','; }), value.end());
+    ns += std::stod(value);
+  }
+  return ns / 1e3;
+}
+
+TEST(ModelGraphChallenge, FirstLayerAtSixtyThousandColumnsWithinTwiceTheMeasuredTime) {
+  SPARSERT_REQUIRE_SHARED_DATA(data);
+  const std::filesystem::path csv = data.parent_path() / "measurements/h100-2026-11-23/gc-ncu.csv";
+  if (!std::filesystem::exists(csv)) GTEST_SKIP() << csv << " is absent";
+  const double measured = measured_us(csv, "sparsert_l1_e0") + measured_us(csv, "sparsert_l1_e1");
+  ASSERT_GT(measured, 1000.0) << "both entries of layer 1 (about 730 us each)";
+  // The layer as the executor compiles it (the network stores W transposed), with the tile that ran.
+  const CsrMatrix a = transpose(graphchallenge::generate_layer(1024, 1, 1));
+  codegen::TileParams tile;
+  tile.plan.m_blocks = 16;
+  tile.plan.gy = 1;
+  tile.n_tile = 64;
+  tile.cols_per_thread = 1;
+  const Epilogue ep{{-0.3f}, Activation::kRelu, 32.0f};
+  const codegen::Target t = codegen::Target::parse("sm_90");
+  autotune::KernelVersion serial;
+  serial.serial_entries = true;  // the 287c969 runtime launched a layer's entries one after another
+  const autotune::Estimate e = autotune::estimate_candidate(a, 60000, ep, codegen::KernelKind::kBaked, tile, {}, t,
+                                                            std::nullopt, false, serial);
+  EXPECT_EQ(e.bound, "memory") << "B is 245 MB: DRAM, not the front end, should bound it";
+  EXPECT_GT(e.microseconds, measured / 2) << "measured " << measured << " us";
+  EXPECT_LT(e.microseconds, measured * 2) << "measured " << measured << " us";
+  // At 950 columns B (3.9 MB) stays in L2: no DRAM term.
+  const autotune::Estimate late = autotune::estimate_candidate(a, 950, ep, codegen::KernelKind::kBaked, tile, {}, t,
+                                                               std::nullopt, false, serial);
+  EXPECT_EQ(late.memory_us, 0.0);
+}
+
+}  // namespace
+}  // namespace sparsert
