@@ -311,7 +311,7 @@ std::string live_filter() {
   b.comment("thread 0: this block's reads are done; then wait for the reads of the chunks below x that it writes into");
   b.inst("bra", {Symbol{"$waited"}}, Guard{first, true});
   b.inst("membar.gl", {});
-  b.inst("st.volatile.global.u32", {Address{scaled_address(b, read_done, idx, 4), 0}, epoch});
+  b.inst("st.volatile.global.u32", {Address{word_address(b, read_done, idx), 0}, epoch});
   const Reg kk = b.reg(RegClass::kB32), kend = b.reg(RegClass::kB32), got = b.reg(RegClass::kB32);
   b.inst("setp.eq.u32", {p, prefix, incl});
   b.inst("bra", {Symbol{"$waited"}}, Guard{p});
@@ -323,10 +323,9 @@ std::string live_filter() {
   b.label("$wait_chunk");
   b.inst("setp.ge.u32", {p, kk, kend});
   b.inst("bra", {Symbol{"$waited_all"}}, Guard{p});
-  const Reg widx = b.reg(RegClass::kB32), wp = b.reg(RegClass::kB64);
+  const Reg widx = b.reg(RegClass::kB32);
   b.inst("mad.lo.u32", {widx, kk, gy, y});
-  b.inst("mul.wide.u32", {wp, widx, IntImm{4}});
-  b.inst("add.s64", {wp, read_done, wp});
+  const Reg wp = word_address(b, read_done, widx);
   b.inst("bra.uni", {Symbol{"$wait_read_poll"}});
   b.label("$wait_read");
   b.inst("nanosleep.u32", {IntImm{kBackoffNs}});
