@@ -11,7 +11,10 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <random>
 
 namespace sparsert::compiler {
@@ -76,24 +79,37 @@ std::optional<codegen::StreamParams> tuned_stream(const std::vector<std::optiona
   return per_target.front()->stream;
 }
 
-// Per layer, in network order: --kernel decides the kind; else a streamed record streams the layer; else the rule,
-// which budgets the network's baked code (a layer tuned baked stays subject to its caps).
+// Per layer: --kernel decides the kind; else a streamed record streams the layer; else the rule, which budgets the
+// network's baked code (a layer tuned baked stays subject to its caps). The budget goes first to the layers whose
+// tile source modelled the largest gain per nonzero from baking, then to the others in network order.
 std::vector<LayerKernel> choose_kernels(const std::vector<LoadedLayer>& layers, const CompileOptions& options,
                                         const TunedTable& tuned) {
-  std::vector<LayerKernel> kinds;
-  int64_t baked_nnz = 0;
+  std::vector<size_t> order(layers.size());
+  std::vector<double> priority(layers.size(), std::numeric_limits<double>::infinity());
   for (size_t li = 0; li < layers.size(); ++li) {
+    order[li] = li;
+    const std::optional<TunedKernel>& t = tuned[li].empty() ? std::nullopt : tuned[li].front();
+    if (t && t->baked_gain_us && layers[li].a.nnz() > 0)
+      priority[li] = *t->baked_gain_us / static_cast<double>(layers[li].a.nnz());
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return priority[x] > priority[y]; });
+  std::vector<LayerKernel> kinds(layers.size());
+  int64_t baked_nnz = 0;
+  for (size_t li : order) {
     const LoadedLayer& l = layers[li];
     const std::optional<codegen::StreamParams> ts = tuned_stream(tuned[li]);
     codegen::KernelChoiceOptions ko;
     ko.force = options.kernel_kind;
     if (!ko.force && ts) ko.force = codegen::KernelKind::kStreamed;
     ko.network_baked_nnz = baked_nnz;
+    if (options.max_network_baked_nnz) ko.max_network_baked_nnz = *options.max_network_baked_nnz;
     LayerKernel k;
     k.choice = codegen::choose_kernel_kind(l.a, l.desc.n, options.targets.front(), ko);
     if (!options.kernel_kind && ts) {
       k.choice.reason = tuned[li].front()->source == "model" ? "streamed by the model (fastest estimate)"
                                                              : "tuned streamed (tuning database)";
+    } else if (!options.kernel_kind && std::isfinite(priority[li])) {
+      k.choice.reason += fmt::format(" (the model gains {:.1f} us by baking it)", *tuned[li].front()->baked_gain_us);
     }
     k.stream = options.stream_params;
     if (k.choice.kind == codegen::KernelKind::kStreamed && ts) {
@@ -101,7 +117,7 @@ std::vector<LayerKernel> choose_kernels(const std::vector<LoadedLayer>& layers, 
       k.stream_tuned = true;
     }
     if (k.choice.kind == codegen::KernelKind::kBaked) baked_nnz += l.a.nnz();
-    kinds.push_back(k);
+    kinds[li] = k;
   }
   return kinds;
 }

@@ -1,6 +1,7 @@
 #include "sparsert/graphchallenge/cuda_executor.hpp"
 
 #include "sparsert/compiler/compile.hpp"
+#include "sparsert/compiler/tile_sources.hpp"
 #include "sparsert/graphchallenge/filter_kernels.hpp"
 
 #include <fmt/format.h>
@@ -214,8 +215,41 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     // they read the live count from the device, where the previous layer's scan wrote it.
     co.live_flags = true;
     co.device_n = true;
+    co.kernel_kind = options_.kernel_kind;
+    if (options_.model_tiles) {
+      const auto w0 = std::chrono::steady_clock::now();
+      compiler::ModelTileOptions mo;
+      mo.forced = options_.kernel_kind;
+      mo.threads = options_.threads;
+      // Layer by layer, each grid covers the columns live a few layers earlier, which fall from 60000 to 950 over
+      // the official network's first 14 layers: the model ranks the kernels at the width each layer runs on. A graph
+      // launches every grid at the full width, with the blocks past the live count leaving at once; a tile chosen for
+      // 19 columns would launch tens of times the blocks it needs, so there the model ranks at the full width.
+      const bool full_width_grids = n <= options_.graph_max_columns && cuda::Graph::supported();
+      if (!full_width_grids) mo.model_n = expected_layer_widths(net, y0, options_.width_sample, options_.threads);
+      co.tiles = compiler::model_tile_source(layers, co.targets, mo, nullptr);
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+      im.notes.push_back(
+          full_width_grids
+              ? fmt::format("kernels chosen by the model at the full width ({} columns) in {:.2f} s", n, took)
+              : fmt::format("kernels chosen by the model at each layer's expected width ({} to {} columns, from a "
+                            "CPU run on {} of the inputs) in {:.2f} s",
+                            mo.model_n.front(), mo.model_n.back(), std::min<int64_t>(n, options_.width_sample), took));
+    }
     const CompileReport r = compile_network(layers, im.package_dir, co);
-    im.notes.push_back(fmt::format("compiled {} layers for {} ({} cache hits){}", layers.size(), target.name(), r.hits,
+    // Which layers were baked, as ranges: "baked 7-13, 20-120".
+    std::string baked;
+    int64_t baked_count = 0;
+    for (size_t l = 0; l < r.layers.size(); ++l) {
+      if (r.layers[l].kind != "baked") continue;
+      ++baked_count;
+      const bool starts = l == 0 || r.layers[l - 1].kind != "baked";
+      const bool ends = l + 1 == r.layers.size() || r.layers[l + 1].kind != "baked";
+      if (starts) baked += fmt::format("{}{}", baked.empty() ? "" : ", ", l + 1);
+      if (ends && !starts) baked += fmt::format("-{}", l + 1);
+    }
+    im.notes.push_back(fmt::format("compiled {} layers for {} ({} cache hits, {} baked{}{}){}", layers.size(),
+                                   target.name(), r.hits, baked_count, baked.empty() ? "" : ": ", baked,
                                    r.ptx_only ? ", PTX only: " + r.ptx_only_reason : ""));
     im.gpu = std::make_unique<GpuNetwork>(load_package(im.package_dir));
     for (const std::string& note : im.gpu->load_notes()) {

@@ -133,6 +133,34 @@ InferenceResult run_inference(const Network& net, DenseTensor y0, LayerExecutor&
   return result;
 }
 
+std::vector<int32_t> expected_layer_widths(const Network& net, const DenseTensor& y0, int32_t sample,
+                                           int cpu_threads) {
+  SPARSERT_USER_CHECK(y0.rank() == 2 && y0.rows() == net.neurons, "inputs", "shape {} does not have {} rows",
+                      y0.shape_string(), net.neurons);
+  SPARSERT_INTERNAL_CHECK(sample >= 1, "sample of {} columns", sample);
+  const int64_t inputs = y0.cols();
+  const int64_t taken = std::min<int64_t>(inputs, sample);
+  std::vector<int32_t> widths(net.layers.size(), 1);
+  if (net.layers.empty() || taken == 0) return widths;
+  // Columns j * inputs / taken: spread over the whole input, so tiled copies of a short input set are sampled alike.
+  DenseTensor part({net.neurons, taken});
+  for (int64_t r = 0; r < net.neurons; ++r) {
+    for (int64_t j = 0; j < taken; ++j) part.at(r, j) = y0.at(r, j * inputs / taken);
+  }
+  CpuExecutorOptions co;
+  co.threads = cpu_threads;
+  CpuLayerExecutor cpu(co);
+  cpu.prepare(net);
+  const InferenceResult run = run_inference(net, std::move(part), cpu);
+  const auto scaled = [&](int64_t live) {
+    const int64_t w = (live * inputs + taken - 1) / taken;
+    return static_cast<int32_t>(std::clamp<int64_t>(w, 1, std::min<int64_t>(inputs, std::numeric_limits<int32_t>::max())));
+  };
+  widths[0] = scaled(taken);
+  for (size_t l = 1; l < net.layers.size(); ++l) widths[l] = scaled(run.live_after_layer[l - 1]);
+  return widths;
+}
+
 double edge_rate(int64_t inputs, int64_t total_nnz, double seconds) {
   return seconds > 0.0 ? static_cast<double>(inputs) * static_cast<double>(total_nnz) / seconds : 0.0;
 }

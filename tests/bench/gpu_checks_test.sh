@@ -59,7 +59,7 @@ for call in 'bench --suite rn50-0.9 ' 'bench --suite rn50-0.95 ' 'bench --suite 
   'tune .*n1024-l100\.tsv --n 60000 --mode gpu'; do
   check "ran: $call" grep -q -E "^$call" "$CALLS"
 done
-check "fifteen sparsert calls" test "$(wc -l < "$CALLS")" -eq 15
+check "sixteen sparsert calls" test "$(wc -l < "$CALLS")" -eq 16
 check "all.log names bench-rn50" grep -q -E '^  - bench-rn50 \(exit 1' "$out/all.log"
 check "all.log names graphchallenge" grep -q -E '^  - graphchallenge \(exit 1' "$out/all.log"
 check "all.log names only the two failed stages" test "$(grep -c '^  - ' "$out/all.log")" -eq 2

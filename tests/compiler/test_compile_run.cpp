@@ -3,6 +3,7 @@
 #include "sparsert/codegen/assembler.hpp"
 #include "sparsert/codegen/heuristic.hpp"
 #include "sparsert/compiler/compile.hpp"
+#include "sparsert/compiler/tile_sources.hpp"
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/inspector/generate.hpp"
 #include "sparsert/runtime/concurrent_launch.hpp"
@@ -18,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -502,6 +504,67 @@ TEST(CompileRun, TunedBakedLayerAboveTheCapIsStreamed) {
   const CompileReport r = compile_network(layers, dir / "pkg", o);
   EXPECT_EQ(r.layers[0].kind, "streamed");
   EXPECT_NE(r.layers[0].kind_reason.find("per baked layer"), std::string::npos) << r.layers[0].kind_reason;
+}
+
+// The network's baked-code budget goes to the layers the model gains most from baking (per nonzero), not to the first
+// ones: with room for two of three equal layers, the two with the larger gains are baked.
+TEST(CompileRun, BakedBudgetGoesToTheLayersWithTheLargestModelledGain) {
+  ScratchDir dir;
+  const auto layers = load_network(read_network(write_network(dir)));
+  CompileOptions o = options(dir, {"sm_90"});
+  o.assemble = false;  // the kind is decided before assembly
+  o.max_network_baked_nnz = layers[0].a.nnz() + layers[1].a.nnz() + layers[2].a.nnz() - 1;
+  const std::map<std::string, double> gains{{"layer0", 0.5}, {"layer1", 4.0}, {"layer2", 2.0}};
+  auto source = [&](bool with_gain) {
+    return [&, with_gain](const LoadedLayer& l, const codegen::Target& t) {
+      TunedKernel k{codegen::KernelKind::kBaked, codegen::default_tile_params(l.a, l.desc.n, t), {}, "model"};
+      if (with_gain) k.baked_gain_us = gains.at(l.desc.name) * static_cast<double>(l.a.nnz());
+      return std::optional<TunedKernel>(k);
+    };
+  };
+  o.tiles = source(true);
+  const CompileReport r = compile_network(layers, dir / "pkg", o);
+  ASSERT_EQ(r.layers.size(), 3u);
+  EXPECT_NE(r.layers[0].kind_reason.find("network baked budget"), std::string::npos) << r.layers[0].kind_reason;
+  EXPECT_NE(r.layers[0].kind_reason.find("the model gains"), std::string::npos) << r.layers[0].kind_reason;
+  auto kinds = [](const CompileReport& c) {
+    std::vector<std::string> k;
+    for (const LayerTargetReport& l : c.layers) k.push_back(l.kind);
+    return k;
+  };
+  EXPECT_EQ(kinds(r), (std::vector<std::string>{"streamed", "baked", "baked"}));
+  // Without gains the budget is spent in network order, as before.
+  o.tiles = source(false);
+  EXPECT_EQ(kinds(compile_network(layers, dir / "pkg2", o)), (std::vector<std::string>{"baked", "baked", "streamed"}));
+}
+
+// compiler::model_tile_source ranks each layer at the width it is given (a Graph Challenge layer runs on fewer columns
+// than it is compiled for), builds for LayerDesc::n, and reports the modelled gain of baking.
+TEST(CompileRun, ModelTileSourceRanksAtTheGivenWidths) {
+  ScratchDir dir;
+  const auto layers = load_network(read_network(write_network(dir)));
+  const std::vector<codegen::Target> targets{codegen::Target::parse("sm_90")};
+  compiler::ModelTileOptions mo;
+  mo.model_n = {1, 7, 100000};  // the last is clamped to the compiled width (20)
+  mo.threads = 2;
+  const compiler::TileSource src = compiler::model_tile_source(layers, targets, mo, nullptr);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LoadedLayer& l = layers[i];
+    const Epilogue ep{l.desc.bias, l.desc.activation, l.desc.clamp};
+    const int32_t n = std::min(mo.model_n[i], l.desc.n);
+    const autotune::ModelChoice c = autotune::choose_by_model(l.a, n, ep, targets[0]);
+    const std::optional<TunedKernel> got = src(l, targets[0]);
+    ASSERT_TRUE(got.has_value()) << i;
+    EXPECT_EQ(got->source, "model");
+    EXPECT_EQ(got->kind, c.candidate.kind) << i;
+    if (got->kind == codegen::KernelKind::kBaked) {
+      EXPECT_EQ(codegen::to_json(got->tile), codegen::to_json(c.candidate.tile)) << i;
+    }
+    ASSERT_TRUE(got->baked_gain_us.has_value()) << i;
+    EXPECT_DOUBLE_EQ(*got->baked_gain_us, c.best_streamed_us - c.best_baked_us) << i;
+  }
+  mo.model_n = {1, 2};
+  EXPECT_THROW(compiler::model_tile_source(layers, targets, mo, nullptr), InternalError);
 }
 
 TEST(CompileRun, TuneDatabaseCompilePathProducesARunningStreamedPackage) {

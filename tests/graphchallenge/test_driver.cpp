@@ -69,6 +69,24 @@ TEST(GraphChallengeDriver, ReplicatedInputsGiveTiledCategories) {
   EXPECT_EQ(three.live_after_layer.back(), 3 * one.live_after_layer.back());
 }
 
+TEST(GraphChallengeDriver, ExpectedWidthsAreTheLiveCountsWhenTheSampleTakesEveryInput) {
+  const Network net = synthetic_network(1024, 12, 2);
+  const DenseTensor y0 = feature_major_inputs(graphchallenge::generate_images(1024, 150, 2), 1024);
+  CpuLayerExecutor exec(CpuExecutorOptions{2, 64});
+  exec.prepare(net);
+  const InferenceResult r = run_inference(net, y0, exec);
+  ASSERT_LT(r.live_after_layer.back(), 150);  // columns die, so the widths fall
+  const std::vector<int32_t> w = expected_layer_widths(net, y0, 512, 2);
+  ASSERT_EQ(w.size(), 12u);
+  EXPECT_EQ(w[0], 150);
+  for (size_t l = 1; l < w.size(); ++l) {
+    EXPECT_EQ(w[l], std::max<int64_t>(1, r.live_after_layer[l - 1])) << "layer " << l + 1;
+  }
+  // A sample of one input: every width is the whole input or, once that input died, 1.
+  for (int32_t v : expected_layer_widths(net, y0, 1, 1)) EXPECT_TRUE(v == 150 || v == 1) << v;
+  EXPECT_THROW(expected_layer_widths(net, DenseTensor({512, 4}), 512), UserError);
+}
+
 TEST(GraphChallengeDriver, FeatureMajorLayoutTilesTheImages) {
   const CsrMatrix images =
       csr_from_triplets(2, 4, {{0, 1, 1.0f}, {1, 3, 2.0f}}, DuplicatePolicy::kError, "images");

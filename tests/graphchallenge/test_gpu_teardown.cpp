@@ -163,54 +163,62 @@ TEST(GraphChallengeGpuHostSyncs, OneWaitPerRunWhateverTheLayerCount) {
   ASSERT_GE(truth.categories.size(), 4u);
   ASSERT_LT(truth.live_after_layer.back(), 160);
 
-  graphchallenge::CudaGraphChallengeOptions opt = emu_options(dir / "cache");
-  opt.graph_max_columns = 0;  // layer by layer (160 columns would otherwise run as one graph)
-  graphchallenge::CudaLayerExecutor exec(opt);
-  exec.prepare(net);
-  // Lag first: the page-locked counts hold no earlier run's values, so reading one before it landed shows.
-  std::vector<unsigned> grids[2];
-  for (const bool lag : {true, false}) {
-    SCOPED_TRACE(lag ? "device lag" : "device keeps up");
-    exec.load_inputs(y0);  // compiles the first time; uploads: not part of the run
-    emu().clear_host_syncs();
-    emu().clear_launches();
-    emu().set_device_lag(lag);
-    const gc::LiveColumns r = exec.run_layers(kLayers, y0.cols());
-    emu().set_device_lag(false);
-    const std::vector<std::string> syncs = emu().host_syncs();
-    EXPECT_EQ(r.survivors, truth.categories);
-    EXPECT_EQ(r.live_after_layer, truth.live_after_layer);
-    std::string text;
-    for (const std::string& c : syncs) text += c + "; ";
-    ASSERT_FALSE(syncs.empty());
-    EXPECT_EQ(syncs.back(), "cuStreamSynchronize") << text;
-    if (!lag) {
-      EXPECT_EQ(syncs.size(), 1u) << text;
-    } else {
-      EXPECT_LE(syncs.size(), 1u + (kLayers - 8 + 7) / 8) << text;
-      for (size_t i = 0; i + 1 < syncs.size(); ++i) EXPECT_EQ(syncs[i], "cuEventSynchronize") << text;
-    }
-    // Launches: per layer its entries and the filter; the first entry's grid.x sizes the layer.
-    const std::vector<testing::EmulatedDriver::Launch> launches = emu().launches();
-    std::vector<unsigned> grid(kLayers, 0);
-    int filters = 0;
-    for (const auto& launch : launches) {
-      if (launch.kernel == gc::kLiveFilterKernel) {
-        ++filters;
+  // The model's tiles differ from layer to layer (each ranked at the layer's expected width), so the grids are compared
+  // with codegen's heuristic, one tile for every layer; the model's kernels must give the same answer and syncs.
+  for (const bool model_tiles : {false, true}) {
+    SCOPED_TRACE(model_tiles ? "model tiles" : "heuristic tiles");
+    graphchallenge::CudaGraphChallengeOptions opt = emu_options(dir / "cache");
+    opt.graph_max_columns = 0;  // layer by layer (160 columns would otherwise run as one graph)
+    opt.model_tiles = model_tiles;
+    graphchallenge::CudaLayerExecutor exec(opt);
+    exec.prepare(net);
+    // Lag first: the page-locked counts hold no earlier run's values, so reading one before it landed shows.
+    std::vector<unsigned> grids[2];
+    for (const bool lag : {true, false}) {
+      SCOPED_TRACE(lag ? "device lag" : "device keeps up");
+      exec.load_inputs(y0);  // compiles the first time; uploads: not part of the run
+      emu().clear_host_syncs();
+      emu().clear_launches();
+      emu().set_device_lag(lag);
+      const gc::LiveColumns r = exec.run_layers(kLayers, y0.cols());
+      emu().set_device_lag(false);
+      const std::vector<std::string> syncs = emu().host_syncs();
+      EXPECT_EQ(r.survivors, truth.categories);
+      EXPECT_EQ(r.live_after_layer, truth.live_after_layer);
+      std::string text;
+      for (const std::string& c : syncs) text += c + "; ";
+      ASSERT_FALSE(syncs.empty());
+      EXPECT_EQ(syncs.back(), "cuStreamSynchronize") << text;
+      if (!lag) {
+        EXPECT_EQ(syncs.size(), 1u) << text;
       } else {
-        int layer = 0;
-        if (launch.kernel != "sparsert_stream") {
-          ASSERT_EQ(std::sscanf(launch.kernel.c_str(), "sparsert_l%d_e", &layer), 1) << launch.kernel;
-          grid[layer - 1] = std::max(grid[layer - 1], launch.grid[0]);
+        EXPECT_LE(syncs.size(), 1u + (kLayers - 8 + 7) / 8) << text;
+        for (size_t i = 0; i + 1 < syncs.size(); ++i) EXPECT_EQ(syncs[i], "cuEventSynchronize") << text;
+      }
+      // Launches: per layer its entries and the filter; the first entry's grid.x sizes the layer.
+      const std::vector<testing::EmulatedDriver::Launch> launches = emu().launches();
+      std::vector<unsigned> grid(kLayers, 0);
+      int filters = 0;
+      for (const auto& launch : launches) {
+        if (launch.kernel == gc::kLiveFilterKernel) {
+          ++filters;
+        } else {
+          int layer = 0;
+          if (launch.kernel != "sparsert_stream") {
+            ASSERT_EQ(std::sscanf(launch.kernel.c_str(), "sparsert_l%d_e", &layer), 1) << launch.kernel;
+            grid[layer - 1] = std::max(grid[layer - 1], launch.grid[0]);
+          }
         }
       }
+      EXPECT_EQ(filters, kLayers);
+      if (model_tiles) continue;
+      for (int32_t l = 1; l < kLayers; ++l) EXPECT_LE(grid[l], grid[l - 1]) << "layer " << l + 1;
+      grids[lag] = grid;
     }
-    EXPECT_EQ(filters, kLayers);
-    for (int32_t l = 1; l < kLayers; ++l) EXPECT_LE(grid[l], grid[l - 1]) << "layer " << l + 1;
-    grids[lag] = grid;
+    if (model_tiles) continue;
+    EXPECT_LT(grids[0].back(), grids[0].front()) << "the grids did not shrink as columns died";
+    for (int32_t l = 0; l < kLayers; ++l) EXPECT_GE(grids[1][l], grids[0][l]) << "layer " << l + 1;
   }
-  EXPECT_LT(grids[0].back(), grids[0].front()) << "the grids did not shrink as columns died";
-  for (int32_t l = 0; l < kLayers; ++l) EXPECT_GE(grids[1][l], grids[0][l]) << "layer " << l + 1;
 }
 
 // Narrow inputs run as one CUDA Graph (issue 13: "the whole network as one CUDA Graph"): captured on the first run,

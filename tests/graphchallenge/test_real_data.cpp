@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cmath>
+
 namespace sparsert {
 namespace {
 
@@ -54,6 +56,25 @@ TEST_F(RealGraphChallenge, CategoriesMatchTheOfficialTruthOnTheCpu) {
     const DenseTensor y = exec.activations();
     ASSERT_EQ(y.cols(), 19);
     for (float v : y.vec()) ASSERT_EQ(v, 32.0f);
+  }
+}
+
+// The GPU executor ranks each layer's kernels at the width it is expected to run on: from 512 of the 60000 inputs of
+// the benchmark (the 1200 images 50 times), each layer's width must be the true live count within four standard
+// deviations of a sample of 512 (10-35% of the count: enough to choose a tile by).
+TEST_F(RealGraphChallenge, ExpectedWidthsFromASampleFollowTheLiveCounts) {
+  const gc::Network net =
+      gc::make_network(graphchallenge::read_layers(weights_, 1024, 120), 1024, gc::official_bias(1024));
+  const CsrMatrix images = graphchallenge::read_images(gc_ / "sparse-images-1024-first1200.tsv", 1024);
+  gc::CpuLayerExecutor exec(CpuExecutorOptions{2, 64});
+  exec.prepare(net);
+  const gc::InferenceResult r = gc::run_inference(net, gc::feature_major_inputs(images, 1024), exec);
+  const std::vector<int32_t> w = gc::expected_layer_widths(net, gc::feature_major_inputs(images, 1024, 50), 512, 2);
+  ASSERT_EQ(w.size(), 120u);
+  EXPECT_EQ(w[0], 60000);
+  for (size_t l = 1; l < w.size(); ++l) {
+    const double p = static_cast<double>(r.live_after_layer[l - 1]) / 1200.0;
+    EXPECT_NEAR(w[l], 60000.0 * p, 4.0 * 60000.0 * std::sqrt(p * (1.0 - p) / 512.0) + 1.0) << "layer " << l + 1;
   }
 }
 

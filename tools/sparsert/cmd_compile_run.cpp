@@ -205,7 +205,11 @@ Action add_compile(CLI::App& app) {
       }
       if (db->size() > 0) opt.tiles = database_tile_source(db, toolkit, primary_target(opt.targets));
     }
-    if (args->tiles == "model") opt.tiles = model_tile_source(layers, opt.targets, opt.kernel_kind, opt.tiles);
+    if (args->tiles == "model") {
+      compiler::ModelTileOptions mo;
+      mo.forced = opt.kernel_kind;
+      opt.tiles = compiler::model_tile_source(layers, opt.targets, mo, opt.tiles);
+    }
     const compiler::CompileReport r = compiler::compile_network(layers, args->output, opt);
     for (const auto& l : r.layers) {
       fmt::print("{:<10} {}  {:<8} {}  {} entr{}  emit {:.3f} s  assemble {:.2f} s  registers {}  tile {} ({})\n",

@@ -31,6 +31,8 @@ struct GraphChallengeArgs {
   int threads = 0;
   int64_t panel_width = 64;
   std::optional<float> bias;
+  std::string kernel = "auto";
+  std::string tiles = "model";
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -43,6 +45,8 @@ std::unique_ptr<graphchallenge::LayerExecutor> make_executor(const GraphChalleng
     graphchallenge::CudaGraphChallengeOptions options;
     options.assemble = !a.ptx_only;
     options.threads = a.threads;
+    options.model_tiles = a.tiles == "model";
+    if (a.kernel != "auto") options.kernel_kind = codegen::parse_kernel_kind(a.kernel, "--kernel");
     return std::make_unique<graphchallenge::CudaLayerExecutor>(options);
   }
   CpuExecutorOptions options;
@@ -135,6 +139,14 @@ Action add_graphchallenge(CLI::App& app) {
       ->default_val(64)
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--bias", args->bias, "Bias (default: the official one for --neurons)");
+  sub->add_option("--kernel", args->kernel, "cuda: baked or streamed for every layer, or auto (by the model, or by "
+                  "codegen's rule with --tiles heuristic)")
+      ->default_val("auto")
+      ->check(CLI::IsMember({"auto", "baked", "streamed"}));
+  sub->add_option("--tiles", args->tiles, "cuda: each layer's kernel from the static model at the width it is "
+                  "expected to run on (a CPU run on a sample of the inputs), or codegen's heuristic")
+      ->default_val("model")
+      ->check(CLI::IsMember({"model", "heuristic"}));
   return [args, sub] { return sub->parsed() ? run(*args) : static_cast<int>(kBadInput); };
 }
 

@@ -4,7 +4,6 @@
 #include "sparsert/codegen/assembler.hpp"
 #include "sparsert/runtime/file_io.hpp"
 #include "tuning_support.hpp"
-#include "sparsert/autotune/choose.hpp"
 
 #include <fmt/format.h>
 
@@ -20,10 +19,6 @@ std::vector<autotune::TuneLayer> tune_layers_of(const std::vector<compiler::Load
     out.push_back({l.desc.name, l.a, Epilogue{l.desc.bias, l.desc.activation, l.desc.clamp}, l.desc.n});
   }
   return out;
-}
-
-std::string compile_toolkit(bool assemble) {
-  return assemble && codegen::Assembler::available() ? codegen::Assembler::instance().version() : "none";
 }
 
 void record_results(const autotune::TuneReport& report, const std::vector<autotune::TuneLayer>& layers,
@@ -48,61 +43,6 @@ void record_results(const autotune::TuneReport& report, const std::vector<autotu
     if (report.toolkit != "none")
       db.put(autotune::tuning_key(layers[i].a, layers[i].epilogue, layers[i].n, target, "none"), r);
   }
-}
-
-codegen::Target primary_target(const std::vector<codegen::Target>& targets) {
-  SPARSERT_USER_CHECK(!targets.empty(), "--target", "no target given");
-  return *std::max_element(targets.begin(), targets.end(),
-                           [](const codegen::Target& x, const codegen::Target& y) { return x.sm() < y.sm(); });
-}
-
-compiler::TileSource database_tile_source(std::shared_ptr<const autotune::TuningDatabase> db,
-                                          const std::string& toolkit, const codegen::Target& primary) {
-  return [db, toolkit, primary](const compiler::LoadedLayer& l,
-                                const codegen::Target& target) -> std::optional<compiler::TunedKernel> {
-    const Epilogue ep{l.desc.bias, l.desc.activation, l.desc.clamp};
-    const auto rec = db->find(autotune::tuning_key(l.a, ep, l.desc.n, primary, toolkit));
-    if (!rec) return std::nullopt;
-    autotune::Candidate c;
-    c.kind = rec->kind;
-    c.tile = rec->tile;
-    c.stream = rec->stream;
-    try {
-      autotune::check_candidate(c, l.a, l.desc.n, target);
-    } catch (const inspector::InvalidTileParams&) {
-      return std::nullopt;
-    }
-    return compiler::TunedKernel{rec->kind, rec->tile, rec->stream};
-  };
-}
-
-compiler::TileSource model_tile_source(const std::vector<compiler::LoadedLayer>& layers,
-                                       const std::vector<codegen::Target>& targets,
-                                       std::optional<codegen::KernelKind> forced, compiler::TileSource first) {
-  // Chosen once per layer up front (a fraction of a second each), so every target gets the same answer.
-  auto chosen = std::make_shared<std::map<const compiler::LoadedLayer*, std::optional<compiler::TunedKernel>>>();
-  const codegen::Target primary = primary_target(targets);
-  const autotune::KindSet kinds = forced ? autotune::KindSet{*forced} : autotune::all_kinds();
-  for (const compiler::LoadedLayer& l : layers) {
-    std::optional<compiler::TunedKernel> pick;
-    try {
-      const autotune::ModelChoice c = autotune::choose_by_model(
-          l.a, l.desc.n, Epilogue{l.desc.bias, l.desc.activation, l.desc.clamp}, primary, kinds);
-      for (const codegen::Target& t : targets) autotune::check_candidate(c.candidate, l.a, l.desc.n, t);
-      pick = compiler::TunedKernel{c.candidate.kind, c.candidate.tile, c.candidate.stream, "model"};
-    } catch (const inspector::InvalidTileParams&) {
-      pick.reset();  // no candidate valid for every target: compile's rules
-    }
-    (*chosen)[&l] = pick;
-  }
-  return [chosen, first](const compiler::LoadedLayer& l,
-                         const codegen::Target& target) -> std::optional<compiler::TunedKernel> {
-    if (first) {
-      if (std::optional<compiler::TunedKernel> t = first(l, target)) return t;
-    }
-    const auto it = chosen->find(&l);
-    return it == chosen->end() ? std::nullopt : it->second;
-  };
 }
 
 namespace {

@@ -5,6 +5,8 @@
 #include "sparsert/autotune/model.hpp"
 #include "sparsert/autotune/space.hpp"
 
+#include <limits>
+
 namespace sparsert::autotune {
 
 struct ModelChoice {
@@ -12,6 +14,10 @@ struct ModelChoice {
   Estimate estimate;          // the winner's
   Estimate default_estimate;  // default_candidate's (codegen's rules), for reports; zero when it could not be modelled
   int ranked = 0;             // valid candidates the model ranked
+  // The fastest estimate of each kind (infinity where no candidate of that kind was ranked): what choosing the other
+  // kind would cost, which compile uses to give its baked-code budget to the layers that gain most from it.
+  double best_baked_us = std::numeric_limits<double>::infinity();
+  double best_streamed_us = std::numeric_limits<double>::infinity();
 };
 
 // Throws InvalidTileParams when no candidate of `kinds` is valid for this layer and target.

@@ -18,6 +18,9 @@ struct TunedKernel {
   codegen::TileParams tile;      // baked
   codegen::StreamParams stream;  // streamed
   std::string source = "tuned";  // reported as the layer's tile_source and recorded in the package: "tuned", "model"
+  // Modelled microseconds saved by baking this layer instead of streaming it (the best of each kind), where the source
+  // knows it: compile gives the network's baked-code budget to the layers with the largest gain per nonzero first.
+  std::optional<double> baked_gain_us = std::nullopt;
 };
 
 // Where kernels come from: a tuning database, else the documented rules (choose_kernel_kind, the heuristic's tile
@@ -32,7 +35,8 @@ struct CompileOptions {
   TileSource tiles;           // may be empty
   // Baked or streamed per layer: forced here; else streamed where `tiles` says streamed for every target (with its
   // parameters); else codegen::choose_kernel_kind's rule, whose per-layer cap and network budget also apply to a
-  // layer tuned baked (docs/autotune.md).
+  // layer tuned baked (docs/autotune.md). The budget goes first to the layers with the largest modelled gain per
+  // nonzero (TunedKernel::baked_gain_us), then in network order.
   std::optional<codegen::KernelKind> kernel_kind;
   codegen::StreamParams stream_params;  // streamed layers without tuned parameters
   // Every kernel (baked and streamed) fuses live-column detection: it takes one more parameter, F (u32 flags, ld
@@ -45,6 +49,8 @@ struct CompileOptions {
   // count on the device with it.
   bool device_n = false;
   std::filesystem::path cache_dir = KernelCache::default_dir();
+  // The network's baked-code budget in nonzeros (codegen::KernelChoiceOptions::max_network_baked_nnz) where set.
+  std::optional<int64_t> max_network_baked_nnz;
 };
 
 struct LayerTargetReport {

@@ -4,6 +4,7 @@
 // between layers. The live count stays on the device too: the layer kernels read it from there (device_n), so
 // run_layers enqueues every layer without waiting for the previous one; the host reads the counts only now and then,
 // to shrink the grids (docs/graphchallenge.md).
+#include "sparsert/codegen/stream_spmm.hpp"
 #include "sparsert/codegen/target.hpp"
 #include "sparsert/compiler/cache.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
@@ -11,6 +12,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 namespace sparsert::graphchallenge {
 
@@ -24,6 +26,13 @@ struct CudaGraphChallengeOptions {
   // at such widths, and one graph launch replaces two or more launches per layer. Wider inputs (and drivers without
   // graphs) enqueue layer by layer with grids that shrink as columns die. 0: never a graph.
   int64_t graph_max_columns = 8192;
+  // Each layer's kernel: the static model's fastest estimate (compiler::model_tile_source) ranked at the width the
+  // layer is expected to run on (expected_layer_widths), with the network's baked-code budget going to the layers it
+  // gains most; false: codegen's rules (the heuristic tile, the budget in network order).
+  bool model_tiles = true;
+  std::optional<codegen::KernelKind> kernel_kind;  // forces every layer baked or streamed
+  // The model's widths come from a CPU run over at most this many of the inputs.
+  int32_t width_sample = 512;
 };
 
 class CudaLayerExecutor final : public LayerExecutor {

@@ -96,6 +96,13 @@ struct InferenceResult {
 // Runs every layer of `net` on y0 (neurons × inputs) through `executor` (already prepared with `net`).
 InferenceResult run_inference(const Network& net, DenseTensor y0, LayerExecutor& executor);
 
+// The columns each layer of `net` is expected to run on, for choosing its kernel before the run: every input for the
+// first layer, then the inputs live after the layer before. Estimated by running the layers on the CPU over an evenly
+// strided sample of at most `sample` of y0's columns (all of them when there are fewer) and scaling the live counts
+// to every input, rounded up; at least 1.
+std::vector<int32_t> expected_layer_widths(const Network& net, const DenseTensor& y0, int32_t sample = 512,
+                                           int cpu_threads = 0);
+
 // inputs × total nonzeros over all layers / seconds.
 double edge_rate(int64_t inputs, int64_t total_nnz, double seconds);
 

@@ -1,0 +1,82 @@
+#include "sparsert/compiler/tile_sources.hpp"
+
+#include "sparsert/autotune/choose.hpp"
+#include "sparsert/autotune/tuner.hpp"
+#include "sparsert/codegen/assembler.hpp"
+#include "sparsert/runtime/error.hpp"
+#include "sparsert/runtime/thread_pool.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace sparsert::compiler {
+
+std::string compile_toolkit(bool assemble) {
+  return assemble && codegen::Assembler::available() ? codegen::Assembler::instance().version() : "none";
+}
+
+codegen::Target primary_target(const std::vector<codegen::Target>& targets) {
+  SPARSERT_USER_CHECK(!targets.empty(), "--target", "no target given");
+  return *std::max_element(targets.begin(), targets.end(),
+                           [](const codegen::Target& x, const codegen::Target& y) { return x.sm() < y.sm(); });
+}
+
+TileSource database_tile_source(std::shared_ptr<const autotune::TuningDatabase> db, const std::string& toolkit,
+                                const codegen::Target& primary) {
+  return [db, toolkit, primary](const LoadedLayer& l, const codegen::Target& target) -> std::optional<TunedKernel> {
+    const Epilogue ep{l.desc.bias, l.desc.activation, l.desc.clamp};
+    const auto rec = db->find(autotune::tuning_key(l.a, ep, l.desc.n, primary, toolkit));
+    if (!rec) return std::nullopt;
+    autotune::Candidate c;
+    c.kind = rec->kind;
+    c.tile = rec->tile;
+    c.stream = rec->stream;
+    try {
+      autotune::check_candidate(c, l.a, l.desc.n, target);
+    } catch (const inspector::InvalidTileParams&) {
+      return std::nullopt;
+    }
+    return TunedKernel{rec->kind, rec->tile, rec->stream};
+  };
+}
+
+TileSource model_tile_source(const std::vector<LoadedLayer>& layers, const std::vector<codegen::Target>& targets,
+                             const ModelTileOptions& options, TileSource first) {
+  SPARSERT_INTERNAL_CHECK(options.model_n.empty() || options.model_n.size() == layers.size(),
+                          "{} model widths for {} layers", options.model_n.size(), layers.size());
+  // Chosen once per layer up front (a few tens of milliseconds each, layers side by side), so every target gets the
+  // same answer.
+  const codegen::Target primary = primary_target(targets);
+  const autotune::KindSet kinds = options.forced ? autotune::KindSet{*options.forced} : autotune::all_kinds();
+  std::vector<std::optional<TunedKernel>> picks(layers.size());
+  parallel_for(static_cast<int64_t>(layers.size()), options.threads, [&](int64_t i) {
+    const LoadedLayer& l = layers[static_cast<size_t>(i)];
+    const int32_t n = options.model_n.empty() ? l.desc.n
+                                              : std::clamp(options.model_n[static_cast<size_t>(i)], 1,
+                                                           std::max(l.desc.n, 1));
+    std::optional<TunedKernel>& pick = picks[static_cast<size_t>(i)];
+    try {
+      const autotune::ModelChoice c =
+          autotune::choose_by_model(l.a, n, Epilogue{l.desc.bias, l.desc.activation, l.desc.clamp}, primary, kinds);
+      // Ranked at the width the layer runs on, built for the width it is compiled for.
+      for (const codegen::Target& t : targets) autotune::check_candidate(c.candidate, l.a, l.desc.n, t);
+      pick = TunedKernel{c.candidate.kind, c.candidate.tile, c.candidate.stream, "model"};
+      if (std::isfinite(c.best_baked_us) && std::isfinite(c.best_streamed_us))
+        pick->baked_gain_us = c.best_streamed_us - c.best_baked_us;
+    } catch (const inspector::InvalidTileParams&) {
+      pick.reset();  // no candidate valid for every target: compile's rules
+    }
+  });
+  auto chosen = std::make_shared<std::map<const LoadedLayer*, std::optional<TunedKernel>>>();
+  for (size_t i = 0; i < layers.size(); ++i) (*chosen)[&layers[i]] = picks[i];
+  return [chosen, first](const LoadedLayer& l, const codegen::Target& target) -> std::optional<TunedKernel> {
+    if (first) {
+      if (std::optional<TunedKernel> t = first(l, target)) return t;
+    }
+    const auto it = chosen->find(&l);
+    return it == chosen->end() ? std::nullopt : it->second;
+  };
+}
+
+}  // namespace sparsert::compiler
