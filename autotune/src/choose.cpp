@@ -22,8 +22,11 @@ ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilo
     if (!e) continue;
     ++best.ranked;
     if (c.is_default) best.default_estimate = *e;
-    double& of_kind = c.streamed() ? best.best_streamed_us : best.best_baked_us;
-    of_kind = std::min(of_kind, e->microseconds);
+    if (c.streamed() && e->microseconds < best.best_streamed_us) {
+      best.best_streamed_us = e->microseconds;
+      best.best_stream = c.stream;
+    }
+    if (!c.streamed()) best.best_baked_us = std::min(best.best_baked_us, e->microseconds);
     // Ties keep the earlier candidate: the grid lists smaller code first.
     if (e->microseconds < best_us) {
       best_us = e->microseconds;

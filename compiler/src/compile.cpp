@@ -80,16 +80,18 @@ std::optional<codegen::StreamParams> tuned_stream(const std::vector<std::optiona
 }
 
 // Per layer: --kernel decides the kind; else a streamed record streams the layer; else the rule, which budgets the
-// network's baked code (a layer tuned baked stays subject to its caps). The budget goes first to the layers whose
-// tile source modelled the largest gain per nonzero from baking, then to the others in network order.
+// network's baked code (a layer tuned baked stays subject to its caps). The budget goes first to the layers without a
+// modelled gain, in network order (a measured record outranks an estimate, and without any gains this is the old
+// rule), then to the others by their modelled gain per nonzero from baking, largest first.
 std::vector<LayerKernel> choose_kernels(const std::vector<LoadedLayer>& layers, const CompileOptions& options,
                                         const TunedTable& tuned) {
   std::vector<size_t> order(layers.size());
   std::vector<double> priority(layers.size(), std::numeric_limits<double>::infinity());
   for (size_t li = 0; li < layers.size(); ++li) {
     order[li] = li;
-    const std::optional<TunedKernel>& t = tuned[li].empty() ? std::nullopt : tuned[li].front();
-    if (t && t->baked_gain_us && layers[li].a.nnz() > 0)
+    const TunedKernel* t = tuned[li].empty() || !tuned[li].front() ? nullptr : &*tuned[li].front();
+    // A gain that is not a number would break the sort's ordering: such a layer counts as having none.
+    if (t && t->baked_gain_us && std::isfinite(*t->baked_gain_us) && layers[li].a.nnz() > 0)
       priority[li] = *t->baked_gain_us / static_cast<double>(layers[li].a.nnz());
   }
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return priority[x] > priority[y]; });
@@ -108,13 +110,24 @@ std::vector<LayerKernel> choose_kernels(const std::vector<LoadedLayer>& layers, 
     if (!options.kernel_kind && ts) {
       k.choice.reason = tuned[li].front()->source == "model" ? "streamed by the model (fastest estimate)"
                                                              : "tuned streamed (tuning database)";
-    } else if (!options.kernel_kind && std::isfinite(priority[li])) {
+    } else if (!options.kernel_kind && std::isfinite(priority[li]) && *tuned[li].front()->baked_gain_us > 0) {
       k.choice.reason += fmt::format(" (the model gains {:.1f} us by baking it)", *tuned[li].front()->baked_gain_us);
     }
     k.stream = options.stream_params;
     if (k.choice.kind == codegen::KernelKind::kStreamed && ts) {
       k.stream = *ts;
       k.stream_tuned = true;
+    } else if (k.choice.kind == codegen::KernelKind::kStreamed && !options.kernel_kind) {
+      // Streamed by the rule although the source said baked: its fastest streamed parameters where every target has
+      // them, not the defaults.
+      const std::vector<std::optional<TunedKernel>>& per_target = tuned[li];
+      const bool all = !per_target.empty() && std::all_of(per_target.begin(), per_target.end(), [&](const auto& t) {
+        return t && t->fallback_stream && *t->fallback_stream == *per_target.front()->fallback_stream;
+      });
+      if (all) {
+        k.stream = *per_target.front()->fallback_stream;
+        k.stream_tuned = true;
+      }
     }
     if (k.choice.kind == codegen::KernelKind::kBaked) baked_nnz += l.a.nnz();
     kinds[li] = k;

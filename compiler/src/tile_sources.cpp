@@ -64,6 +64,20 @@ TileSource model_tile_source(const std::vector<LoadedLayer>& layers, const std::
       pick = TunedKernel{c.candidate.kind, c.candidate.tile, c.candidate.stream, "model"};
       if (std::isfinite(c.best_baked_us) && std::isfinite(c.best_streamed_us))
         pick->baked_gain_us = c.best_streamed_us - c.best_baked_us;
+      if (pick->kind == codegen::KernelKind::kBaked && c.best_stream) {
+        bool valid_everywhere = true;
+        for (const codegen::Target& t : targets) {
+          try {
+            autotune::Candidate s;
+            s.kind = codegen::KernelKind::kStreamed;
+            s.stream = *c.best_stream;
+            autotune::check_candidate(s, l.a, l.desc.n, t);
+          } catch (const inspector::InvalidTileParams&) {
+            valid_everywhere = false;
+          }
+        }
+        if (valid_everywhere) pick->fallback_stream = c.best_stream;
+      }
     } catch (const inspector::InvalidTileParams&) {
       pick.reset();  // no candidate valid for every target: compile's rules
     }

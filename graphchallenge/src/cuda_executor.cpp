@@ -225,7 +225,8 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
       // the official network's first 14 layers: the model ranks the kernels at the width each layer runs on. A graph
       // launches every grid at the full width, with the blocks past the live count leaving at once; a tile chosen for
       // 19 columns would launch tens of times the blocks it needs, so there the model ranks at the full width.
-      const bool full_width_grids = n <= options_.graph_max_columns && cuda::Graph::supported();
+      const bool full_width_grids =
+          net.layers.empty() || (n <= options_.graph_max_columns && cuda::Graph::supported());
       if (!full_width_grids) mo.model_n = expected_layer_widths(net, y0, options_.width_sample, options_.threads);
       co.tiles = compiler::model_tile_source(layers, co.targets, mo, nullptr);
       const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
@@ -237,7 +238,9 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
                             mo.model_n.front(), mo.model_n.back(), std::min<int64_t>(n, options_.width_sample), took));
     }
     const CompileReport r = compile_network(layers, im.package_dir, co);
-    // Which layers were baked, as ranges: "baked 7-13, 20-120".
+    // Which layers were baked, as ranges ("64 baked: 7-8, 11-12, ..."); one target, so one report per layer.
+    SPARSERT_INTERNAL_CHECK(r.layers.size() == layers.size(), "{} reports for {} layers", r.layers.size(),
+                            layers.size());
     std::string baked;
     int64_t baked_count = 0;
     for (size_t l = 0; l < r.layers.size(); ++l) {

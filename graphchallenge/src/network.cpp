@@ -137,7 +137,7 @@ std::vector<int32_t> expected_layer_widths(const Network& net, const DenseTensor
                                            int cpu_threads) {
   SPARSERT_USER_CHECK(y0.rank() == 2 && y0.rows() == net.neurons, "inputs", "shape {} does not have {} rows",
                       y0.shape_string(), net.neurons);
-  SPARSERT_INTERNAL_CHECK(sample >= 1, "sample of {} columns", sample);
+  SPARSERT_USER_CHECK(sample >= 1, "width_sample", "{} columns; the sample needs at least 1", sample);
   const int64_t inputs = y0.cols();
   const int64_t taken = std::min<int64_t>(inputs, sample);
   std::vector<int32_t> widths(net.layers.size(), 1);
@@ -152,9 +152,12 @@ std::vector<int32_t> expected_layer_widths(const Network& net, const DenseTensor
   CpuLayerExecutor cpu(co);
   cpu.prepare(net);
   const InferenceResult run = run_inference(net, std::move(part), cpu);
+  // At least what one sampled column stands for: a layer none of the sample survives may still keep that many, and a
+  // width of 1 would rank the kernels for a vector.
+  const int64_t floor = (inputs + taken - 1) / taken;
+  const int64_t ceiling = std::min<int64_t>(inputs, std::numeric_limits<int32_t>::max());
   const auto scaled = [&](int64_t live) {
-    const int64_t w = (live * inputs + taken - 1) / taken;
-    return static_cast<int32_t>(std::clamp<int64_t>(w, 1, std::min<int64_t>(inputs, std::numeric_limits<int32_t>::max())));
+    return static_cast<int32_t>(std::clamp<int64_t>((live * inputs + taken - 1) / taken, floor, ceiling));
   };
   widths[0] = scaled(taken);
   for (size_t l = 1; l < net.layers.size(); ++l) widths[l] = scaled(run.live_after_layer[l - 1]);

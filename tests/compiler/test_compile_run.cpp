@@ -507,7 +507,8 @@ TEST(CompileRun, TunedBakedLayerAboveTheCapIsStreamed) {
 }
 
 // The network's baked-code budget goes to the layers the model gains most from baking (per nonzero), not to the first
-// ones: with room for two of three equal layers, the two with the larger gains are baked.
+// ones: with room for two of three equal layers, the two with the larger gains are baked, and the third is streamed
+// with the source's streamed parameters. A layer without a gain (a tuning record) comes before all of them.
 TEST(CompileRun, BakedBudgetGoesToTheLayersWithTheLargestModelledGain) {
   ScratchDir dir;
   const auto layers = load_network(read_network(write_network(dir)));
@@ -515,14 +516,15 @@ TEST(CompileRun, BakedBudgetGoesToTheLayersWithTheLargestModelledGain) {
   o.assemble = false;  // the kind is decided before assembly
   o.max_network_baked_nnz = layers[0].a.nnz() + layers[1].a.nnz() + layers[2].a.nnz() - 1;
   const std::map<std::string, double> gains{{"layer0", 0.5}, {"layer1", 4.0}, {"layer2", 2.0}};
-  auto source = [&](bool with_gain) {
+  auto source = [&](std::set<std::string> with_gain) {
     return [&, with_gain](const LoadedLayer& l, const codegen::Target& t) {
       TunedKernel k{codegen::KernelKind::kBaked, codegen::default_tile_params(l.a, l.desc.n, t), {}, "model"};
-      if (with_gain) k.baked_gain_us = gains.at(l.desc.name) * static_cast<double>(l.a.nnz());
+      if (with_gain.count(l.desc.name)) k.baked_gain_us = gains.at(l.desc.name) * static_cast<double>(l.a.nnz());
+      k.fallback_stream = small_stream();
       return std::optional<TunedKernel>(k);
     };
   };
-  o.tiles = source(true);
+  o.tiles = source({"layer0", "layer1", "layer2"});
   const CompileReport r = compile_network(layers, dir / "pkg", o);
   ASSERT_EQ(r.layers.size(), 3u);
   EXPECT_NE(r.layers[0].kind_reason.find("network baked budget"), std::string::npos) << r.layers[0].kind_reason;
@@ -533,9 +535,16 @@ TEST(CompileRun, BakedBudgetGoesToTheLayersWithTheLargestModelledGain) {
     return k;
   };
   EXPECT_EQ(kinds(r), (std::vector<std::string>{"streamed", "baked", "baked"}));
+  EXPECT_EQ(r.layers[0].tile, codegen::to_json(small_stream())) << "the source's streamed parameters";
+  EXPECT_EQ(r.layers[0].tile_source, "model");
   // Without gains the budget is spent in network order, as before.
-  o.tiles = source(false);
+  o.tiles = source({});
   EXPECT_EQ(kinds(compile_network(layers, dir / "pkg2", o)), (std::vector<std::string>{"baked", "baked", "streamed"}));
+  // A layer without a gain first, then the larger gain.
+  o.tiles = source({"layer1", "layer2"});
+  EXPECT_EQ(kinds(compile_network(layers, dir / "pkg3", o)), (std::vector<std::string>{"baked", "baked", "streamed"}));
+  o.tiles = source({"layer0", "layer1"});
+  EXPECT_EQ(kinds(compile_network(layers, dir / "pkg4", o)), (std::vector<std::string>{"streamed", "baked", "baked"}));
 }
 
 // compiler::model_tile_source ranks each layer at the width it is given (a Graph Challenge layer runs on fewer columns
@@ -548,6 +557,7 @@ TEST(CompileRun, ModelTileSourceRanksAtTheGivenWidths) {
   mo.model_n = {1, 7, 100000};  // the last is clamped to the compiled width (20)
   mo.threads = 2;
   const compiler::TileSource src = compiler::model_tile_source(layers, targets, mo, nullptr);
+  int baked = 0;
   for (size_t i = 0; i < layers.size(); ++i) {
     const LoadedLayer& l = layers[i];
     const Epilogue ep{l.desc.bias, l.desc.activation, l.desc.clamp};
@@ -559,10 +569,14 @@ TEST(CompileRun, ModelTileSourceRanksAtTheGivenWidths) {
     EXPECT_EQ(got->kind, c.candidate.kind) << i;
     if (got->kind == codegen::KernelKind::kBaked) {
       EXPECT_EQ(codegen::to_json(got->tile), codegen::to_json(c.candidate.tile)) << i;
+      ASSERT_TRUE(got->fallback_stream.has_value()) << i;
+      EXPECT_EQ(*got->fallback_stream, *c.best_stream) << i;
+      ++baked;
     }
     ASSERT_TRUE(got->baked_gain_us.has_value()) << i;
     EXPECT_DOUBLE_EQ(*got->baked_gain_us, c.best_streamed_us - c.best_baked_us) << i;
   }
+  EXPECT_GT(baked, 0) << "no baked pick: the fallback parameters went unchecked";
   mo.model_n = {1, 2};
   EXPECT_THROW(compiler::model_tile_source(layers, targets, mo, nullptr), InternalError);
 }

@@ -82,9 +82,12 @@ TEST(GraphChallengeDriver, ExpectedWidthsAreTheLiveCountsWhenTheSampleTakesEvery
   for (size_t l = 1; l < w.size(); ++l) {
     EXPECT_EQ(w[l], std::max<int64_t>(1, r.live_after_layer[l - 1])) << "layer " << l + 1;
   }
-  // A sample of one input: every width is the whole input or, once that input died, 1.
-  for (int32_t v : expected_layer_widths(net, y0, 1, 1)) EXPECT_TRUE(v == 150 || v == 1) << v;
+  // A sample of 10: each sampled input stands for 15, so no width falls below 15, and the first is all 150.
+  const std::vector<int32_t> coarse = expected_layer_widths(net, y0, 10, 1);
+  EXPECT_EQ(coarse[0], 150);
+  for (int32_t v : coarse) EXPECT_TRUE(v >= 15 && v <= 150 && v % 15 == 0) << v;
   EXPECT_THROW(expected_layer_widths(net, DenseTensor({512, 4}), 512), UserError);
+  EXPECT_THROW(expected_layer_widths(net, y0, 0), UserError);
 }
 
 TEST(GraphChallengeDriver, FeatureMajorLayoutTilesTheImages) {

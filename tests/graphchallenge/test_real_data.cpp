@@ -10,8 +10,6 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
-#include <cmath>
-
 namespace sparsert {
 namespace {
 
@@ -60,8 +58,8 @@ TEST_F(RealGraphChallenge, CategoriesMatchTheOfficialTruthOnTheCpu) {
 }
 
 // The GPU executor ranks each layer's kernels at the width it is expected to run on: from 512 of the 60000 inputs of
-// the benchmark (the 1200 images 50 times), each layer's width must be the true live count within four standard
-// deviations of a sample of 512 (10-35% of the count: enough to choose a tile by).
+// the benchmark (the 1200 images 50 times), each layer's width must be within a factor of 1.5 of the true live count
+// (one standard deviation of such a sample is 10-35% of the count; the sample is fixed, so the test is too).
 TEST_F(RealGraphChallenge, ExpectedWidthsFromASampleFollowTheLiveCounts) {
   const gc::Network net =
       gc::make_network(graphchallenge::read_layers(weights_, 1024, 120), 1024, gc::official_bias(1024));
@@ -73,8 +71,9 @@ TEST_F(RealGraphChallenge, ExpectedWidthsFromASampleFollowTheLiveCounts) {
   ASSERT_EQ(w.size(), 120u);
   EXPECT_EQ(w[0], 60000);
   for (size_t l = 1; l < w.size(); ++l) {
-    const double p = static_cast<double>(r.live_after_layer[l - 1]) / 1200.0;
-    EXPECT_NEAR(w[l], 60000.0 * p, 4.0 * 60000.0 * std::sqrt(p * (1.0 - p) / 512.0) + 1.0) << "layer " << l + 1;
+    const double truth = 50.0 * static_cast<double>(r.live_after_layer[l - 1]);
+    EXPECT_GE(w[l], truth / 1.5) << "layer " << l + 1;
+    EXPECT_LE(w[l], truth * 1.5) << "layer " << l + 1;
   }
 }
 

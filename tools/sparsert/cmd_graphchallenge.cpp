@@ -143,8 +143,9 @@ Action add_graphchallenge(CLI::App& app) {
                   "codegen's rule with --tiles heuristic)")
       ->default_val("auto")
       ->check(CLI::IsMember({"auto", "baked", "streamed"}));
-  sub->add_option("--tiles", args->tiles, "cuda: each layer's kernel from the static model at the width it is "
-                  "expected to run on (a CPU run on a sample of the inputs), or codegen's heuristic")
+  sub->add_option("--tiles", args->tiles, "cuda: each layer's kernel from the static model (at the width the layer "
+                  "is expected to run on, from a CPU run on a sample of the inputs; at the full width where the run "
+                  "is one CUDA Graph), or codegen's heuristic")
       ->default_val("model")
       ->check(CLI::IsMember({"model", "heuristic"}));
   return [args, sub] { return sub->parsed() ? run(*args) : static_cast<int>(kBadInput); };

@@ -6,6 +6,7 @@
 #include "sparsert/autotune/space.hpp"
 
 #include <limits>
+#include <optional>
 
 namespace sparsert::autotune {
 
@@ -18,6 +19,7 @@ struct ModelChoice {
   // kind would cost, which compile uses to give its baked-code budget to the layers that gain most from it.
   double best_baked_us = std::numeric_limits<double>::infinity();
   double best_streamed_us = std::numeric_limits<double>::infinity();
+  std::optional<codegen::StreamParams> best_stream;  // the parameters of best_streamed_us
 };
 
 // Throws InvalidTileParams when no candidate of `kinds` is valid for this layer and target.

@@ -21,6 +21,9 @@ struct TunedKernel {
   // Modelled microseconds saved by baking this layer instead of streaming it (the best of each kind), where the source
   // knows it: compile gives the network's baked-code budget to the layers with the largest gain per nonzero first.
   std::optional<double> baked_gain_us = std::nullopt;
+  // For a baked pick that compile's rule streams anyway (the network budget, the per-layer cap): the source's fastest
+  // streamed parameters, used instead of CompileOptions::stream_params.
+  std::optional<codegen::StreamParams> fallback_stream = std::nullopt;
 };
 
 // Where kernels come from: a tuning database, else the documented rules (choose_kernel_kind, the heuristic's tile
@@ -35,8 +38,9 @@ struct CompileOptions {
   TileSource tiles;           // may be empty
   // Baked or streamed per layer: forced here; else streamed where `tiles` says streamed for every target (with its
   // parameters); else codegen::choose_kernel_kind's rule, whose per-layer cap and network budget also apply to a
-  // layer tuned baked (docs/autotune.md). The budget goes first to the layers with the largest modelled gain per
-  // nonzero (TunedKernel::baked_gain_us), then in network order.
+  // layer tuned baked (docs/autotune.md). The budget goes first, in network order, to the layers without a modelled
+  // gain (tuning records, codegen's rules), then to the others by their gain per nonzero (TunedKernel::baked_gain_us),
+  // largest first.
   std::optional<codegen::KernelKind> kernel_kind;
   codegen::StreamParams stream_params;  // streamed layers without tuned parameters
   // Every kernel (baked and streamed) fuses live-column detection: it takes one more parameter, F (u32 flags, ld

@@ -27,8 +27,10 @@ struct CudaGraphChallengeOptions {
   // graphs) enqueue layer by layer with grids that shrink as columns die. 0: never a graph.
   int64_t graph_max_columns = 8192;
   // Each layer's kernel: the static model's fastest estimate (compiler::model_tile_source) ranked at the width the
-  // layer is expected to run on (expected_layer_widths), with the network's baked-code budget going to the layers it
-  // gains most; false: codegen's rules (the heuristic tile, the budget in network order).
+  // layer is expected to run on (expected_layer_widths; the full width where the run is one CUDA Graph), with the
+  // network's baked-code budget going to the layers it gains most; false: codegen's rules (the heuristic tile, the
+  // budget in network order). Chosen when load_inputs first sees an input width: later inputs of the same width
+  // reuse those kernels, whatever their live counts.
   bool model_tiles = true;
   std::optional<codegen::KernelKind> kernel_kind;  // forces every layer baked or streamed
   // The model's widths come from a CPU run over at most this many of the inputs.

@@ -99,7 +99,8 @@ InferenceResult run_inference(const Network& net, DenseTensor y0, LayerExecutor&
 // The columns each layer of `net` is expected to run on, for choosing its kernel before the run: every input for the
 // first layer, then the inputs live after the layer before. Estimated by running the layers on the CPU over an evenly
 // strided sample of at most `sample` of y0's columns (all of them when there are fewer) and scaling the live counts
-// to every input, rounded up; at least 1.
+// to every input, rounded up; at least the inputs one sampled column stands for (1 when the sample takes them all).
+// A `sample` below 1 is a UserError naming width_sample.
 std::vector<int32_t> expected_layer_widths(const Network& net, const DenseTensor& y0, int32_t sample = 512,
                                            int cpu_threads = 0);
 
