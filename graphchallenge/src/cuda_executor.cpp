@@ -22,6 +22,12 @@ using compiler::LayerDesc;
 using compiler::LoadedLayer;
 
 namespace {
+// Whether run_layers replays the whole network as one CUDA Graph (grids for all ld columns) rather than layer by layer
+// with grids that follow the live count; the kernels' ranking depends on it too.
+bool runs_as_graph(int64_t ld, const CudaGraphChallengeOptions& o) {
+  return ld <= o.graph_max_columns && cuda::Graph::supported();
+}
+
 // When the host reads the live count (run_layers). Every layer's count is written on the device, where the next
 // layer's kernels read it (compiled with device_n), so the host never needs it to stay exact: it needs an upper bound
 // to size the grids, and counts only fall, so any count it has seen bounds every later one. It copies the counts into
@@ -225,8 +231,7 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
       // the official network's first 14 layers: the model ranks the kernels at the width each layer runs on. A graph
       // launches every grid at the full width, with the blocks past the live count leaving at once; a tile chosen for
       // 19 columns would launch tens of times the blocks it needs, so there the model ranks at the full width.
-      const bool full_width_grids =
-          net.layers.empty() || (n <= options_.graph_max_columns && cuda::Graph::supported());
+      const bool full_width_grids = net.layers.empty() || runs_as_graph(n, options_);
       if (!full_width_grids) mo.model_n = expected_layer_widths(net, y0, options_.width_sample, options_.threads);
       co.tiles = compiler::model_tile_source(layers, co.targets, mo, nullptr);
       const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
@@ -341,7 +346,7 @@ LiveColumns CudaLayerExecutor::run_layers(int32_t layers, int64_t inputs) {
   const cuda::Stream& s = im.gpu->stream();
   uint32_t* known = im.host_counts();
   known[0] = im.live;
-  if (im.ld <= options_.graph_max_columns && cuda::Graph::supported()) return im.run_graph(layers);
+  if (runs_as_graph(im.ld, options_)) return im.run_graph(layers);
   int32_t seen = 0;    // the host has counts known[0..seen]
   int32_t copied = 0;  // counts[0..copied] are copied or on their way
   struct Batch {
