@@ -201,6 +201,8 @@ nlohmann::json to_json(const TuneReport& r) {
           {"toolkit", r.toolkit},
           {"stream_generator", codegen::kStreamGeneratorVersion},
           {"entry_launch", kEntryLaunch},
+          // GpuBench times each candidate's launches alone from an idle stream (gpu_timing.cpp).
+          {"sparsert_timing", "isolated"},
           {"machine_model", to_json(r.machine)},
           {"seconds", r.seconds},
           {"budget_exhausted", r.budget_exhausted},

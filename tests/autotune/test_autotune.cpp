@@ -133,6 +133,32 @@ TEST(Model, ImbalanceCostsTime) {
   EXPECT_LT(est(inspector::Balance::kNonzeros), est(inspector::Balance::kRows));
 }
 
+// Runs timed alone pay the host's submission on top of the GPU's work; back to back it overlaps the GPU and only
+// bounds the rate: a tiny kernel costs the floor, a large one the same work with less launch overhead.
+TEST(Model, BackToBackRunsHideTheHostsSubmission) {
+  const codegen::Target target = codegen::Target::parse("sm_90");
+  codegen::TileParams tile;
+  tile.plan.m_blocks = 8;
+  auto at = [&](const CsrMatrix& a, int32_t n, bool isolated) {
+    KernelVersion v;
+    v.isolated_runs = isolated;
+    return estimate_candidate(a, n, Epilogue{}, codegen::KernelKind::kBaked, tile, {}, target, std::nullopt, false, v);
+  };
+  // A large layer: the same work, less launch overhead.
+  const CsrMatrix large = inspector::generate_pruned_gaussian(1024, 1024, 0.9, 2);
+  const Estimate alone = at(large, 64, true), b2b = at(large, 64, false);
+  EXPECT_GT(alone.launch_us, b2b.launch_us);
+  EXPECT_NEAR(alone.microseconds - b2b.microseconds, alone.launch_us - b2b.launch_us, 1e-9);
+  // A tiny one: however little the GPU does, back to back a run costs at least the host's submission of it, so it
+  // gains less than the launch overhead's difference, and a tinier one gains nothing more.
+  const CsrMatrix tiny = inspector::generate_pruned_gaussian(16, 16, 0.9, 2);
+  const Estimate tiny_alone = at(tiny, 64, true), tiny_b2b = at(tiny, 64, false);
+  EXPECT_LT(tiny_alone.microseconds - tiny_b2b.microseconds, tiny_alone.launch_us - tiny_b2b.launch_us);
+  EXPECT_GT(tiny_b2b.microseconds, tiny_b2b.launch_us);
+  EXPECT_EQ(at(tiny, 1, false).microseconds, tiny_b2b.microseconds) << "the floor, not the GPU's work";
+  EXPECT_FALSE(to_json(MachineModel::for_target(target)).at("isolated_runs").get<bool>());
+}
+
 TEST(Database, RoundTripAndBadInput) {
   sparsert::testing::ScratchDir dir;
   const TuneLayer l = small_layer("a", 7);

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -316,6 +317,36 @@ TEST(CompileRun, BakedLayerEntriesRunSideBySideInPlainLaunchesAndGraphReplay) {
   // GpuNetwork's own capture (its timed graph) ends joined, and plain launches after it still give the result.
   const GpuTimings t = net.time(x, 2);
   EXPECT_EQ(t.layer_ms.size(), 3u);
+  EXPECT_GE(t.back_to_back_ms, 0.0);
+  EXPECT_LE(max_relative_error(net.run(x), want), 1e-5);
+
+  // Back-to-back timing (the bench's samples): one capture per input width, then only replays (counted by the
+  // instructions they execute against one plain run), and the runs leave the result in place.
+  auto executed = [&] {
+    const std::vector<unsigned long long> c = emu.instruction_counts(1);
+    return std::accumulate(c.begin(), c.end(), 0ull);
+  };
+  size_t per_run = 0;
+  for (const PackageLayer& l : pkg.layers) per_run += l.entries.size();
+  unsigned long long before = executed();
+  net.run(x);
+  const unsigned long long one_run = executed() - before;
+  ASSERT_GT(one_run, 0u);
+  for (int call = 0; call < 2; ++call) {
+    SCOPED_TRACE(call);
+    emu.clear_launches();
+    before = executed();
+    EXPECT_GE(net.time_back_to_back(x, 3), 0.0);
+    EXPECT_EQ(executed() - before, 3 * one_run) << "three replays of the whole network";
+    size_t captured = 0;
+    for (const auto& l : emu.launches()) captured += l.captured ? 1 : 0;
+    EXPECT_EQ(captured, call == 0 ? per_run : 0u) << "captured on the first call only";
+  }
+  emu.clear_launches();
+  net.time_back_to_back(input(48, 7), 1);
+  size_t recaptured = 0;
+  for (const auto& l : emu.launches()) recaptured += l.captured ? 1 : 0;
+  EXPECT_EQ(recaptured, per_run) << "a new width is a new capture";
   EXPECT_LE(max_relative_error(net.run(x), want), 1e-5);
 }
 

@@ -20,6 +20,7 @@ struct EmitArgs {
   int32_t n = 0;
   std::string target = "sm_90";
   std::optional<int32_t> m_blocks, n_tile, gy, cols_per_thread;
+  std::optional<int64_t> max_fmas_per_entry;
   std::string weights = "imm";
   std::string balance = "nnz";
   bool reorder = false;
@@ -44,6 +45,8 @@ Action add_emit(CLI::App& app) {
   sub->add_option("--n-tile", args->n_tile, "Columns per thread block");
   sub->add_option("--gy", args->gy, "Thread groups splitting the K axis");
   sub->add_option("--cols-per-thread", args->cols_per_thread, "1, 2 or 4");
+  sub->add_option("--max-fmas-per-entry", args->max_fmas_per_entry,
+                  "Split the layer into entries of at most this many fmas (default 16384)");
   sub->add_option("--weights", args->weights, "imm (immediates) or const (constant bank)")->default_val("imm");
   sub->add_option("--balance", args->balance, "nnz or rows")->default_val("nnz");
   sub->add_flag("--reorder", args->reorder, "Reorder rows by pattern similarity");
@@ -61,6 +64,7 @@ Action add_emit(CLI::App& app) {
     if (args->gy) tile.plan.gy = *args->gy;
     if (args->n_tile) tile.n_tile = *args->n_tile;
     if (args->cols_per_thread) tile.cols_per_thread = *args->cols_per_thread;
+    if (args->max_fmas_per_entry) tile.max_fmas_per_entry = *args->max_fmas_per_entry;
     tile.plan.balance = inspector::parse_balance(args->balance);
     tile.plan.reorder_rows = args->reorder;
     tile.weights = codegen::parse_weight_placement(args->weights);

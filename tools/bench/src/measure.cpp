@@ -154,6 +154,9 @@ nlohmann::json run_suite(const std::vector<Problem>& problems, MethodSet& set, c
   // What the model check needs to model the kernels this run times (tools/bench/src/model_check.cpp).
   out["stream_generator"] = codegen::kStreamGeneratorVersion;
   out["entry_launch"] = kEntryLaunch;
+  // Every method's samples are products launched back to back between two timestamps (sparsert-gpu's before this
+  // field: each run timed alone from an idle stream, its submission included).
+  out["sparsert_timing"] = "back-to-back";
   out["baselines"] = set.baselines;
   out["method_notes"] = set.notes;
   nlohmann::json unavailable = nlohmann::json::array();
@@ -254,6 +257,7 @@ nlohmann::json run_suite(const std::vector<Problem>& problems, MethodSet& set, c
         r["samples_ms"] = samples[mi];
         r["gflops"] = 2.0 * static_cast<double>(p.a.nnz()) * p.n / (s.median_ms * 1e6);
         line += fmt::format(" {} {:.4f} ms", method.name(), s.median_ms);
+        guarded(mi, "further measures", [&] { r.update(method.further_measures()); });
       } else {
         all_verified = false;
         if (is_subject) subject_verified = false;

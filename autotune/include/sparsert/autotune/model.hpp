@@ -43,6 +43,11 @@ struct MachineModel {
   bool concurrent_entries = false;
   double dram_gbps = 0.0;  // the part's memory bandwidth (data sheet), for kernels whose bytes can bound them
   double l2_mb = 0.0;      // the part's L2 (data sheet): a B larger than the share of it that stays is re-read
+  // How the times to predict were taken. false: runs back to back (a network's graph, a stream of requests, the
+  // bench's samples), where each launch costs the GPU's own start-up and the host's submission of a run only bounds
+  // the rate. true: each run timed alone from an idle stream (the tuner's GPU timing, bench files before
+  // 'sparsert_timing'), the events bracketing the host's submission as well.
+  bool isolated_runs = false;
   static MachineModel for_target(const codegen::Target& t);
 };
 nlohmann::json to_json(const MachineModel& m);
@@ -148,6 +153,8 @@ struct KernelVersion {
   // A baked layer's entries one after another on one stream, or side by side; unset: what GpuNetwork does today
   // (runtime::kEntryLaunch).
   std::optional<bool> serial_entries;
+  // Each run timed alone (MachineModel::isolated_runs); unset: back to back.
+  std::optional<bool> isolated_runs;
 };
 
 // One candidate through the model, outside a tuning run: the plan it makes, its instruction counts (analytic, or

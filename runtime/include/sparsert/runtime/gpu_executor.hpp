@@ -25,7 +25,12 @@ struct GpuRunOptions {
 
 struct GpuTimings {
   std::vector<double> layer_ms;  // median over repeats, per layer
-  double total_ms = 0.0;         // median of whole-network runs (graph replay where used)
+  // Median of whole-network runs (graph replay where used), each timed alone from an idle stream: the events bracket
+  // the host's submission of the run as well as the kernels.
+  double total_ms = 0.0;
+  // Whole-network runs launched back to back between two events, per run: what a stream of requests sees, and how
+  // the bench times every library.
+  double back_to_back_ms = 0.0;
 };
 
 class GpuNetwork {
@@ -40,6 +45,9 @@ class GpuNetwork {
   DenseTensor run(const DenseTensor& input);
   // Runs `repeats` times after one warm-up; per-layer times from events between layers.
   GpuTimings time(const DenseTensor& input, int repeats);
+  // Milliseconds per run over `runs` whole-network runs launched back to back (one CUDA Graph replay each where
+  // supported; the graph is captured once per input width and kept).
+  double time_back_to_back(const DenseTensor& input, int runs);
 
   // Per-layer control for executors that manage activations themselves (the Graph Challenge's dead-input filter):
   // layer `layer` on n columns of `in` (K × package n floats) into `out` (M × package n), on stream(). A baked

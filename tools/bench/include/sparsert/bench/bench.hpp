@@ -87,6 +87,9 @@ class Method {
   virtual void release() {}
   // What was chosen in prepare() (an algorithm, a tile), for the results; empty when nothing was.
   virtual std::string detail() const { return {}; }
+  // Further measures of the prepared product, taken after the samples and merged into its results (sparsert-gpu:
+  // the median of runs timed alone, for the model check); empty when there are none.
+  virtual nlohmann::json further_measures() { return nlohmann::json::object(); }
 };
 
 // A method that could not be built here (a library missing) and why.
