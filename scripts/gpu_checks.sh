@@ -67,7 +67,9 @@ fi
 case $stage in
   info) ;;
   tests)
-    # The real-driver tests and everything else that can use the GPU; none may be skipped.
+    # The real-driver tests and everything else that can use the GPU; none may be skipped. RealGpu.LaunchCostsForTheModel
+    # writes launch-costs.json here (the host's share of a run, the cost of a further entry).
+    export SPARSERT_MEASURE_DIR=$out
     if (( bundle )); then
       step "$build/bin/real_gpu_tests"
     else

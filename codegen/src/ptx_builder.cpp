@@ -1,4 +1,7 @@
 #include "sparsert/codegen/ptx_builder.hpp"
+#include "sparsert/runtime/error.hpp"
+
+#include <algorithm>
 
 #include <bit>
 #include <charconv>
@@ -100,7 +103,29 @@ void append_operand(std::string& out, const Operand& op) {
   out.append(buf.data(), put_operand(buf.data(), op, put_plain_reg));
 }
 
+namespace {
+bool is_ident_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '$';
+}
+// PTX: a letter then [A-Za-z0-9_$]*, or one of _ $ followed by at least one of those.
+bool is_identifier(std::string_view s) {
+  if (s.empty() || (s[0] >= '0' && s[0] <= '9')) return false;
+  if ((s[0] == '_' || s[0] == '$') && s.size() < 2) return false;
+  return std::all_of(s.begin(), s.end(), is_ident_char);
+}
+}  // namespace
+
+std::string ptx_identifier(std::string_view text) {
+  std::string out;
+  out.reserve(text.size() + 1);
+  if (text.empty() || (text[0] >= '0' && text[0] <= '9')) out.push_back('_');
+  for (char c : text) out.push_back(is_ident_char(c) && c != '$' ? c : '_');
+  if (out == "_") out.push_back('_');  // a lone _ is not an identifier
+  return out;
+}
+
 std::string entry_signature(std::string_view name, std::span<const EntryParam> params, ThreadCount threads) {
+  SPARSERT_INTERNAL_CHECK(is_identifier(name), "entry name '{}' is not a PTX identifier (see ptx_identifier)", name);
   std::string out = ".visible .entry ";
   out.append(name).append("(\n");
   for (size_t i = 0; i < params.size(); ++i) {

@@ -1,4 +1,5 @@
 #include "sparsert/compiler/compile.hpp"
+#include "sparsert/codegen/ptx_builder.hpp"
 
 #include "sparsert/autotune/progress.hpp"
 #include "sparsert/codegen/assembler.hpp"
@@ -249,7 +250,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     opt.tile = job.tile;
     opt.ld = l.desc.n;
     opt.epilogue = epilogue_of(l.desc);
-    opt.name = fmt::format("sparsert_{}", l.desc.name);
+    opt.name = "sparsert_" + codegen::ptx::ptx_identifier(l.desc.name);  // names come from the user's network
     opt.live_flags = options.live_flags;
     opt.device_n = options.device_n;
     opt.conv = l.conv;

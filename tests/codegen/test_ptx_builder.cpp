@@ -1,4 +1,5 @@
 #include "sparsert/codegen/ptx_builder.hpp"
+#include "sparsert/runtime/error.hpp"
 
 #include <gtest/gtest.h>
 
@@ -77,4 +78,21 @@ TEST(PtxBuilder, EntrySignatureSpellsExactly) {
   EXPECT_EQ(entry_signature("f", std::vector<EntryParam>{{"f_C", "u64"}}, {128, 1, 1, false}),
             ".visible .entry f(\n\t.param .u64 f_C\n)\n.maxntid 128, 1, 1\n{\n");
   EXPECT_EQ(entry_signature("e", {}, {}), ".visible .entry e(\n)\n.reqntid 1, 1, 1\n{\n");
+  // A name ptxas would not parse is a bug of the caller, caught here rather than as a JIT error.
+  for (const char* bad : {"a-b", "1k", "", "_", "a b", "a.b"}) {
+    EXPECT_THROW(entry_signature(bad, {}, {}), sparsert::InternalError) << bad;
+  }
+  EXPECT_NO_THROW(entry_signature("_k$1", {}, {}));
+}
+
+TEST(PtxBuilder, AnyTextBecomesAnIdentifier) {
+  EXPECT_EQ(ptx_identifier("conv1-1/a.b"), "conv1_1_a_b");
+  EXPECT_EQ(ptx_identifier("1x1"), "_1x1");
+  EXPECT_EQ(ptx_identifier(""), "__");
+  EXPECT_EQ(ptx_identifier("-"), "__");
+  EXPECT_EQ(ptx_identifier("fc_2"), "fc_2");
+  EXPECT_EQ(ptx_identifier("a$b \xc3\xa9"), "a_b___");
+  for (const char* text : {"conv1-1/a.b", "1x1", "", "-", "\xc3\xa9t\xc3\xa9"}) {
+    EXPECT_NO_THROW(entry_signature(ptx_identifier(text), {}, {})) << text;
+  }
 }

@@ -123,6 +123,25 @@ TEST(CompileRun, PackageRunsThroughEmulatedDriverAndCpu) {
   }
 }
 
+// Layer names are the user's ("conv1-1", "block/2.a", "1x1"): the kernels are named from them, and must still be
+// PTX identifiers that assemble and load, however the names are spelled.
+TEST(CompileRun, LayerNamesThatAreNotIdentifiersStillCompileAndRun) {
+  ScratchDir dir;
+  std::vector<LoadedLayer> layers = load_network(read_network(write_network(dir)));
+  const char* names[] = {"conv1-1", "block/2.a b", "1x1"};
+  for (size_t i = 0; i < layers.size(); ++i) layers[i].desc.name = names[i];
+  CompileOptions o = options(dir, {"sm_90"});
+  o.assemble = codegen::Assembler::available();  // ptxas parses the names where the toolkit is here
+  compile_network(layers, dir / "pkg", o);
+  const Package pkg = load_package(dir / "pkg");
+  ASSERT_EQ(pkg.layers.size(), 3u);
+  EXPECT_EQ(pkg.layers[1].name, "block/2.a b") << "the package keeps the user's name";
+  EXPECT_EQ(pkg.layers[1].entries[0].name.rfind("sparsert_block_2_a_b_e", 0), 0u) << pkg.layers[1].entries[0].name;
+  EXPECT_EQ(pkg.layers[2].entries[0].name.rfind("sparsert__1x1_e", 0), 0u) << pkg.layers[2].entries[0].name;
+  const DenseTensor x = input(48, 20);
+  EXPECT_LE(max_relative_error(GpuNetwork(pkg).run(x), reference(layers, x)), 1e-5);
+}
+
 TEST(CompileRun, CacheHitsMissesAndRecovery) {
   ScratchDir dir;
   const auto layers = load_network(read_network(write_network(dir)));

@@ -5,15 +5,20 @@
 #include "sparsert/graphchallenge/cuda_executor.hpp"
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/inspector/generate.hpp"
+#include "sparsert/inspector/plan.hpp"
 #include "sparsert/graphchallenge/generator.hpp"
 #include "sparsert/graphchallenge/io.hpp"
 #include "sparsert/runtime/concurrent_launch.hpp"
 #include "sparsert/runtime/driver.hpp"
+#include "sparsert/runtime/file_io.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
 #include "test_support.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
 
 namespace sparsert {
 namespace {
@@ -126,6 +131,75 @@ TEST(RealGpu, ManyEntryLayersRunSideBySideInPlainLaunchesAndGraphReplay) {
   const GpuTimings t = net.time(in, 20);
   std::printf("3 layers 512x512 at 90%%, %zu entries each, N = 64: %.4f ms per network (graph replay)\n",
               pkg.layers[0].entries.size(), t.total_ms);
+}
+
+// The two launch costs the model assumes and no file has measured (docs/gpu-h100.md): the host's share of a run timed
+// alone (isolated minus back to back on a layer too small to keep the GPU busy), and what each further entry of a
+// baked layer costs when the entries run side by side (the same 512 x 512 layer split into 1 to 32 entries). Prints
+// them and, where SPARSERT_MEASURE_DIR is set (scripts/gpu_checks.sh tests), writes launch-costs.json there. Checks
+// only that every split gives the reference: times are measurements, not assertions.
+TEST(RealGpu, LaunchCostsForTheModel) {
+  REQUIRE_GPU();
+  const cuda::DeviceInfo dev = cuda::device_info(0);
+  const codegen::Target target = codegen::Target::newest_for(dev.sm(), dev.name);
+  testing::ScratchDir dir;
+  nlohmann::json rows = nlohmann::json::array();
+  // `label` compiled baked with m_blocks row blocks, split into entries of m_blocks / entries consecutive blocks.
+  auto measure = [&](const std::string& label, CsrMatrix a, int32_t n, int32_t m_blocks, int32_t entries_wanted) {
+    for (float& v : a.values) v *= 0.1f;
+    compiler::LayerDesc d;
+    d.name = label;
+    d.n = n;
+    const int32_t k = a.cols;
+    std::vector<compiler::LoadedLayer> layers;
+    layers.push_back({d, std::move(a), std::nullopt});
+    compiler::CompileOptions opt;
+    opt.targets = {target};
+    opt.progress = false;
+    opt.cache_dir = dir / "cache";
+    opt.tiles = [&](const compiler::LoadedLayer& l, const codegen::Target& t) {
+      compiler::TunedKernel tk;
+      tk.kind = codegen::KernelKind::kBaked;
+      tk.tile = codegen::default_tile_params(l.a, l.desc.n, t);
+      tk.tile.plan.m_blocks = m_blocks;
+      tk.tile.plan.gy = 1;
+      tk.tile.n_tile = n;
+      tk.tile.cols_per_thread = 1;
+      const inspector::WorkPlan plan = inspector::make_plan(l.a, tk.tile.plan);
+      const size_t per_entry = (plan.blocks.size() + entries_wanted - 1) / static_cast<size_t>(entries_wanted);
+      tk.tile.max_fmas_per_entry = 1;
+      for (size_t b = 0; b < plan.blocks.size(); b += per_entry) {
+        int64_t fmas = 0;
+        for (size_t i = b; i < std::min(plan.blocks.size(), b + per_entry); ++i) fmas += plan.blocks[i].nnz;
+        tk.tile.max_fmas_per_entry = std::max(tk.tile.max_fmas_per_entry, fmas);
+      }
+      return std::optional<compiler::TunedKernel>(tk);
+    };
+    const std::filesystem::path pkg_dir = dir / label;
+    compiler::compile_network(layers, pkg_dir, opt);
+    const Package pkg = load_package(pkg_dir);
+    GpuNetwork net(pkg);
+    std::vector<float> x(static_cast<size_t>(k) * n);
+    inspector::fill_values(x, {inspector::ValueFill::Distribution::kUniform, 3, 1.0f});
+    const DenseTensor in({k, n}, x);
+    EXPECT_LE(max_relative_error(net.run(in), reference_spmm(layers[0].a, in)), 1e-5) << label;
+    const GpuTimings t = net.time(in, 200);
+    const double b2b = net.time_back_to_back(in, 2000);
+    const size_t entries = pkg.layers[0].entries.size();
+    std::printf("%-12s %3zu entries: alone %.2f us, back to back %.2f us per run\n", label.c_str(), entries,
+                t.total_ms * 1e3, b2b * 1e3);
+    rows.push_back({{"layer", label}, {"entries", entries}, {"m_blocks", m_blocks}, {"n", n},
+                    {"isolated_us", t.total_ms * 1e3}, {"back_to_back_us", b2b * 1e3}});
+  };
+  measure("tiny", inspector::generate_pruned_gaussian(16, 16, 0.9, 7), 32, 1, 1);
+  const CsrMatrix a = inspector::generate_pruned_gaussian(512, 512, 0.9, 8);
+  for (int32_t e : {1, 2, 4, 8, 16, 32}) measure(fmt::format("512x512-e{}", e), a, 64, 32, e);
+  if (const char* out = std::getenv("SPARSERT_MEASURE_DIR")) {
+    const nlohmann::json j = {{"device", dev.name}, {"sm", dev.sm()}, {"driver", cuda::Driver::get().version()},
+                              {"what", "GpuNetwork::time (alone) and time_back_to_back per run, baked layers"},
+                              {"runs", rows}};
+    write_file_atomic(std::filesystem::path(out) / "launch-costs.json", j.dump(2) + "\n");
+  }
 }
 
 TEST(RealGpu, GraphChallengeOfficialNetwork) {

@@ -68,7 +68,13 @@ struct ThreadCount {
   int x = 1, y = 1, z = 1;
   bool required = true;
 };
+// Throws InternalError unless `name` is a PTX identifier (letters, digits, _ and $, not starting with a digit).
 std::string entry_signature(std::string_view name, std::span<const EntryParam> params, ThreadCount threads);
+
+// `text` as a PTX identifier: every character other than an ASCII letter, digit or _ becomes _, and a leading digit
+// gets a _ before it ("conv1-1/a.b" -> "conv1_1_a_b", "1x1" -> "_1x1", "" -> "__"). Layer names come from users;
+// kernel symbols must assemble.
+std::string ptx_identifier(std::string_view text);
 
 class Builder {
  public:
