@@ -52,6 +52,7 @@ struct LayerKernel {
   codegen::KernelChoice choice;
   codegen::StreamParams stream;
   bool stream_tuned = false;  // the parameters came from the tile source
+  std::optional<double> model_us;  // the tile source's estimate of the kernel built (TunedKernel::model_us)
 };
 
 // tuned[layer][target]: what the tile source says, asked once per pair.
@@ -115,9 +116,13 @@ std::vector<LayerKernel> choose_kernels(const std::vector<LoadedLayer>& layers, 
       k.choice.reason += fmt::format(" (the model gains {:.1f} us by baking it)", *tuned[li].front()->baked_gain_us);
     }
     k.stream = options.stream_params;
+    const TunedKernel* front = tuned[li].empty() || !tuned[li].front() ? nullptr : &*tuned[li].front();
     if (k.choice.kind == codegen::KernelKind::kStreamed && ts) {
       k.stream = *ts;
       k.stream_tuned = true;
+      k.model_us = front->model_us;
+    } else if (k.choice.kind == codegen::KernelKind::kBaked && front && front->kind == codegen::KernelKind::kBaked) {
+      k.model_us = front->model_us;
     } else if (k.choice.kind == codegen::KernelKind::kStreamed && !options.kernel_kind) {
       // Streamed by the rule although the source said baked: its fastest streamed parameters where every target has
       // them, not the defaults.
@@ -128,6 +133,7 @@ std::vector<LayerKernel> choose_kernels(const std::vector<LoadedLayer>& layers, 
       if (all) {
         k.stream = *per_target.front()->fallback_stream;
         k.stream_tuned = true;
+        k.model_us = per_target.front()->fallback_model_us;
       }
     }
     if (k.choice.kind == codegen::KernelKind::kBaked) baked_nnz += l.a.nnz();
@@ -347,6 +353,8 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
           pl.n_tile = k.n_tile;
           pl.tile = codegen::to_json(job.tile);
           pl.tile_source = job.tile_source;
+          pl.kind_reason = kinds[li].choice.reason;
+          pl.model_us = kinds[li].model_us;
           pl.cache_key = k.key;
           for (const CachedEntry& ce : k.entries) pl.entries.push_back({ce.name, ce.block_begin, ce.block_end, {}, {}, {}});
           if (stream_weights) {
@@ -367,6 +375,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
         r.tile_source = job.tile_source;
         r.kind = codegen::to_string(kinds[li].choice.kind);
         r.kind_reason = kinds[li].choice.reason;
+        r.model_us = kinds[li].model_us;
         for (size_t e = 0; e < k.entries.size(); ++e) {
           const CachedEntry& ce = k.entries[e];
           const std::string base = fmt::format("layer{}.e{}.{}", li, e, job.target.name());

@@ -104,6 +104,8 @@ NetworkDesc parse_network(const std::string& json_text, const std::filesystem::p
     j = nlohmann::json::parse(json_text);
   } catch (const nlohmann::json::parse_error& e) {
     throw_user_error(file, "not valid JSON at byte {}", e.byte);
+  } catch (const nlohmann::json::exception& e) {  // a number past double's range (out_of_range 406)
+    throw_user_error(file, "not valid JSON ({})", e.what());
   }
   SPARSERT_USER_CHECK(j.is_object(), file, "expected a JSON object");
   SPARSERT_USER_CHECK(j.contains("format") && j["format"] == kNetworkFormat, file + ": format",
@@ -169,6 +171,9 @@ NetworkDesc parse_network(const std::string& json_text, const std::filesystem::p
       SPARSERT_USER_CHECK(l["clamp"].is_number(), where + ": clamp", "expected a number");
       d.clamp = l["clamp"].get<float>();
       SPARSERT_USER_CHECK(std::isfinite(*d.clamp), where + ": clamp", "value is not finite");
+      // After a ReLU every value is at least 0: a clamp below that would make every output the clamp.
+      SPARSERT_USER_CHECK(d.activation != Activation::kRelu || *d.clamp >= 0, where + ": clamp",
+                          "{} is below 0, the least a ReLU gives", *d.clamp);
     }
     if (net.input) {
       // A convolution's columns are its output pixels: they follow from the input and the layers.

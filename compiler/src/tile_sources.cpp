@@ -62,6 +62,7 @@ TileSource model_tile_source(const std::vector<LoadedLayer>& layers, const std::
       // Ranked at the width the layer runs on, built for the width it is compiled for.
       for (const codegen::Target& t : targets) autotune::check_candidate(c.candidate, l.a, l.desc.n, t);
       pick = TunedKernel{c.candidate.kind, c.candidate.tile, c.candidate.stream, "model"};
+      pick->model_us = c.estimate.microseconds;
       if (std::isfinite(c.best_baked_us) && std::isfinite(c.best_streamed_us))
         pick->baked_gain_us = c.best_streamed_us - c.best_baked_us;
       if (pick->kind == codegen::KernelKind::kBaked && c.best_stream) {
@@ -76,7 +77,10 @@ TileSource model_tile_source(const std::vector<LoadedLayer>& layers, const std::
             valid_everywhere = false;
           }
         }
-        if (valid_everywhere) pick->fallback_stream = c.best_stream;
+        if (valid_everywhere) {
+          pick->fallback_stream = c.best_stream;
+          pick->fallback_model_us = c.best_streamed_us;
+        }
       }
     } catch (const inspector::InvalidTileParams&) {
       pick.reset();  // no candidate valid for every target: compile's rules

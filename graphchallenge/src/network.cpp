@@ -3,9 +3,11 @@
 #include "sparsert/runtime/error.hpp"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 
 namespace sparsert::graphchallenge {
@@ -28,9 +30,10 @@ int64_t Network::total_nnz() const {
 
 Network make_network(std::vector<CsrMatrix> weights, int32_t neurons, float bias, float clamp) {
   SPARSERT_USER_CHECK(neurons > 0, "neurons", "{} is not positive", neurons);
+  SPARSERT_USER_CHECK(std::isfinite(bias), "bias", "{} is not a finite number", bias);
   SPARSERT_USER_CHECK(bias <= 0.0f, "bias",
                       "{} is positive; dropping all-zero inputs between layers needs a bias of at most 0", bias);
-  SPARSERT_USER_CHECK(clamp > 0.0f, "clamp", "{} is not positive", clamp);
+  SPARSERT_USER_CHECK(clamp > 0.0f && std::isfinite(clamp), "clamp", "{} is not a positive finite number", clamp);
   Network net;
   net.neurons = neurons;
   net.bias = bias;
@@ -51,6 +54,14 @@ DenseTensor feature_major_inputs(const CsrMatrix& images, int32_t neurons, int32
   SPARSERT_USER_CHECK(images.cols <= neurons, "inputs", "have {} neurons, the network has {}", images.cols, neurons);
   const int64_t n = static_cast<int64_t>(images.rows) * replicate;
   SPARSERT_USER_CHECK(n <= std::numeric_limits<int32_t>::max(), "--replicate", "{} inputs are too many", n);
+  // The inputs are dense here (and twice that while the layers run): more than the machine holds is bad input, with
+  // the numbers that made it, not an allocation failure (an image id of 99999999 means 10^8 inputs).
+  const double bytes = static_cast<double>(neurons) * static_cast<double>(n) * 4.0;
+  const double ram = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  SPARSERT_USER_CHECK(ram <= 0 || bytes <= ram, "inputs",
+                      "{} inputs ({} images, the largest id, x {} replicas) of {} neurons need {:.1f} GB as dense "
+                      "floats; this machine has {:.1f} GB",
+                      n, images.rows, replicate, neurons, bytes / 1e9, ram / 1e9);
   DenseTensor y({neurons, n});
   for (int32_t i = 0; i < images.rows; ++i) {
     for (int32_t k = images.row_ptr[i]; k < images.row_ptr[i + 1]; ++k) {

@@ -175,6 +175,8 @@ nlohmann::json manifest_json(const Package& p) {
                          {"cache_key", l.cache_key},
                          {"entries", entries}};
     lj["clamp"] = l.clamp ? nlohmann::json(*l.clamp) : nlohmann::json(nullptr);
+    if (!l.kind_reason.empty()) lj["kind_reason"] = l.kind_reason;
+    if (l.model_us) lj["model_us"] = *l.model_us;
     if (l.live_flags) lj["live_flags"] = true;
     if (l.device_n) lj["device_n"] = true;
     if (l.conv) lj["conv"] = conv_layout_json(*l.conv);
@@ -202,6 +204,8 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     j = nlohmann::json::parse(read_file(manifest_path));
   } catch (const nlohmann::json::parse_error& e) {
     throw_user_error(where, "not valid JSON (byte {})", e.byte);
+  } catch (const nlohmann::json::exception& e) {  // a number past double's range (out_of_range 406)
+    throw_user_error(where, "not valid JSON ({})", e.what());
   }
   const std::string format = get_as<std::string>(j, where, "format");
   SPARSERT_USER_CHECK(format == kPackageFormat, where + ": format",
@@ -249,11 +253,30 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     l.block_x = block[0];
     l.block_y = block[1];
     l.n_tile = get_as<int32_t>(launch, lw + ".launch", "n_tile");
+    // The launch divides by these and the device takes at most 1024 threads a block.
+    SPARSERT_USER_CHECK(l.block_x >= 1 && l.block_y >= 1 && block[2] == 1 &&
+                            static_cast<int64_t>(l.block_x) * l.block_y <= 1024,
+                        lw + ".launch.block", "[{}, {}, {}] is not a block of 1 to 1024 threads", block[0], block[1],
+                        block[2]);
+    SPARSERT_USER_CHECK(l.n_tile >= 1, lw + ".launch.n_tile", "{} is not a column tile", l.n_tile);
     l.tile = field(lj, lw, "tile");
+    if (l.kind == "streamed") {
+      // The kernel takes its arrays in order after B, C and N: the row-split layout two, the ELL walk five.
+      const bool rows = l.tile.is_object() && l.tile.value("layout", "") == "rows";
+      const size_t want = rows ? 2 : 5;
+      SPARSERT_USER_CHECK(l.arrays.size() == want, lw + ".arrays", "{} arrays; a streamed layer of layout '{}' takes {}",
+                          l.arrays.size(), rows ? "rows" : "ell", want);
+    }
     if (lj.contains("tile_source")) l.tile_source = get_as<std::string>(lj, lw, "tile_source");  // absent before
+    if (lj.contains("kind_reason")) l.kind_reason = get_as<std::string>(lj, lw, "kind_reason");
+    if (lj.contains("model_us")) {
+      l.model_us = get_as<double>(lj, lw, "model_us");
+      SPARSERT_USER_CHECK(std::isfinite(*l.model_us) && *l.model_us >= 0, lw + ".model_us",
+                          "{} is not a time in microseconds", *l.model_us);
+    }
     l.cache_key = get_as<std::string>(lj, lw, "cache_key");
     const nlohmann::json& entries = field(lj, lw, "entries");
-    SPARSERT_USER_CHECK(entries.is_array(), lw + ".entries", "expected an array");
+    SPARSERT_USER_CHECK(entries.is_array() && !entries.empty(), lw + ".entries", "expected a non-empty array");
     for (size_t e = 0; e < entries.size(); ++e) {
       const std::string ew = fmt::format("{}.entries[{}]", lw, e);
       PackageEntry pe;

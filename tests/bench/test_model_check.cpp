@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 namespace {
 
@@ -57,6 +58,39 @@ TEST(ModelCheck, RanksEveryMeasuredTuningRunAsTheGpuDid) {
     }
   }
   EXPECT_GE(groups, 1) << "no tuning report held measured candidates";
+}
+
+// A measured file edited by hand: parameters the shared tile check rejects are a user error naming the candidate,
+// never a division by zero in the model; a time that is not positive is refused.
+TEST(ModelCheck, TileParametersAndTimesAreCheckedBeforeTheModel) {
+  SPARSERT_REQUIRE_SHARED_DATA(data);
+  const std::filesystem::path src = data.parent_path() / "measurements/h100-2026-11-23/tune-bottleneck_1_block_group3_1_1.json";
+  if (!std::filesystem::exists(src)) GTEST_SKIP() << src << " is absent";
+  sparsert::testing::ScratchDir dir;
+  bench::ModelCheckOptions o;
+  o.data_dir = data;
+  for (const auto& [field, value, says] : std::vector<std::tuple<std::string, nlohmann::json, std::string>>{
+           {"cols_per_thread", 3, "cols_per_thread"}, {"n_tile", 0, "n_tile"}, {"time_us", 0.0, "time_us"},
+           {"time_us", -2.0, "time_us"}}) {
+    nlohmann::json j = nlohmann::json::parse(read_file(src));
+    bool edited = false;
+    for (nlohmann::json& c : j["layers"][0]["candidates"]) {
+      if (c.value("status", "") != "measured" || c.value("kind", "baked") != "baked") continue;
+      (field == "time_us" ? c["time_us"] : c["tile"][field]) = value;
+      edited = true;
+      break;
+    }
+    ASSERT_TRUE(edited);
+    const std::filesystem::path bad = dir.path() / "edited.json";
+    write_file_atomic(bad, j.dump());
+    try {
+      bench::check_model(bad, o);
+      ADD_FAILURE() << field << " = " << value.dump() << ": no error";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("edited.json"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // What compile does without a GPU (the model's fastest estimate) against what the GPU measured: among each tuning
@@ -127,6 +161,14 @@ TEST(ModelCheck, BadFilesAreUserErrorsNamingTheFile) {
   bench::ModelCheckOptions o;
   o.data_dir = dir.path();
   EXPECT_THROW(bench::check_model(bad, o), UserError);
+  // A number past double's range: a user error naming the file, not nlohmann's out_of_range.
+  std::ofstream(bad) << "{\"format\": \"sparsert-tune-report/1\", \"seconds\": 1e999}";
+  try {
+    bench::check_model(bad, o);
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("x.json"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

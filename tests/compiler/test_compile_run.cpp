@@ -19,11 +19,13 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 using namespace sparsert;
 using namespace sparsert::compiler;
@@ -402,6 +404,12 @@ TEST(CompileRun, BadPackagesAndInputs) {
   write_npy_f64(dir / "f64.npy", {48, 20}, std::vector<double>(48 * 20, 0.5));
   EXPECT_EQ(cli(fmt::format("run {} --input {} --device cpu --check", pkg, (dir / "f64.npy").string()), &err), 0)
       << "float64 inputs are converted";
+  // A NaN in the input would reach the reference too, so --check could not catch it: refused up front.
+  DenseTensor nan_in = input(48, 20);
+  nan_in.data()[77] = std::numeric_limits<float>::quiet_NaN();
+  write_npy(dir / "nan.npy", nan_in);
+  EXPECT_EQ(cli(fmt::format("run {} --input {} --device cpu --check", pkg, (dir / "nan.npy").string()), &err), 2);
+  EXPECT_NE(err.find("element 77 is nan"), std::string::npos) << err;
   std::string bytes = read_file(dir / "x.npy");
   bytes.replace(bytes.find("<f4"), 3, "<i4");
   write_file_atomic(dir / "int.npy", bytes);
@@ -437,6 +445,27 @@ TEST(CompileRun, BadPackagesAndInputs) {
   write_file_atomic(dir / "badjson" / "manifest.json", manifest);
   EXPECT_NE(user_error([&] { load_package(dir / "badjson"); }).find("not a package version this runtime reads"),
             std::string::npos);
+  // Launch shapes the runtime would divide by or launch with: checked when the manifest is read.
+  for (const auto& [path, value, says] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"/layers/1/launch/n_tile", "0", ".launch.n_tile"},
+           {"/layers/1/launch/block", "[0, 1, 1]", ".launch.block"},
+           {"/layers/1/launch/block", "[64, 64, 1]", ".launch.block"},
+           {"/layers/1/entries", "[]", ".entries"}}) {
+    nlohmann::json m = nlohmann::json::parse(read_file(dir / "pkg" / "manifest.json"));
+    m[nlohmann::json::json_pointer(path)] = nlohmann::json::parse(value);
+    write_file_atomic(dir / "badjson" / "manifest.json", m.dump());
+    EXPECT_NE(user_error([&] { load_package(dir / "badjson"); }).find(says), std::string::npos) << path;
+  }
+  // A model estimate that is not a time; a number past double's range is not JSON this runtime reads.
+  for (const auto& [bad, says] : std::vector<std::pair<std::string, std::string>>{
+           {"-1.0", ".model_us"}, {"\"fast\"", ".model_us"}, {"1e999", "manifest.json: not valid JSON"}}) {
+    std::string text = read_file(dir / "pkg" / "manifest.json");
+    const size_t at = text.find("\"tile_source\"");
+    ASSERT_NE(at, std::string::npos);
+    text.insert(at, "\"model_us\": " + bad + ", ");
+    write_file_atomic(dir / "badjson" / "manifest.json", text);
+    EXPECT_NE(user_error([&] { load_package(dir / "badjson"); }).find(says), std::string::npos) << bad;
+  }
 
   // A package for another architecture: the emulated device is sm_90; claim the kernels are for sm_100 only.
   std::filesystem::copy(dir / "pkg", dir / "arch", std::filesystem::copy_options::recursive);
@@ -699,7 +728,13 @@ TEST(CompileRun, ModelChoosesKernelsWithoutATuningRecord) {
             codegen::Target::parse("sm_90"));
         EXPECT_EQ(pkg.layers[i].kind, codegen::to_string(c.candidate.kind)) << i;
         EXPECT_LE(c.estimate.microseconds, c.default_estimate.microseconds) << i;
+        // The package records the estimate of what it holds, and why that kind.
+        ASSERT_TRUE(pkg.layers[i].model_us.has_value()) << i;
+        EXPECT_DOUBLE_EQ(*pkg.layers[i].model_us, c.estimate.microseconds) << i;
+      } else {
+        EXPECT_FALSE(pkg.layers[i].model_us.has_value()) << "codegen's rules estimate nothing";
       }
+      EXPECT_FALSE(pkg.layers[i].kind_reason.empty()) << tiles << " layer " << i;
     }
     EXPECT_LE(max_relative_error(GpuNetwork(pkg).run(x), reference(layers, x)), 1e-5) << tiles;
   }

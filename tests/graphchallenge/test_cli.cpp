@@ -99,6 +99,18 @@ TEST_F(GraphChallengeCli, WrongNeuronCountIsBadInput) {
   EXPECT_EQ(std::count(past.output.begin(), past.output.end(), '\n'), 1) << past.output;
 }
 
+// An image id of 10^8 means 10^8 inputs: 409 GB of dense floats at 1024 neurons, more than any machine this runs on.
+// Bad input with the numbers, not an allocation failure.
+TEST_F(GraphChallengeCli, InputsLargerThanTheMachineAreBadInput) {
+  const auto p = dir_ / "huge-id.tsv";
+  std::ofstream(p) << "99999999\t1\t1\n";
+  const CliRun r = run_cli(fmt::format("graphchallenge --weights '{}' --neurons 1024 --layers 8 --inputs '{}'",
+                                       weights_.string(), p.string()));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("inputs: 99999999 inputs"), std::string::npos) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+}
+
 TEST_F(GraphChallengeCli, TruthNamingAnImagePastTheInputsIsBadInput) {
   const auto p = dir_ / "past.tsv";
   inspector::write_categories(p, {3, 500});

@@ -300,6 +300,8 @@ TEST_F(GraphChallengeGpuTeardown, CommandExitsWithoutAFailingDriverCall) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << out;
   EXPECT_NE(out.find("PASS"), std::string::npos) << out;
   EXPECT_NE(out.find(fmt::format("compiled {} layers for sm_90", kLayers)), std::string::npos) << out;  // on the device
+  EXPECT_NE(out.find("model estimate of the layer kernels: "), std::string::npos) << out;
+  EXPECT_NE(out.find(fmt::format("over the {} modelled layers", kLayers)), std::string::npos) << out;
   EXPECT_EQ(out.find("failed in teardown"), std::string::npos) << out;
   EXPECT_EQ(out.find("CUDA_ERROR_CONTEXT_IS_DESTROYED"), std::string::npos) << out;
   EXPECT_EQ(out.find("failed during teardown"), std::string::npos) << out;

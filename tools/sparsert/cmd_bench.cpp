@@ -57,7 +57,7 @@ int report(const BenchArgs& a) {
   for (const std::string& f : a.report) {
     try {
       runs.push_back(nlohmann::json::parse(read_file(f)));
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse errors, and numbers past double's range
       throw UserError(f, fmt::format("not JSON: {}", e.what()));
     }
   }

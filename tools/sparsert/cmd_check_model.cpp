@@ -54,8 +54,12 @@ Action add_check_model(CLI::App& app) {
       return static_cast<int>(kOk);
     }
     double worst = 1.0, min_rho = 1.0;
+    size_t kernels = 0, ranked = 0;
     for (const std::string& f : args->files) {
-      for (const bench::ModelGroup& g : bench::check_model(f, o)) {
+      const std::vector<bench::ModelGroup> groups = bench::check_model(f, o);
+      if (groups.empty()) fmt::print("{}: no measured kernels (model estimates only?)\n", f);
+      for (const bench::ModelGroup& g : groups) {
+        kernels += g.points.size();
         fmt::print("{}: {} kernels, Spearman {:.3f}, worst prediction {:.2f}x off\n", g.source, g.points.size(),
                    g.spearman, g.worst_ratio);
         if (!args->quiet) {
@@ -68,11 +72,18 @@ Action add_check_model(CLI::App& app) {
           }
         }
         worst = std::max(worst, g.worst_ratio);
-        if (g.points.size() > 1) min_rho = std::min(min_rho, g.spearman);
+        if (g.points.size() > 1) {
+          min_rho = std::min(min_rho, g.spearman);
+          ++ranked;
+        }
         out.push_back(bench::to_json(g));
       }
     }
-    fmt::print("overall: worst prediction {:.2f}x off, lowest Spearman {:.3f}\n", worst, min_rho);
+    // Nothing measured is not a perfect score, and one kernel ranks nothing.
+    SPARSERT_USER_CHECK(kernels > 0, "check-model", "no measured kernel in {} file{} to check the model against",
+                        args->files.size(), args->files.size() == 1 ? "" : "s");
+    fmt::print("overall: {} kernels, worst prediction {:.2f}x off, lowest Spearman {}\n", kernels, worst,
+               ranked > 0 ? fmt::format("{:.3f}", min_rho) : std::string("(no group of two or more)"));
     if (!args->output.empty()) write_file_atomic(args->output, out.dump(1));
     return static_cast<int>(kOk);
   };

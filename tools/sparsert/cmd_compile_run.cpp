@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <memory>
 
 namespace sparsert::cli {
@@ -148,10 +149,13 @@ Action add_compile(CLI::App& app) {
   sub->add_option("--neurons", args->gc_neurons, "--graphchallenge: neurons per layer")->default_val(1024);
   sub->add_option("--layers", args->gc_layers, "--graphchallenge: number of layers")->default_val(120);
   sub->add_option("--n", args->gc_n, "--graphchallenge: input columns (images) the kernels are compiled for")
-      ->default_val(1200);
+      ->default_val(1200)
+      ->check(CLI::Range(1, 1 << 30));  // the network format's limit
   sub->add_option("-o,--output", args->output, "Package directory to write")->required();
   sub->add_option("--target", args->targets, "Comma-separated targets")->default_val("sm_80,sm_90");
-  sub->add_option("-j,--threads", args->threads, "Assembler threads (0: one per core)")->default_val(0);
+  sub->add_option("-j,--threads", args->threads, "Assembler threads (0: one per core)")
+      ->default_val(0)
+      ->check(CLI::Range(0, 1024));
   sub->add_flag("--ptx-only", args->ptx_only, "Skip cubins (the driver JIT-compiles the PTX at load)");
   sub->add_flag("-q,--quiet", args->quiet, "No progress output");
   sub->add_option("--kernel", args->kernel,
@@ -213,11 +217,24 @@ Action add_compile(CLI::App& app) {
       opt.tiles = compiler::model_tile_source(layers, opt.targets, mo, opt.tiles);
     }
     const compiler::CompileReport r = compiler::compile_network(layers, args->output, opt);
+    const std::string primary = compiler::primary_target(opt.targets).name();  // the target the model ranked for
+    double model_total_us = 0.0;
+    size_t modelled = 0;
     for (const auto& l : r.layers) {
-      fmt::print("{:<10} {}  {:<8} {}  {} entr{}  emit {:.3f} s  assemble {:.2f} s  registers {}  tile {} ({})\n",
+      fmt::print("{:<10} {}  {:<8} {}  {} entr{}  emit {:.3f} s  assemble {:.2f} s  registers {}  tile {} ({}){}\n",
                  l.layer, l.target, l.kind, l.cache_hit ? "cache hit " : "compiled  ", l.entries,
                  l.entries == 1 ? "y" : "ies", l.emit_seconds, l.assemble_seconds, l.max_registers, l.tile.dump(),
-                 l.tile_source);
+                 l.tile_source, l.model_us ? fmt::format("  model {:.2f} us", *l.model_us) : std::string{});
+      if (l.model_us && l.target == primary) {
+        model_total_us += *l.model_us;
+        ++modelled;
+      }
+    }
+    if (modelled > 0) {
+      // An estimate for one target's part (compiler::primary_target), of the kernels alone, never a measurement.
+      fmt::print("model estimate: {:.1f} us per run of the {} layer{} it chose ({} of {}), launched back to back on "
+                 "{} (not measured)\n",
+                 model_total_us, modelled, modelled == 1 ? "" : "s", modelled, layers.size(), primary);
     }
     if (r.ptx_only) fmt::print("package is PTX only: {}\n", r.ptx_only_reason);
     const auto tuned = std::count_if(r.layers.begin(), r.layers.end(),
@@ -243,12 +260,19 @@ Action add_run(CLI::App& app) {
       ->check(CLI::IsMember({"feature-major", "batch-major"}))
       ->default_val("feature-major");
   sub->add_option("--repeat", args->repeat, "Timed repetitions")->default_val(1)->check(CLI::Range(1, 1000000));
-  sub->add_option("--threads", args->threads, "CPU executor threads (0: one per core)")->default_val(0);
+  sub->add_option("--threads", args->threads, "CPU executor threads (0: one per core)")
+      ->default_val(0)
+      ->check(CLI::Range(0, 1024));
   sub->add_flag("--ptx", args->force_ptx, "JIT the PTX even where a cubin for the device exists");
   sub->add_flag("--check", args->check, "Compare the output with the double-precision reference (exit 1 if off)");
   return [args] {
     const Package pkg = load_package(args->package);
     DenseTensor input = read_npy_f32(args->input);
+    // A NaN or an infinity would flow through every layer (and the reference alike, so --check could not see it).
+    for (int64_t i = 0; i < input.size(); ++i) {
+      SPARSERT_USER_CHECK(std::isfinite(input.data()[i]), args->input, "element {} is {}, not a finite number", i,
+                          input.data()[i]);
+    }
     if (pkg.layers.front().conv) return run_conv(pkg, input, *args);
     SPARSERT_USER_CHECK(input.rank() == 2, args->input, "shape {} is not a matrix", input.shape_string());
     if (args->layout == "batch-major") input = transpose_dense(input);

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <chrono>
 #include <memory>
 
@@ -76,6 +77,14 @@ Action add_emit(CLI::App& app) {
     opt.epilogue.bias = args->bias;
     opt.epilogue.activation = args->relu ? Activation::kRelu : Activation::kNone;
     opt.epilogue.clamp = args->clamp;
+    if (args->clamp) {
+      SPARSERT_USER_CHECK(std::isfinite(*args->clamp), "--clamp", "{} is not a finite number", *args->clamp);
+      SPARSERT_USER_CHECK(!args->relu || *args->clamp >= 0, "--clamp", "{} is below 0, the least a ReLU gives",
+                          *args->clamp);
+    }
+    // The sidecar is NAME.json beside NAME.ptx: an output named .json would be overwritten by its own sidecar.
+    SPARSERT_USER_CHECK(std::filesystem::path(args->output).extension() != ".json", args->output,
+                        "the kernel's output cannot be a .json file (that name is its sidecar's)");
     const auto t0 = std::chrono::steady_clock::now();
     const inspector::WorkPlan plan = inspector::make_plan(m.a, tile.plan);
     const codegen::SpmmKernel kernel = codegen::emit_spmm(m.a, plan, target, opt);

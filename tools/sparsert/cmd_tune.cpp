@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 
@@ -74,9 +75,10 @@ Action add_tune(CLI::App& app) {
   sub->add_option("-o,--output", args->output, "Report to write (JSON)")->required();
   sub->add_option("--html", args->html, "HTML report to write (default: the report's name with .html)");
   sub->add_option("--target", args->target, "Target to tune for")->default_val("sm_90");
-  sub->add_option("--n", args->n, "Columns of B (a matrix input only; a network gives n per layer)");
+  sub->add_option("--n", args->n, "Columns of B (a matrix input only; a network gives n per layer)")
+      ->check(CLI::Range(0, 1 << 30));  // the network format's limit
   sub->add_option("--budget", args->budget, "Seconds for the whole run (0: no limit); past it nothing new is "
-                  "assembled or timed")->default_val(0)->check(CLI::NonNegativeNumber);
+                  "assembled or timed")->default_val(0)->check(CLI::Range(0.0, 1e9));
   sub->add_option("--mode", args->mode, "auto (gpu where a device is found), model or gpu")
       ->check(CLI::IsMember({"auto", "model", "gpu"}))->default_val("auto");
   sub->add_option("--kernel", args->kernel, "Kernel kinds to search: auto (baked and streamed), baked or streamed")
@@ -91,6 +93,8 @@ Action add_tune(CLI::App& app) {
   sub->add_flag("-q,--quiet", args->quiet, "No progress output");
   add_matrix_options(*sub, args->matrix);
   return [args] {
+    // CLI11's range check lets a NaN through (every comparison with it is false).
+    SPARSERT_USER_CHECK(std::isfinite(args->budget), "--budget", "{} is not a number of seconds", args->budget);
     std::vector<autotune::TuneLayer> layers;
     if (is_network(args->input)) {
       SPARSERT_USER_CHECK(args->n == 0, "--n", "is for a matrix input; a network gives n per layer");

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <vector>
 
 int main(int argc, char** argv) {
@@ -41,7 +42,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
+    // One line, as every other error (CLI11's own exit() adds a second "Run with --help" line).
+    std::fprintf(stderr, "sparsert: error: %s (see sparsert --help)\n", e.what());
     return cli::kBadInput;
   }
 
@@ -55,6 +57,10 @@ int main(int argc, char** argv) {
     return cli::kBadInput;
   } catch (const WorkFailure& e) {
     std::fprintf(stderr, "sparsert: failed: %s\n", e.what());
+    return cli::kWorkFailed;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "sparsert: error: out of memory: the inputs or the outputs they imply do not fit this "
+                 "machine's memory\n");
     return cli::kWorkFailed;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "sparsert: %s\n", e.what());

@@ -4,6 +4,7 @@
 #include "sparsert/autotune/space.hpp"
 #include "sparsert/bench/bench.hpp"
 #include "sparsert/inspector/formats.hpp"
+#include "sparsert/inspector/plan.hpp"
 #include "sparsert/runtime/error.hpp"
 #include "sparsert/runtime/file_io.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
@@ -20,6 +21,34 @@ namespace sparsert::bench {
 namespace {
 
 using nlohmann::json;
+
+// nlohmann's non-throwing parse still throws out_of_range for a number past double's range: discarded as well.
+json parse_or_discard(const std::string& text) {
+  try {
+    return json::parse(text, nullptr, false);
+  } catch (const json::exception&) {
+    return json(json::value_t::discarded);
+  }
+}
+
+// A measured time: a positive finite number (a zero or negative one would make every ratio meaningless).
+double measured_time(const json& v, const std::string& where) {
+  SPARSERT_USER_CHECK(v.is_number(), where, "is not a number");
+  const double t = v.get<double>();
+  SPARSERT_USER_CHECK(std::isfinite(t) && t > 0, where, "{} is not a positive time", t);
+  return t;
+}
+
+// The shared tile check before the model sees the parameters (a zero or odd one would divide by zero there).
+void checked(const autotune::Candidate& c, const CsrMatrix& a, int32_t n, const codegen::Target& target,
+             const std::string& where) {
+  SPARSERT_USER_CHECK(n >= 1, where, "n = {} is not a width", n);
+  try {
+    autotune::check_candidate(c, a, n, target);
+  } catch (const inspector::InvalidTileParams& e) {
+    throw_user_error(where, "{}", e.what());
+  }
+}
 
 codegen::Target target_of(const json& j, const std::string& where) {
   const std::string t = j.value("target", "sm_90");
@@ -97,11 +126,15 @@ std::vector<ModelGroup> check_tune_report(const json& j, const std::string& file
       pt.layer = name;
       pt.label = label;
       pt.n = layer["n"].get<int32_t>();
-      pt.measured_us = c["time_us"].get<double>();
+      pt.measured_us = measured_time(c["time_us"], cw + ": time_us");
       pt.is_default = c.value("default", false);
-      pt.estimate = autotune::estimate_candidate(
-          *a, pt.n, Epilogue{}, streamed ? codegen::KernelKind::kStreamed : codegen::KernelKind::kBaked, tile,
-          stream, target, regs, o.simulate, version_of(j, stream));
+      autotune::Candidate cand;
+      cand.kind = streamed ? codegen::KernelKind::kStreamed : codegen::KernelKind::kBaked;
+      cand.tile = tile;
+      cand.stream = stream;
+      checked(cand, *a, pt.n, target, cw);
+      pt.estimate = autotune::estimate_candidate(*a, pt.n, Epilogue{}, cand.kind, tile, stream, target, regs,
+                                                 o.simulate, version_of(j, stream));
       pt.predicted_us = pt.estimate.microseconds;
       g.points.push_back(std::move(pt));
     }
@@ -125,7 +158,7 @@ std::optional<DetailKernel> kernel_in_detail(const std::string& detail, const st
   if (at == std::string::npos) return std::nullopt;
   const size_t open = detail.find('{', at), close = detail.find('}', open);
   if (close == std::string::npos) return std::nullopt;
-  const json t = json::parse(detail.substr(open, close - open + 1), nullptr, false);
+  const json t = parse_or_discard(detail.substr(open, close - open + 1));
   if (t.is_discarded()) throw_user_error(where, "the parameters in field 'detail' are not JSON");
   DetailKernel k;
   if (streamed) {
@@ -172,7 +205,8 @@ std::vector<ModelGroup> check_bench(const json& j, const std::string& file, cons
     c.stream = kernel->stream;
     pt.label = autotune::describe(c);
     pt.n = it->n;
-    pt.measured_us = r["median_ms"].get<double>() * 1e3;
+    pt.measured_us = measured_time(r["median_ms"], where + ": median_ms") * 1e3;
+    checked(c, it->a, it->n, target_of(j, file), where);
     pt.estimate = autotune::estimate_candidate(it->a, it->n, Epilogue{}, c.kind, c.tile, c.stream, target_of(j, file),
                                                std::nullopt, o.simulate, version_of(j, c.stream));
     pt.predicted_us = pt.estimate.microseconds;
@@ -181,7 +215,7 @@ std::vector<ModelGroup> check_bench(const json& j, const std::string& file, cons
       ModelPoint iso = pt;
       autotune::KernelVersion v = version_of(j, c.stream);
       v.isolated_runs = true;
-      iso.measured_us = r["isolated_median_ms"].get<double>() * 1e3;
+      iso.measured_us = measured_time(r["isolated_median_ms"], where + ": isolated_median_ms") * 1e3;
       iso.estimate = autotune::estimate_candidate(it->a, it->n, Epilogue{}, c.kind, c.tile, c.stream,
                                                   target_of(j, file), std::nullopt, o.simulate, v);
       iso.predicted_us = iso.estimate.microseconds;
@@ -230,13 +264,24 @@ double spearman(const std::vector<double>& x, const std::vector<double>& y) {
 }
 
 std::vector<ModelGroup> check_model(const std::filesystem::path& file, const ModelCheckOptions& options) {
-  const json j = json::parse(read_file(file), nullptr, false);
+  const json j = parse_or_discard(read_file(file));
   if (j.is_discarded()) throw_user_error(file.string(), "is not valid JSON");
+  SPARSERT_USER_CHECK(j.is_object(), file.string(), "is not a JSON object");
   const std::string format = j.value("format", "");
-  if (format == "sparsert-tune-report/1") return check_tune_report(j, file.string(), options);
-  if (format == kResultsFormat) return check_bench(j, file.string(), options);
-  throw_user_error(file.string(), "field 'format' is '{}': expected sparsert-tune-report/1 or {}", format,
-                   kResultsFormat);
+  std::vector<ModelGroup> groups;
+  try {
+    if (format == "sparsert-tune-report/1") {
+      groups = check_tune_report(j, file.string(), options);
+    } else if (format == kResultsFormat) {
+      groups = check_bench(j, file.string(), options);
+    } else {
+      throw_user_error(file.string(), "field 'format' is '{}': expected sparsert-tune-report/1 or {}", format,
+                       kResultsFormat);
+    }
+  } catch (const json::exception& e) {  // a field of the wrong JSON type somewhere below
+    throw_user_error(file.string(), "{}", e.what());
+  }
+  return groups;
 }
 
 json to_json(const ModelGroup& g) {
@@ -252,9 +297,23 @@ json to_json(const ModelGroup& g) {
   return {{"source", g.source}, {"spearman", g.spearman}, {"worst_ratio", g.worst_ratio}, {"points", points}};
 }
 
+namespace {
+PredictionSet predict_unchecked(const std::filesystem::path& file, const ModelCheckOptions& o);
+}  // namespace
+
 PredictionSet predict_against_vendors(const std::filesystem::path& file, const ModelCheckOptions& o) {
-  const json j = json::parse(read_file(file), nullptr, false);
+  try {
+    return predict_unchecked(file, o);
+  } catch (const json::exception& e) {  // a field of the wrong JSON type somewhere below
+    throw_user_error(file.string(), "{}", e.what());
+  }
+}
+
+namespace {
+PredictionSet predict_unchecked(const std::filesystem::path& file, const ModelCheckOptions& o) {
+  const json j = parse_or_discard(read_file(file));
   if (j.is_discarded()) throw_user_error(file.string(), "is not valid JSON");
+  SPARSERT_USER_CHECK(j.is_object(), file.string(), "is not a JSON object");
   const std::string where = file.string();
   SPARSERT_USER_CHECK(j.value("format", "") == kResultsFormat, where, "field 'format' is not {}", kResultsFormat);
   SPARSERT_USER_CHECK(j.contains("problems") && j["problems"].is_array(), where, "field 'problems' is missing");
@@ -301,6 +360,7 @@ PredictionSet predict_against_vendors(const std::filesystem::path& file, const M
   out.geomean_over_vendor = counted ? std::exp(log_sum / counted) : 0.0;
   return out;
 }
+}  // namespace
 
 json to_json(const PredictionSet& p) {
   json rows = json::array();

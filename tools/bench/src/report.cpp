@@ -415,7 +415,9 @@ std::string write_report(const std::vector<json>& runs, const std::vector<std::s
         break;
       }
     const std::string svg_name = run_id(run) + ".svg";
-    std::filesystem::create_directories(svg_dir);
+    std::error_code ec;
+    std::filesystem::create_directories(svg_dir, ec);
+    if (ec) throw_user_error(svg_dir.string(), "cannot create the charts' directory ({})", ec.message());
     write_file_atomic(svg_dir / svg_name, chart_svg(run, groups, goal, goal_baseline));
     md += fmt::format("\n![{} speedups]({}/{})\n", run_id(run), svg_link_prefix, svg_name);
 

@@ -24,6 +24,10 @@ struct TunedKernel {
   // For a baked pick that compile's rule streams anyway (the network budget, the per-layer cap): the source's fastest
   // streamed parameters, used instead of CompileOptions::stream_params.
   std::optional<codegen::StreamParams> fallback_stream = std::nullopt;
+  // The source's estimates (microseconds, the primary target, back to back) of this kernel and of fallback_stream,
+  // where it has them: recorded in the package and the report for the kernel compile builds.
+  std::optional<double> model_us = std::nullopt;
+  std::optional<double> fallback_model_us = std::nullopt;
 };
 
 // Where kernels come from: a tuning database, else the documented rules (choose_kernel_kind, the heuristic's tile
@@ -70,6 +74,7 @@ struct LayerTargetReport {
                             // (CompileOptions::stream_params)
   std::string kind;         // "baked" | "streamed"
   std::string kind_reason;
+  std::optional<double> model_us;  // PackageLayer::model_us
 };
 
 struct CompileReport {

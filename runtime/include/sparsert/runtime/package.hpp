@@ -63,6 +63,11 @@ struct PackageLayer {
   // Who chose the kernel: "tuned" (tuning database), "model" (the static model's fastest estimate), "heuristic"
   // (codegen's rules), "streamed" (compile's stream parameters); empty in packages written before it was recorded.
   std::string tile_source;
+  // Why this kind (baked or streamed), as compile decided it; empty in packages written before it was recorded.
+  std::string kind_reason;
+  // The static model's estimate of this layer's kernel at the width it was ranked at (microseconds, one run back to
+  // back); absent where no model chose the kernel (codegen's rules, a measured record without one).
+  std::optional<double> model_us;
   std::string cache_key;
 };
 
