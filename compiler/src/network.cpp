@@ -120,7 +120,11 @@ NetworkDesc parse_network(const std::string& json_text, const std::filesystem::p
     SPARSERT_USER_CHECK(v.is_object(), file + ": values", "expected {{\"distribution\": ..., \"seed\": ...}}");
     if (v.contains("distribution")) {
       SPARSERT_USER_CHECK(v["distribution"].is_string(), file + ": values.distribution", "expected a string");
-      net.load.fill.distribution = inspector::parse_distribution(v["distribution"].get<std::string>());
+      try {
+        net.load.fill.distribution = inspector::parse_distribution(v["distribution"].get<std::string>());
+      } catch (const UserError& e) {
+        throw UserError(file + ": values", e.what());
+      }
     }
     if (v.contains("seed")) {
       SPARSERT_USER_CHECK(v["seed"].is_number_unsigned(), file + ": values.seed", "expected a non-negative integer");
@@ -139,7 +143,8 @@ NetworkDesc parse_network(const std::string& json_text, const std::filesystem::p
                           "unknown field");
     }
     LayerDesc d;
-    d.name = l.contains("name") && l["name"].is_string() ? l["name"].get<std::string>() : fmt::format("layer{}", i);
+    SPARSERT_USER_CHECK(!l.contains("name") || l["name"].is_string(), where + ": name", "expected a string");
+    d.name = l.contains("name") ? l["name"].get<std::string>() : fmt::format("layer{}", i);
     SPARSERT_USER_CHECK(l.contains("weights") && l["weights"].is_string(), where + ": weights",
                         "expected a file name");
     d.weights = base / l["weights"].get<std::string>();
@@ -153,7 +158,12 @@ NetworkDesc parse_network(const std::string& json_text, const std::filesystem::p
         d.bias = {b.get<float>()};
       } else if (b.is_string()) {
         const std::filesystem::path p = base / b.get<std::string>();
-        const DenseTensor t = read_npy_f32(p);
+        DenseTensor t;
+        try {
+          t = read_npy_f32(p);
+        } catch (const UserError& e) {  // the file's own message, and which layer named it
+          throw UserError(where + ": bias", e.what());
+        }
         SPARSERT_USER_CHECK(t.rank() == 1 || (t.rank() == 2 && (t.dim(0) == 1 || t.dim(1) == 1)), where + ": bias",
                             "{} has shape {}, expected a vector", p.string(), t.shape_string());
         d.bias = t.vec();

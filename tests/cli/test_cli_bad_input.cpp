@@ -103,6 +103,14 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
        "emit {} --n 8 --relu --clamp -1 -o " + (dir / "k.ptx").string(), "--clamp"},
       {"", "", "tune x.mtx --n 8 --budget nan -o " + (dir / "t.json").string(), "--budget"},
       {"", "", "compile --graphchallenge x --neurons 4 --layers 1 --n 2147483647 -o " + (dir / "p").string(), "--n"},
+      // Errors in a network name the file and the layer or field.
+      {"net-bias.json", "{\"format\": \"sparsert-network/1\", \"layers\": [{\"weights\": \"w.mtx\", \"bias\": "
+       "\"nope.npy\", \"n\": 4}]}", "compile {} -o " + (dir / "pkg").string(), "layer 0: bias: "},
+      {"net-dist.json", "{\"format\": \"sparsert-network/1\", \"values\": {\"distribution\": \"cauchy\"}, "
+       "\"layers\": [{\"weights\": \"w.mtx\", \"n\": 4}]}", "compile {} -o " + (dir / "pkg").string(),
+       "net-dist.json: values: "},
+      {"net-name.json", "{\"format\": \"sparsert-network/1\", \"layers\": [{\"name\": 7, \"weights\": \"w.mtx\", "
+       "\"n\": 4}]}", "compile {} -o " + (dir / "pkg").string(), "layer 0: name"},
       // Nothing measured is not a perfect score.
       {"empty-tune.json", "{\"format\": \"sparsert-tune-report/1\", \"layers\": []}", "check-model {}",
        "no measured kernel"},
