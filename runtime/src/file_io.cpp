@@ -84,6 +84,18 @@ FileBytes read_file_bytes(const std::filesystem::path& path) {
   return out;
 }
 
+void check_output_path(const std::filesystem::path& path) {
+  SPARSERT_USER_CHECK(!path.empty() && !path.filename().empty(), path.string().empty() ? "output" : path.string(),
+                      "is not a file name");
+  const std::filesystem::path dir = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
+  std::error_code ec;
+  SPARSERT_USER_CHECK(std::filesystem::is_directory(dir, ec), path.string(), "cannot write: {} is not a directory",
+                      dir.string());
+  SPARSERT_USER_CHECK(::access(dir.c_str(), W_OK) == 0, path.string(), "cannot write: directory {} is not writable",
+                      dir.string());
+  SPARSERT_USER_CHECK(!std::filesystem::is_directory(path, ec), path.string(), "cannot write: it is a directory");
+}
+
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes) {
   std::filesystem::path dir = path.parent_path();
   if (dir.empty()) dir = ".";

@@ -111,6 +111,9 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
        "net-dist.json: values: "},
       {"net-name.json", "{\"format\": \"sparsert-network/1\", \"layers\": [{\"name\": 7, \"weights\": \"w.mtx\", "
        "\"n\": 4}]}", "compile {} -o " + (dir / "pkg").string(), "layer 0: name"},
+      // An output that cannot be written is said before the work, not after it.
+      {"", "", "bench --suite smoke -o /nonexistent/r.json", "/nonexistent/r.json: cannot write"},
+      {"", "", "check-model x.json -o " + dir.path().string(), "cannot write: it is a directory"},
       // Nothing measured is not a perfect score.
       {"empty-tune.json", "{\"format\": \"sparsert-tune-report/1\", \"layers\": []}", "check-model {}",
        "no measured kernel"},

@@ -149,6 +149,7 @@ Action add_bench(CLI::App& app) {
   sub->add_option("-o,--output", args->output, "results.json, or with --report the Markdown file")->required();
   return [args, sub] {
     if (!sub->parsed()) return static_cast<int>(kBadInput);
+    check_output_path(args->output);  // a suite takes minutes: say it at the start
     if (!args->report.empty()) {
       SPARSERT_USER_CHECK(args->suite.empty(), "--report", "cannot be combined with --suite");
       return report(*args);

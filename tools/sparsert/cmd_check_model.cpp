@@ -32,6 +32,7 @@ Action add_check_model(CLI::App& app) {
   sub->add_flag("--predict", args->predict, "Bench results only: the model's estimate for the kernel compile builds "
                 "today on each problem, beside the vendors' measured medians (estimates, not measurements)");
   return [args] {
+    if (!args->output.empty()) check_output_path(args->output);
     bench::ModelCheckOptions o;
     o.data_dir = args->data.empty() ? bench::default_data_dir() : std::filesystem::path(args->data);
     o.simulate = args->simulate;

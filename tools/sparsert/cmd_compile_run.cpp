@@ -3,6 +3,7 @@
 #include "sparsert/compiler/compile.hpp"
 #include "sparsert/runtime/conv_network.hpp"
 #include "sparsert/runtime/cpu_executor.hpp"
+#include "sparsert/runtime/file_io.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
 #include "sparsert/runtime/npy.hpp"
 #include "sparsert/runtime/package.hpp"
@@ -266,6 +267,7 @@ Action add_run(CLI::App& app) {
   sub->add_flag("--ptx", args->force_ptx, "JIT the PTX even where a cubin for the device exists");
   sub->add_flag("--check", args->check, "Compare the output with the double-precision reference (exit 1 if off)");
   return [args] {
+    if (!args->output.empty()) check_output_path(args->output);  // before the run, not after it
     const Package pkg = load_package(args->package);
     DenseTensor input = read_npy_f32(args->input);
     // A NaN or an infinity would flow through every layer (and the reference alike, so --check could not see it).

@@ -118,11 +118,7 @@ Action add_tune(CLI::App& app) {
     // Outputs must be writable before any work is done.
     std::string html = args->html;
     if (html.empty()) html = std::filesystem::path(args->output).replace_extension(".html").string();
-    for (const std::string& out : {args->output, html}) {
-      const std::filesystem::path parent = std::filesystem::path(out).parent_path();
-      SPARSERT_USER_CHECK(parent.empty() || std::filesystem::is_directory(parent), out,
-                          "parent directory {} does not exist", parent.string());
-    }
+    for (const std::string& out : {args->output, html}) check_output_path(out);
     const autotune::TuneReport report = autotune::tune(layers, opt);
     write_file_atomic(args->output, autotune::to_json(report).dump(1));
     write_file_atomic(html, autotune::render_html(report));

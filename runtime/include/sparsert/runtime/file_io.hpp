@@ -37,4 +37,9 @@ FileBytes read_file_bytes(const std::filesystem::path& path);
 // Throws UserError naming the path when the directory is not writable or the write fails.
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
 
+// Before the work whose result goes to `path`: throws UserError naming it when write_file_atomic could not write it
+// there (no name, its directory missing or not writable, a directory in its place), so a long run does not end in
+// an error it could have said at the start.
+void check_output_path(const std::filesystem::path& path);
+
 }  // namespace sparsert
