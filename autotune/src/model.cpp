@@ -1,4 +1,5 @@
 #include "sparsert/autotune/model.hpp"
+#include "sparsert/runtime/concurrent_launch.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
 
 #include <fmt/format.h>
@@ -280,59 +281,72 @@ void host_rate_floor(Estimate& est, const MachineModel& m) {
 // Each launch takes the longest of: its throughput (the busiest SM runs ceil(blocks / SMs) blocks, issuing at a rate
 // limited by how many warps it holds at once), its critical path, its instruction fetch (the busiest SM's blocks
 // each bring their own code through the front end) and its memory latency chain (once per wave), plus the launch.
+struct LaunchTerms {
+  double tp = 0, critical = 0, fetch = 0, lat = 0, shared = 0, mem = 0, resident = 0;
+  // The cycles the launch takes (the largest term) and which term that is: 0 issue, 1 critical, 2 fetch, 3 latency,
+  // 4 shared, 5 memory.
+  double cycles() const { return std::max({tp, critical, fetch, lat + shared, mem}); }
+  size_t bound() const {
+    const double terms[5] = {tp, critical, fetch, lat + shared, mem};
+    const size_t arg = static_cast<size_t>(std::max_element(terms, terms + 5) - terms);
+    // The memory chain goes to its larger part: a block with few warps cannot hide it behind its shared loads.
+    return arg == 4 ? 5 : arg == 3 && shared > lat ? 4 : arg;
+  }
+};
+
+LaunchTerms launch_terms(const LaunchWork& l, int warps_per_block, int bps, const MachineModel& m) {
+  LaunchTerms t;
+  if (l.grid_blocks <= 0) return t;  // launched but empty: only its overhead counts
+  const int64_t per_sm = (l.grid_blocks + m.sms - 1) / m.sms;
+  t.resident = static_cast<double>(std::min<int64_t>(per_sm, bps) * warps_per_block);
+  const double eff = std::min(1.0, t.resident / (kSchedulersPerSm * kWarpsToHideLatency));
+  const double per_block = l.warp_cycles / static_cast<double>(l.grid_blocks);
+  t.tp = static_cast<double>(per_sm) * per_block / (kSchedulersPerSm * eff);
+  t.critical = l.critical_cycles;
+  t.fetch = static_cast<double>(per_sm) * l.block_code_bytes / (kFetchBytesPerCycle * l.fetch_gain);
+  t.lat = std::ceil(static_cast<double>(per_sm) / static_cast<double>(bps)) * l.latency_cycles;
+  t.shared = static_cast<double>(per_sm) * l.shared_cycles;
+  const double dram_bytes_per_cycle = m.dram_gbps * kDramEfficiency / m.clock_ghz;
+  t.mem = dram_bytes_per_cycle > 0 ? l.dram_bytes / dram_bytes_per_cycle : 0.0;
+  return t;
+}
+
 Estimate combine(const std::vector<LaunchWork>& launches, int warps_per_block, int bps, const MachineModel& m) {
   Estimate est;
   est.blocks_per_sm = bps;
-  double cycles = 0.0, tp_cycles = 0.0, cp_cycles = 0.0, fetch_cycles = 0.0, lat_cycles = 0.0, sh_cycles = 0.0;
-  double mem_cycles = 0.0;
-  double resident_warps_total = 0.0;
+  double cycles = 0.0;
+  LaunchTerms sum;
   double worst[6] = {0, 0, 0, 0, 0, 0};
-  const double dram_bytes_per_cycle = m.dram_gbps * kDramEfficiency / m.clock_ghz;
   for (const LaunchWork& l : launches) {
-    if (l.grid_blocks <= 0) continue;  // launched but empty: only its overhead counts
+    if (l.grid_blocks <= 0) continue;
     est.grid_blocks += l.grid_blocks;
     est.warp_instructions += static_cast<int64_t>(std::llround(l.warp_instructions));
-    const int64_t per_sm = (l.grid_blocks + m.sms - 1) / m.sms;
-    const double resident = static_cast<double>(std::min<int64_t>(per_sm, bps) * warps_per_block);
-    const double eff = std::min(1.0, resident / (kSchedulersPerSm * kWarpsToHideLatency));
-    const double per_block = l.warp_cycles / static_cast<double>(l.grid_blocks);
-    const double tp = static_cast<double>(per_sm) * per_block / (kSchedulersPerSm * eff);
-    const double fetch_rate = kFetchBytesPerCycle * l.fetch_gain;
-    const double fetch = static_cast<double>(per_sm) * l.block_code_bytes / fetch_rate;
-    const double waves = std::ceil(static_cast<double>(per_sm) / static_cast<double>(bps));
-    const double lat = waves * l.latency_cycles;
-    const double shared = static_cast<double>(per_sm) * l.shared_cycles;
-    const double mem = dram_bytes_per_cycle > 0 ? l.dram_bytes / dram_bytes_per_cycle : 0.0;
-    tp_cycles += tp;
-    cp_cycles += l.critical_cycles;
-    fetch_cycles += fetch;
-    lat_cycles += lat;
-    sh_cycles += shared;
-    mem_cycles += mem;
-    // A block with few warps cannot hide its memory chain behind its (conflicted) shared loads: they add.
-    const double terms[5] = {tp, l.critical_cycles, fetch, lat + shared, mem};
-    const size_t arg = static_cast<size_t>(std::max_element(terms, terms + 5) - terms);
-    cycles += terms[arg];
-    // For `bound`: the launch's time goes to the term that set it, the memory chain to its larger part.
-    worst[arg == 4 ? 5 : arg == 3 && shared > lat ? 4 : arg] += terms[arg];
-    resident_warps_total += resident;
+    const LaunchTerms t = launch_terms(l, warps_per_block, bps, m);
+    sum.tp += t.tp;
+    sum.critical += t.critical;
+    sum.fetch += t.fetch;
+    sum.lat += t.lat;
+    sum.shared += t.shared;
+    sum.mem += t.mem;
+    sum.resident += t.resident;
+    cycles += t.cycles();
+    worst[t.bound()] += t.cycles();  // for `bound`: the launch's time goes to the term that set it
   }
   const double cycles_per_us = m.clock_ghz * 1e3;
-  est.throughput_us = tp_cycles / cycles_per_us;
-  est.critical_us = cp_cycles / cycles_per_us;
-  est.fetch_us = fetch_cycles / cycles_per_us;
-  est.latency_us = lat_cycles / cycles_per_us;
-  est.shared_us = sh_cycles / cycles_per_us;
-  est.memory_us = mem_cycles / cycles_per_us;
+  est.throughput_us = sum.tp / cycles_per_us;
+  est.critical_us = sum.critical / cycles_per_us;
+  est.fetch_us = sum.fetch / cycles_per_us;
+  est.latency_us = sum.lat / cycles_per_us;
+  est.shared_us = sum.shared / cycles_per_us;
+  est.memory_us = sum.mem / cycles_per_us;
   est.launch_us = (m.isolated_runs ? kLaunchUs : kGpuLaunchUs) * static_cast<double>(launches.size());
   est.microseconds = cycles / cycles_per_us + est.launch_us;
   host_rate_floor(est, m);
   static constexpr const char* kNames[6] = {"issue", "critical", "fetch", "latency", "shared", "memory"};
   const size_t arg = static_cast<size_t>(std::max_element(worst, worst + 6) - worst);
   est.bound = worst[arg] / cycles_per_us >= est.launch_us ? kNames[arg] : "launch";
-  est.occupancy = launches.empty()
-                      ? 0.0
-                      : resident_warps_total / static_cast<double>(launches.size()) / m.max_warps_per_sm;
+  est.occupancy = launches.empty() ? 0.0
+                                   : sum.resident / static_cast<double>(launches.size()) / m.max_warps_per_sm;
   return est;
 }
 
@@ -413,6 +427,20 @@ Estimate estimate(const Probe& probe, const inspector::WorkPlan& plan, const cod
   const double extra = kConcurrentEntryUs * static_cast<double>(launches.size() - 1);
   est.launch_us += extra;
   est.microseconds += extra;
+  // The runtime forks at most kMaxConcurrentStreams streams and puts entry i on stream i mod that: where a layer has
+  // more entries, each waits on its stream for the one before it (and then starts up as a dependent kernel), so the
+  // longest stream's chain can outlast the single wave above.
+  const size_t streams = cuda::ConcurrentLauncher::streams_for(launches.size());
+  std::vector<double> chain(streams, 0.0);
+  for (size_t i = 0; i < launches.size(); ++i) {
+    chain[i % streams] += launch_terms(launches[i], warps_per_block, bps, m).cycles() / (m.clock_ghz * 1e3) +
+                          (i >= streams ? kGpuLaunchUs : 0.0);
+  }
+  const double chained = est.launch_us + *std::max_element(chain.begin(), chain.end());
+  if (chained > est.microseconds) {
+    est.microseconds = chained;
+    est.bound = "stream order";
+  }
   host_rate_floor(est, m);
   return est;
 }

@@ -159,6 +159,28 @@ TEST(Model, BackToBackRunsHideTheHostsSubmission) {
   EXPECT_FALSE(to_json(MachineModel::for_target(target)).at("isolated_runs").get<bool>());
 }
 
+// The runtime forks at most kMaxConcurrentStreams streams for a layer's entries; entry i goes on stream i mod that.
+// Up to that many entries run in one wave and each further one costs its issue; beyond it, entries wait on their
+// stream for the one before them, which the model must price (a layer of 16 entries had been modelled as 1 wave).
+TEST(Model, EntriesBeyondTheStreamsWaitOnTheirStream) {
+  const codegen::Target target = codegen::Target::parse("sm_90");
+  const CsrMatrix a = inspector::generate_pruned_gaussian(512, 512, 0.9, 5);
+  auto split = [&](int64_t max_fmas_per_entry) {
+    codegen::TileParams tile;
+    tile.plan.m_blocks = 32;  // about 820 nonzeros a block
+    tile.max_fmas_per_entry = max_fmas_per_entry;
+    return estimate_candidate(a, 196, Epilogue{}, codegen::KernelKind::kBaked, tile, {}, target, std::nullopt, false,
+                              KernelVersion{});
+  };
+  // One entry; about 8 (4 blocks each); 32 (an entry takes at least one block).
+  const Estimate one = split(a.nnz()), eight = split(a.nnz() / 8 + 200), many = split(1);
+  EXPECT_LT(one.microseconds, eight.microseconds) << "side by side, each further entry still costs its issue";
+  EXPECT_STRNE(eight.bound, "stream order");
+  // 32 entries on 8 streams: four one after another on each.
+  EXPECT_STREQ(many.bound, "stream order");
+  EXPECT_GT(many.microseconds, eight.microseconds + 3 * 1.0) << "three dependent starts of a kernel at least";
+}
+
 TEST(Database, RoundTripAndBadInput) {
   sparsert::testing::ScratchDir dir;
   const TuneLayer l = small_layer("a", 7);
@@ -431,13 +453,12 @@ TEST(Model, StreamedCandidatesRankBesideBakedOnes) {
   EXPECT_GT(streamed_listed, 0u);
 }
 
-TEST(Model, StreamingWinsWhereTheBakedKernelNeedsManyLaunches) {
-  // 8192 x 64 with about 2.5 nonzeros per row: 20K nonzeros split every baked candidate into at least two entries
-  // (16384 fmas each, two launches of 2 us in the model), while the streamed kernel is one launch whose blocks each
-  // stage the 64 rows of B once and walk a few ELL steps per warp: at N = 16 the work is far below a launch.
+TEST(Model, StreamingWinsOnATallLayerWithFewNonzerosPerRow) {
+  // 8192 x 64 with about 2.5 nonzeros per row at N = 16: a baked thread owns every row of its block (64 or more) and
+  // loads every row of B for 2-3 fmas a row, so its critical path (about 1.9 us in the model) is its rows' loads and
+  // stores; the streamed kernel deals the rows to the lanes of many warps and stages the 64 rows of B once a block.
   const TuneLayer l{"tall", inspector::generate_random(8192, 64, 2.5 / 64, 31), Epilogue{{-0.3f}, Activation::kRelu,
                     32.0f}, 16};
-  ASSERT_GT(l.a.nnz(), codegen::TileParams{}.max_fmas_per_entry);
   TuneOptions o = model_options();
   o.simulate_top = 2;
   const TuneReport r = tune({l}, o);

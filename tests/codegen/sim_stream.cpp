@@ -323,7 +323,9 @@ TEST(StreamLayout, ConsecutiveRowsFallInDifferentBanks) {
       const int32_t width = std::min(cpt, 4);            // floats per shared load
       const int32_t lanes_per_phase = 32 / width;        // 128 bytes of banks per phase
       ASSERT_EQ(stride % (4 * width), 0) << "n_tile " << n_tile << " cpt " << cpt << ": loads misaligned";
-      if (n_tile % 4 == 0) ASSERT_EQ(stride % 16, 0) << "n_tile " << n_tile << ": 16-byte copies misaligned";
+      if (n_tile % 4 == 0) {
+        ASSERT_EQ(stride % 16, 0) << "n_tile " << n_tile << ": 16-byte copies misaligned";
+      }
       int worst = 0;
       for (int32_t phase = 0; phase < 32 / lanes_per_phase; ++phase) {
         std::vector<int> hits(32, 0);
@@ -335,7 +337,9 @@ TEST(StreamLayout, ConsecutiveRowsFallInDifferentBanks) {
       }
       // Vector loads: no conflict at all; scalar or pair loads of a 16-byte padded tile: at most 4-way (was 32).
       EXPECT_LE(worst, width == 4 ? 1 : 4) << "n_tile " << n_tile << " cpt " << cpt << " stride " << stride;
-      if (width == 4 || n_tile % 4 != 0) EXPECT_EQ(worst, 1) << "n_tile " << n_tile << " cpt " << cpt;
+      if (width == 4 || n_tile % 4 != 0) {
+        EXPECT_EQ(worst, 1) << "n_tile " << n_tile << " cpt " << cpt;
+      }
     }
   }
 }

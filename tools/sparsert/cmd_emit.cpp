@@ -47,7 +47,7 @@ Action add_emit(CLI::App& app) {
   sub->add_option("--gy", args->gy, "Thread groups splitting the K axis");
   sub->add_option("--cols-per-thread", args->cols_per_thread, "1, 2 or 4");
   sub->add_option("--max-fmas-per-entry", args->max_fmas_per_entry,
-                  "Split the layer into entries of at most this many fmas (default 16384)");
+                  "Split the layer into entries of at most this many fmas (default 65536)");
   sub->add_option("--weights", args->weights, "imm (immediates) or const (constant bank)")->default_val("imm");
   sub->add_option("--balance", args->balance, "nnz or rows")->default_val("nnz");
   sub->add_flag("--reorder", args->reorder, "Reorder rows by pattern similarity");

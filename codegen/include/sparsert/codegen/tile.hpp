@@ -24,7 +24,10 @@ struct TileParams {
   int32_t cols_per_thread = 1;      // 1, 2 or 4 (vector loads and stores of B and C)
   WeightPlacement weights = WeightPlacement::kImmediate;
   int32_t loads_per_batch = 4;      // rows of B loaded ahead of their fmas
-  int64_t max_fmas_per_entry = 16384;  // larger layers are split into several entries (assembler cost)
+  // Larger layers are split into several entries, each assembled on its own and launched side by side. Fewer entries
+  // run faster (each is a launch; beyond 8 they queue on the runtime's streams), larger ones cost ptxas time and
+  // memory more than in proportion (docs/codegen.md): 65 536 keeps a layer of up to 524 288 fmas within 8 entries.
+  int64_t max_fmas_per_entry = 65536;
   bool operator==(const TileParams&) const = default;
 };
 
