@@ -349,6 +349,29 @@ std::vector<size_t> rank_candidates(LayerContext& ctx, LayerResult& lr) {
   return rank(true);
 }
 
+// A register budget (docs/autotune.md): through nvJitLink ptxas spends up to 255 registers a thread on loads hoisted
+// ahead, which leaves one or two blocks an SM; 128 lets 16 warps share it (4 per scheduler). What the budget takes
+// from the hoisting the model cannot price, so only gpu mode tries it: the best baked candidates are timed again
+// with the budget, where their accumulators fit it.
+constexpr int32_t kRegisterBudget = 128;
+constexpr size_t kRegisterBudgetCandidates = 2;
+
+void add_register_budgets(LayerResult& lr, std::vector<size_t>& chosen) {
+  const size_t before = chosen.size();
+  size_t added = 0;
+  for (size_t k = 0; k < before && added < kRegisterBudgetCandidates; ++k) {
+    CandidateResult v = lr.candidates[chosen[k]];  // a copy: the push below may move the vector
+    if (v.cand.streamed() || v.cand.tile.max_registers != 0 || v.registers > kRegisterBudget) continue;
+    v.cand.tile.max_registers = kRegisterBudget;
+    v.cand.is_default = false;
+    if (std::any_of(lr.candidates.begin(), lr.candidates.end(), [&](const CandidateResult& r) { return r.cand == v.cand; }))
+      continue;
+    lr.candidates.push_back(std::move(v));
+    chosen.push_back(lr.candidates.size() - 1);
+    ++added;
+  }
+}
+
 // Step 3: the best-ranked confirmed by the assembler (model mode), or assembled and timed (gpu mode). In gpu mode the
 // default is included so that best and default are compared on the same basis.
 void confirm(LayerContext& ctx, LayerResult& lr, const std::vector<size_t>& ranked, SearchRun& run,
@@ -360,6 +383,7 @@ void confirm(LayerContext& ctx, LayerResult& lr, const std::vector<size_t>& rank
   if (gpu && lr.default_index >= 0 && lr.candidates[static_cast<size_t>(lr.default_index)].status == "estimated" &&
       std::find(chosen.begin(), chosen.end(), static_cast<size_t>(lr.default_index)) == chosen.end())
     chosen.push_back(static_cast<size_t>(lr.default_index));
+  if (gpu) add_register_budgets(lr, chosen);
   // The best streamed candidate too: assembling it costs ~0.03 s whatever the layer (its code does not depend on
   // the matrix), and its registers from the assembler (~84 for 16 columns per thread) replace the 56 + 4·cpt
   // bound, so the kinds are compared on real occupancy. (A baked candidate's assembly grows with its nonzeros:

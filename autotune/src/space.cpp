@@ -16,9 +16,10 @@
 namespace sparsert::autotune {
 
 std::string describe(const codegen::TileParams& t) {
-  return fmt::format("mb={} gy={} nt={} cpt={} {} {}{}", t.plan.m_blocks, t.plan.gy, t.n_tile, t.cols_per_thread,
+  return fmt::format("mb={} gy={} nt={} cpt={} {} {}{}{}", t.plan.m_blocks, t.plan.gy, t.n_tile, t.cols_per_thread,
                      codegen::to_string(t.weights), inspector::to_string(t.plan.balance),
-                     t.plan.reorder_rows ? " reorder" : "");
+                     t.plan.reorder_rows ? " reorder" : "",
+                     t.max_registers > 0 ? fmt::format(" reg<={}", t.max_registers) : "");
 }
 
 std::string describe(const Candidate& c) {
@@ -54,6 +55,7 @@ codegen::TileParams tile_from_json(const nlohmann::json& j, const std::string& w
   get_int("cols_per_thread", t.cols_per_thread);
   get_int("loads_per_batch", t.loads_per_batch);
   get_int("max_fmas_per_entry", t.max_fmas_per_entry);
+  get_int("max_registers", t.max_registers);
   try {
     if (auto s = get_string("balance")) t.plan.balance = inspector::parse_balance(*s);
     if (auto s = get_string("weights")) t.weights = codegen::parse_weight_placement(*s);

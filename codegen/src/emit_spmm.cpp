@@ -558,7 +558,7 @@ class EntryEmitter {
         {name_ + "_param_B", "u64"}, {name_ + "_param_C", "u64"}, {name_ + "_param_N", "u32"}};
     if (opt_.live_flags) params.push_back({name_ + "_param_F", "u64"});
     if (opt_.device_n) params.push_back({name_ + "_param_NP", "u64"});
-    out += ptx::entry_signature(name_, params, {bx, gy_, 1, true});
+    out += ptx::entry_signature(name_, params, {bx, gy_, 1, true, opt_.tile.max_registers});
     out += b_.declarations();
     if (e.shared_bytes > 0) out += fmt::format("\t.shared .align 16 .b8 partials[{}];\n", e.shared_bytes);
     out += '\n';

@@ -134,7 +134,9 @@ std::string entry_signature(std::string_view name, std::span<const EntryParam> p
   }
   out.append(threads.required ? ")\n.reqntid " : ")\n.maxntid ");
   out.append(std::to_string(threads.x)).append(", ").append(std::to_string(threads.y)).append(", ");
-  out.append(std::to_string(threads.z)).append("\n{\n");
+  out.append(std::to_string(threads.z)).append("\n");
+  if (threads.max_registers > 0) out.append(".maxnreg ").append(std::to_string(threads.max_registers)).append("\n");
+  out.append("{\n");
   return out;
 }
 

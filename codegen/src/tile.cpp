@@ -24,7 +24,8 @@ nlohmann::json to_json(const TileParams& t) {
           {"cols_per_thread", t.cols_per_thread},
           {"weights", to_string(t.weights)},
           {"loads_per_batch", t.loads_per_batch},
-          {"max_fmas_per_entry", t.max_fmas_per_entry}};
+          {"max_fmas_per_entry", t.max_fmas_per_entry},
+          {"max_registers", t.max_registers}};
 }
 
 int32_t threads_per_block(const TileParams& t) {
@@ -91,6 +92,10 @@ void check_tile_params(const TileParams& t, const KernelShape& shape, const Targ
   if (t.max_fmas_per_entry < 1) {
     throw InvalidTileParams("max_fmas_per_entry", fmt::format("{} is not positive", t.max_fmas_per_entry));
   }
+  if (t.max_registers != 0 && (t.max_registers < kFixedRegisters || t.max_registers > target.max_registers_per_thread())) {
+    throw InvalidTileParams("max_registers", fmt::format("{} is not 0 (no budget) or in [{}, {}]", t.max_registers,
+                                                         kFixedRegisters, target.max_registers_per_thread()));
+  }
 }
 
 void check_tile_resources(const TileParams& t, const inspector::WorkPlan& plan, const Target& target) {
@@ -102,6 +107,12 @@ void check_tile_resources(const TileParams& t, const inspector::WorkPlan& plan, 
                                  "limit of {}; use more row blocks or fewer columns per thread",
                                  r.registers, plan.stats.max_block_rows, t.cols_per_thread,
                                  target.max_registers_per_thread()));
+  }
+  if (t.max_registers > 0 && r.registers > t.max_registers) {
+    throw InvalidTileParams("max_registers", fmt::format("about {} registers per thread ({} rows x {} columns of "
+                                                         "accumulators) do not fit the budget of {}: it would spill",
+                                                         r.registers, plan.stats.max_block_rows, t.cols_per_thread,
+                                                         t.max_registers));
   }
   if (static_cast<int64_t>(r.registers) * r.threads > target.registers_per_sm()) {
     throw InvalidTileParams("registers", fmt::format("about {} registers x {} threads pass the {} registers of an SM",

@@ -231,15 +231,24 @@ TEST(Gpu, EmulatedDriverTimesVerifiesAndSaysSo) {
   EXPECT_EQ(r.mode, "gpu");
   EXPECT_TRUE(r.emulated);
   EXPECT_NE(r.note.find("emulated"), std::string::npos);
-  int measured = 0;
+  int measured = 0, budgeted = 0;
   for (const CandidateResult& c : r.layers[0].candidates) {
     if (c.status == "measured") {
       ++measured;
       EXPECT_TRUE(c.verified);
       EXPECT_GT(*c.time_us, 0.0);
     }
+    if (!c.cand.streamed() && c.cand.tile.max_registers > 0) {
+      // The best baked candidates again under a register budget: only a measurement can say what it costs.
+      ++budgeted;
+      EXPECT_EQ(c.cand.tile.max_registers, 128);
+      EXPECT_EQ(c.status, "measured") << c.reason;
+      EXPECT_LE(c.registers, 128);
+      EXPECT_NE(describe(c.cand).find("reg<=128"), std::string::npos);
+    }
   }
   EXPECT_GE(measured, 2);  // the two best-ranked and the default
+  EXPECT_GE(budgeted, 1);
   EXPECT_EQ(to_json(r).at("times_are"), "emulator measurements");
 }
 

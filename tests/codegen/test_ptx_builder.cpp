@@ -78,6 +78,7 @@ TEST(PtxBuilder, EntrySignatureSpellsExactly) {
   EXPECT_EQ(entry_signature("f", std::vector<EntryParam>{{"f_C", "u64"}}, {128, 1, 1, false}),
             ".visible .entry f(\n\t.param .u64 f_C\n)\n.maxntid 128, 1, 1\n{\n");
   EXPECT_EQ(entry_signature("e", {}, {}), ".visible .entry e(\n)\n.reqntid 1, 1, 1\n{\n");
+  EXPECT_EQ(entry_signature("r", {}, {32, 2, 1, true, 64}), ".visible .entry r(\n)\n.reqntid 32, 2, 1\n.maxnreg 64\n{\n");
   // A name ptxas would not parse is a bug of the caller, caught here rather than as a JIT error.
   for (const char* bad : {"a-b", "1k", "", "_", "a b", "a.b"}) {
     EXPECT_THROW(entry_signature(bad, {}, {}), sparsert::InternalError) << bad;

@@ -73,6 +73,11 @@ TEST(TileParams, EachLimitHasItsTypedError) {
   t = ok;
   t.loads_per_batch = 0;
   EXPECT_EQ(field_of(t, shape), "loads_per_batch");
+  t = ok;
+  for (int32_t bad : {-1, 23, 256}) {
+    t.max_registers = bad;
+    EXPECT_EQ(field_of(t, shape), "max_registers") << bad;
+  }
 }
 
 TEST(TileParams, ResourcesNeedThePlan) {
@@ -96,6 +101,19 @@ TEST(TileParams, ResourcesNeedThePlan) {
   } catch (const inspector::InvalidTileParams& e) {
     EXPECT_EQ(e.field(), "shared_memory");
   }
+  // A register budget below what the accumulators need would spill: refused, naming the budget.
+  t = TileParams{};
+  t.plan.m_blocks = 3;  // 100 rows: about 128 registers
+  t.max_registers = 96;
+  try {
+    check_tile_resources(t, inspector::make_plan(a, t.plan), sm90);
+    FAIL();
+  } catch (const inspector::InvalidTileParams& e) {
+    EXPECT_EQ(e.field(), "max_registers");
+    EXPECT_NE(std::string(e.what()).find("do not fit the budget of 96"), std::string::npos) << e.what();
+  }
+  t.max_registers = 160;
+  EXPECT_NO_THROW(check_tile_resources(t, inspector::make_plan(a, t.plan), sm90));
   // The heuristic always lands on parameters that pass.
   const TileParams h = default_tile_params(a, 100, sm90);
   EXPECT_NO_THROW(check_tile_resources(h, inspector::make_plan(a, h.plan), sm90));

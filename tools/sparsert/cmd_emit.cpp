@@ -22,6 +22,7 @@ struct EmitArgs {
   std::string target = "sm_90";
   std::optional<int32_t> m_blocks, n_tile, gy, cols_per_thread;
   std::optional<int64_t> max_fmas_per_entry;
+  std::optional<int32_t> max_registers;
   std::string weights = "imm";
   std::string balance = "nnz";
   bool reorder = false;
@@ -48,6 +49,8 @@ Action add_emit(CLI::App& app) {
   sub->add_option("--cols-per-thread", args->cols_per_thread, "1, 2 or 4");
   sub->add_option("--max-fmas-per-entry", args->max_fmas_per_entry,
                   "Split the layer into entries of at most this many fmas (default 65536)");
+  sub->add_option("--max-registers", args->max_registers,
+                  "Register budget per thread (.maxnreg; default: none, ptxas chooses)");
   sub->add_option("--weights", args->weights, "imm (immediates) or const (constant bank)")->default_val("imm");
   sub->add_option("--balance", args->balance, "nnz or rows")->default_val("nnz");
   sub->add_flag("--reorder", args->reorder, "Reorder rows by pattern similarity");
@@ -66,6 +69,7 @@ Action add_emit(CLI::App& app) {
     if (args->n_tile) tile.n_tile = *args->n_tile;
     if (args->cols_per_thread) tile.cols_per_thread = *args->cols_per_thread;
     if (args->max_fmas_per_entry) tile.max_fmas_per_entry = *args->max_fmas_per_entry;
+    if (args->max_registers) tile.max_registers = *args->max_registers;
     tile.plan.balance = inspector::parse_balance(args->balance);
     tile.plan.reorder_rows = args->reorder;
     tile.weights = codegen::parse_weight_placement(args->weights);

@@ -67,6 +67,7 @@ struct EntryParam {
 struct ThreadCount {
   int x = 1, y = 1, z = 1;
   bool required = true;
+  int max_registers = 0;  // > 0: a .maxnreg line (ptxas allocates at most this many registers per thread)
 };
 // Throws InternalError unless `name` is a PTX identifier (letters, digits, _ and $, not starting with a digit).
 std::string entry_signature(std::string_view name, std::span<const EntryParam> params, ThreadCount threads);

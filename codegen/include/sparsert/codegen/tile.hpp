@@ -28,6 +28,10 @@ struct TileParams {
   // run faster (each is a launch; beyond 8 they queue on the runtime's streams), larger ones cost ptxas time and
   // memory more than in proportion (docs/codegen.md): 65 536 keeps a layer of up to 524 288 fmas within 8 entries.
   int64_t max_fmas_per_entry = 65536;
+  // 0: ptxas chooses. Else the entries' .maxnreg: a register budget per thread that lets more warps share an SM.
+  // Through nvJitLink ptxas spends what it may on loads hoisted ahead (244 registers for a block of 16 accumulators
+  // at N = 49, where ptxas in whole-program mode takes 32), which caps blocks per SM at 1-2.
+  int32_t max_registers = 0;
   bool operator==(const TileParams&) const = default;
 };
 
