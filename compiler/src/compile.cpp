@@ -163,6 +163,16 @@ void replace_directory(const std::filesystem::path& tmp, const std::filesystem::
 }
 }  // namespace
 
+ModelTotal model_total(const CompileReport& report, const std::string& target) {
+  ModelTotal t;
+  for (const LayerTargetReport& l : report.layers) {
+    if (l.target != target || !l.model_us) continue;
+    t.us += *l.model_us;
+    ++t.layers;
+  }
+  return t;
+}
+
 CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std::filesystem::path& out_dir,
                               const CompileOptions& options) {
   const auto t0 = Clock::now();

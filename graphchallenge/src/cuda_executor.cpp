@@ -259,16 +259,11 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     im.notes.push_back(fmt::format("compiled {} layers for {} ({} cache hits, {} baked{}{}){}", layers.size(),
                                    target.name(), r.hits, baked_count, baked.empty() ? "" : ": ", baked,
                                    r.ptx_only ? ", PTX only: " + r.ptx_only_reason : ""));
-    double model_us = 0.0;
-    size_t modelled = 0;
-    for (const compiler::LayerTargetReport& lr : r.layers) {
-      if (lr.model_us) model_us += *lr.model_us, ++modelled;
-    }
-    if (modelled > 0) {
+    if (const compiler::ModelTotal m = compiler::model_total(r, target.name()); m.layers > 0) {
       // The layer kernels only, at the widths they were ranked at: the filter's kernels and the host are not in it.
       im.notes.push_back(fmt::format("model estimate of the layer kernels: {:.2f} ms per run over the {} modelled "
                                      "layers (an estimate, not a measurement; the filter's kernels not included)",
-                                     model_us / 1e3, modelled));
+                                     m.us / 1e3, m.layers));
     }
     im.gpu = std::make_unique<GpuNetwork>(load_package(im.package_dir));
     for (const std::string& note : im.gpu->load_notes()) {

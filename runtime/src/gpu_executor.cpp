@@ -59,8 +59,40 @@ struct GpuNetwork::Impl {
   cuda::DeviceBuffer scratch_flags;  // live-column flags nobody reads, for fused layers launched without any
   cuda::DeviceBuffer scratch_n;      // the column count of device_n layers launched without a count on the device
   size_t max_rows = 0;
-  cuda::Graph timing_graph;  // time_back_to_back's capture, for timing_n columns
+  cuda::Graph timing_graph;  // the timed runs' capture, for timing_n columns
   uint32_t timing_n = 0;
+
+  // The network as the timings run it: one replay of its CUDA Graph for `n` columns where graphs are supported (the
+  // capture made here once per width, outside any timed interval), else plain launches.
+  void prepare_timed_run(uint32_t n) {
+    if (!opt.use_graph || !cuda::Graph::supported() || (timing_graph.ready() && timing_n == n)) return;
+    timing_graph = cuda::Graph();
+    timing_graph.begin_capture(*stream);
+    launch_all(n);
+    timing_graph.end_capture(*stream);
+    timing_n = n;
+  }
+  void timed_run(uint32_t n) {
+    if (timing_graph.ready() && timing_n == n) {
+      timing_graph.launch(*stream);
+    } else {
+      launch_all(n);
+    }
+  }
+  // Median milliseconds of `runs` timed runs, each alone: the events bracket the host's submission too.
+  double median_isolated(uint32_t n, int runs) {
+    prepare_timed_run(n);
+    std::vector<double> totals;
+    cuda::Event start, stop;
+    for (int r = 0; r < runs; ++r) {
+      start.record(*stream);
+      timed_run(n);
+      stop.record(*stream);
+      stop.synchronize();
+      totals.push_back(stop.elapsed_ms_since(start));
+    }
+    return median(totals);
+  }
 
   Impl(const Package& p, const GpuRunOptions& o) : opt(o), pkg(p) {
     info = cuda::device_info(o.device);
@@ -322,51 +354,22 @@ GpuTimings GpuNetwork::time(const DenseTensor& input, int repeats) {
   }
   GpuTimings t;
   for (auto& v : per_layer) t.layer_ms.push_back(median(v));
-  // Whole-network time: one CUDA Graph replay per run where supported, else plain launches.
-  std::vector<double> totals;
-  cuda::Event start, stop;
-  cuda::Graph graph;
-  if (im.opt.use_graph && cuda::Graph::supported()) {
-    graph.begin_capture(*im.stream);
-    im.launch_all(n);
-    graph.end_capture(*im.stream);
-  }
-  const auto run_once = [&] {
-    if (graph.ready()) {
-      graph.launch(*im.stream);
-    } else {
-      im.launch_all(n);
-    }
-  };
-  for (int r = 0; r < repeats; ++r) {
-    start.record(*im.stream);
-    run_once();
-    stop.record(*im.stream);
-    stop.synchronize();
-    totals.push_back(stop.elapsed_ms_since(start));
-  }
-  t.total_ms = median(totals);
-  t.back_to_back_ms = back_to_back(*im.stream, repeats, run_once);
+  // Whole-network time: each run timed alone, then runs back to back.
+  t.total_ms = im.median_isolated(n, repeats);
+  t.back_to_back_ms = back_to_back(*im.stream, repeats, [&] { im.timed_run(n); });
   return t;
 }
 
 double GpuNetwork::time_back_to_back(const DenseTensor& input, int runs) {
   Impl& im = *impl_;
   const uint32_t n = im.upload(input);
-  if (im.opt.use_graph && cuda::Graph::supported() && (!im.timing_graph.ready() || im.timing_n != n)) {
-    im.timing_graph = cuda::Graph();
-    im.timing_graph.begin_capture(*im.stream);
-    im.launch_all(n);
-    im.timing_graph.end_capture(*im.stream);
-    im.timing_n = n;
-  }
-  return back_to_back(*im.stream, runs, [&] {
-    if (im.timing_graph.ready()) {
-      im.timing_graph.launch(*im.stream);
-    } else {
-      im.launch_all(n);
-    }
-  });
+  im.prepare_timed_run(n);
+  return back_to_back(*im.stream, runs, [&] { im.timed_run(n); });
+}
+
+double GpuNetwork::time_isolated(const DenseTensor& input, int runs) {
+  Impl& im = *impl_;
+  return im.median_isolated(im.upload(input), runs);
 }
 
 }  // namespace sparsert

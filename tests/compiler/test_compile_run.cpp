@@ -336,19 +336,24 @@ TEST(CompileRun, BakedLayerEntriesRunSideBySideInPlainLaunchesAndGraphReplay) {
   EXPECT_EQ(api.cuGraphDestroy(graph), CUDA_SUCCESS);
 
   // GpuNetwork's own capture (its timed graph) ends joined, and plain launches after it still give the result.
+  emu.clear_launches();
   const GpuTimings t = net.time(x, 2);
+  size_t captured_by_time = 0;
+  for (const auto& l : emu.launches()) captured_by_time += l.captured ? 1 : 0;
   EXPECT_EQ(t.layer_ms.size(), 3u);
   EXPECT_GE(t.back_to_back_ms, 0.0);
   EXPECT_LE(max_relative_error(net.run(x), want), 1e-5);
 
-  // Back-to-back timing (the bench's samples): one capture per input width, then only replays (counted by the
-  // instructions they execute against one plain run), and the runs leave the result in place.
+  // Back-to-back timing (the bench's samples): one capture per input width, shared with time() (which made this
+  // width's), then only replays (counted by the instructions they execute against one plain run), and the runs
+  // leave the result in place.
   auto executed = [&] {
     const std::vector<unsigned long long> c = emu.instruction_counts(1);
     return std::accumulate(c.begin(), c.end(), 0ull);
   };
   size_t per_run = 0;
   for (const PackageLayer& l : pkg.layers) per_run += l.entries.size();
+  EXPECT_EQ(captured_by_time, per_run);
   unsigned long long before = executed();
   net.run(x);
   const unsigned long long one_run = executed() - before;
@@ -361,13 +366,21 @@ TEST(CompileRun, BakedLayerEntriesRunSideBySideInPlainLaunchesAndGraphReplay) {
     EXPECT_EQ(executed() - before, 3 * one_run) << "three replays of the whole network";
     size_t captured = 0;
     for (const auto& l : emu.launches()) captured += l.captured ? 1 : 0;
-    EXPECT_EQ(captured, call == 0 ? per_run : 0u) << "captured on the first call only";
+    EXPECT_EQ(captured, 0u) << "time() captured this width already";
   }
   emu.clear_launches();
   net.time_back_to_back(input(48, 7), 1);
   size_t recaptured = 0;
   for (const auto& l : emu.launches()) recaptured += l.captured ? 1 : 0;
   EXPECT_EQ(recaptured, per_run) << "a new width is a new capture";
+  // Runs timed alone replay the same capture: no capture, one replay each.
+  emu.clear_launches();
+  before = executed();
+  EXPECT_GE(net.time_isolated(x, 2), 0.0);
+  EXPECT_EQ(executed() - before, 2 * one_run);
+  size_t captured_alone = 0;
+  for (const auto& l : emu.launches()) captured_alone += l.captured ? 1 : 0;
+  EXPECT_EQ(captured_alone, per_run) << "back at the first width: captured again";
   EXPECT_LE(max_relative_error(net.run(x), want), 1e-5);
 }
 
@@ -772,6 +785,38 @@ TEST(CompileRun, ModelStreamsGemvLayersRowSplit) {
   const auto layers = load_network(read_network(net));
   const DenseTensor x = input(2048, 1);
   EXPECT_LE(max_relative_error(GpuNetwork(pkg).run(x), reference(layers, x)), 1e-5);
+  // Compiled again (cache hits): each layer's estimate, and their sum, printed as estimates.
+  std::string out;
+  ASSERT_EQ(sparsert::testing::run_sparsert(fmt::format("compile {} -o {} --target sm_90 --ptx-only --no-tuning-db "
+                                                        "--tiles model",
+                                                        net, (dir / "pkg2").string()),
+                                            &out, true),
+            0)
+      << out;
+  size_t per_layer = 0;
+  for (size_t at = out.find("  model "); at != std::string::npos; at = out.find("  model ", at + 1)) ++per_layer;
+  EXPECT_EQ(per_layer, 2u) << out;
+  EXPECT_NE(out.find("us per run of the 2 layers it chose (2 of 2), launched back to back on sm_90 (not measured)"),
+            std::string::npos)
+      << out;
+}
+
+TEST(CompileRun, ModelTotalSumsOneTargetsEstimates) {
+  CompileReport r;
+  auto layer = [&](const char* target, std::optional<double> us) {
+    LayerTargetReport l;
+    l.target = target;
+    l.model_us = us;
+    r.layers.push_back(l);
+  };
+  layer("sm_90", 2.5);
+  layer("sm_80", 7.0);
+  layer("sm_90", std::nullopt);  // a layer the model did not rank (a tuning record): not in the sum
+  layer("sm_90", 4.0);
+  const ModelTotal t = model_total(r, "sm_90");
+  EXPECT_DOUBLE_EQ(t.us, 6.5);
+  EXPECT_EQ(t.layers, 2u);
+  EXPECT_EQ(model_total(r, "sm_75").layers, 0u);
 }
 
 // CompileOptions::live_flags (issue 13): every kernel, baked or streamed, takes the live-column flags after its other

@@ -219,23 +219,16 @@ Action add_compile(CLI::App& app) {
     }
     const compiler::CompileReport r = compiler::compile_network(layers, args->output, opt);
     const std::string primary = compiler::primary_target(opt.targets).name();  // the target the model ranked for
-    double model_total_us = 0.0;
-    size_t modelled = 0;
     for (const auto& l : r.layers) {
       fmt::print("{:<10} {}  {:<8} {}  {} entr{}  emit {:.3f} s  assemble {:.2f} s  registers {}  tile {} ({}){}\n",
                  l.layer, l.target, l.kind, l.cache_hit ? "cache hit " : "compiled  ", l.entries,
                  l.entries == 1 ? "y" : "ies", l.emit_seconds, l.assemble_seconds, l.max_registers, l.tile.dump(),
                  l.tile_source, l.model_us ? fmt::format("  model {:.2f} us", *l.model_us) : std::string{});
-      if (l.model_us && l.target == primary) {
-        model_total_us += *l.model_us;
-        ++modelled;
-      }
     }
-    if (modelled > 0) {
-      // An estimate for one target's part (compiler::primary_target), of the kernels alone, never a measurement.
+    if (const compiler::ModelTotal m = compiler::model_total(r, primary); m.layers > 0) {
       fmt::print("model estimate: {:.1f} us per run of the {} layer{} it chose ({} of {}), launched back to back on "
                  "{} (not measured)\n",
-                 model_total_us, modelled, modelled == 1 ? "" : "s", modelled, layers.size(), primary);
+                 m.us, m.layers, m.layers == 1 ? "" : "s", m.layers, layers.size(), primary);
     }
     if (r.ptx_only) fmt::print("package is PTX only: {}\n", r.ptx_only_reason);
     const auto tuned = std::count_if(r.layers.begin(), r.layers.end(),

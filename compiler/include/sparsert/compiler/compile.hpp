@@ -88,4 +88,12 @@ struct CompileReport {
 CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std::filesystem::path& out_dir,
                               const CompileOptions& options);
 
+// The model's estimates (LayerTargetReport::model_us) of one target's layer kernels, summed, and how many layers
+// had one: an estimate of the kernels alone, never a measurement.
+struct ModelTotal {
+  double us = 0.0;
+  size_t layers = 0;
+};
+ModelTotal model_total(const CompileReport& report, const std::string& target);
+
 }  // namespace sparsert::compiler

@@ -48,6 +48,8 @@ class GpuNetwork {
   // Milliseconds per run over `runs` whole-network runs launched back to back (one CUDA Graph replay each where
   // supported; the graph is captured once per input width and kept).
   double time_back_to_back(const DenseTensor& input, int runs);
+  // GpuTimings::total_ms alone: the median of `runs` whole-network runs, each timed alone from an idle stream.
+  double time_isolated(const DenseTensor& input, int runs);
 
   // Per-layer control for executors that manage activations themselves (the Graph Challenge's dead-input filter):
   // layer `layer` on n columns of `in` (K × package n floats) into `out` (M × package n), on stream(). A baked
