@@ -8,6 +8,7 @@
 #include "sparsert/codegen/stream_spmm.hpp"
 
 #include "sparsert/codegen/ptx_builder.hpp"
+#include "sparsert/runtime/package.hpp"
 
 #include "conv_addressing.hpp"
 #include "stream_common.hpp"
@@ -448,8 +449,16 @@ int64_t StreamWeights::bytes() const {
 }
 
 std::vector<std::pair<const char*, const std::vector<uint32_t>*>> StreamWeights::arrays() const {
-  if (layout == StreamLayout::kRows) return {{"ell", &ell}, {"slots", &slots}};
-  return {{"ell", &ell}, {"stages", &stages}, {"block_stages", &block_stages}, {"krows", &krows}, {"slots", &slots}};
+  std::vector<std::pair<const char*, const std::vector<uint32_t>*>> out;
+  if (layout == StreamLayout::kRows) {
+    out = {{"ell", &ell}, {"slots", &slots}};
+  } else {
+    out = {{"ell", &ell}, {"stages", &stages}, {"block_stages", &block_stages}, {"krows", &krows}, {"slots", &slots}};
+  }
+  SPARSERT_INTERNAL_CHECK(out.size() == streamed_array_count(layout == StreamLayout::kRows),
+                          "StreamWeights::arrays: {} arrays, the runtime's loader expects {}", out.size(),
+                          streamed_array_count(layout == StreamLayout::kRows));
+  return out;
 }
 
 void check_stream_plan(const CsrMatrix& a, const inspector::WorkPlan& plan, const StreamParams& p,

@@ -261,9 +261,8 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     SPARSERT_USER_CHECK(l.n_tile >= 1, lw + ".launch.n_tile", "{} is not a column tile", l.n_tile);
     l.tile = field(lj, lw, "tile");
     if (l.kind == "streamed") {
-      // The kernel takes its arrays in order after B, C and N: the row-split layout two, the ELL walk five.
       const bool rows = l.tile.is_object() && l.tile.value("layout", "") == "rows";
-      const size_t want = rows ? 2 : 5;
+      const size_t want = streamed_array_count(rows);
       SPARSERT_USER_CHECK(l.arrays.size() == want, lw + ".arrays", "{} arrays; a streamed layer of layout '{}' takes {}",
                           l.arrays.size(), rows ? "rows" : "ell", want);
     }

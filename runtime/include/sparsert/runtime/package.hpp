@@ -37,6 +37,11 @@ struct PackageEntry {
   std::map<std::string, KernelResources> resources;  // target -> what the assembler reported
 };
 
+// How many weight arrays a streamed kernel takes after B, C and N, in its layout ("rows": the row-split entries and
+// their slots; else the ELL walk's five). The loader checks manifests against it; codegen's StreamWeights::arrays,
+// which emits them, checks itself against it.
+constexpr size_t streamed_array_count(bool row_split) { return row_split ? 2 : 5; }
+
 struct PackageLayer {
   std::string name;
   // "baked": weights in the instructions; "streamed": the kernel reads them from `arrays` (uploaded once, passed
