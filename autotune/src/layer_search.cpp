@@ -49,9 +49,9 @@ struct LayerContext {
   }
   // The probe's code depends on the plan, columns per thread, weight placement and load batching, not on n_tile.
   const std::variant<Probe, std::string>& probe(const codegen::TileParams& t, bool simulate) {
-    const std::string k = fmt::format("{}/{}/{}/{}/{}/{}", plan_key(t.plan), t.cols_per_thread,
+    const std::string k = fmt::format("{}/{}/{}/{}/{}/{}/{}", plan_key(t.plan), t.cols_per_thread,
                                       codegen::to_string(t.weights), t.loads_per_batch, t.max_fmas_per_entry,
-                                      simulate);
+                                      t.max_entries, simulate);
     auto it = probes.find(k);
     if (it == probes.end()) {
       std::variant<Probe, std::string> v;

@@ -104,11 +104,12 @@ Probe analytic_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, const 
   Probe p;
   ProbeEntry cur;
   int64_t cur_fmas = 0;
+  const int64_t entry_limit = codegen::entry_fma_limit(tile, plan);
   std::vector<int32_t> seen(static_cast<size_t>(a.cols), -1);
   for (size_t b = 0; b < plan.blocks.size(); ++b) {
     const inspector::BlockPlan& bp = plan.blocks[b];
     const int64_t fmas = bp.nnz * cpt;
-    if (cur_fmas > 0 && cur_fmas + fmas > tile.max_fmas_per_entry) {
+    if (static_cast<int32_t>(b) > cur.block_begin && cur_fmas + fmas > entry_limit) {  // as emit_spmm splits
       cur.block_end = static_cast<int32_t>(b);
       p.entries.push_back(cur);
       cur = ProbeEntry{};

@@ -55,6 +55,8 @@ codegen::TileParams tile_from_json(const nlohmann::json& j, const std::string& w
   get_int("cols_per_thread", t.cols_per_thread);
   get_int("loads_per_batch", t.loads_per_batch);
   get_int("max_fmas_per_entry", t.max_fmas_per_entry);
+  t.max_entries = 0;  // records from before the field: no limit, as they ran
+  get_int("max_entries", t.max_entries);
   get_int("max_registers", t.max_registers);
   try {
     if (auto s = get_string("balance")) t.plan.balance = inspector::parse_balance(*s);

@@ -670,12 +670,13 @@ SpmmKernel emit_spmm(const CsrMatrix& a, const inspector::WorkPlan& plan, const 
   kernel.device_n = options.device_n;
 
   // Entries: consecutive blocks until the fma budget of one entry is reached.
+  const int64_t entry_limit = entry_fma_limit(tile, plan);
   int32_t begin = 0;
   while (begin < static_cast<int32_t>(plan.blocks.size())) {
     int32_t end = begin;
     int64_t fmas = 0;
     while (end < static_cast<int32_t>(plan.blocks.size()) &&
-           (end == begin || fmas + plan.blocks[end].nnz * tile.cols_per_thread <= tile.max_fmas_per_entry)) {
+           (end == begin || fmas + plan.blocks[end].nnz * tile.cols_per_thread <= entry_limit)) {
       fmas += plan.blocks[end].nnz * tile.cols_per_thread;
       ++end;
     }

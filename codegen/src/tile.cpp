@@ -25,7 +25,28 @@ nlohmann::json to_json(const TileParams& t) {
           {"weights", to_string(t.weights)},
           {"loads_per_batch", t.loads_per_batch},
           {"max_fmas_per_entry", t.max_fmas_per_entry},
+          {"max_entries", t.max_entries},
           {"max_registers", t.max_registers}};
+}
+
+int64_t entry_fma_limit(const TileParams& t, const inspector::WorkPlan& plan) {
+  if (t.max_entries <= 0) return t.max_fmas_per_entry;
+  int64_t total = 0, largest_block = 0, entries = 0, open = 0;
+  for (const inspector::BlockPlan& b : plan.blocks) {
+    const int64_t fmas = b.nnz * t.cols_per_thread;
+    total += fmas;
+    largest_block = std::max(largest_block, fmas);
+    // The split itself (emit_spmm): a block opens a new entry when the open one would pass the limit.
+    if (entries == 0 || open + fmas > t.max_fmas_per_entry) {
+      ++entries;
+      open = 0;
+    }
+    open += fmas;
+  }
+  if (entries <= t.max_entries) return t.max_fmas_per_entry;
+  // An entry closes only when the next block would pass the limit, so each but the last holds more than
+  // limit - largest_block = total / max_entries: at most max_entries - 1 of them, then the last.
+  return std::max(t.max_fmas_per_entry, (total + t.max_entries - 1) / t.max_entries + largest_block);
 }
 
 int32_t threads_per_block(const TileParams& t) {
@@ -91,6 +112,9 @@ void check_tile_params(const TileParams& t, const KernelShape& shape, const Targ
   }
   if (t.max_fmas_per_entry < 1) {
     throw InvalidTileParams("max_fmas_per_entry", fmt::format("{} is not positive", t.max_fmas_per_entry));
+  }
+  if (t.max_entries < 0) {
+    throw InvalidTileParams("max_entries", fmt::format("{} is not 0 (no limit) or positive", t.max_entries));
   }
   if (t.max_registers != 0 && (t.max_registers < kFixedRegisters || t.max_registers > target.max_registers_per_thread())) {
     throw InvalidTileParams("max_registers", fmt::format("{} is not 0 (no budget) or in [{}, {}]", t.max_registers,

@@ -169,6 +169,7 @@ TEST(Model, EntriesBeyondTheStreamsWaitOnTheirStream) {
     codegen::TileParams tile;
     tile.plan.m_blocks = 32;  // about 820 nonzeros a block
     tile.max_fmas_per_entry = max_fmas_per_entry;
+    tile.max_entries = 0;  // as many as the cap gives
     return estimate_candidate(a, 196, Epilogue{}, codegen::KernelKind::kBaked, tile, {}, target, std::nullopt, false,
                               KernelVersion{});
   };
@@ -179,6 +180,14 @@ TEST(Model, EntriesBeyondTheStreamsWaitOnTheirStream) {
   // 32 entries on 8 streams: four one after another on each.
   EXPECT_STREQ(many.bound, "stream order");
   EXPECT_GT(many.microseconds, eight.microseconds + 3 * 1.0) << "three dependent starts of a kernel at least";
+  // With the default max_entries (8, the runtime's streams) the same cap gives larger entries instead: no queue.
+  codegen::TileParams capped;
+  capped.plan.m_blocks = 32;
+  capped.max_fmas_per_entry = 1;
+  const Estimate at_most_eight = estimate_candidate(a, 196, Epilogue{}, codegen::KernelKind::kBaked, capped, {},
+                                                    target, std::nullopt, false, KernelVersion{});
+  EXPECT_STRNE(at_most_eight.bound, "stream order");
+  EXPECT_LT(at_most_eight.microseconds, many.microseconds);
 }
 
 TEST(Database, RoundTripAndBadInput) {
@@ -206,6 +215,20 @@ TEST(Database, RoundTripAndBadInput) {
     EXPECT_NE(std::string(e.what()).find("gy"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("bad.json"), std::string::npos) << e.what();
   }
+}
+
+// Tile records from before max_entries (the tuning database, the H100 measurement files) ran with no limit on the
+// count: they read as 0, while a record written now keeps its 8.
+TEST(Database, TileRecordsWithoutMaxEntriesReadAsUnlimited) {
+  codegen::TileParams t;
+  t.plan.m_blocks = 7;
+  nlohmann::json j = codegen::to_json(t);
+  EXPECT_EQ(tile_from_json(j, "now").max_entries, 8);
+  EXPECT_EQ(tile_from_json(j, "now"), t);
+  j.erase("max_entries");
+  EXPECT_EQ(tile_from_json(j, "then").max_entries, 0);
+  j["max_entries"] = "eight";
+  EXPECT_THROW(tile_from_json(j, "bad"), UserError);
 }
 
 TEST(Sharing, SimilarLayerReusesTheResult) {

@@ -177,6 +177,7 @@ TEST(EmitGolden, DeterministicAndSplitIntoEntries) {
   TileParams t;
   t.plan.m_blocks = 10;
   t.max_fmas_per_entry = 1000;
+  t.max_entries = 0;  // no limit on the count
   const Target sm90 = Target::parse("sm_90");
   const SpmmKernel k1 = emit(a, t, sm90, 33, {});
   const SpmmKernel k2 = emit(a, t, sm90, 33, {});
@@ -201,6 +202,20 @@ TEST(EmitGolden, DeterministicAndSplitIntoEntries) {
   EXPECT_EQ(fmas, a.nnz());
   EXPECT_EQ(k1.sidecar()["entries"].size(), k1.entries.size());
   EXPECT_EQ(k1.sidecar()["launch"]["block"], nlohmann::json::parse("[64, 1, 1]"));
+  // At most max_entries: the limit rises so that the greedy split of consecutive blocks stays within the count.
+  for (int32_t most : {1, 2, 3, 4}) {
+    t.max_entries = most;
+    const SpmmKernel k = emit(a, t, sm90, 33, {});
+    EXPECT_LE(k.entries.size(), static_cast<size_t>(most)) << most;
+    EXPECT_GT(entry_fma_limit(t, inspector::make_plan(a, t.plan)), t.max_fmas_per_entry) << most;
+    int64_t total = 0;
+    for (const SpmmEntry& e : k.entries) total += e.fmas;
+    EXPECT_EQ(total, a.nnz());
+  }
+  t.max_entries = 0;
+  EXPECT_EQ(emit(a, t, sm90, 33, {}).entries.size(), k1.entries.size()) << "0: no limit";
+  t.max_entries = 100;
+  EXPECT_EQ(entry_fma_limit(t, inspector::make_plan(a, t.plan)), t.max_fmas_per_entry) << "within the count already";
 }
 
 TEST(EmitGolden, RejectsBadBias) {

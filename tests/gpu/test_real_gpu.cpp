@@ -93,6 +93,7 @@ TEST(RealGpu, ManyEntryLayersRunSideBySideInPlainLaunchesAndGraphReplay) {
     k.tile = codegen::default_tile_params(l.a, l.desc.n, t);
     k.tile.plan.m_blocks = 16;
     k.tile.max_fmas_per_entry = 1;  // one block per entry: 16 entries, two per stream
+    k.tile.max_entries = 0;
     return std::optional<compiler::TunedKernel>(k);
   };
   compiler::compile_network(layers, dir / "pkg", opt);
@@ -168,6 +169,7 @@ TEST(RealGpu, LaunchCostsForTheModel) {
       const inspector::WorkPlan plan = inspector::make_plan(l.a, tk.tile.plan);
       const size_t per_entry = (plan.blocks.size() + entries_wanted - 1) / static_cast<size_t>(entries_wanted);
       tk.tile.max_fmas_per_entry = 1;
+      tk.tile.max_entries = 0;  // up to 32
       for (size_t b = 0; b < plan.blocks.size(); b += per_entry) {
         int64_t fmas = 0;
         for (size_t i = b; i < std::min(plan.blocks.size(), b + per_entry); ++i) fmas += plan.blocks[i].nnz;

@@ -22,6 +22,7 @@ struct EmitArgs {
   std::string target = "sm_90";
   std::optional<int32_t> m_blocks, n_tile, gy, cols_per_thread;
   std::optional<int64_t> max_fmas_per_entry;
+  std::optional<int32_t> max_entries;
   std::optional<int32_t> max_registers;
   std::string weights = "imm";
   std::string balance = "nnz";
@@ -48,7 +49,9 @@ Action add_emit(CLI::App& app) {
   sub->add_option("--gy", args->gy, "Thread groups splitting the K axis");
   sub->add_option("--cols-per-thread", args->cols_per_thread, "1, 2 or 4");
   sub->add_option("--max-fmas-per-entry", args->max_fmas_per_entry,
-                  "Split the layer into entries of at most this many fmas (default 65536)");
+                  "Split the layer into entries of at most this many fmas (default 16384)...");
+  sub->add_option("--max-entries", args->max_entries,
+                  "...but into at most this many entries, larger ones where needed (default 8; 0: no limit)");
   sub->add_option("--max-registers", args->max_registers,
                   "Register budget per thread (.maxnreg; default: none, ptxas chooses)");
   sub->add_option("--weights", args->weights, "imm (immediates) or const (constant bank)")->default_val("imm");
@@ -69,6 +72,7 @@ Action add_emit(CLI::App& app) {
     if (args->n_tile) tile.n_tile = *args->n_tile;
     if (args->cols_per_thread) tile.cols_per_thread = *args->cols_per_thread;
     if (args->max_fmas_per_entry) tile.max_fmas_per_entry = *args->max_fmas_per_entry;
+    if (args->max_entries) tile.max_entries = *args->max_entries;
     if (args->max_registers) tile.max_registers = *args->max_registers;
     tile.plan.balance = inspector::parse_balance(args->balance);
     tile.plan.reorder_rows = args->reorder;

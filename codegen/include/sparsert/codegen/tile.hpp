@@ -24,10 +24,13 @@ struct TileParams {
   int32_t cols_per_thread = 1;      // 1, 2 or 4 (vector loads and stores of B and C)
   WeightPlacement weights = WeightPlacement::kImmediate;
   int32_t loads_per_batch = 4;      // rows of B loaded ahead of their fmas
-  // Larger layers are split into several entries, each assembled on its own and launched side by side. Fewer entries
-  // run faster (each is a launch; beyond 8 they queue on the runtime's streams), larger ones cost ptxas time and
-  // memory more than in proportion (docs/codegen.md): 65 536 keeps a layer of up to 524 288 fmas within 8 entries.
-  int64_t max_fmas_per_entry = 65536;
+  // Larger layers are split into entries of at most this many fmas, each assembled on its own (ptxas time grows
+  // faster than the entry: up to 2.2x for twice the fmas, docs/codegen.md) and launched side by side...
+  int64_t max_fmas_per_entry = 16384;
+  // ...but into at most this many (0: no limit): a layer that would need more gets larger entries. The runtime runs 8
+  // side by side (cuda::kMaxConcurrentStreams); a 9th waits on its stream for the 1st. Tile records written before
+  // this field (2026-11-24) read as 0, as they ran.
+  int32_t max_entries = 8;
   // 0: ptxas chooses. Else the entries' .maxnreg: a register budget per thread that lets more warps share an SM.
   // Through nvJitLink ptxas spends what it may on loads hoisted ahead (244 registers for a block of 16 accumulators
   // at N = 49, where ptxas in whole-program mode takes 32), which caps blocks per SM at 1-2.
@@ -50,6 +53,11 @@ struct KernelShape {
 
 // Threads per block: (n_tile / cols_per_thread) × gy.
 int32_t threads_per_block(const TileParams& t);
+
+// The fmas an entry may hold for this plan: max_fmas_per_entry, raised where the layer would otherwise need more
+// than max_entries entries. Entries take consecutive blocks while they stay within it (codegen, and the model's
+// probe, split the same way).
+int64_t entry_fma_limit(const TileParams& t, const inspector::WorkPlan& plan);
 
 // What a plan needs of the hardware, estimated before emission (the assembler's report confirms it after).
 struct ResourceEstimate {
