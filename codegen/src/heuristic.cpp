@@ -4,8 +4,11 @@
 
 namespace sparsert::codegen {
 
-TileParams default_tile_params(const CsrMatrix& a, int32_t n, const Target& target) {
+TileParams default_tile_params(const CsrMatrix& a, int32_t n, const Target& target, inspector::Balance balance,
+                               bool reorder_rows) {
   TileParams t;
+  t.plan.balance = balance;
+  t.plan.reorder_rows = reorder_rows;
   // Small layers (few fmas of code either way) take 4 columns per thread: one 128-bit load feeds 4 columns, and the
   // per-output ReLU and store, which their few nonzeros per row cannot amortise, become one vector store per 4
   // outputs. Accumulators: 64, or 128 for those small layers, whose code size allows it.

@@ -95,6 +95,10 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
       // CLI11's range checks, in one line like ours.
       {"ok6.mtx", mtx + "3 3 2\n1 1 1.0\n2 2 2.0\n", "emit {} --n 0 -o " + (dir / "k.ptx").string(), "--n"},
       {"", "", "run " + dir.path().string() + " --input x.npy --threads 40000", "--threads"},
+      // An empty value (here: no output written at all, silently) is refused for every option.
+      {"", "", "run " + dir.path().string() + " --input x.npy --output ''", "--output: an empty value"},
+      {"", "", "inspect ''", "file: an empty value"},
+      {"", "", "tune x.smtx -o ''", "--output: an empty value"},
       // The sidecar would overwrite a .json output; a NaN clamp clamps nothing; below 0 after a ReLU, everything.
       {"ok7.mtx", mtx + "3 3 2\n1 1 1.0\n2 2 2.0\n", "emit {} --n 8 -o " + (dir / "k.json").string(), "sidecar"},
       {"ok8.mtx", mtx + "3 3 2\n1 1 1.0\n2 2 2.0\n", "emit {} --n 8 --clamp nan -o " + (dir / "k.ptx").string(),
@@ -151,4 +155,11 @@ TEST(CliBadInput, HelpAndSuccessExitZero) {
   const std::string m = (dir / "g.mtx").string();
   EXPECT_EQ(run(fmt::format("gen pruned --rows 20 --cols 30 --sparsity 0.7 --seed 3 -o {}", m), dir).code, 0);
   EXPECT_EQ(run(fmt::format("inspect {} --json --plan --m-blocks 4 --gy 2", m), dir).code, 0);
+  // Flags take no value and are not "empty values"; emit's heuristic tile is made for the plan options given.
+  const std::string tall = (dir / "t.mtx").string();
+  EXPECT_EQ(run(fmt::format("gen pruned --rows 256 --cols 64 --sparsity 0.9 --seed 5 -o {}", tall), dir).code, 0);
+  for (const char* plan : {"--reorder", "--balance rows", "--reorder --balance rows"}) {
+    EXPECT_EQ(run(fmt::format("emit {} --n 16 --relu {} -o {}", tall, plan, (dir / "t.ptx").string()), dir).code, 0)
+        << plan;
+  }
 }

@@ -66,7 +66,9 @@ Action add_emit(CLI::App& app) {
   return [args] {
     inspector::LoadedMatrix m = load_matrix_for_cli(args->file, args->matrix);
     const codegen::Target target = codegen::Target::parse(args->target, "--target");
-    codegen::TileParams tile = codegen::default_tile_params(m.a, args->n, target);
+    // The heuristic for the plan asked for: reordered or row-balanced blocks hold other row counts.
+    codegen::TileParams tile = codegen::default_tile_params(m.a, args->n, target, inspector::parse_balance(args->balance),
+                                                            args->reorder);
     if (args->m_blocks) tile.plan.m_blocks = *args->m_blocks;
     if (args->gy) tile.plan.gy = *args->gy;
     if (args->n_tile) tile.n_tile = *args->n_tile;

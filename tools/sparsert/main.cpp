@@ -10,6 +10,22 @@
 #include <new>
 #include <vector>
 
+namespace {
+// No option of this command takes an empty value: `--output ''` would otherwise read as no output at all (and write
+// nothing), and an empty path or name is never what was meant.
+void reject_empty_values(const CLI::App& app) {
+  for (const CLI::App* sub : app.get_subcommands()) {
+    for (const CLI::Option* opt : sub->get_options()) {
+      if (opt->count() == 0 || opt->get_type_size_max() == 0) continue;  // not given, or a flag
+      for (const std::string& v : opt->results()) {
+        if (v.empty()) throw CLI::ValidationError(opt->get_name(), "an empty value (give a path, name or number)");
+      }
+    }
+    reject_empty_values(*sub);
+  }
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace sparsert;
   keep_freed_memory_for_reuse();
@@ -35,6 +51,7 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+    reject_empty_values(app);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

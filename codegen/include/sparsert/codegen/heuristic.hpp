@@ -15,8 +15,10 @@ namespace sparsert::codegen {
 // - gy: enough groups that each holds about 2048 nonzeros of its block (each group pays about 3 instructions per
 //   row of the block to combine partial sums, so smaller groups add more than 10% overhead), at most 8 and at
 //   most 1024 threads;
-// - nonzero-balanced blocks, no reordering, immediates.
+// - nonzero-balanced blocks, no reordering, immediates, unless `balance` and `reorder_rows` say otherwise (the
+//   plan's row blocks, and so the registers, depend on them).
 // The result passes check_tile_resources for the plan it makes: m_blocks grows until it does.
-TileParams default_tile_params(const CsrMatrix& a, int32_t n, const Target& target);
+TileParams default_tile_params(const CsrMatrix& a, int32_t n, const Target& target,
+                               inspector::Balance balance = inspector::Balance::kNonzeros, bool reorder_rows = false);
 
 }  // namespace sparsert::codegen
