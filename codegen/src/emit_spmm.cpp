@@ -19,6 +19,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <span>
 
 namespace sparsert::codegen {
 
@@ -89,7 +90,8 @@ class EntryEmitter {
         gy_(opt.tile.plan.gy) {}
 
   SpmmEntry emit() {
-    const int32_t max_rows = plan_.stats.max_block_rows;
+    // Only rows with nonzeros accumulate; an empty row stores a constant from one shared register.
+    const int32_t max_rows = plan_.stats.max_block_live_rows;
     // About 50 bytes of text per fma with its share of loads and comments: reserving once avoids regrowing (and
     // copying) a string of megabytes.
     int64_t nnz = 0;
@@ -99,6 +101,7 @@ class EntryEmitter {
     // them: copying a body of many megabytes behind its header would cost more than writing it.
     preamble();
     acc_ = b_.regs(RegClass::kF32, std::max(1, max_rows) * cpt_);
+    const_reg_ = b_.reg(RegClass::kF32);
     bvals_ = b_.regs(RegClass::kF32, opt_.tile.loads_per_batch * cpt_);
     if (use_const_) wtmp_ = b_.regs(RegClass::kF32, 4);
     tmp_ = b_.regs(RegClass::kF32, cpt_);
@@ -148,6 +151,13 @@ class EntryEmitter {
       most = std::max(most, slots);
     }
     return most;
+  }
+
+  // The accumulators of row m of the current block (a row with nonzeros).
+  std::span<const Reg> acc(int32_t m) const {
+    const int32_t i = acc_row_[static_cast<size_t>(m)];
+    SPARSERT_INTERNAL_CHECK(i >= 0, "row {} of the block has no accumulators", m);
+    return {acc_.data() + static_cast<size_t>(i) * cpt_, static_cast<size_t>(cpt_)};
   }
 
   std::string block_label(int32_t local) const { return fmt::format("$b{}", block_begin_ + local); }
@@ -297,6 +307,18 @@ class EntryEmitter {
       b_.inst("bra.uni", {Symbol{"$done"}});
       return;
     }
+    // Accumulators are numbered over the block's rows with nonzeros, in row order.
+    acc_row_.assign(static_cast<size_t>(rows), -1);
+    for (const GroupWork& w : work_[bi]) {
+      for (const Nonzero& nz : w.nz) acc_row_[nz.m] = 0;
+    }
+    int32_t live = 0;
+    for (int32_t& r : acc_row_) {
+      if (r == 0) r = live++;
+    }
+    SPARSERT_INTERNAL_CHECK(live == block.live_rows && live <= plan_.stats.max_block_live_rows,
+                            "block {}: {} rows with nonzeros, the plan says {} (at most {})", bi, live,
+                            block.live_rows, plan_.stats.max_block_live_rows);
     // touched[g][m]: group g computed a partial sum for row m.
     std::vector<std::vector<char>> touched(static_cast<size_t>(gy_), std::vector<char>(rows, 0));
     std::vector<int32_t> busy;
@@ -326,7 +348,7 @@ class EntryEmitter {
         for (int32_t m = 0; m < rows; ++m) {
           if (!touched[g][m]) continue;
           slot[g][m] = slots++;
-          std::span<const Reg> v(acc_.data() + static_cast<size_t>(m) * cpt_, static_cast<size_t>(cpt_));
+          std::span<const Reg> v = acc(m);
           b_.inst(fmt::format("st.shared{}.f32", vec_suffix(cpt_)),
                   {Address{s_ptr_, static_cast<int64_t>(slot[g][m]) * opt_.tile.n_tile * 4},
                    cpt_ == 1 ? ptx::Operand{v[0]} : ptx::Operand{Vector{v}}});
@@ -387,9 +409,11 @@ class EntryEmitter {
           if (use_const_) {
             const Reg wr = wtmp_[static_cast<size_t>(t) % wtmp_.size()];
             b_.inst("ld.const.f32", {wr, SymbolAddress{"weights", static_cast<int64_t>(nz.weight_index) * 4}});
-            for (int j = 0; j < cpt_; ++j) b_.fma_reg(acc_[nz.m * cpt_ + j], bv[j], wr, first, bias);
+            const std::span<const Reg> v = acc(nz.m);
+            for (int j = 0; j < cpt_; ++j) b_.fma_reg(v[j], bv[j], wr, first, bias);
           } else {
-            for (int j = 0; j < cpt_; ++j) b_.fma_imm(acc_[nz.m * cpt_ + j], bv[j], nz.w, first, bias);
+            const std::span<const Reg> v = acc(nz.m);
+            for (int j = 0; j < cpt_; ++j) b_.fma_imm(v[j], bv[j], nz.w, first, bias);
           }
           fmas_ += cpt_;
         }
@@ -406,50 +430,50 @@ class EntryEmitter {
     b_.comment(fmt::format("epilogue{}: bias{}{}", stride > 1 ? fmt::format(" of group {}", g) : "",
                            ep.activation == Activation::kRelu ? ", relu" : "",
                            ep.clamp ? fmt::format(", clamp {}", *ep.clamp) : ""));
-    // Rows without nonzeros hold the constant act(bias): one register per distinct value, set once and stored as
-    // every column of each such row.
-    std::vector<std::pair<uint32_t, Reg>> constants;
     // Live flags: live_[j] holds "a row seen so far is nonzero (or NaN) in column j" once live_set; a row without
     // nonzeros holds a compile-time constant, which makes every column live when it is not zero.
     bool live_set = false, const_live = false;
-    std::vector<Reg> repeated(static_cast<size_t>(rows) * cpt_);
+    // Rows without nonzeros store act(bias) from const_reg_, set only when the value changes along one store path.
+    // held: the bits const_reg_ holds on this path; a NaN pattern no activation yields stands for "nothing yet".
+    constexpr uint32_t kNothing = 0x7fffffffu;
+    uint32_t held = kNothing;
+    const std::vector<Reg> repeated(static_cast<size_t>(cpt_), const_reg_);
     auto row_regs = [&](int32_t m) {
-      const size_t at = static_cast<size_t>(m) * cpt_;
-      return std::span<const Reg>((have[m] ? acc_.data() : repeated.data()) + at, static_cast<size_t>(cpt_));
+      if (acc_row_[m] >= 0) return acc(m);
+      const float value = activate(ep, bias_of(ep, plan_.row_order[block.row_begin + m]));
+      const uint32_t bits = std::bit_cast<uint32_t>(value);
+      if (held != bits) {
+        b_.inst("mov.f32", {const_reg_, F32Imm{value}});
+        held = bits;
+      }
+      return std::span<const Reg>(repeated);
     };
     for (int32_t m = g; m < rows; m += stride) {
-      std::span<const Reg> v(acc_.data() + static_cast<size_t>(m) * cpt_, static_cast<size_t>(cpt_));
-      const ptx::Operand vop = cpt_ == 1 ? ptx::Operand{v[0]} : ptx::Operand{Vector{v}};
-      const std::string ld_shared = fmt::format("ld.shared{}.f32", vec_suffix(cpt_));
-      if (stride > 1) {
-        for (int32_t src = 0; src < gy_; ++src) {
-          const int32_t s = slot[src][m];
-          if (s < 0) continue;
-          const Address addr{s_ptr_, static_cast<int64_t>(s) * opt_.tile.n_tile * 4};
-          if (!have[m]) {
-            b_.inst(ld_shared, {vop, addr});
-            have[m] = 1;
-          } else {
-            std::span<const Reg> t(tmp_.data(), static_cast<size_t>(cpt_));
-            b_.inst(ld_shared, {cpt_ == 1 ? ptx::Operand{t[0]} : ptx::Operand{Vector{t}}, addr});
-            for (int j = 0; j < cpt_; ++j) b_.inst("add.rn.f32", {v[j], v[j], t[j]});
+      const int32_t row = plan_.row_order[block.row_begin + m];
+      if (acc_row_[m] < 0) {
+        // No nonzeros in this row: the output is act(bias) everywhere.
+        SPARSERT_INTERNAL_CHECK(!have[m], "block {} row {}: a sum for a row without nonzeros", block_index, m);
+        if (activate(ep, bias_of(ep, row)) != 0.0f) const_live = true;
+      } else {
+        std::span<const Reg> v = acc(m);
+        const ptx::Operand vop = cpt_ == 1 ? ptx::Operand{v[0]} : ptx::Operand{Vector{v}};
+        const std::string ld_shared = fmt::format("ld.shared{}.f32", vec_suffix(cpt_));
+        if (stride > 1) {
+          for (int32_t src = 0; src < gy_; ++src) {
+            const int32_t s = slot[src][m];
+            if (s < 0) continue;
+            const Address addr{s_ptr_, static_cast<int64_t>(s) * opt_.tile.n_tile * 4};
+            if (!have[m]) {
+              b_.inst(ld_shared, {vop, addr});
+              have[m] = 1;
+            } else {
+              std::span<const Reg> t(tmp_.data(), static_cast<size_t>(cpt_));
+              b_.inst(ld_shared, {cpt_ == 1 ? ptx::Operand{t[0]} : ptx::Operand{Vector{t}}, addr});
+              for (int j = 0; j < cpt_; ++j) b_.inst("add.rn.f32", {v[j], v[j], t[j]});
+            }
           }
         }
-      }
-      const int32_t row = plan_.row_order[block.row_begin + m];
-      const float bias = bias_of(ep, row);
-      if (!have[m]) {
-        // No nonzeros in this row: the output is act(bias) everywhere.
-        const float value = activate(ep, bias);
-        const uint32_t bits = std::bit_cast<uint32_t>(value);
-        auto known = std::find_if(constants.begin(), constants.end(), [&](const auto& c) { return c.first == bits; });
-        if (known == constants.end()) {
-          b_.inst("mov.f32", {v[0], F32Imm{value}});
-          known = constants.insert(constants.end(), {bits, v[0]});
-        }
-        std::fill_n(repeated.begin() + static_cast<ptrdiff_t>(m) * cpt_, cpt_, known->second);
-        if (value != 0.0f) const_live = true;
-      } else {
+        SPARSERT_INTERNAL_CHECK(have[m], "block {} row {}: nonzeros but no sum", block_index, m);
         // The bias is already in the sum (folded into the row's first product).
         for (int j = 0; j < cpt_; ++j) {
           if (ep.activation == Activation::kRelu) b_.inst("max.f32", {v[j], v[j], F32Imm{0.0f}});
@@ -483,6 +507,7 @@ class EntryEmitter {
     const std::string stored = fmt::format("$b{}_e{}_stored", block_index, g);
     b_.inst("bra", {Symbol{partial}}, Guard{full_, true});
     const std::string st_vector = fmt::format("st.global{}.f32", vec_suffix(cpt_));
+    held = kNothing;
     for (int32_t m = g; m < rows; m += stride) {
       const int64_t offset = c_row_offset(plan_.row_order[block.row_begin + m]);
       b_.inst(st_vector, {global_address(c_ptr_, offset), Vector{row_regs(m)}});
@@ -495,6 +520,7 @@ class EntryEmitter {
       if (j > 0) b_.inst("add.u32", {col_[j], c0_, IntImm{j}});
       b_.inst("setp.lt.u32", {partial_[j], j > 0 ? col_[j] : c0_, n_reg_});
     }
+    held = kNothing;
     for (int32_t m = g; m < rows; m += stride) {
       std::span<const Reg> v = row_regs(m);
       const int64_t offset = c_row_offset(plan_.row_order[block.row_begin + m]);
@@ -582,6 +608,8 @@ class EntryEmitter {
   Reg dispatch_pred_, far_, n_reg_, group_reg_, block_reg_, b_ptr_, c_ptr_, s_ptr_, in_range_, full_, c0_, f_ptr_,
       one_;
   std::vector<Reg> col_, partial_, acc_, bvals_, wtmp_, tmp_, live_;
+  Reg const_reg_;
+  std::vector<int32_t> acc_row_;  // per row of the current block: its accumulator index, or -1 for an empty row
   int32_t shared_slots_ = 0;
   int64_t fmas_ = 0;
   int next_label_ = 0;

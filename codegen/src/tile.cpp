@@ -62,7 +62,7 @@ constexpr int32_t kFixedRegisters = 24;
 ResourceEstimate estimate_resources(const TileParams& t, const inspector::WorkPlan& plan) {
   ResourceEstimate r;
   r.threads = threads_per_block(t);
-  r.registers = plan.stats.max_block_rows * t.cols_per_thread + t.loads_per_batch * t.cols_per_thread +
+  r.registers = plan.stats.max_block_live_rows * t.cols_per_thread + t.loads_per_batch * t.cols_per_thread +
                 kFixedRegisters;
   if (t.plan.gy > 1) {
     // One slot of n_tile partial sums per (group, row) pair that has work; the largest block sizes the array.
@@ -70,7 +70,7 @@ ResourceEstimate estimate_resources(const TileParams& t, const inspector::WorkPl
     for (const inspector::BlockPlan& b : plan.blocks) {
       int64_t slots = 0;
       for (const inspector::GroupRange& g : b.groups) {
-        if (g.nnz > 0) slots += std::min<int64_t>(g.nnz, b.row_end - b.row_begin);
+        if (g.nnz > 0) slots += std::min<int64_t>(g.nnz, b.live_rows);
       }
       max_slots = std::max(max_slots, slots);
     }
@@ -127,15 +127,15 @@ void check_tile_resources(const TileParams& t, const inspector::WorkPlan& plan, 
   const ResourceEstimate r = estimate_resources(t, plan);
   if (r.registers > target.max_registers_per_thread()) {
     throw InvalidTileParams(
-        "registers", fmt::format("about {} registers per thread ({} rows x {} columns of accumulators) pass the "
-                                 "limit of {}; use more row blocks or fewer columns per thread",
-                                 r.registers, plan.stats.max_block_rows, t.cols_per_thread,
+        "registers", fmt::format("about {} registers per thread ({} rows with nonzeros x {} columns of accumulators) "
+                                 "pass the limit of {}; use more row blocks or fewer columns per thread",
+                                 r.registers, plan.stats.max_block_live_rows, t.cols_per_thread,
                                  target.max_registers_per_thread()));
   }
   if (t.max_registers > 0 && r.registers > t.max_registers) {
-    throw InvalidTileParams("max_registers", fmt::format("about {} registers per thread ({} rows x {} columns of "
-                                                         "accumulators) do not fit the budget of {}: it would spill",
-                                                         r.registers, plan.stats.max_block_rows, t.cols_per_thread,
+    throw InvalidTileParams("max_registers", fmt::format("about {} registers per thread ({} rows with nonzeros x {} "
+                                                         "columns of accumulators) do not fit the budget of {}: it would spill",
+                                                         r.registers, plan.stats.max_block_live_rows, t.cols_per_thread,
                                                          t.max_registers));
   }
   if (static_cast<int64_t>(r.registers) * r.threads > target.registers_per_sm()) {

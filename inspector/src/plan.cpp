@@ -66,6 +66,7 @@ PlanStats compute_stats(const std::vector<BlockPlan>& blocks) {
   for (const BlockPlan& b : blocks) {
     s.max_block_nnz = std::max(s.max_block_nnz, b.nnz);
     s.max_block_rows = std::max(s.max_block_rows, b.row_end - b.row_begin);
+    s.max_block_live_rows = std::max(s.max_block_live_rows, b.live_rows);
     total += b.nnz;
     for (const GroupRange& g : b.groups) {
       s.max_group_nnz = std::max(s.max_group_nnz, g.nnz);
@@ -113,6 +114,7 @@ WorkPlan make_plan(const CsrMatrix& a, const PlanParams& params) {
       const int32_t r = plan.row_order[p];
       for (int32_t i = a.row_ptr[r]; i < a.row_ptr[r + 1]; ++i) ++col_weights[a.col_idx[i]];
       block.nnz += a.row_nnz(r);
+      block.live_rows += a.row_nnz(r) > 0;
     }
     const std::vector<int32_t> k_cuts = balanced_split(col_weights, params.gy);
     block.groups.resize(static_cast<size_t>(params.gy));
@@ -162,8 +164,10 @@ void check_plan(const WorkPlan& plan, const CsrMatrix& a) {
     // Each nonzero falls in exactly one group because the ranges tile [0, K); count them to check the totals.
     std::vector<int64_t> group_nnz(b.groups.size(), 0);
     int64_t block_nnz = 0;
+    int32_t live_rows = 0;
     for (int32_t p = b.row_begin; p < b.row_end; ++p) {
       const int32_t r = plan.row_order[p];
+      live_rows += a.row_ptr[r + 1] > a.row_ptr[r];
       for (int32_t i = a.row_ptr[r]; i < a.row_ptr[r + 1]; ++i) {
         auto it = std::upper_bound(b.groups.begin(), b.groups.end(), a.col_idx[i],
                                    [](int32_t k, const GroupRange& g) { return k < g.k_end; });
@@ -173,6 +177,8 @@ void check_plan(const WorkPlan& plan, const CsrMatrix& a) {
       }
     }
     SPARSERT_INTERNAL_CHECK(block_nnz == b.nnz, "block {} records {} nonzeros, holds {}", bi, b.nnz, block_nnz);
+    SPARSERT_INTERNAL_CHECK(live_rows == b.live_rows, "block {} records {} rows with nonzeros, holds {}", bi,
+                            b.live_rows, live_rows);
     for (size_t g = 0; g < b.groups.size(); ++g) {
       SPARSERT_INTERNAL_CHECK(group_nnz[g] == b.groups[g].nnz, "block {} group {} records {} nonzeros, holds {}", bi,
                               g, b.groups[g].nnz, group_nnz[g]);

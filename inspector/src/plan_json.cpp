@@ -9,7 +9,7 @@
 namespace sparsert::inspector {
 
 namespace {
-constexpr const char* kPlanFormat = "sparsert-plan/1";
+constexpr const char* kPlanFormat = "sparsert-plan/2";
 
 const nlohmann::json& field(const nlohmann::json& j, const char* name, const std::string& where) {
   SPARSERT_USER_CHECK(j.is_object() && j.contains(name), where, "missing field '{}'", name);
@@ -29,7 +29,7 @@ nlohmann::json to_json(const WorkPlan& p) {
   for (const BlockPlan& b : p.blocks) {
     nlohmann::json groups = nlohmann::json::array();
     for (const GroupRange& g : b.groups) groups.push_back({{"k", {g.k_begin, g.k_end}}, {"nnz", g.nnz}});
-    blocks.push_back({{"rows", {b.row_begin, b.row_end}}, {"nnz", b.nnz}, {"groups", std::move(groups)}});
+    blocks.push_back({{"rows", {b.row_begin, b.row_end}}, {"nnz", b.nnz}, {"live_rows", b.live_rows}, {"groups", std::move(groups)}});
   }
   return {
       {"format", kPlanFormat},
@@ -49,6 +49,7 @@ nlohmann::json to_json(const WorkPlan& p) {
         {"max_group_nnz", p.stats.max_group_nnz},
         {"mean_group_nnz", p.stats.mean_group_nnz},
         {"max_block_rows", p.stats.max_block_rows},
+        {"max_block_live_rows", p.stats.max_block_live_rows},
         {"block_imbalance", p.stats.block_imbalance},
         {"group_imbalance", p.stats.group_imbalance}}},
   };
@@ -93,6 +94,11 @@ WorkPlan plan_from_json(const nlohmann::json& j) {
     block.row_begin = rows[0].get<int32_t>();
     block.row_end = rows[1].get<int32_t>();
     block.nnz = number<int64_t>(b, "nnz", bw);
+    block.live_rows = number<int32_t>(b, "live_rows", bw);
+    SPARSERT_USER_CHECK(block.live_rows >= 0 && block.live_rows <= block.row_end - block.row_begin &&
+                            block.live_rows <= block.nnz,
+                        bw + ".live_rows", "{} rows with nonzeros in a block of {} rows and {} nonzeros",
+                        block.live_rows, block.row_end - block.row_begin, block.nnz);
     const nlohmann::json& groups = field(b, "groups", bw);
     SPARSERT_USER_CHECK(groups.is_array(), bw + ".groups", "expected an array");
     for (size_t gi = 0; gi < groups.size(); ++gi) {
@@ -113,10 +119,10 @@ std::string to_text(const WorkPlan& p) {
       "plan: {}x{} matrix, {} nonzeros; m_blocks={} gy={} balance={} reorder_rows={}\n", p.rows, p.cols, p.nnz,
       p.params.m_blocks, p.params.gy, to_string(p.params.balance), p.params.reorder_rows ? "on" : "off");
   out += fmt::format(
-      "  blocks: max {} nnz, mean {:.1f} (imbalance {:.3f}); max rows per block {}\n"
+      "  blocks: max {} nnz, mean {:.1f} (imbalance {:.3f}); max rows per block {} ({} with nonzeros)\n"
       "  groups: max {} nnz, mean {:.1f} (imbalance {:.3f})\n",
       p.stats.max_block_nnz, p.stats.mean_block_nnz, p.stats.block_imbalance, p.stats.max_block_rows,
-      p.stats.max_group_nnz, p.stats.mean_group_nnz, p.stats.group_imbalance);
+      p.stats.max_block_live_rows,      p.stats.max_group_nnz, p.stats.mean_group_nnz, p.stats.group_imbalance);
   for (size_t bi = 0; bi < p.blocks.size(); ++bi) {
     const BlockPlan& b = p.blocks[bi];
     out += fmt::format("  block {:>4}: rows [{}, {}) {} nnz; groups (k range: nnz):", bi, b.row_begin, b.row_end,

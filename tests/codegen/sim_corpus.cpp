@@ -117,6 +117,52 @@ TEST(SimCorpus, EmptyRowsAndEmptyMatrix) {
   check(empty, t, 6, 5, {{0.5f}, Activation::kRelu, std::nullopt}, "no nonzeros");
 }
 
+// Pruned layers often have a fifth to two fifths of their rows empty, and reordering gathers them into one block.
+// Only rows with nonzeros take accumulators: a block of 200 rows with 10 live ones at 4 columns a thread fits easily,
+// and its empty rows still store act(bias), one distinct value per row, on both the vector and the partial path.
+TEST(SimCorpus, ManyEmptyRowsTakeNoAccumulators) {
+  const int32_t rows = 200, cols = 30, live_every = 20;
+  CsrMatrix a;
+  a.rows = rows;
+  a.cols = cols;
+  a.row_ptr.push_back(0);
+  for (int32_t r = 0; r < rows; ++r) {
+    if (r % live_every == 3) {
+      for (int32_t k = r % 7; k < cols; k += 5) {
+        a.col_idx.push_back(k);
+        a.values.push_back(0.1f + 0.01f * static_cast<float>(k));
+      }
+    }
+    a.row_ptr.push_back(static_cast<int32_t>(a.col_idx.size()));
+  }
+  Epilogue ep{{}, Activation::kRelu, std::nullopt};
+  for (int32_t r = 0; r < rows; ++r) ep.bias.push_back(static_cast<float>(r % 9) * 0.125f - 0.5f);
+  for (const bool reorder : {false, true}) {
+    for (const int32_t gy : {1, 3}) {
+      TileParams t;
+      t.plan = {1, gy, inspector::Balance::kNonzeros, reorder};
+      t.n_tile = 16;
+      t.cols_per_thread = 4;
+      const inspector::WorkPlan plan = inspector::make_plan(a, t.plan);
+      ASSERT_EQ(plan.stats.max_block_rows, rows);
+      ASSERT_EQ(plan.stats.max_block_live_rows, rows / live_every);
+      const ResourceEstimate r = estimate_resources(t, plan);
+      EXPECT_EQ(r.registers, (rows / live_every + t.loads_per_batch) * 4 + 24);
+      check(a, t, 20, 18, ep, fmt::format("200 rows, 10 live, gy={} reorder={}", gy, reorder));
+      // The kernel declares the live rows' accumulators, the loaded B values, one constant and the reduction's
+      // temporaries: nothing per empty row.
+      SpmmOptions opt;
+      opt.tile = t;
+      opt.ld = 20;
+      opt.epilogue = ep;
+      const SpmmKernel k = emit_spmm(a, plan, Target::parse("sm_90"), opt);
+      const int32_t f32 = (rows / live_every + t.loads_per_batch + 1) * 4 + 1;
+      EXPECT_NE(k.entries[0].ptx.find(fmt::format(".reg .f32 %f<{}>;", f32 + 1)), std::string::npos)
+          << "expected " << f32 << " f32 registers";
+    }
+  }
+}
+
 TEST(SimCorpus, EveryTarget) {
   const CsrMatrix a = positive(inspector::generate_pruned_gaussian(70, 90, 0.8, 3));
   TileParams t;

@@ -67,19 +67,19 @@ CHECK-NEXT: ld.global.nc.f32 %f6, [%rd8+320];
 CHECK-NEXT: // k 0
 CHECK-NEXT: fma.rn.f32 %f1, %f4, 0f3DCCCCCD, 0f3F000000;
 CHECK-NEXT: // k 1
-CHECK-NEXT: mul.rn.f32 %f3, %f5, 0fC0000000;
+CHECK-NEXT: mul.rn.f32 %f2, %f5, 0fC0000000;
 CHECK-NEXT: // k 2
 CHECK-NEXT: fma.rn.f32 %f1, %f6, 0f3F000000, %f1;
-CHECK-NEXT: fma.rn.f32 %f3, %f6, 0f3E800000, %f3;
+CHECK-NEXT: fma.rn.f32 %f2, %f6, 0f3E800000, %f2;
 CHECK: // epilogue: bias, relu, clamp 32
 CHECK-NEXT: max.f32 %f1, %f1, 0f00000000;
 CHECK-NEXT: min.f32 %f1, %f1, 0f42000000;
 CHECK-NEXT: @%p2 st.global.f32 [%rd9], %f1;
-CHECK-NEXT: mov.f32 %f2, 0f00000000;
-CHECK-NEXT: @%p2 st.global.f32 [%rd9+160], %f2;
-CHECK-NEXT: max.f32 %f3, %f3, 0f00000000;
-CHECK-NEXT: min.f32 %f3, %f3, 0f42000000;
-CHECK-NEXT: @%p2 st.global.f32 [%rd9+320], %f3;
+CHECK-NEXT: mov.f32 %f3, 0f00000000;
+CHECK-NEXT: @%p2 st.global.f32 [%rd9+160], %f3;
+CHECK-NEXT: max.f32 %f2, %f2, 0f00000000;
+CHECK-NEXT: min.f32 %f2, %f2, 0f42000000;
+CHECK-NEXT: @%p2 st.global.f32 [%rd9+320], %f2;
 CHECK-NOT: .local
 CHECK-NOT: bar.sync
 CHECK: $done:
@@ -118,11 +118,11 @@ CHECK: $b0_sync:
 CHECK-NEXT: bar.sync 0;
 CHECK: $b0_e0:
 CHECK: ld.shared.v2.f32 {%f1, %f2}, [%rd12];
-CHECK-NEXT: ld.shared.v2.f32 {%f15, %f16}, [%rd12+64];
-CHECK-NEXT: add.rn.f32 %f1, %f1, %f15;
+CHECK-NEXT: ld.shared.v2.f32 {%f14, %f15}, [%rd12+64];
+CHECK-NEXT: add.rn.f32 %f1, %f1, %f14;
 CHECK: @!%p3 bra $b0_e0_partial;
 CHECK-NEXT: st.global.v2.f32 [%rd9], {%f1, %f2};
-CHECK-NEXT: st.global.v2.f32 [%rd9+320], {%f5, %f6};
+CHECK-NEXT: st.global.v2.f32 [%rd9+320], {%f3, %f4};
 CHECK-NEXT: bra.uni $b0_e0_stored;
 CHECK-NEXT: $b0_e0_partial:
 CHECK-NEXT: // the last column tile: a predicate per column
@@ -132,10 +132,15 @@ CHECK-NEXT: setp.lt.u32 %p5, %r10, %r1;
 CHECK-NEXT: @%p4 st.global.f32 [%rd9], %f1;
 CHECK-NEXT: @%p5 st.global.f32 [%rd9+4], %f2;
 CHECK: $b0_e1:
-CHECK: mov.f32 %f3, 0f00000000;
+CHECK-NEXT: // epilogue of group 1: bias, relu, clamp 32
+CHECK-NEXT: @!%p3 bra $b0_e1_partial;
+CHECK-NEXT: mov.f32 %f5, 0f00000000;
+CHECK-NEXT: st.global.v2.f32 [%rd9+160], {%f5, %f5};
+CHECK-NEXT: bra.uni $b0_e1_stored;
+CHECK-NEXT: $b0_e1_partial:
+CHECK: mov.f32 %f5, 0f00000000;
 CHECK-NOT: mov.f32
-CHECK: @!%p3 bra $b0_e1_partial;
-CHECK-NEXT: st.global.v2.f32 [%rd9+160], {%f3, %f3};
+CHECK: $b0_e1_stored:
 )";
   EXPECT_EQ(filecheck(ptx, patterns), "") << ptx;
   EXPECT_EQ(k.entries[0].shared_bytes, 128);

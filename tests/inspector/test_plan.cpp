@@ -60,11 +60,36 @@ TEST(Plan, SmallExampleByHand) {
   EXPECT_EQ(p.blocks[0].groups[1], (GroupRange{2, 4, 2}));
   EXPECT_EQ(p.stats.max_block_nnz, 4);
   EXPECT_EQ(p.stats.max_block_rows, 4);
+  EXPECT_EQ(p.stats.max_block_live_rows, 4);
 
   WorkPlan by_rows = make_plan(a, {2, 1, Balance::kRows, false});
   check_plan(by_rows, a);
   EXPECT_EQ(by_rows.blocks[0].row_end - by_rows.blocks[0].row_begin, 2);
   EXPECT_EQ(by_rows.blocks[0].nnz, 5);
+}
+
+TEST(Plan, EmptyRowsAreStoredButNotAccumulated) {
+  // Rows 1, 2 and 4 are empty: they weigh nothing under nnz balancing and all land with a nonempty row.
+  CsrMatrix a;
+  a.rows = 6;
+  a.cols = 3;
+  a.row_ptr = {0, 2, 2, 2, 4, 4, 6};
+  a.col_idx = {0, 1, 1, 2, 0, 2};
+  a.values.assign(6, 1.0f);
+  WorkPlan p = make_plan(a, {2, 1, Balance::kNonzeros, false});
+  check_plan(p, a);
+  ASSERT_EQ(p.blocks.size(), 2u);
+  EXPECT_EQ(p.blocks[0].row_end, 1);
+  EXPECT_EQ(p.blocks[0].live_rows, 1);
+  EXPECT_EQ(p.blocks[1].row_end - p.blocks[1].row_begin, 5);
+  EXPECT_EQ(p.blocks[1].live_rows, 2);
+  EXPECT_EQ(p.stats.max_block_rows, 5);
+  EXPECT_EQ(p.stats.max_block_live_rows, 2);
+  // A stale count is caught.
+  WorkPlan stale = p;
+  stale.blocks[1].live_rows = 5;
+  stale.stats = compute_stats(stale.blocks);
+  EXPECT_THROW(check_plan(stale, a), InternalError);
 }
 
 TEST(Plan, PropertyCoverageAndBalanceBound) {
@@ -157,7 +182,7 @@ TEST(Plan, JsonRoundTrip) {
   CsrMatrix a = random_matrix(rng, 50, 20, 0.3);
   WorkPlan p = make_plan(a, {5, 4, Balance::kNonzeros, true});
   nlohmann::json j = to_json(p);
-  EXPECT_EQ(j["format"], "sparsert-plan/1");
+  EXPECT_EQ(j["format"], "sparsert-plan/2");
   EXPECT_EQ(plan_from_json(nlohmann::json::parse(j.dump())), p);
   nlohmann::json bad = j;
   bad["blocks"][2]["groups"][1].erase("nnz");
@@ -170,6 +195,15 @@ TEST(Plan, JsonRoundTrip) {
   bad = j;
   bad["params"]["gy"] = "four";
   EXPECT_THROW(plan_from_json(bad), UserError);
+  bad = j;
+  bad["blocks"][0]["live_rows"] = 1000;
+  try {
+    plan_from_json(bad);
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("plan.blocks[0].live_rows: 1000 rows with nonzeros"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Reorder, IdenticalRowsBecomeAdjacentAndLoadsDrop) {

@@ -52,6 +52,7 @@ struct BlockPlan {
   int32_t row_begin = 0;  // [row_begin, row_end) in plan order (positions in row_order)
   int32_t row_end = 0;
   int64_t nnz = 0;
+  int32_t live_rows = 0;  // rows of the block with at least one nonzero; the others need no accumulator
   std::vector<GroupRange> groups;  // exactly gy ranges covering [0, K) in order; some may be empty
   bool operator==(const BlockPlan&) const = default;
 };
@@ -61,7 +62,8 @@ struct PlanStats {
   double mean_block_nnz = 0.0;
   int64_t max_group_nnz = 0;
   double mean_group_nnz = 0.0;
-  int32_t max_block_rows = 0;   // sizes the accumulator array every block must allocate
+  int32_t max_block_rows = 0;       // rows a block stores (empty rows included)
+  int32_t max_block_live_rows = 0;  // rows a block accumulates: sizes the accumulator array of a baked kernel
   double block_imbalance = 0.0; // max / mean (1 is perfect; 0 when there are no nonzeros)
   double group_imbalance = 0.0;
   bool operator==(const PlanStats&) const = default;
