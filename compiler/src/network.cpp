@@ -2,6 +2,7 @@
 
 #include "sparsert/runtime/error.hpp"
 #include "sparsert/runtime/file_io.hpp"
+#include "sparsert/runtime/json_text.hpp"
 #include "sparsert/runtime/npy.hpp"
 
 #include <fmt/format.h>
@@ -99,25 +100,27 @@ NetworkDesc read_network(const std::filesystem::path& json_path) {
 
 NetworkDesc parse_network(const std::string& json_text, const std::filesystem::path& source) {
   const std::string file = source.string();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw_user_error(file, "not valid JSON at byte {}", e.byte);
-  } catch (const nlohmann::json::exception& e) {  // a number past double's range (out_of_range 406)
-    throw_user_error(file, "not valid JSON ({})", e.what());
-  }
+  const nlohmann::json j = parse_json_text(json_text, file);
   SPARSERT_USER_CHECK(j.is_object(), file, "expected a JSON object");
   SPARSERT_USER_CHECK(j.contains("format") && j["format"] == kNetworkFormat, file + ": format",
                       "expected \"{}\"", kNetworkFormat);
   SPARSERT_USER_CHECK(j.contains("layers") && j["layers"].is_array() && !j["layers"].empty(), file + ": layers",
                       "expected a non-empty array");
+  // An unknown field is refused, not ignored: "value" for "values" would otherwise draw other weights, silently.
+  for (const auto& [key, value] : j.items()) {
+    SPARSERT_USER_CHECK(key == "format" || key == "layers" || key == "values" || key == "input", file + ": " + key,
+                        "unknown field (expected format, layers, values, input)");
+  }
   NetworkDesc net;
   net.source = source;
   const std::filesystem::path base = source.parent_path();
   if (j.contains("values")) {
     const nlohmann::json& v = j["values"];
     SPARSERT_USER_CHECK(v.is_object(), file + ": values", "expected {{\"distribution\": ..., \"seed\": ...}}");
+    for (const auto& [key, value] : v.items()) {
+      SPARSERT_USER_CHECK(key == "distribution" || key == "seed" || key == "scale", file + ": values." + key,
+                          "unknown field (expected distribution, seed, scale)");
+    }
     if (v.contains("distribution")) {
       SPARSERT_USER_CHECK(v["distribution"].is_string(), file + ": values.distribution", "expected a string");
       try {
@@ -129,6 +132,13 @@ NetworkDesc parse_network(const std::string& json_text, const std::filesystem::p
     if (v.contains("seed")) {
       SPARSERT_USER_CHECK(v["seed"].is_number_unsigned(), file + ": values.seed", "expected a non-negative integer");
       net.load.fill.seed = v["seed"].get<uint64_t>();
+    }
+    if (v.contains("scale")) {
+      const nlohmann::json& sc = v["scale"];
+      SPARSERT_USER_CHECK(sc.is_number() && std::isfinite(sc.get<double>()) && sc.get<double>() > 0 &&
+                              sc.get<double>() <= 1e30,
+                          file + ": values.scale", "expected a positive number (the spread of the drawn values)");
+      net.load.fill.scale = sc.get<float>();
     }
   }
   if (j.contains("input")) net.input = parse_conv_input(j["input"], file + ": input");

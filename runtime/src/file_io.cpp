@@ -19,6 +19,16 @@ namespace {
 
 // Opens `path` for reading, with the errors both readers give.
 int open_for_read(const std::filesystem::path& path, size_t* size) {
+  // Devices are refused before they are opened: /dev/zero or /dev/urandom (often behind a symlink) never end, and
+  // opening some devices has effects of its own. Pipes stay readable: process substitution is a fair use.
+  struct stat before {};
+  if (::stat(path.c_str(), &before) == 0) {
+    const char* kind = S_ISCHR(before.st_mode)    ? "a character device"
+                       : S_ISBLK(before.st_mode)  ? "a block device"
+                       : S_ISSOCK(before.st_mode) ? "a socket"
+                                                  : nullptr;
+    if (kind != nullptr) throw_user_error(path.string(), "cannot read: it is {}, not a file", kind);
+  }
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   SPARSERT_USER_CHECK(fd >= 0, path.string(), "cannot open ({})", std::strerror(errno));
   struct stat st {};

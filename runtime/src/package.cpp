@@ -2,6 +2,7 @@
 
 #include "sparsert/runtime/error.hpp"
 #include "sparsert/runtime/file_io.hpp"
+#include "sparsert/runtime/json_text.hpp"
 #include "sparsert/runtime/sha256.hpp"
 
 #include <cmath>
@@ -199,14 +200,7 @@ void write_manifest(const Package& p) {
 Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
   const std::filesystem::path manifest_path = dir / "manifest.json";
   const std::string where = manifest_path.string();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_file(manifest_path));
-  } catch (const nlohmann::json::parse_error& e) {
-    throw_user_error(where, "not valid JSON (byte {})", e.byte);
-  } catch (const nlohmann::json::exception& e) {  // a number past double's range (out_of_range 406)
-    throw_user_error(where, "not valid JSON ({})", e.what());
-  }
+  const nlohmann::json j = read_json_file(manifest_path);
   const std::string format = get_as<std::string>(j, where, "format");
   SPARSERT_USER_CHECK(format == kPackageFormat, where + ": format",
                       "'{}' is not a package version this runtime reads ({})", format, kPackageFormat);

@@ -70,6 +70,9 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
       {"token.tsv", "1\t1\t1.0\n2\tb\t1.0\n", "inspect {}", ":2"},
       {"inf.tsv", "1\t1\tinf\n", "inspect {}", ":1"},
       {"garbage.tsv", "1\t1\t1.0 extra\n", "inspect {}", ":1"},
+      // A file cut off in the middle of its last number, without the final newline.
+      {"cut.tsv", "1\t1\t1.0\n2\t2\t1e", "inspect {}", ":2: value: non-numeric token '1e'"},
+      {"cut2.tsv", "1\t1\t1.0\n2\t2\t", "inspect {}", ":2: missing value"},
       {"dtype.npy", npy("{'descr': '<i8', 'fortran_order': False, 'shape': (2, 2), }", 32), "inspect {}", "descr"},
       {"trunc.npy", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 4), }", 20), "inspect {}",
        "truncated"},
@@ -91,7 +94,7 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
       {"huge.json", "{\"format\": \"sparsert-network/1\", \"layers\": [{\"weights\": \"w.mtx\", \"n\": 1e999}]}",
        "compile {} -o " + (dir / "pkg").string(), "huge.json: not valid JSON"},
       {"huge-bench.json", "{\"suite\": 1e999}", "bench --report {} -o " + (dir / "r.md").string(),
-       "huge-bench.json: not JSON"},
+       "huge-bench.json: not valid JSON"},
       // CLI11's range checks, in one line like ours.
       {"ok6.mtx", mtx + "3 3 2\n1 1 1.0\n2 2 2.0\n", "emit {} --n 0 -o " + (dir / "k.ptx").string(), "--n"},
       {"", "", "run " + dir.path().string() + " --input x.npy --threads 40000", "--threads"},
@@ -113,6 +116,18 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
       {"net-dist.json", "{\"format\": \"sparsert-network/1\", \"values\": {\"distribution\": \"cauchy\"}, "
        "\"layers\": [{\"weights\": \"w.mtx\", \"n\": 4}]}", "compile {} -o " + (dir / "pkg").string(),
        "net-dist.json: values: "},
+      {"net-top.json", "{\"format\": \"sparsert-network/1\", \"value\": {\"seed\": 3}, \"layers\": [{\"weights\": "
+       "\"w.mtx\", \"n\": 4}]}", "compile {} -o " + (dir / "pkg").string(), "net-top.json: value: unknown field"},
+      {"net-vals.json", "{\"format\": \"sparsert-network/1\", \"values\": {\"sead\": 3}, \"layers\": [{\"weights\": "
+       "\"w.mtx\", \"n\": 4}]}", "compile {} -o " + (dir / "pkg").string(), "net-vals.json: values.sead: unknown"},
+      {"net-scale.json", "{\"format\": \"sparsert-network/1\", \"values\": {\"scale\": -1}, \"layers\": "
+       "[{\"weights\": \"w.mtx\", \"n\": 4}]}", "compile {} -o " + (dir / "pkg").string(),
+       "net-scale.json: values.scale: expected a positive number"},
+      {"net-dup.json", "{\"format\": \"sparsert-network/1\", \"layers\": [{\"weights\": \"w.mtx\", \"n\": 4, "
+       "\"bias\": 1, \"bias\": 2}]}", "compile {} -o " + (dir / "pkg").string(),
+       "net-dup.json: layers[0].bias: the key appears twice in one object"},
+      {"net-syntax.json", "{\"format\": \"sparsert-network/1\",\n \"layers\": [}", "compile {} -o " +
+       (dir / "pkg").string(), "net-syntax.json: not valid JSON at line 2, column 13"},
       {"net-name.json", "{\"format\": \"sparsert-network/1\", \"layers\": [{\"name\": 7, \"weights\": \"w.mtx\", "
        "\"n\": 4}]}", "compile {} -o " + (dir / "pkg").string(), "layer 0: name"},
       // An output that cannot be written is said before the work, not after it.
@@ -142,6 +157,21 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
     }
     // Usage errors from CLI11 included: exactly one line.
     EXPECT_EQ(lines(o.err), 1) << args << ": " << o.err;
+  }
+}
+
+// /dev/zero never ends: behind a symlink with a matrix's name it must be refused, not read until memory runs out.
+TEST(CliBadInput, ADeviceIsRefusedBeforeItIsRead) {
+  ScratchDir dir;
+  std::filesystem::create_symlink("/dev/zero", dir / "w.smtx");
+  std::filesystem::create_symlink("/dev/zero", dir / "net.json");
+  for (const std::string& args :
+       {"inspect " + (dir / "w.smtx").string(), "compile " + (dir / "net.json").string() + " -o " +
+                                                    (dir / "pkg").string()}) {
+    const Outcome o = run(args, dir);
+    EXPECT_EQ(o.code, 2) << args << "\n" << o.err;
+    EXPECT_NE(o.err.find(": cannot read: it is a character device, not a file"), std::string::npos) << o.err;
+    EXPECT_EQ(lines(o.err), 1) << o.err;
   }
 }
 

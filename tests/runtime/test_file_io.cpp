@@ -32,6 +32,17 @@ TEST(FileIo, ErrorsNameThePath) {
     EXPECT_NE(std::string(e.what()).find("x: cannot write"), std::string::npos);
   }
   EXPECT_THROW(read_file(dir.path()), UserError);
+  // A device never ends (or is not data): refused by name, through a symlink too, before anything is read.
+  std::filesystem::create_symlink("/dev/zero", dir / "weights.smtx");
+  for (const std::filesystem::path& p : {std::filesystem::path("/dev/zero"), dir / "weights.smtx"}) {
+    try {
+      read_file_bytes(p);
+      FAIL() << p;
+    } catch (const UserError& e) {
+      EXPECT_EQ(std::string(e.what()), p.string() + ": cannot read: it is a character device, not a file");
+    }
+    EXPECT_THROW(read_file(p), UserError);
+  }
 }
 
 TEST(FileIo, ReadFileBytesMatchesReadFileAndIsPadded) {
@@ -45,7 +56,9 @@ TEST(FileIo, ReadFileBytesMatchesReadFileAndIsPadded) {
   for (const std::filesystem::path& p : {dir / "big.txt", dir / "empty.txt", proc}) {
     const FileBytes b = read_file_bytes(p);
     const std::string s = read_file(p);
-    if (p != proc) EXPECT_EQ(b.view(), s) << p;  // the maps change between the two reads
+    if (p != proc) {
+      EXPECT_EQ(b.view(), s) << p;  // the maps change between the two reads
+    }
     EXPECT_EQ(b.empty(), b.size() == 0) << p;
     for (size_t i = 0; i < FileBytes::kPadding; ++i) ASSERT_EQ(b.data()[b.size() + i], '\0') << p << " +" << i;
   }

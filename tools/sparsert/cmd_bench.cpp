@@ -5,6 +5,7 @@
 #include "sparsert/bench/bench.hpp"
 #include "sparsert/runtime/error.hpp"
 #include "sparsert/runtime/file_io.hpp"
+#include "sparsert/runtime/json_text.hpp"
 
 #include <fmt/format.h>
 
@@ -55,11 +56,7 @@ std::string command_line() {
 int report(const BenchArgs& a) {
   std::vector<nlohmann::json> runs;
   for (const std::string& f : a.report) {
-    try {
-      runs.push_back(nlohmann::json::parse(read_file(f)));
-    } catch (const nlohmann::json::exception& e) {  // parse errors, and numbers past double's range
-      throw UserError(f, fmt::format("not JSON: {}", e.what()));
-    }
+    runs.push_back(read_json_file(f));
   }
   // SVGs go beside the Markdown, in a folder named after it: docs/benchmarks.md -> docs/benchmarks/*.svg.
   const std::filesystem::path out = a.output;

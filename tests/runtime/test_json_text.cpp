@@ -1,0 +1,42 @@
+#include "sparsert/runtime/error.hpp"
+#include "sparsert/runtime/json_text.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace sparsert;
+
+namespace {
+std::string error_of(std::string_view text) {
+  try {
+    parse_json_text(text, "net.json");
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+}  // namespace
+
+TEST(JsonText, ParsesWhatNlohmannParses) {
+  const nlohmann::json j = parse_json_text(R"({"a": [1, {"b": 2}, [3, 4]], "c": {"a": 5}})", "x");
+  EXPECT_EQ(j["a"][1]["b"], 2);
+  EXPECT_EQ(j["c"]["a"], 5);  // the same key in different objects is fine
+  EXPECT_EQ(parse_json_text("[]", "x"), nlohmann::json::array());
+}
+
+TEST(JsonText, ADuplicateKeyIsNamedByItsPath) {
+  EXPECT_EQ(error_of(R"({"format": "a", "format": "b"})"), "net.json: format: the key appears twice in one object");
+  // Array indices count every kind of element before the one with the duplicate.
+  EXPECT_EQ(error_of(R"({"layers": [1, [2], {"x": 3}, {"n": 1, "bias": 2, "n": 4}]})"),
+            "net.json: layers[3].n: the key appears twice in one object");
+  EXPECT_EQ(error_of(R"({"values": {"seed": {"a": 1}, "seed": 2}})"),
+            "net.json: values.seed: the key appears twice in one object");
+  EXPECT_EQ(error_of(R"([[{"a": 1}], {"k": [{}, {"z": 1, "z": 1}]}])"),
+            "net.json: [1].k[1].z: the key appears twice in one object");
+}
+
+TEST(JsonText, SyntaxErrorsNameLineAndColumn) {
+  EXPECT_EQ(error_of("{\n  \"a\": 1,\n  \"b\": ]\n}"), "net.json: not valid JSON at line 3, column 8");
+  EXPECT_EQ(error_of("{\"a\": 1"), "net.json: not valid JSON at line 1, column 8");
+  EXPECT_EQ(error_of(""), "net.json: not valid JSON at line 1, column 1");
+  EXPECT_EQ(error_of("{\"n\": 1e999}"), "net.json: not valid JSON (a number past the range of a double)");
+}
