@@ -246,7 +246,6 @@ LoadedLayer conv_layer(const NetworkDesc& net, std::vector<LoadedLayer>& before,
   s.order = d.conv->order;
   check_conv_shape(s, where + ": conv");
   check_conv_weights(s, a, where);
-  SPARSERT_USER_CHECK(s.columns() <= (1 << 30), where + ": conv", "{} output pixels are more than 2^30", s.columns());
   if (!before.empty()) before.back().conv->out_border = s.pad;
   d.n = static_cast<int32_t>(s.columns());
   return LoadedLayer{std::move(d), std::move(a), ConvLayout{s, s.pad, 0}};

@@ -3,6 +3,7 @@
 #include "sparsert/runtime/error.hpp"
 
 #include <algorithm>
+#include <limits>
 
 namespace sparsert {
 
@@ -25,12 +26,23 @@ void check_conv_shape(const ConvShape& s, const std::string& where) {
   SPARSERT_USER_CHECK(s.pad < s.kernel_h && s.pad < s.kernel_w, where + ".padding",
                       "{} is not smaller than the {} x {} kernel: some outputs would see only padding", s.pad,
                       s.kernel_h, s.kernel_w);
-  SPARSERT_USER_CHECK(s.in_h + 2 * s.pad >= s.kernel_h && s.in_w + 2 * s.pad >= s.kernel_w, where + ".kernel",
+  // In 64 bits: ConvShape's own accessors are 32-bit, and are only used once these checks have passed.
+  const int64_t padded_h = int64_t{s.in_h} + 2 * int64_t{s.pad}, padded_w = int64_t{s.in_w} + 2 * int64_t{s.pad};
+  SPARSERT_USER_CHECK(padded_h <= std::numeric_limits<int32_t>::max() &&
+                          padded_w <= std::numeric_limits<int32_t>::max(),
+                      where + ".height", "a {} x {} input padded by {} is too large", s.in_h, s.in_w, s.pad);
+  SPARSERT_USER_CHECK(padded_h >= s.kernel_h && padded_w >= s.kernel_w, where + ".kernel",
                       "a {} x {} kernel does not fit a {} x {} input padded by {}: the output would be empty",
                       s.kernel_h, s.kernel_w, s.in_h, s.in_w, s.pad);
   SPARSERT_USER_CHECK(int64_t{s.in_channels} * s.kernel_h * s.kernel_w <= (int64_t{1} << 30), where + ".in_channels",
                       "{} channels of a {} x {} kernel give too many im2col rows", s.in_channels, s.kernel_h,
                       s.kernel_w);
+  // The columns of the SpMM: a double holds the product of three 31-bit numbers closely enough to compare with 2^30.
+  const int64_t out_h = (padded_h - s.kernel_h) / s.stride + 1, out_w = (padded_w - s.kernel_w) / s.stride + 1;
+  const double pixels = static_cast<double>(s.images) * static_cast<double>(out_h) * static_cast<double>(out_w);
+  SPARSERT_USER_CHECK(pixels <= static_cast<double>(int64_t{1} << 30), where + ".images",
+                      "{} image(s) of {} x {} output pixels are {:.4g} columns, more than 2^30", s.images, out_h,
+                      out_w, pixels);
 }
 
 void check_conv_weights(const ConvShape& s, const CsrMatrix& a, const std::string& where) {

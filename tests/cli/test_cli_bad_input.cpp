@@ -175,6 +175,41 @@ TEST(CliBadInput, ADeviceIsRefusedBeforeItIsRead) {
   }
 }
 
+// A file name with a newline (or a terminal escape) in it still gives a one-line message, with the byte escaped.
+TEST(CliBadInput, ControlCharactersInANameAreEscaped) {
+  ScratchDir dir;
+  const std::filesystem::path odd = dir / "two\nlines\x1b[31m.mtx";
+  sparsert::write_file_atomic(odd, "%%MatrixMarket matrix coordinate real general\n2 2 1\n3 1 1.0\n");
+  const Outcome o = run("inspect '" + odd.string() + "'", dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_EQ(lines(o.err), 1) << o.err;
+  EXPECT_NE(o.err.find("two\\nlines\\x1b[31m.mtx:3:"), std::string::npos) << o.err;
+  const Outcome missing = run("inspect '" + (dir / "no\nsuch.mtx").string() + "'", dir);
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_EQ(lines(missing.err), 1) << missing.err;
+  EXPECT_NE(missing.err.find("no\\nsuch.mtx: cannot open"), std::string::npos) << missing.err;
+}
+
+// `gen network` writes its folder whole: into parents that do not exist yet, with nothing left beside it; a run that
+// cannot write leaves what was there as it was.
+TEST(CliBadInput, GenNetworkWritesItsFolderWholeOrNotAtAll) {
+  ScratchDir dir;
+  const std::filesystem::path out = dir / "nets" / "small";
+  Outcome o = run("gen network --layers 2 --neurons 16 --n 4 -o " + out.string(), dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  for (const char* f : {"net.json", "input.npy", "layer0.mtx", "layer1.mtx"}) {
+    EXPECT_TRUE(std::filesystem::is_regular_file(out / f)) << f;
+  }
+  int beside = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir / "nets")) ++beside;
+  EXPECT_EQ(beside, 1);
+  sparsert::write_file_atomic(dir / "taken", "mine");
+  o = run("gen network --layers 2 --neurons 16 --n 4 -o " + (dir / "taken").string(), dir);
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("taken: cannot write: it exists and is not a directory"), std::string::npos) << o.err;
+  EXPECT_EQ(sparsert::read_file(dir / "taken"), "mine");
+}
+
 TEST(CliBadInput, HelpAndSuccessExitZero) {
   ScratchDir dir;
   for (const char* sub : {"inspect", "gen", "emit", "compile", "run", "graphchallenge"}) {

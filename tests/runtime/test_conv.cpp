@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <cmath>
 #include <functional>
 #include <random>
@@ -320,6 +322,15 @@ TEST(ConvErrors, ShapesNameTheirField) {
                  s.pad = 2;
                }),
                "layer 2.kernel", "the output would be empty");
+  // Pixel counts whose product passes 64 bits (2^72 here) or 2^30 are refused with the true count, not wrapped.
+  expect_error(shape_error([](ConvShape& s) {
+                 s.images = s.in_h = s.in_w = 1 << 24;
+                 s.pad = 1;
+               }),
+               "layer 2.images", "16777216 image(s) of 16777216 x 16777216 output pixels are 4.722e+21 columns");
+  expect_error(shape_error([](ConvShape& s) { s.images = 1 << 20; }), "layer 2.images", "more than 2^30");
+  expect_error(shape_error([](ConvShape& s) { s.in_h = std::numeric_limits<int32_t>::max() - 1; }), "layer 2.height",
+               "is too large");
   EXPECT_NO_THROW(check_conv_shape(good_shape(), "layer 2"));
 }
 

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 using namespace sparsert;
 using sparsert::testing::ScratchDir;
 
@@ -72,3 +76,54 @@ TEST(FileIo, ReadFileBytesMatchesReadFileAndIsPadded) {
   }
   EXPECT_THROW(read_file_bytes(dir.path()), UserError);
 }
+
+namespace {
+std::vector<std::string> names_in(const std::filesystem::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+}  // namespace
+
+TEST(StagedDirectory, CommitCreatesTheFolderWholeAndAFailureLeavesNothing) {
+  ScratchDir dir;
+  {
+    StagedDirectory out(dir / "a" / "b" / "net");  // parents that do not exist yet
+    write_file_atomic(out.path() / "x.txt", "x");
+    EXPECT_FALSE(std::filesystem::exists(dir / "a"));  // nothing visible before the commit
+    out.commit();
+  }
+  EXPECT_EQ(read_file(dir / "a" / "b" / "net" / "x.txt"), "x");
+  EXPECT_EQ(names_in(dir.path()), std::vector<std::string>{"a"});  // no staging folder left
+  {
+    StagedDirectory out(dir / "failed");
+    write_file_atomic(out.path() / "half.txt", "half");
+    // destroyed without commit: the work failed
+  }
+  EXPECT_EQ(names_in(dir.path()), std::vector<std::string>{"a"});
+}
+
+TEST(StagedDirectory, AnExistingFolderKeepsItsOtherFiles) {
+  ScratchDir dir;
+  std::filesystem::create_directory(dir / "net");
+  write_file_atomic(dir / "net" / "mine.txt", "keep");
+  write_file_atomic(dir / "net" / "x.txt", "old");
+  {
+    StagedDirectory out(dir / "net/");
+    write_file_atomic(out.path() / "x.txt", "new");
+    out.commit();
+  }
+  EXPECT_EQ(read_file(dir / "net" / "mine.txt"), "keep");
+  EXPECT_EQ(read_file(dir / "net" / "x.txt"), "new");
+  EXPECT_EQ(names_in(dir.path()), std::vector<std::string>{"net"});
+  write_file_atomic(dir / "file", "f");
+  try {
+    StagedDirectory bad(dir / "file");
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_EQ(std::string(e.what()), (dir / "file").string() + ": cannot write: it exists and is not a directory");
+  }
+  EXPECT_EQ(read_file(dir / "file"), "f");
+}
+

@@ -39,10 +39,9 @@ CLI::App* add_gen_network(CLI::App& gen, Action& action) {
   sub->add_option("--seed", args->seed, "Random seed")->default_val(1);
   sub->add_option("-o,--output", args->output, "Directory to write (created)")->required();
   action = [args] {
-    const std::filesystem::path dir(args->output);
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    SPARSERT_USER_CHECK(!ec && std::filesystem::is_directory(dir), args->output, "cannot create ({})", ec.message());
+    // Written whole or not at all: a run that fails (say, out of memory for the input) leaves no folder behind.
+    StagedDirectory out(args->output);
+    const std::filesystem::path& dir = out.path();
     nlohmann::json layers = nlohmann::json::array();
     for (int32_t l = 0; l < args->layers; ++l) {
       CsrMatrix a = inspector::generate_pruned_gaussian(args->neurons, args->neurons, args->sparsity,
@@ -71,6 +70,7 @@ CLI::App* add_gen_network(CLI::App& gen, Action& action) {
     inspector::fill_values(x, inspector::ValueFill{inspector::ValueFill::Distribution::kUniform, args->seed, 0.5f});
     for (float& v : x) v += 0.5f;  // [0, 1)
     write_npy(dir / "input.npy", DenseTensor({args->neurons, args->n}, std::move(x)));
+    out.commit();
     fmt::print("wrote {}/net.json: {} layers of {}x{} at sparsity {}, n = {}; input {}/input.npy [{}, {}]\n",
                args->output, args->layers, args->neurons, args->neurons, args->sparsity, args->n, args->output,
                args->neurons, args->n);

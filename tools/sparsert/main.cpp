@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <exception>
 #include <new>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -23,6 +25,28 @@ void reject_empty_values(const CLI::App& app) {
     }
     reject_empty_values(*sub);
   }
+}
+
+// An error is one line even when a name in it is not: a file name may hold a newline or an escape sequence, which
+// would split the message or drive the terminal. Control bytes are written as C escapes.
+std::string one_line(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7f) {
+      out += fmt::format("\\x{:02x}", u);
+    } else {
+      out += c;
+    }
+  }
+  return out;
 }
 }  // namespace
 
@@ -60,7 +84,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // One line, as every other error (CLI11's own exit() adds a second "Run with --help" line).
-    std::fprintf(stderr, "sparsert: error: %s (see sparsert --help)\n", e.what());
+    std::fprintf(stderr, "sparsert: error: %s (see sparsert --help)\n", one_line(e.what()).c_str());
     return cli::kBadInput;
   }
 
@@ -70,7 +94,7 @@ int main(int argc, char** argv) {
     }
     return cli::kBadInput;
   } catch (const UserError& e) {
-    std::fprintf(stderr, "sparsert: error: %s\n", e.what());
+    std::fprintf(stderr, "sparsert: error: %s\n", one_line(e.what()).c_str());
     return cli::kBadInput;
   } catch (const WorkFailure& e) {
     std::fprintf(stderr, "sparsert: failed: %s\n", e.what());
@@ -80,7 +104,7 @@ int main(int argc, char** argv) {
                  "machine's memory\n");
     return cli::kWorkFailed;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "sparsert: %s\n", e.what());
+    std::fprintf(stderr, "sparsert: %s\n", one_line(e.what()).c_str());
     return cli::kWorkFailed;
   }
 }
