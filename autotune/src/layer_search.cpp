@@ -349,26 +349,34 @@ std::vector<size_t> rank_candidates(LayerContext& ctx, LayerResult& lr) {
   return rank(true);
 }
 
-// A register budget (docs/autotune.md): through nvJitLink ptxas spends up to 255 registers a thread on loads hoisted
-// ahead, which leaves one or two blocks an SM; 128 lets 16 warps share it (4 per scheduler). What the budget takes
-// from the hoisting the model cannot price, so only gpu mode tries it: the best baked candidates are timed again
-// with the budget, where their accumulators fit it.
-constexpr int32_t kRegisterBudget = 128;
+// Register budgets (docs/autotune.md): through nvJitLink ptxas spends up to 255 registers a thread on loads hoisted
+// ahead, which leaves one or two blocks an SM; 128 lets 16 warps share it (4 per scheduler), 64 lets 32. Whole-program
+// ptxas gives the same PTX 32, so the low budget is one ptxas itself picks where it may. What a budget takes from the
+// hoisting the model cannot price, so only gpu mode tries them: the best baked candidates are timed again under
+// each budget their accumulators fit.
+constexpr int32_t kRegisterBudgets[] = {128, 64};
 constexpr size_t kRegisterBudgetCandidates = 2;
 
 void add_register_budgets(LayerResult& lr, std::vector<size_t>& chosen) {
   const size_t before = chosen.size();
-  size_t added = 0;
-  for (size_t k = 0; k < before && added < kRegisterBudgetCandidates; ++k) {
-    CandidateResult v = lr.candidates[chosen[k]];  // a copy: the push below may move the vector
-    if (v.cand.streamed() || v.cand.tile.max_registers != 0 || v.registers > kRegisterBudget) continue;
-    v.cand.tile.max_registers = kRegisterBudget;
-    v.cand.is_default = false;
-    if (std::any_of(lr.candidates.begin(), lr.candidates.end(), [&](const CandidateResult& r) { return r.cand == v.cand; }))
-      continue;
-    lr.candidates.push_back(std::move(v));
-    chosen.push_back(lr.candidates.size() - 1);
-    ++added;
+  size_t bases = 0;
+  for (size_t k = 0; k < before && bases < kRegisterBudgetCandidates; ++k) {
+    const CandidateResult base = lr.candidates[chosen[k]];  // a copy: the pushes below may move the vector
+    if (base.cand.streamed() || base.cand.tile.max_registers != 0) continue;
+    bool any = false;
+    for (const int32_t budget : kRegisterBudgets) {
+      if (base.registers > budget) continue;
+      CandidateResult v = base;
+      v.cand.tile.max_registers = budget;
+      v.cand.is_default = false;
+      if (std::any_of(lr.candidates.begin(), lr.candidates.end(),
+                      [&](const CandidateResult& r) { return r.cand == v.cand; }))
+        continue;
+      lr.candidates.push_back(std::move(v));
+      chosen.push_back(lr.candidates.size() - 1);
+      any = true;
+    }
+    bases += any;
   }
 }
 

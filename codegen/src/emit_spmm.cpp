@@ -19,6 +19,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <span>
 
 namespace sparsert::codegen {
@@ -87,7 +88,8 @@ class EntryEmitter {
         name_(std::move(name)),
         use_const_(use_const),
         cpt_(opt.tile.cols_per_thread),
-        gy_(opt.tile.plan.gy) {}
+        gy_(opt.tile.plan.gy),
+        bx_(block_threads_x(opt.tile)) {}
 
   SpmmEntry emit() {
     // Only rows with nonzeros accumulate; an empty row stores a constant from one shared register.
@@ -111,7 +113,7 @@ class EntryEmitter {
     e.block_begin = block_begin_;
     e.block_end = block_end_;
     // The preamble addresses `partials` whenever gy > 1, so it is declared even when no group has work.
-    e.shared_bytes = gy_ > 1 ? std::max(16, count_slots() * opt_.tile.n_tile * 4) : 0;
+    e.shared_bytes = gy_ > 1 ? std::max(16, count_slots() * slot_bytes()) : 0;
     e.weights = use_const_ ? WeightPlacement::kConstBank : WeightPlacement::kImmediate;
     const std::string preamble_text = b_.take_body();
     b_.reserve(static_cast<size_t>(nnz * cpt_ * 60) + preamble_text.size() + const_values_.size() * 12 + 8192);
@@ -126,7 +128,7 @@ class EntryEmitter {
     b_.label("$done");
     b_.inst("ret", {});
     b_.raw("}\n");
-    SPARSERT_INTERNAL_CHECK(shared_slots_ * opt_.tile.n_tile * 4 <= std::max(e.shared_bytes, 16),
+    SPARSERT_INTERNAL_CHECK(shared_slots_ * slot_bytes() <= std::max(e.shared_bytes, 16),
                             "{}: {} partial-sum slots used, {} counted", name_, shared_slots_, count_slots());
     e.fmas = fmas_;
     e.ptx = b_.take_body();
@@ -152,6 +154,11 @@ class EntryEmitter {
     }
     return most;
   }
+
+  // Bytes of one partial-sum slot in shared memory: a float per column of the tile.
+  int32_t slot_bytes() const { return opt_.tile.n_tile * 4; }
+  // Threads beyond the tile's columns pad every thread group to whole warps (block_threads_x).
+  bool padded() const { return bx_ * cpt_ > opt_.tile.n_tile; }
 
   // The accumulators of row m of the current block (a row with nonzeros).
   std::span<const Reg> acc(int32_t m) const {
@@ -202,8 +209,19 @@ class EntryEmitter {
     const Reg lane_col = b_.reg(RegClass::kB32), c0 = b_.reg(RegClass::kB32);
     b_.inst("mul.lo.u32", {lane_col, lane, IntImm{cpt_}});
     b_.inst("mad.lo.u32", {c0, tile, IntImm{opt_.tile.n_tile}, lane_col});
+    limit_ = n_reg_;
+    if (padded()) {
+      // Threads that pad the groups to whole warps have columns past their tile's: a column counts when it is below
+      // both N and the tile's end.
+      b_.comment(fmt::format("padding threads (tid.x >= {}) have no column: the limit is min(N, (ctaid.x + 1) * {})",
+                             opt_.tile.n_tile / cpt_, opt_.tile.n_tile));
+      const Reg tile_end = b_.reg(RegClass::kB32);
+      limit_ = b_.reg(RegClass::kB32);
+      b_.inst("mad.lo.u32", {tile_end, tile, IntImm{opt_.tile.n_tile}, IntImm{opt_.tile.n_tile}});
+      b_.inst("min.u32", {limit_, tile_end, n_reg_});
+    }
     in_range_ = b_.reg(RegClass::kPred);
-    b_.inst("setp.lt.u32", {in_range_, c0, n_reg_});
+    b_.inst("setp.lt.u32", {in_range_, c0, limit_});
     b_.comment("threads past N load column 0 (always valid) and store nothing");
     const Reg load_col = b_.reg(RegClass::kB32);
     b_.inst("selp.b32", {load_col, c0, IntImm{0}, in_range_});
@@ -235,7 +253,7 @@ class EntryEmitter {
       full_ = b_.reg(RegClass::kPred);
       const Reg end = b_.reg(RegClass::kB32);
       b_.inst("add.u32", {end, c0, IntImm{cpt_}});
-      b_.inst("setp.le.u32", {full_, end, n_reg_});
+      b_.inst("setp.le.u32", {full_, end, limit_});
       // The per-column predicates of the partial path are set there, so that full threads do not pay for them.
       c0_ = c0;
       for (int j = 0; j < cpt_; ++j) {
@@ -246,8 +264,18 @@ class EntryEmitter {
     if (gy_ > 1) {
       const Reg base = b_.reg(RegClass::kB64), off = b_.reg(RegClass::kB64);
       s_ptr_ = b_.reg(RegClass::kB64);
+      Reg shared_col = lane_col;
+      if (padded()) {
+        // Padding threads store no partial sums and read the tile's last column (in bounds; never stored by them):
+        // the slots stay n_tile floats wide.
+        b_.comment("padding threads write no partial sums and read the last column's");
+        in_tile_ = b_.reg(RegClass::kPred);
+        shared_col = b_.reg(RegClass::kB32);
+        b_.inst("setp.lt.u32", {in_tile_, lane_col, IntImm{opt_.tile.n_tile}});
+        b_.inst("min.u32", {shared_col, lane_col, IntImm{opt_.tile.n_tile - cpt_}});
+      }
       b_.inst("mov.u64", {base, Symbol{"partials"}});
-      b_.inst("mul.wide.u32", {off, lane_col, IntImm{4}});
+      b_.inst("mul.wide.u32", {off, shared_col, IntImm{4}});
       b_.inst("add.s64", {s_ptr_, base, off});
     }
   }
@@ -349,9 +377,11 @@ class EntryEmitter {
           if (!touched[g][m]) continue;
           slot[g][m] = slots++;
           std::span<const Reg> v = acc(m);
-          b_.inst(fmt::format("st.shared{}.f32", vec_suffix(cpt_)),
-                  {Address{s_ptr_, static_cast<int64_t>(slot[g][m]) * opt_.tile.n_tile * 4},
-                   cpt_ == 1 ? ptx::Operand{v[0]} : ptx::Operand{Vector{v}}});
+          const std::string op = fmt::format("st.shared{}.f32", vec_suffix(cpt_));
+          std::vector<ptx::Operand> ops{Address{s_ptr_, static_cast<int64_t>(slot[g][m]) * slot_bytes()},
+                                        cpt_ == 1 ? ptx::Operand{v[0]} : ptx::Operand{Vector{v}}};
+          b_.inst(op, std::span<const ptx::Operand>(ops),
+                  padded() ? std::optional<Guard>(Guard{in_tile_}) : std::nullopt);
         }
         b_.inst("bra.uni", {Symbol{after}});
       }
@@ -462,7 +492,7 @@ class EntryEmitter {
           for (int32_t src = 0; src < gy_; ++src) {
             const int32_t s = slot[src][m];
             if (s < 0) continue;
-            const Address addr{s_ptr_, static_cast<int64_t>(s) * opt_.tile.n_tile * 4};
+            const Address addr{s_ptr_, static_cast<int64_t>(s) * slot_bytes()};
             if (!have[m]) {
               b_.inst(ld_shared, {vop, addr});
               have[m] = 1;
@@ -518,7 +548,7 @@ class EntryEmitter {
     b_.comment("the last column tile: a predicate per column");
     for (int j = 0; j < cpt_; ++j) {
       if (j > 0) b_.inst("add.u32", {col_[j], c0_, IntImm{j}});
-      b_.inst("setp.lt.u32", {partial_[j], j > 0 ? col_[j] : c0_, n_reg_});
+      b_.inst("setp.lt.u32", {partial_[j], j > 0 ? col_[j] : c0_, limit_});
     }
     held = kNothing;
     for (int32_t m = g; m < rows; m += stride) {
@@ -554,7 +584,7 @@ class EntryEmitter {
   }
 
   std::string module_header(const SpmmEntry& e) {
-    const int32_t bx = opt_.tile.n_tile / cpt_;
+    const int32_t bx = bx_;
     std::string out;
     out += fmt::format("//\n// Generated by sparsert ({}). Do not edit.\n//\n", kGeneratorVersion);
     out += fmt::format(".version {}\n.target {}\n.address_size 64\n\n", target_.ptx_version(), target_.name());
@@ -603,9 +633,9 @@ class EntryEmitter {
   int32_t block_begin_, block_end_;
   std::string name_;
   bool use_const_;
-  int32_t cpt_, gy_;
+  int32_t cpt_, gy_, bx_;
   Builder b_;
-  Reg dispatch_pred_, far_, n_reg_, group_reg_, block_reg_, b_ptr_, c_ptr_, s_ptr_, in_range_, full_, c0_, f_ptr_,
+  Reg dispatch_pred_, far_, n_reg_, limit_, in_tile_, group_reg_, block_reg_, b_ptr_, c_ptr_, s_ptr_, in_range_, full_, c0_, f_ptr_,
       one_;
   std::vector<Reg> col_, partial_, acc_, bvals_, wtmp_, tmp_, live_;
   Reg const_reg_;
@@ -692,7 +722,7 @@ SpmmKernel emit_spmm(const CsrMatrix& a, const inspector::WorkPlan& plan, const 
   kernel.shape = KernelShape{a.rows, a.cols, options.ld};
   kernel.target = target;
   kernel.tile = tile;
-  kernel.block_x = tile.n_tile / tile.cols_per_thread;
+  kernel.block_x = block_threads_x(tile);
   kernel.block_y = tile.plan.gy;
   kernel.live_flags = options.live_flags;
   kernel.device_n = options.device_n;

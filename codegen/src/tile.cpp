@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cstdint>
+
 namespace sparsert::codegen {
 
 using inspector::InvalidTileParams;
@@ -49,8 +52,19 @@ int64_t entry_fma_limit(const TileParams& t, const inspector::WorkPlan& plan) {
   return std::max(t.max_fmas_per_entry, (total + t.max_entries - 1) / t.max_entries + largest_block);
 }
 
+int32_t block_threads_x(const TileParams& t) {
+  if (t.cols_per_thread <= 0) return 0;
+  const int32_t x = t.n_tile / t.cols_per_thread;
+  if (t.plan.gy <= 1 || x <= 0) return x;
+  // In 64 bits: n_tile is checked against the thread limit only after this (an absurd one must not wrap).
+  if (x >= 32) return static_cast<int32_t>(std::min<int64_t>((int64_t{x} + 31) / 32 * 32, INT32_MAX));
+  int32_t p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
 int32_t threads_per_block(const TileParams& t) {
-  return t.cols_per_thread > 0 ? (t.n_tile / t.cols_per_thread) * t.plan.gy : 0;
+  return static_cast<int32_t>(std::min<int64_t>(int64_t{block_threads_x(t)} * std::max(t.plan.gy, 0), INT32_MAX));
 }
 
 namespace {
@@ -102,9 +116,9 @@ void check_tile_params(const TileParams& t, const KernelShape& shape, const Targ
   }
   const int32_t threads = threads_per_block(t);
   if (threads > target.max_threads_per_block()) {
-    throw InvalidTileParams("threads", fmt::format("(n_tile / cols_per_thread) x gy = {} x {} = {} threads passes the "
-                                                   "limit of {} per block",
-                                                   t.n_tile / t.cols_per_thread, t.plan.gy, threads,
+    throw InvalidTileParams("threads", fmt::format("(n_tile / cols_per_thread, padded to whole warps) x gy = {} x {} "
+                                                   "= {} threads passes the limit of {} per block",
+                                                   block_threads_x(t), t.plan.gy, threads,
                                                    target.max_threads_per_block()));
   }
   if (t.loads_per_batch < 1 || t.loads_per_batch > 32) {

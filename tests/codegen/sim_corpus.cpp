@@ -163,6 +163,34 @@ TEST(SimCorpus, ManyEmptyRowsTakeNoAccumulators) {
   }
 }
 
+// A column tile that is not a whole number of warps (49 columns at N = 49) is padded so that each thread group
+// starts a warp: (64, gy) threads, the padding threads storing nothing, neither to C nor to the partial sums (ptxsim
+// checks races and unset reads). Two column tiles, the second partial, and two columns a thread are covered too.
+TEST(SimCorpus, GroupsStartOnWarpBoundaries) {
+  const CsrMatrix a = positive(inspector::generate_pruned_gaussian(96, 200, 0.8, 41));
+  struct Case {
+    int32_t n_tile, cpt, gy, ld, n, block_x;
+  };
+  for (const Case& c : {Case{49, 1, 4, 49, 49, 64}, Case{49, 1, 2, 100, 97, 64}, Case{80, 2, 3, 160, 150, 64},
+                        Case{12, 1, 3, 12, 12, 16}, Case{64, 1, 2, 64, 64, 64}, Case{49, 1, 1, 49, 49, 49}}) {
+    TileParams t;
+    t.plan = {6, c.gy, inspector::Balance::kNonzeros, false};
+    t.n_tile = c.n_tile;
+    t.cols_per_thread = c.cpt;
+    EXPECT_EQ(block_threads_x(t), c.block_x) << c.n_tile << "/" << c.cpt << " gy " << c.gy;
+    const std::string what = fmt::format("nt={} cpt={} gy={} n={}/{}", c.n_tile, c.cpt, c.gy, c.n, c.ld);
+    check(a, t, c.ld, c.n, {{0.1f}, Activation::kRelu, std::nullopt}, what);
+    SpmmOptions opt;
+    opt.tile = t;
+    opt.ld = c.ld;
+    const SpmmKernel k = emit_spmm(a, inspector::make_plan(a, t.plan), Target::parse("sm_90"), opt);
+    EXPECT_EQ(k.block_x, c.block_x) << what;
+    EXPECT_NE(k.entries[0].ptx.find(fmt::format(".reqntid {}, {}, 1", c.block_x, c.gy)), std::string::npos) << what;
+    const bool padded = c.block_x * c.cpt > c.n_tile;
+    EXPECT_EQ(k.entries[0].ptx.find("padding threads") != std::string::npos, padded) << what;
+  }
+}
+
 TEST(SimCorpus, EveryTarget) {
   const CsrMatrix a = positive(inspector::generate_pruned_gaussian(70, 90, 0.8, 3));
   TileParams t;

@@ -51,7 +51,13 @@ struct KernelShape {
   bool conv = false;
 };
 
-// Threads per block: (n_tile / cols_per_thread) × gy.
+// Threads in x of a baked block (one per cols_per_thread columns of the tile), padded so that no warp holds two
+// thread groups: with gy > 1, a multiple of 32 above 32 threads, a power of two below. A warp that straddles two
+// groups runs both groups' straight-line code one after the other (49 columns, gy = 4: 10 warp passes over the code
+// where aligned groups take 8). The padding threads load column 0 and store nothing.
+int32_t block_threads_x(const TileParams& t);
+
+// Threads per block: block_threads_x × gy.
 int32_t threads_per_block(const TileParams& t);
 
 // The fmas an entry may hold for this plan: max_fmas_per_entry, raised where the layer would otherwise need more
