@@ -371,8 +371,11 @@ double group_imbalance(const inspector::WorkPlan& plan, const ProbeEntry& e, int
 Estimate estimate(const Probe& probe, const inspector::WorkPlan& plan, const codegen::TileParams& tile, int32_t n,
                   int registers, int shared_bytes, const MachineModel& m) {
   const int32_t block_x = tile.n_tile / tile.cols_per_thread;
-  const int32_t warps_x = (block_x + 31) / 32;  // a partial warp issues like a full one
-  const int32_t warps_per_block = warps_x * tile.plan.gy;
+  // Work: each thread group's code runs once per warp that holds the group (a partial warp issues like a full one;
+  // groups narrower than a warp share one, which then runs each group's code in turn).
+  const int32_t warps_x = (block_x + 31) / 32;
+  // Residency: the block's real warps (codegen pads each group to whole warps, or to a power of two below 32).
+  const int32_t warps_per_block = (codegen::threads_per_block(tile) + 31) / 32;
   const int64_t tiles_x = (std::max(n, 1) + tile.n_tile - 1) / tile.n_tile;
   const int bps = blocks_per_sm(registers, warps_per_block, shared_bytes, m);
   const double b_bytes = static_cast<double>(plan.cols) * std::max(n, 1) * 4.0;
