@@ -82,12 +82,16 @@ void check_conv_layout(const ConvLayout& conv, int32_t m, int32_t k, const std::
                       conv.shape.pad);
   SPARSERT_USER_CHECK(conv.out_border >= 0, where + ": out_border", "{} is negative", conv.out_border);
   constexpr int64_t kMax = std::numeric_limits<uint32_t>::max() / 4;
-  const int64_t in_image = int64_t{conv.shape.in_channels} * conv.input().plane();
-  const int64_t out_image = int64_t{conv.shape.out_channels} * conv.output().plane();
-  SPARSERT_USER_CHECK(in_image <= kMax && out_image <= kMax && conv.shape.columns() <= kMax, where,
-                      "one image of {} input or {} output floats, or {} pixels, passes the 32-bit offsets of the "
-                      "kernels",
-                      in_image, out_image, conv.shape.columns());
+  // In double: a plane of a huge input (which a huge stride still lets through the shape check) times its channels
+  // can pass 2^63.
+  const double in_image = static_cast<double>(conv.shape.in_channels) * static_cast<double>(conv.input().plane());
+  const double out_image = static_cast<double>(conv.shape.out_channels) * static_cast<double>(conv.output().plane());
+  const double pixels = static_cast<double>(conv.shape.images) * conv.shape.out_h() * conv.shape.out_w();
+  const double limit = static_cast<double>(kMax);
+  SPARSERT_USER_CHECK(in_image <= limit && out_image <= limit && pixels <= limit, where,
+                      "one image of {:.4g} input or {:.4g} output floats, or {:.4g} pixels, passes the 32-bit offsets "
+                      "of the kernels",
+                      in_image, out_image, pixels);
 }
 
 }  // namespace sparsert::codegen

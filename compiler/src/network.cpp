@@ -155,6 +155,10 @@ NetworkDesc parse_network(const std::string& json_text, const std::filesystem::p
     LayerDesc d;
     SPARSERT_USER_CHECK(!l.contains("name") || l["name"].is_string(), where + ": name", "expected a string");
     d.name = l.contains("name") ? l["name"].get<std::string>() : fmt::format("layer{}", i);
+    // Names appear in messages, reports and kernel names: a control character (a newline) would break them.
+    SPARSERT_USER_CHECK(std::none_of(d.name.begin(), d.name.end(),
+                                     [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }),
+                        where + ": name", "contains a control character");
     SPARSERT_USER_CHECK(l.contains("weights") && l["weights"].is_string(), where + ": weights",
                         "expected a file name");
     d.weights = base / l["weights"].get<std::string>();

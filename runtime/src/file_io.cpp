@@ -140,24 +140,26 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view bytes
 StagedDirectory::StagedDirectory(std::filesystem::path dir) : dir_(std::move(dir)) {
   SPARSERT_USER_CHECK(!dir_.empty(), "output", "is not a directory name");
   std::error_code ec;
-  SPARSERT_USER_CHECK(!std::filesystem::exists(dir_, ec) || std::filesystem::is_directory(dir_, ec), dir_.string(),
-                      "cannot write: it exists and is not a directory");
-  // The staging directory must be on the target's file system for the renames: beside it, or in the nearest
-  // ancestor that exists when the target's parents do not yet.
+  // Staged inside the folder when it exists (the renames then stay on its file system, whatever is mounted where),
+  // else in the nearest ancestor that exists, every existing part of the path being a folder.
   std::filesystem::path base = std::filesystem::absolute(dir_, ec).lexically_normal();
-  std::string name = base.filename().string();
-  if (name.empty()) {  // "out/" normalises to "out/" with an empty file name
-    base = base.parent_path();
-    name = base.filename().string();
+  if (base.filename().empty()) base = base.parent_path();  // "out/" normalises to ".../out/"
+  std::string stem = base.filename().string();
+  const std::filesystem::path target = base;
+  while (!std::filesystem::exists(base, ec)) {
+    const std::filesystem::path up = base.parent_path();
+    if (up == base) break;
+    base = up;
   }
-  base = base.parent_path();
-  while (!base.empty() && !std::filesystem::is_directory(base, ec) && base != base.parent_path()) {
-    base = base.parent_path();
+  if (!std::filesystem::is_directory(base, ec)) {
+    if (base == target) throw_user_error(dir_.string(), "cannot write: it exists and is not a directory");
+    throw_user_error(dir_.string(), "cannot write: {} is not a directory", base.string());
   }
   SPARSERT_USER_CHECK(::access(base.c_str(), W_OK) == 0, dir_.string(), "cannot write: directory {} is not writable",
                       base.string());
+  if (stem.empty() || stem == "." || stem == "..") stem = "out";
   std::random_device rd;
-  staging_ = base / fmt::format(".{}.tmp.{}.{:08x}", name, ::getpid(), rd());
+  staging_ = base / fmt::format(".{}.tmp.{}.{:08x}", stem, ::getpid(), rd());
   SPARSERT_USER_CHECK(std::filesystem::create_directory(staging_, ec) && !ec, dir_.string(), "cannot write ({})",
                       ec.message());
 }
@@ -170,16 +172,9 @@ StagedDirectory::~StagedDirectory() {
 void StagedDirectory::commit() {
   SPARSERT_INTERNAL_CHECK(!committed_, "{}: committed twice", dir_.string());
   std::error_code ec;
-  if (!std::filesystem::exists(dir_, ec)) {
-    if (dir_.has_parent_path()) std::filesystem::create_directories(dir_.parent_path(), ec);
-    std::filesystem::rename(staging_, dir_, ec);
-    if (!ec) {
-      committed_ = true;
-      return;
-    }
-    // Another process made the directory meanwhile: fall through and move the files in one by one.
-  }
-  SPARSERT_USER_CHECK(std::filesystem::is_directory(dir_, ec), dir_.string(), "cannot write: it is not a directory");
+  std::filesystem::create_directories(dir_, ec);
+  SPARSERT_USER_CHECK(std::filesystem::is_directory(dir_), dir_.string(), "cannot write: {}",
+                      ec ? ec.message() : "it is not a directory");
   for (const std::filesystem::directory_entry& e : std::filesystem::directory_iterator(staging_)) {
     std::filesystem::rename(e.path(), dir_ / e.path().filename(), ec);
     SPARSERT_USER_CHECK(!ec, (dir_ / e.path().filename()).string(), "cannot replace ({})", ec.message());

@@ -219,6 +219,17 @@ TEST(SimConv, ParameterChecks) {
   const CsrMatrix wrong_k = inspector::generate_pruned_gaussian(5, s.k() + 1, 0.5, 1);
   EXPECT_THROW(emit_spmm(wrong_k, inspector::make_plan(wrong_k, opt.tile.plan), t, opt), UserError);
   EXPECT_NO_THROW(emit_spmm(a, inspector::make_plan(a, opt.tile.plan), t, opt));
+  // A huge input with a huge stride has few output pixels, but its planes times its channels pass 2^63: refused
+  // with the true size, not wrapped past the 32-bit offset check.
+  ConvShape huge = shape(1, 4, 2000000000, 2000000000, 5, 3, 1000000000, 1, Im2colOrder::kCRS);
+  opt.conv = ConvLayout{huge, 1, 0};
+  opt.ld = static_cast<int32_t>(huge.columns());
+  try {
+    emit_spmm(a, inspector::make_plan(a, opt.tile.plan), t, opt);
+    ADD_FAILURE() << "a 2e9 x 2e9 input accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("1.6e+19 input"), std::string::npos) << e.what();
+  }
 }
 
 // Every DLMC 3x3 layer of the first group at 90% (and the 7x7 stem) assembles, baked with codegen's tiles and

@@ -51,4 +51,7 @@ TEST(NetworkDesc, UnknownOrRepeatedFieldsAreErrorsNamingThem) {
             "dir/net.json: values.seed: the key appears twice in one object");
   EXPECT_EQ(error_of(head + R"("layers": [{"weights": "a.smtx", "n": 4}, {"weights": "b.smtx", "n": 4, "n": 8}]})"),
             "dir/net.json: layers[1].n: the key appears twice in one object");
+  // A name with a newline would split every message and report line that names the layer.
+  EXPECT_EQ(error_of(head + R"("layers": [{"name": "fc\n1", "weights": "a.smtx", "n": 4}]})"),
+            "dir/net.json: layer 0: name: contains a control character");
 }

@@ -125,5 +125,30 @@ TEST(StagedDirectory, AnExistingFolderKeepsItsOtherFiles) {
     EXPECT_EQ(std::string(e.what()), (dir / "file").string() + ": cannot write: it exists and is not a directory");
   }
   EXPECT_EQ(read_file(dir / "file"), "f");
+  // A file where a parent folder should be is said before any work, not at the commit.
+  try {
+    StagedDirectory bad(dir / "file" / "sub" / "net");
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot write: " + (dir / "file").string() + " is not a directory"),
+              std::string::npos)
+        << e.what();
+  }
+  // The staging folder is inside an existing target (same file system as the files it replaces), and "." works.
+  {
+    StagedDirectory out(dir / "net");
+    EXPECT_EQ(std::filesystem::absolute(out.path()).parent_path().lexically_normal(),
+              std::filesystem::absolute(dir / "net").lexically_normal());
+  }
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir / "net");
+  {
+    StagedDirectory here(".");
+    write_file_atomic(here.path() / "y.txt", "y");
+    here.commit();
+  }
+  std::filesystem::current_path(cwd);
+  EXPECT_EQ(read_file(dir / "net" / "y.txt"), "y");
+  EXPECT_EQ(names_in(dir / "net"), (std::vector<std::string>{"mine.txt", "x.txt", "y.txt"}));
 }
 

@@ -42,13 +42,13 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view bytes
 // an error it could have said at the start.
 void check_output_path(const std::filesystem::path& path);
 
-// A directory of outputs written whole or not at all. Files are written under path(), a hidden directory beside
-// `dir` (in its nearest existing ancestor); commit() moves them into `dir`, creating it (and its parents) if missing,
-// replacing files of the same names and leaving the others. Destroyed without commit(), it removes what was written,
-// so a failed run leaves neither a half-written folder nor an empty one.
+// A directory of outputs written whole or not at all. Files are written under path(), a hidden directory inside
+// `dir` when it exists, else in its nearest existing ancestor; commit() moves them into `dir`, creating it (and its
+// parents) if missing, replacing files of the same names and leaving the others. Destroyed without commit(), it
+// removes what was written, so a failed run leaves neither a half-written folder nor an empty one.
 class StagedDirectory {
  public:
-  // Throws UserError naming `dir` when it is not a directory or its nearest existing ancestor is not writable.
+  // Throws UserError naming `dir` when it, or the nearest part of its path that exists, is not a writable directory.
   explicit StagedDirectory(std::filesystem::path dir);
   ~StagedDirectory();
   StagedDirectory(const StagedDirectory&) = delete;
