@@ -3,6 +3,7 @@
 #include "sparsert/graphchallenge/io.hpp"
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/runtime/error.hpp"
+#include "sparsert/runtime/file_io.hpp"
 
 #include <fmt/format.h>
 
@@ -121,16 +122,19 @@ std::filesystem::path write_network(const std::filesystem::path& dir, int32_t ne
                                                    int32_t images, uint64_t seed) {
   radix_layers(neurons);
   SPARSERT_USER_CHECK(layers >= 1, "--layers", "{} is not positive", layers);
-  const std::filesystem::path weights = dir / fmt::format("neuron{}", neurons);
+  // Written whole or not at all: a run stopped half way (a full disk) leaves what was there as it was.
+  StagedDirectory out(dir);
+  const std::filesystem::path staged = out.path() / fmt::format("neuron{}", neurons);
   std::error_code ec;
-  std::filesystem::create_directories(weights, ec);
-  SPARSERT_USER_CHECK(!ec, weights.string(), "cannot create the directory ({})", ec.message());
-  inspector::write_tsv_triples(dir / fmt::format("sparse-images-{}.tsv", neurons),
-                    generate_images(neurons, images, seed));
+  std::filesystem::create_directories(staged, ec);
+  SPARSERT_USER_CHECK(!ec, staged.string(), "cannot create the directory ({})", ec.message());
+  inspector::write_tsv_triples(out.path() / fmt::format("sparse-images-{}.tsv", neurons),
+                               generate_images(neurons, images, seed));
   for (int32_t l = 1; l <= layers; ++l) {
-    inspector::write_tsv_triples(layer_path(weights, neurons, l), generate_layer(neurons, l, seed));
+    inspector::write_tsv_triples(layer_path(staged, neurons, l), generate_layer(neurons, l, seed));
   }
-  return weights;
+  out.commit();
+  return dir / fmt::format("neuron{}", neurons);
 }
 
 }  // namespace sparsert::graphchallenge

@@ -137,6 +137,23 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view bytes
   }
 }
 
+namespace {
+// Moves every entry of `from` into `to` (an existing directory): files replace files of the same name; a folder goes
+// in whole where `to` has none of its name, else its entries are merged in the same way.
+void move_into(const std::filesystem::path& from, const std::filesystem::path& to) {
+  for (const std::filesystem::directory_entry& e : std::filesystem::directory_iterator(from)) {
+    const std::filesystem::path dest = to / e.path().filename();
+    std::error_code ec;
+    if (e.is_directory() && std::filesystem::is_directory(dest, ec)) {
+      move_into(e.path(), dest);
+      continue;
+    }
+    std::filesystem::rename(e.path(), dest, ec);
+    SPARSERT_USER_CHECK(!ec, dest.string(), "cannot replace ({})", ec.message());
+  }
+}
+}  // namespace
+
 StagedDirectory::StagedDirectory(std::filesystem::path dir) : dir_(std::move(dir)) {
   SPARSERT_USER_CHECK(!dir_.empty(), "output", "is not a directory name");
   std::error_code ec;
@@ -175,10 +192,7 @@ void StagedDirectory::commit() {
   std::filesystem::create_directories(dir_, ec);
   SPARSERT_USER_CHECK(std::filesystem::is_directory(dir_), dir_.string(), "cannot write: {}",
                       ec ? ec.message() : "it is not a directory");
-  for (const std::filesystem::directory_entry& e : std::filesystem::directory_iterator(staging_)) {
-    std::filesystem::rename(e.path(), dir_ / e.path().filename(), ec);
-    SPARSERT_USER_CHECK(!ec, (dir_ / e.path().filename()).string(), "cannot replace ({})", ec.message());
-  }
+  move_into(staging_, dir_);
   std::filesystem::remove_all(staging_, ec);
   committed_ = true;
 }

@@ -152,3 +152,21 @@ TEST(StagedDirectory, AnExistingFolderKeepsItsOtherFiles) {
   EXPECT_EQ(names_in(dir / "net"), (std::vector<std::string>{"mine.txt", "x.txt", "y.txt"}));
 }
 
+TEST(StagedDirectory, FoldersMergeIntoExistingOnes) {
+  ScratchDir dir;
+  std::filesystem::create_directories(dir / "gc" / "neuron16");
+  write_file_atomic(dir / "gc" / "neuron16" / "kept.tsv", "k");
+  write_file_atomic(dir / "gc" / "neuron16" / "l1.tsv", "old");
+  {
+    StagedDirectory out(dir / "gc");
+    std::filesystem::create_directories(out.path() / "neuron16" / "deeper");
+    write_file_atomic(out.path() / "neuron16" / "l1.tsv", "new");
+    write_file_atomic(out.path() / "neuron16" / "deeper" / "d.tsv", "d");
+    write_file_atomic(out.path() / "images.tsv", "i");
+    out.commit();
+  }
+  EXPECT_EQ(read_file(dir / "gc" / "neuron16" / "kept.tsv"), "k");
+  EXPECT_EQ(read_file(dir / "gc" / "neuron16" / "l1.tsv"), "new");
+  EXPECT_EQ(read_file(dir / "gc" / "neuron16" / "deeper" / "d.tsv"), "d");
+  EXPECT_EQ(names_in(dir / "gc"), (std::vector<std::string>{"images.tsv", "neuron16"}));
+}
