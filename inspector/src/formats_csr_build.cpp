@@ -10,6 +10,7 @@ CsrMatrix csr_from_entries(int32_t rows, int32_t cols, std::vector<Triplet>& ent
                            const std::string& path, const std::function<std::vector<int64_t>()>& entry_lines) {
   SPARSERT_USER_CHECK(entries.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()), path,
                       "{} nonzeros overflow 32-bit indices", entries.size());
+  check_matrix_dimensions(rows, cols, path);
   CsrMatrix m;
   m.rows = rows;
   m.cols = cols;

@@ -114,6 +114,9 @@ CsrMatrix read_mtx_impl(const std::filesystem::path& path, const ValueFill& fill
   if (declared > rows * cols) {
     s.fail_at(size_line, fmt::format("size line: {} entries exceed rows * cols = {}", declared, rows * cols));
   }
+  if (rows > kMaxMatrixDimension || cols > kMaxMatrixDimension) {
+    check_matrix_dimensions(rows, cols, fmt::format("{}:{}: size line", where, size_line));
+  }
   if (banner.symmetric && rows != cols) {
     s.fail_at(size_line, fmt::format("size line: a symmetric matrix must be square, not {}x{}", rows, cols));
   }

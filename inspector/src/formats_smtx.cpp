@@ -47,6 +47,7 @@ CsrMatrix read_smtx(const std::filesystem::path& path, const ValueFill& fill) {
   const int64_t cols = read_header_size(s, "cols", false);
   const int64_t nnz = read_header_size(s, "nnz", true);
   if (nnz > rows * cols) s.fail("header: nnz = {} exceeds rows * cols = {}", nnz, rows * cols);
+  if (rows > kMaxMatrixDimension || cols > kMaxMatrixDimension) check_matrix_dimensions(rows, cols, where + ":1: header");
   s.finish_line();
 
   CsrMatrix m;

@@ -32,8 +32,16 @@ void CsrMatrix::validate(std::string_view what) const {
   }
 }
 
+void check_matrix_dimensions(int64_t rows, int64_t cols, std::string_view what) {
+  for (const auto& [name, v] : {std::pair<const char*, int64_t>{"rows", rows}, {"columns", cols}}) {
+    SPARSERT_USER_CHECK(v <= kMaxMatrixDimension, what, "{} {}: more than 2^27 = {}, the most sparsert takes", v, name,
+                        kMaxMatrixDimension);
+  }
+}
+
 CsrMatrix csr_from_triplets(int32_t rows, int32_t cols, std::vector<Triplet> entries, DuplicatePolicy duplicates,
                             std::string_view what, const std::vector<int64_t>* lines) {
+  check_matrix_dimensions(rows, cols, what);
   SPARSERT_USER_CHECK(entries.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()), what,
                       "{} nonzeros overflow 32-bit indices", entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {

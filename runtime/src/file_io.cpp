@@ -17,17 +17,23 @@ namespace sparsert {
 
 namespace {
 
+// What a path names when it is not a file or folder (nullptr otherwise): reading a device may never end, and writing
+// one through a rename would replace the device node (as root, /dev/null) with a file.
+const char* special_kind(const struct stat& st) {
+  if (S_ISCHR(st.st_mode)) return "a character device";
+  if (S_ISBLK(st.st_mode)) return "a block device";
+  if (S_ISSOCK(st.st_mode)) return "a socket";
+  if (S_ISFIFO(st.st_mode)) return "a pipe";
+  return nullptr;
+}
+
 // Opens `path` for reading, with the errors both readers give.
 int open_for_read(const std::filesystem::path& path, size_t* size) {
   // Devices are refused before they are opened: /dev/zero or /dev/urandom (often behind a symlink) never end, and
   // opening some devices has effects of its own. Pipes stay readable: process substitution is a fair use.
   struct stat before {};
-  if (::stat(path.c_str(), &before) == 0) {
-    const char* kind = S_ISCHR(before.st_mode)    ? "a character device"
-                       : S_ISBLK(before.st_mode)  ? "a block device"
-                       : S_ISSOCK(before.st_mode) ? "a socket"
-                                                  : nullptr;
-    if (kind != nullptr) throw_user_error(path.string(), "cannot read: it is {}, not a file", kind);
+  if (::stat(path.c_str(), &before) == 0 && !S_ISFIFO(before.st_mode)) {
+    if (const char* kind = special_kind(before)) throw_user_error(path.string(), "cannot read: it is {}, not a file", kind);
   }
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   SPARSERT_USER_CHECK(fd >= 0, path.string(), "cannot open ({})", std::strerror(errno));
@@ -94,6 +100,14 @@ FileBytes read_file_bytes(const std::filesystem::path& path) {
   return out;
 }
 
+namespace {
+void refuse_special_output(const std::filesystem::path& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return;
+  if (const char* kind = special_kind(st)) throw_user_error(path.string(), "cannot write: it is {}, not a file", kind);
+}
+}  // namespace
+
 void check_output_path(const std::filesystem::path& path) {
   SPARSERT_USER_CHECK(!path.empty() && !path.filename().empty(), path.string().empty() ? "output" : path.string(),
                       "is not a file name");
@@ -104,9 +118,11 @@ void check_output_path(const std::filesystem::path& path) {
   SPARSERT_USER_CHECK(::access(dir.c_str(), W_OK) == 0, path.string(), "cannot write: directory {} is not writable",
                       dir.string());
   SPARSERT_USER_CHECK(!std::filesystem::is_directory(path, ec), path.string(), "cannot write: it is a directory");
+  refuse_special_output(path);
 }
 
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes) {
+  refuse_special_output(path);
   std::filesystem::path dir = path.parent_path();
   if (dir.empty()) dir = ".";
   std::random_device rd;

@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <type_traits>
 
 namespace sparsert {
 
@@ -65,6 +67,20 @@ const nlohmann::json& field(const nlohmann::json& j, const std::string& where, c
 template <typename T>
 T get_as(const nlohmann::json& j, const std::string& where, const char* name) {
   const nlohmann::json& v = field(j, where, name);
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // nlohmann converts 8.5 to 8 and 2^32 + 32 to 32 without a word: an integer field takes an integer in range.
+    bool fits = false;
+    if (v.is_number_unsigned()) {
+      fits = v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+    } else if (v.is_number_integer()) {
+      const int64_t x = v.get<int64_t>();
+      fits = std::is_signed_v<T> ? x >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                                       x <= static_cast<int64_t>(std::numeric_limits<T>::max())
+                                 : x >= 0;
+    }
+    if (!fits) throw_user_error(where + "." + name, "unexpected value {} (an integer in range)", v.dump());
+    return v.get<T>();
+  }
   try {
     return v.get<T>();
   } catch (const nlohmann::json::exception&) {
@@ -227,6 +243,8 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     SPARSERT_USER_CHECK(l.kind == "streamed" || l.arrays.empty(), lw + ".arrays", "a baked layer has no arrays");
     l.m = get_as<int32_t>(lj, lw, "m");
     l.k = get_as<int32_t>(lj, lw, "k");
+    SPARSERT_USER_CHECK(l.m >= 1, lw + ".m", "{} is not a positive row count", l.m);
+    SPARSERT_USER_CHECK(l.k >= 1, lw + ".k", "{} is not a positive column count", l.k);
     l.weights_file = get_as<std::string>(lj, lw, "weights");
     const std::string act = get_as<std::string>(lj, lw, "activation");
     SPARSERT_USER_CHECK(act == "relu" || act == "none", lw + ".activation", "'{}' is not relu or none", act);

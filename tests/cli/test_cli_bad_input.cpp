@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <string>
@@ -61,6 +62,13 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
       {"dup.mtx", mtx + "3 3 2\n1 1 1.0\n1 1 2.0\n", "inspect {}", ":4:"},
       {"zero.mtx", mtx + "3 3 1\n0 1 1.0\n", "inspect {}", ":3:"},
       {"huge.mtx", mtx + "3000000000 3 1\n1 1 1.0\n", "inspect {}", ":2:"},
+      // A few bytes declaring 2^31 - 1 rows: refused before a CSR of gigabytes is built.
+      {"tall.mtx", mtx + "2147483647 3 1\n1 1 1.0\n", "inspect {}", ":2: size line: 2147483647 rows: more than 2^27"},
+      {"tall.tsv", "2147483647\t1\t1.0\n", "inspect {}", "2147483647 rows: more than 2^27"},
+      {"wide.smtx", "2, 200000000, 1\n0 1 1\n5\n", "inspect {}", ":1: header: 200000000 columns"},
+      // NaN passes every range comparison: refused by name.
+      {"", "", "gen pruned --rows 4 --cols 4 --sparsity nan -o " + (dir / "g2.mtx").string(), "--sparsity"},
+      {"", "", "bench --suite smoke --min-sample-ms nan -o " + (dir / "b.json").string(), "--min-sample-ms"},
       {"count.smtx", "2, 3, 3\n0 1 2\n0 1\n", "inspect {}", ""},
       {"col.smtx", "2, 3, 2\n0 1 2\n0 7\n", "inspect {}", ":3"},
       {"order.smtx", "2, 3, 2\n0 2 1\n0 1\n", "inspect {}", ":2"},
@@ -208,6 +216,18 @@ TEST(CliBadInput, GenNetworkWritesItsFolderWholeOrNotAtAll) {
   EXPECT_EQ(o.code, 2);
   EXPECT_NE(o.err.find("taken: cannot write: it exists and is not a directory"), std::string::npos) << o.err;
   EXPECT_EQ(sparsert::read_file(dir / "taken"), "mine");
+}
+
+// An output path that names a pipe or a device is refused: a rename over it would replace the node with a file
+// (as root, /dev/null itself).
+TEST(CliBadInput, AnOutputThatIsNotAFileIsRefused) {
+  ScratchDir dir;
+  const std::filesystem::path fifo = dir / "out.mtx";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  const Outcome o = run("gen pruned --rows 4 --cols 4 --sparsity 0.5 -o " + fifo.string(), dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("out.mtx: cannot write: it is a pipe, not a file"), std::string::npos) << o.err;
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
 }
 
 TEST(CliBadInput, HelpAndSuccessExitZero) {

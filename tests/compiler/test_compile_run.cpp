@@ -463,7 +463,11 @@ TEST(CompileRun, BadPackagesAndInputs) {
            {"/layers/1/launch/n_tile", "0", ".launch.n_tile"},
            {"/layers/1/launch/block", "[0, 1, 1]", ".launch.block"},
            {"/layers/1/launch/block", "[64, 64, 1]", ".launch.block"},
-           {"/layers/1/entries", "[]", ".entries"}}) {
+           {"/layers/1/entries", "[]", ".entries"},
+           // Integers are integers in range: nlohmann would read 8.5 as 8 and 2^32 + 32 as 32.
+           {"/n", "8.5", ".n: unexpected value 8.5"},
+           {"/layers/1/m", "4294967328", ".m: unexpected value 4294967328"},
+           {"/layers/0/k", "-32", ".k: -32 is not a positive column count"}}) {
     nlohmann::json m = nlohmann::json::parse(read_file(dir / "pkg" / "manifest.json"));
     m[nlohmann::json::json_pointer(path)] = nlohmann::json::parse(value);
     write_file_atomic(dir / "badjson" / "manifest.json", m.dump());

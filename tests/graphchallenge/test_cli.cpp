@@ -108,6 +108,12 @@ TEST_F(GraphChallengeCli, InputsLargerThanTheMachineAreBadInput) {
                                        weights_.string(), p.string()));
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("inputs: 99999999 inputs"), std::string::npos) << r.output;
+  // Past the most rows any matrix may have, the reader says so first.
+  std::ofstream(p) << "999999999\t1\t1\n";
+  const CliRun past = run_cli(fmt::format("graphchallenge --weights '{}' --neurons 1024 --layers 8 --inputs '{}'",
+                                          weights_.string(), p.string()));
+  EXPECT_EQ(past.code, 2) << past.output;
+  EXPECT_NE(past.output.find("huge-id.tsv: 999999999 rows: more than 2^27"), std::string::npos) << past.output;
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
 }
 

@@ -137,7 +137,7 @@ Action add_bench(CLI::App& app) {
       ->check(CLI::Range(10, 1000000));
   sub->add_option("--min-sample-ms", args->min_sample_ms, "A sample repeats the product until it lasts this long")
       ->default_val(2.0)
-      ->check(CLI::Range(0.0, 10000.0));
+      ->check(finite_range(0.0, 10000.0));
   sub->add_option("--data", args->data, "The shared data directory (default: ../shared/data beside the checkout)");
   sub->add_option("--gc-layers", args->gc_layers, "graphchallenge: layers 1..L of the 1024-neuron network")
       ->default_val(12)

@@ -33,7 +33,7 @@ CLI::App* add_gen_network(CLI::App& gen, Action& action) {
   sub->add_option("--neurons", args->neurons, "Neurons per layer (each layer is neurons x neurons)")
       ->default_val(1024)
       ->check(CLI::Range(1, 1 << 16));
-  sub->add_option("--sparsity", args->sparsity, "Fraction of zeros")->default_val(0.9)->check(CLI::Range(0.0, 0.999));
+  sub->add_option("--sparsity", args->sparsity, "Fraction of zeros")->default_val(0.9)->check(finite_range(0.0, 0.999));
   sub->add_option("--n", args->n, "Columns (batch) the network is compiled for")->default_val(256)->check(
       CLI::Range(1, 1 << 20));
   sub->add_option("--seed", args->seed, "Random seed")->default_val(1);

@@ -78,7 +78,7 @@ Action add_tune(CLI::App& app) {
   sub->add_option("--n", args->n, "Columns of B (a matrix input only; a network gives n per layer)")
       ->check(CLI::Range(0, 1 << 30));  // the network format's limit
   sub->add_option("--budget", args->budget, "Seconds for the whole run (0: no limit); past it nothing new is "
-                  "assembled or timed")->default_val(0)->check(CLI::Range(0.0, 1e9));
+                  "assembled or timed")->default_val(0)->check(finite_range(0.0, 1e9));
   sub->add_option("--mode", args->mode, "auto (gpu where a device is found), model or gpu")
       ->check(CLI::IsMember({"auto", "model", "gpu"}))->default_val("auto");
   sub->add_option("--kernel", args->kernel, "Kernel kinds to search: auto (baked and streamed), baked or streamed")

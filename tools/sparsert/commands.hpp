@@ -2,7 +2,11 @@
 // Each subcommand registers itself on the app and returns the action to run when it was chosen.
 #include <CLI/CLI.hpp>
 
+#include <fmt/format.h>
+
+#include <cmath>
 #include <functional>
+#include <string>
 
 namespace sparsert::cli {
 
@@ -10,6 +14,21 @@ namespace sparsert::cli {
 enum ExitCode { kOk = 0, kWorkFailed = 1, kBadInput = 2 };
 
 using Action = std::function<int()>;
+
+// A number in [lo, hi]: CLI::Range lets NaN through (every comparison with it is false), and with it a NaN sparsity
+// or sample time reached the work.
+inline CLI::Validator finite_range(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || end == nullptr || *end != '\0' || !std::isfinite(v) || v < lo || v > hi) {
+          return fmt::format("'{}' is not a number in [{}, {}]", text, lo, hi);
+        }
+        return {};
+      },
+      fmt::format("NUMBER in [{} - {}]", lo, hi));
+}
 
 Action add_inspect(CLI::App& app);
 Action add_gen(CLI::App& app);

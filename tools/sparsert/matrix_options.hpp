@@ -1,5 +1,6 @@
 #pragma once
 // Options shared by every subcommand that reads a weight matrix.
+#include "commands.hpp"
 #include "sparsert/inspector/formats.hpp"
 
 #include <CLI/CLI.hpp>
@@ -24,8 +25,10 @@ inline void add_matrix_options(CLI::App& sub, MatrixOptions& o) {
       ->default_val("normal");
   sub.add_option("--seed", o.seed, "Seed of the generated values")->default_val(1);
   sub.add_flag("--sum-duplicates", o.sum_duplicates, "Sum duplicate entries instead of rejecting them");
-  sub.add_option("--sparsity", o.sparsity, ".npy: prune by magnitude to this sparsity (0..1)");
-  sub.add_option("--threshold", o.threshold, ".npy: keep entries with |v| > threshold");
+  sub.add_option("--sparsity", o.sparsity, ".npy: prune by magnitude to this sparsity (0..1)")
+      ->check(finite_range(0.0, 1.0));
+  sub.add_option("--threshold", o.threshold, ".npy: keep entries with |v| > threshold")
+      ->check(finite_range(0.0, 3.4e38));
 }
 
 inline inspector::LoadedMatrix load_matrix_for_cli(const std::string& file, const MatrixOptions& o) {

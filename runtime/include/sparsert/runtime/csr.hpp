@@ -32,6 +32,14 @@ struct Triplet {
 
 enum class DuplicatePolicy { kError, kSum };
 
+// The most rows or columns a matrix may have: a file of a few bytes may declare 2^31 x 2^31, and building its CSR
+// (and the per-column statistics) would take tens of gigabytes before anything else could be said. 2^27 is far
+// beyond any layer (the Graph Challenge's widest is 65536) and bounds a row pointer array at 512 MB.
+inline constexpr int64_t kMaxMatrixDimension = int64_t{1} << 27;
+
+// Throws UserError naming `what` when rows or cols pass kMaxMatrixDimension.
+void check_matrix_dimensions(int64_t rows, int64_t cols, std::string_view what);
+
 // Builds a CSR from triplets in any order. Duplicates are an error naming `what` (with the 0-based position of the
 // second occurrence in `entries`), or are summed. `lines`, when given, maps each entry to the source line for messages.
 CsrMatrix csr_from_triplets(int32_t rows, int32_t cols, std::vector<Triplet> entries, DuplicatePolicy duplicates,
