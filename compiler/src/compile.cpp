@@ -192,10 +192,19 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
 
   // Where the package goes must be writable before any work is done.
   std::filesystem::path parent = out_dir.parent_path().empty() ? "." : out_dir.parent_path();
-  SPARSERT_USER_CHECK(std::filesystem::is_directory(parent), out_dir.string(), "parent directory {} does not exist",
-                      parent.string());
-  SPARSERT_USER_CHECK(::access(parent.c_str(), W_OK) == 0, out_dir.string(), "parent directory {} is not writable",
-                      parent.string());
+  {
+    std::error_code ec;
+    SPARSERT_USER_CHECK(std::filesystem::is_directory(parent, ec), out_dir.string(), "parent directory {} {}",
+                        parent.string(), std::filesystem::exists(parent, ec) ? "is not a directory" : "does not exist");
+    // Tried, not asked: access() says yes to root on /proc and /sys, where nothing can be created.
+    std::random_device rd;
+    const std::filesystem::path probe = parent / fmt::format(".{}.probe.{}.{:08x}", out_dir.filename().string(),
+                                                             ::getpid(), rd());
+    SPARSERT_USER_CHECK(std::filesystem::create_directory(probe, ec) && !ec, out_dir.string(),
+                        "parent directory {} is not writable ({})", parent.string(),
+                        ec ? ec.message() : "it exists");
+    std::filesystem::remove(probe, ec);
+  }
 
   KernelCache cache(options.cache_dir);
   const TunedTable tuned = ask_tile_source(layers, options);

@@ -145,6 +145,11 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
       {"empty-tune.json", "{\"format\": \"sparsert-tune-report/1\", \"layers\": []}", "check-model {}",
        "no measured kernel"},
       {"array.json", "[1, 2]", "check-model {}", "array.json: is not a JSON object"},
+      // An unsigned option given a negative number (CLI11 would wrap it to 2^64 - 1).
+      {"", "", "gen pruned --rows 4 --cols 4 --sparsity 0.5 --seed -1 -o " + (dir / "s.mtx").string(), "--seed"},
+      // A parent folder nothing can be created in, whoever runs it (root passes access() there): said up front.
+      {"net-proc.json", "{\"format\": \"sparsert-network/1\", \"layers\": [{\"weights\": \"ok.mtx\", \"n\": 4}]}",
+       "compile {} -o /proc/pkg", "/proc/pkg: parent directory /proc is not writable"},
   };
   ASSERT_GE(cases.size(), 20u);
   for (const Case& c : cases) {

@@ -27,7 +27,7 @@ Action add_gen(CLI::App& app) {
   pruned->add_option("--rows", args->rows, "Rows (M, outputs)")->required()->check(CLI::Range(1, 1 << 30));
   pruned->add_option("--cols", args->cols, "Columns (K, inputs)")->required()->check(CLI::Range(1, 1 << 30));
   pruned->add_option("--sparsity", args->sparsity, "Fraction of zeros")->default_val(0.9)->check(finite_range(0.0, 1.0));
-  pruned->add_option("--seed", args->seed, "Random seed")->default_val(1);
+  pruned->add_option("--seed", args->seed, "Random seed")->default_val(1)->check(unsigned_integer());
   pruned->add_option("-o,--output", args->output, "Output file (.smtx, .mtx or .tsv)")->required();
   Action graphchallenge = add_gen_graphchallenge(*gen);
   Action network;

@@ -36,7 +36,7 @@ CLI::App* add_gen_network(CLI::App& gen, Action& action) {
   sub->add_option("--sparsity", args->sparsity, "Fraction of zeros")->default_val(0.9)->check(finite_range(0.0, 0.999));
   sub->add_option("--n", args->n, "Columns (batch) the network is compiled for")->default_val(256)->check(
       CLI::Range(1, 1 << 20));
-  sub->add_option("--seed", args->seed, "Random seed")->default_val(1);
+  sub->add_option("--seed", args->seed, "Random seed")->default_val(1)->check(unsigned_integer());
   sub->add_option("-o,--output", args->output, "Directory to write (created)")->required();
   action = [args] {
     // Written whole or not at all: a run that fails (say, out of memory for the input) leaves no folder behind.

@@ -163,7 +163,9 @@ Action add_gen_graphchallenge(CLI::App& gen) {
       ->check(CLI::IsMember({1024, 4096, 16384, 65536}));
   sub->add_option("--layers", args->layers, "Layers")->default_val(120)->check(CLI::Range(1, 1 << 20));
   sub->add_option("--inputs", args->inputs, "Input images")->default_val(1200)->check(CLI::Range(1, 1 << 24));
-  sub->add_option("--seed", args->seed, "Seed of the permutations and images")->default_val(1);
+  sub->add_option("--seed", args->seed, "Seed of the permutations and images")
+      ->default_val(1)
+      ->check(unsigned_integer());
   sub->add_option("-o,--output", args->output, "Output directory")->required();
   return [args, sub] {
     if (!sub->parsed()) return static_cast<int>(kBadInput);

@@ -4,7 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -14,6 +16,20 @@ namespace sparsert::cli {
 enum ExitCode { kOk = 0, kWorkFailed = 1, kBadInput = 2 };
 
 using Action = std::function<int()>;
+
+// A whole number in [0, 2^64): CLI11 reads "-1" into an unsigned option as 2^64 - 1.
+inline CLI::Validator unsigned_integer() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        uint64_t v = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+          return fmt::format("'{}' is not a whole number from 0 to 18446744073709551615", text);
+        }
+        return {};
+      },
+      "UINT64");
+}
 
 // A number in [lo, hi]: CLI::Range lets NaN through (every comparison with it is false), and with it a NaN sparsity
 // or sample time reached the work.

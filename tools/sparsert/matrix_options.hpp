@@ -23,7 +23,7 @@ inline void add_matrix_options(CLI::App& sub, MatrixOptions& o) {
   sub.add_option("--fill", o.fill, "Values for pattern-only files: normal or uniform")
       ->check(CLI::IsMember({"normal", "uniform"}))
       ->default_val("normal");
-  sub.add_option("--seed", o.seed, "Seed of the generated values")->default_val(1);
+  sub.add_option("--seed", o.seed, "Seed of the generated values")->default_val(1)->check(unsigned_integer());
   sub.add_flag("--sum-duplicates", o.sum_duplicates, "Sum duplicate entries instead of rejecting them");
   sub.add_option("--sparsity", o.sparsity, ".npy: prune by magnitude to this sparsity (0..1)")
       ->check(finite_range(0.0, 1.0));
