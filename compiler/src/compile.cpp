@@ -16,7 +16,6 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <random>
 
 namespace sparsert::compiler {
 
@@ -192,19 +191,22 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
 
   // Where the package goes must be writable before any work is done.
   std::filesystem::path parent = out_dir.parent_path().empty() ? "." : out_dir.parent_path();
-  {
-    std::error_code ec;
-    SPARSERT_USER_CHECK(std::filesystem::is_directory(parent, ec), out_dir.string(), "parent directory {} {}",
-                        parent.string(), std::filesystem::exists(parent, ec) ? "is not a directory" : "does not exist");
-    // Tried, not asked: access() says yes to root on /proc and /sys, where nothing can be created.
-    std::random_device rd;
-    const std::filesystem::path probe = parent / fmt::format(".{}.probe.{}.{:08x}", out_dir.filename().string(),
-                                                             ::getpid(), rd());
-    SPARSERT_USER_CHECK(std::filesystem::create_directory(probe, ec) && !ec, out_dir.string(),
-                        "parent directory {} is not writable ({})", parent.string(),
-                        ec ? ec.message() : "it exists");
-    std::filesystem::remove(probe, ec);
-  }
+  // The package is assembled in a temporary directory beside the destination, then renamed into place. Creating it
+  // now is also the test that the parent is writable: access() says yes to root on /proc and /sys.
+  std::error_code ec;
+  SPARSERT_USER_CHECK(std::filesystem::is_directory(parent, ec), out_dir.string(), "parent directory {} {}",
+                      parent.string(), std::filesystem::exists(parent, ec) ? "is not a directory" : "does not exist");
+  const std::filesystem::path tmp = hidden_temp_path(parent, out_dir.filename().string());
+  SPARSERT_USER_CHECK(std::filesystem::create_directory(tmp, ec) && !ec, out_dir.string(),
+                      "parent directory {} is not writable ({})", parent.string(), ec ? ec.message() : "it exists");
+  // Whatever ends the compile, nothing is left beside the destination (once renamed into place, tmp is gone).
+  struct RemoveOnExit {
+    std::filesystem::path dir;
+    ~RemoveOnExit() {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  } const cleanup{tmp};
 
   KernelCache cache(options.cache_dir);
   const TunedTable tuned = ask_tile_source(layers, options);
@@ -314,115 +316,104 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     }
   });
 
-  // Assemble the package in a temporary directory beside the destination, then rename it into place.
-  std::random_device rd;
-  const std::filesystem::path tmp =
-      parent / fmt::format(".{}.tmp.{}.{:08x}", out_dir.filename().string(), ::getpid(), rd());
-  std::filesystem::create_directories(tmp);
-  try {
-    Package pkg;
-    pkg.dir = tmp;
-    pkg.n = layers.front().desc.n;
-    for (const auto& t : options.targets) pkg.targets.push_back(t.name());
-    pkg.ptx_only = !assemble;
-    pkg.generator = codegen::kGeneratorVersion;
-    pkg.toolkit = toolkit;
-    auto add_file = [&](const std::string& name, std::string_view bytes) {
-      write_file_atomic(tmp / name, bytes);
-      pkg.sha256[name] = sha256_hex(bytes);
-    };
-    for (size_t li = 0; li < layers.size(); ++li) {
-      const LoadedLayer& l = layers[li];
-      PackageLayer pl;
-      pl.name = l.desc.name;
-      pl.m = l.a.rows;
-      pl.k = l.a.cols;
-      pl.activation = l.desc.activation;
-      pl.clamp = l.desc.clamp;
-      pl.live_flags = options.live_flags;
-      pl.device_n = options.device_n;
-      pl.conv = l.conv;
-      pl.weights_file = fmt::format("layer{}.csr", li);
-      write_layer_weights(tmp / pl.weights_file, LayerWeights{l.a, l.desc.bias});
-      pkg.sha256[pl.weights_file] = sha256_hex(read_file(tmp / pl.weights_file));
-      std::optional<codegen::StreamWeights> stream_weights;
-      const codegen::StreamParams& sp = kinds[li].stream;
-      if (kinds[li].choice.kind == codegen::KernelKind::kStreamed) {
-        // The weights travel in arrays the kernel streams; they depend on the layer, not the target.
-        pl.kind = "streamed";
-        stream_weights = codegen::pack_stream_weights(l.a, codegen::default_stream_plan(l.a, sp), sp, l.desc.bias);
-        if (l.conv) codegen::conv_tap_rows(*l.conv, *stream_weights);
-        for (const auto& [what, data] : stream_weights->arrays()) {
-          const std::string file = fmt::format("layer{}.{}.u32", li, what);
-          add_file(file, std::string_view(reinterpret_cast<const char*>(data->data()), data->size() * 4));
-          pl.arrays.push_back(file);
-        }
+  Package pkg;
+  pkg.dir = tmp;
+  pkg.n = layers.front().desc.n;
+  for (const auto& t : options.targets) pkg.targets.push_back(t.name());
+  pkg.ptx_only = !assemble;
+  pkg.generator = codegen::kGeneratorVersion;
+  pkg.toolkit = toolkit;
+  auto add_file = [&](const std::string& name, std::string_view bytes) {
+    write_file_atomic(tmp / name, bytes);
+    pkg.sha256[name] = sha256_hex(bytes);
+  };
+  for (size_t li = 0; li < layers.size(); ++li) {
+    const LoadedLayer& l = layers[li];
+    PackageLayer pl;
+    pl.name = l.desc.name;
+    pl.m = l.a.rows;
+    pl.k = l.a.cols;
+    pl.activation = l.desc.activation;
+    pl.clamp = l.desc.clamp;
+    pl.live_flags = options.live_flags;
+    pl.device_n = options.device_n;
+    pl.conv = l.conv;
+    pl.weights_file = fmt::format("layer{}.csr", li);
+    write_layer_weights(tmp / pl.weights_file, LayerWeights{l.a, l.desc.bias});
+    pkg.sha256[pl.weights_file] = sha256_hex(read_file(tmp / pl.weights_file));
+    std::optional<codegen::StreamWeights> stream_weights;
+    const codegen::StreamParams& sp = kinds[li].stream;
+    if (kinds[li].choice.kind == codegen::KernelKind::kStreamed) {
+      // The weights travel in arrays the kernel streams; they depend on the layer, not the target.
+      pl.kind = "streamed";
+      stream_weights = codegen::pack_stream_weights(l.a, codegen::default_stream_plan(l.a, sp), sp, l.desc.bias);
+      if (l.conv) codegen::conv_tap_rows(*l.conv, *stream_weights);
+      for (const auto& [what, data] : stream_weights->arrays()) {
+        const std::string file = fmt::format("layer{}.{}.u32", li, what);
+        add_file(file, std::string_view(reinterpret_cast<const char*>(data->data()), data->size() * 4));
+        pl.arrays.push_back(file);
       }
-      for (Job& job : jobs) {
-        if (job.layer != li) continue;
-        const Job& owner = job.streamed_alias ? jobs[*job.streamed_alias] : job;
-        const bool hit = owner.cached.has_value();
-        const CachedKernel& k = hit ? *owner.cached : owner.built;
-        if (!hit && !job.streamed_alias) cache.store(job.built);
-        // Tile parameters (hence launch shapes) may differ per target only in ways the manifest does not carry
-        // per target; the heuristic gives every target the same, and tuned results are checked here.
-        if (pl.entries.empty()) {
-          pl.block_x = k.block_x;
-          pl.block_y = k.block_y;
-          pl.n_tile = k.n_tile;
-          pl.tile = codegen::to_json(job.tile);
-          pl.tile_source = job.tile_source;
-          pl.kind_reason = kinds[li].choice.reason;
-          pl.model_us = kinds[li].model_us;
-          pl.cache_key = k.key;
-          for (const CachedEntry& ce : k.entries) pl.entries.push_back({ce.name, ce.block_begin, ce.block_end, {}, {}, {}});
-          if (stream_weights) {
-            pl.tile = codegen::to_json(sp);
-            pl.entries.front().block_end = stream_weights->blocks;  // the shared entry covers this layer's blocks
-          }
-        }
-        SPARSERT_INTERNAL_CHECK(k.entries.size() == pl.entries.size() && k.block_x == pl.block_x &&
-                                    k.block_y == pl.block_y && k.n_tile == pl.n_tile,
-                                "layer {}: targets were given different tile parameters", pl.name);
-        LayerTargetReport r;
-        r.layer = pl.name;
-        r.target = job.target.name();
-        r.cache_hit = hit;
-        r.entries = static_cast<int>(k.entries.size());
-        r.emit_seconds = job.emit_seconds;
-        r.tile = stream_weights ? codegen::to_json(sp) : codegen::to_json(job.tile);
-        r.tile_source = job.tile_source;
-        r.kind = codegen::to_string(kinds[li].choice.kind);
-        r.kind_reason = kinds[li].choice.reason;
-        r.model_us = kinds[li].model_us;
-        for (size_t e = 0; e < k.entries.size(); ++e) {
-          const CachedEntry& ce = k.entries[e];
-          const std::string base = fmt::format("layer{}.e{}.{}", li, e, job.target.name());
-          add_file(base + ".ptx", ce.ptx);
-          pl.entries[e].ptx[job.target.name()] = base + ".ptx";
-          if (!ce.cubin.empty()) {
-            add_file(base + ".cubin", std::string_view(ce.cubin.data(), ce.cubin.size()));
-            pl.entries[e].cubin[job.target.name()] = base + ".cubin";
-          }
-          pl.entries[e].resources[job.target.name()] = ce.resources;
-          r.assemble_seconds += ce.assemble_seconds;
-          r.max_registers = std::max(r.max_registers, ce.resources.registers);
-        }
-        for (const auto& e : job.kernel.entries) r.fmas += e.fmas;
-        if (stream_weights) r.fmas = l.a.nnz();
-        report.hits += hit;
-        report.misses += !hit;
-        report.layers.push_back(std::move(r));
-      }
-      pkg.layers.push_back(std::move(pl));
     }
-    write_manifest(pkg);
-    replace_directory(tmp, out_dir);
-  } catch (...) {
-    std::error_code ec;
-    std::filesystem::remove_all(tmp, ec);
-    throw;
+    for (Job& job : jobs) {
+      if (job.layer != li) continue;
+      const Job& owner = job.streamed_alias ? jobs[*job.streamed_alias] : job;
+      const bool hit = owner.cached.has_value();
+      const CachedKernel& k = hit ? *owner.cached : owner.built;
+      if (!hit && !job.streamed_alias) cache.store(job.built);
+      // Tile parameters (hence launch shapes) may differ per target only in ways the manifest does not carry
+      // per target; the heuristic gives every target the same, and tuned results are checked here.
+      if (pl.entries.empty()) {
+        pl.block_x = k.block_x;
+        pl.block_y = k.block_y;
+        pl.n_tile = k.n_tile;
+        pl.tile = codegen::to_json(job.tile);
+        pl.tile_source = job.tile_source;
+        pl.kind_reason = kinds[li].choice.reason;
+        pl.model_us = kinds[li].model_us;
+        pl.cache_key = k.key;
+        for (const CachedEntry& ce : k.entries) pl.entries.push_back({ce.name, ce.block_begin, ce.block_end, {}, {}, {}});
+        if (stream_weights) {
+          pl.tile = codegen::to_json(sp);
+          pl.entries.front().block_end = stream_weights->blocks;  // the shared entry covers this layer's blocks
+        }
+      }
+      SPARSERT_INTERNAL_CHECK(k.entries.size() == pl.entries.size() && k.block_x == pl.block_x &&
+                                  k.block_y == pl.block_y && k.n_tile == pl.n_tile,
+                              "layer {}: targets were given different tile parameters", pl.name);
+      LayerTargetReport r;
+      r.layer = pl.name;
+      r.target = job.target.name();
+      r.cache_hit = hit;
+      r.entries = static_cast<int>(k.entries.size());
+      r.emit_seconds = job.emit_seconds;
+      r.tile = stream_weights ? codegen::to_json(sp) : codegen::to_json(job.tile);
+      r.tile_source = job.tile_source;
+      r.kind = codegen::to_string(kinds[li].choice.kind);
+      r.kind_reason = kinds[li].choice.reason;
+      r.model_us = kinds[li].model_us;
+      for (size_t e = 0; e < k.entries.size(); ++e) {
+        const CachedEntry& ce = k.entries[e];
+        const std::string base = fmt::format("layer{}.e{}.{}", li, e, job.target.name());
+        add_file(base + ".ptx", ce.ptx);
+        pl.entries[e].ptx[job.target.name()] = base + ".ptx";
+        if (!ce.cubin.empty()) {
+          add_file(base + ".cubin", std::string_view(ce.cubin.data(), ce.cubin.size()));
+          pl.entries[e].cubin[job.target.name()] = base + ".cubin";
+        }
+        pl.entries[e].resources[job.target.name()] = ce.resources;
+        r.assemble_seconds += ce.assemble_seconds;
+        r.max_registers = std::max(r.max_registers, ce.resources.registers);
+      }
+      for (const auto& e : job.kernel.entries) r.fmas += e.fmas;
+      if (stream_weights) r.fmas = l.a.nnz();
+      report.hits += hit;
+      report.misses += !hit;
+      report.layers.push_back(std::move(r));
+    }
+    pkg.layers.push_back(std::move(pl));
   }
+  write_manifest(pkg);
+  replace_directory(tmp, out_dir);
   report.seconds = since(t0);
   return report;
 }

@@ -121,12 +121,16 @@ void check_output_path(const std::filesystem::path& path) {
   refuse_special_output(path);
 }
 
+std::filesystem::path hidden_temp_path(const std::filesystem::path& dir, std::string_view name, std::string_view kind) {
+  std::random_device rd;
+  return dir / fmt::format(".{}.{}.{}.{:08x}", name, kind, ::getpid(), rd());
+}
+
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes) {
   refuse_special_output(path);
   std::filesystem::path dir = path.parent_path();
   if (dir.empty()) dir = ".";
-  std::random_device rd;
-  std::filesystem::path tmp = dir / fmt::format(".{}.tmp.{}.{:08x}", path.filename().string(), ::getpid(), rd());
+  const std::filesystem::path tmp = hidden_temp_path(dir, path.filename().string());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   SPARSERT_USER_CHECK(fd >= 0, path.string(), "cannot write ({})", std::strerror(errno));
   size_t done = 0;
@@ -191,8 +195,7 @@ StagedDirectory::StagedDirectory(std::filesystem::path dir) : dir_(std::move(dir
   SPARSERT_USER_CHECK(::access(base.c_str(), W_OK) == 0, dir_.string(), "cannot write: directory {} is not writable",
                       base.string());
   if (stem.empty() || stem == "." || stem == "..") stem = "out";
-  std::random_device rd;
-  staging_ = base / fmt::format(".{}.tmp.{}.{:08x}", stem, ::getpid(), rd());
+  staging_ = hidden_temp_path(base, stem);
   SPARSERT_USER_CHECK(std::filesystem::create_directory(staging_, ec) && !ec, dir_.string(), "cannot write ({})",
                       ec.message());
 }

@@ -80,11 +80,12 @@ T get_as(const nlohmann::json& j, const std::string& where, const char* name) {
     }
     if (!fits) throw_user_error(where + "." + name, "unexpected value {} (an integer in range)", v.dump());
     return v.get<T>();
-  }
-  try {
-    return v.get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw_user_error(where + "." + name, "unexpected value {}", v.dump());
+  } else {
+    try {
+      return v.get<T>();
+    } catch (const nlohmann::json::exception&) {
+      throw_user_error(where + "." + name, "unexpected value {}", v.dump());
+    }
   }
 }
 }  // namespace

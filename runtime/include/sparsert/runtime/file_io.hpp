@@ -34,6 +34,11 @@ class FileBytes {
 // the time of parsing them.
 FileBytes read_file_bytes(const std::filesystem::path& path);
 
+// A fresh hidden name in `dir` for a temporary that stands for `name` until it is renamed into place:
+// ".NAME.KIND.PID.RANDOM". Nothing is created.
+std::filesystem::path hidden_temp_path(const std::filesystem::path& dir, std::string_view name,
+                                       std::string_view kind = "tmp");
+
 // Throws UserError naming the path when the directory is not writable or the write fails.
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
 
