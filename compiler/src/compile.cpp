@@ -5,6 +5,7 @@
 #include "sparsert/codegen/assembler.hpp"
 #include "sparsert/codegen/heuristic.hpp"
 #include "sparsert/runtime/file_io.hpp"
+#include "sparsert/runtime/json_text.hpp"
 #include "sparsert/runtime/package.hpp"
 #include "sparsert/runtime/sha256.hpp"
 #include "sparsert/runtime/thread_pool.hpp"
@@ -16,6 +17,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <set>
 
 namespace sparsert::compiler {
 
@@ -141,11 +143,32 @@ std::vector<LayerKernel> choose_kernels(const std::vector<LoadedLayer>& layers, 
   return kinds;
 }
 
+// A package folder is replaced whole, so it may hold nothing but its package: a file the user put there, or a folder
+// that is not a package, would go with it. Checked before any work, and again where the rename happens.
+void check_replaceable(const std::filesystem::path& out) {
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(out, ec))) return;
+  SPARSERT_USER_CHECK(std::filesystem::is_directory(out) && std::filesystem::exists(out / "manifest.json"),
+                      out.string(), "exists and is not a sparsert package; not overwriting it");
+  std::set<std::string> known{"manifest.json"};
+  try {
+    const nlohmann::json j = read_json_file(out / "manifest.json");
+    for (const auto& [file, hash] : j.at("sha256").items()) known.insert(file);
+  } catch (const std::exception&) {
+    throw_user_error(out.string(), "exists and its manifest.json cannot be read; not overwriting it");
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(out)) {
+    const std::string name = entry.path().filename().string();
+    SPARSERT_USER_CHECK(known.count(name) > 0, out.string(),
+                        "holds '{}', which is not part of the package; not overwriting it (move it, or choose another "
+                        "output)", name);
+  }
+}
+
 void replace_directory(const std::filesystem::path& tmp, const std::filesystem::path& out) {
+  check_replaceable(out);
   std::error_code ec;
   if (std::filesystem::exists(out)) {
-    SPARSERT_USER_CHECK(std::filesystem::is_directory(out) && std::filesystem::exists(out / "manifest.json"),
-                        out.string(), "exists and is not a sparsert package; not overwriting it");
     const std::filesystem::path old = out.string() + fmt::format(".old.{}", ::getpid());
     std::filesystem::rename(out, old, ec);
     SPARSERT_USER_CHECK(!ec, out.string(), "cannot replace ({})", ec.message());
@@ -196,6 +219,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
   std::error_code ec;
   SPARSERT_USER_CHECK(std::filesystem::is_directory(parent, ec), out_dir.string(), "parent directory {} {}",
                       parent.string(), std::filesystem::exists(parent, ec) ? "is not a directory" : "does not exist");
+  check_replaceable(out_dir);
   const std::filesystem::path tmp = hidden_temp_path(parent, out_dir.filename().string());
   SPARSERT_USER_CHECK(std::filesystem::create_directory(tmp, ec) && !ec, out_dir.string(),
                       "parent directory {} is not writable ({})", parent.string(), ec ? ec.message() : "it exists");

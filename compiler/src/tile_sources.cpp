@@ -6,6 +6,8 @@
 #include "sparsert/runtime/error.hpp"
 #include "sparsert/runtime/thread_pool.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -34,7 +36,10 @@ TileSource database_tile_source(std::shared_ptr<const autotune::TuningDatabase> 
     c.stream = rec->stream;
     try {
       autotune::check_candidate(c, l.a, l.desc.n, target);
-    } catch (const inspector::InvalidTileParams&) {
+    } catch (const inspector::InvalidTileParams& e) {
+      // A record from an older generator, or edited by hand: compile goes on with the next source, and says so.
+      fmt::print(stderr, "sparsert: warning: layer {}: the tuning record's parameters are not valid for {} ({}); "
+                 "not used\n", l.desc.name, target.name(), e.what());
       return std::nullopt;
     }
     return TunedKernel{rec->kind, rec->tile, rec->stream};

@@ -123,20 +123,14 @@ struct CudaLayerExecutor::Impl {
   LiveColumns run_graph(int32_t layers) {
     const cuda::Stream& s = gpu->stream();
     if (!graph.ready()) {
-      graph.begin_capture(s);
       try {
-        for (int32_t l = 0; l < layers; ++l) enqueue(l, l, static_cast<uint32_t>(ld));
+        graph.capture(s, [&] {
+          for (int32_t l = 0; l < layers; ++l) enqueue(l, l, static_cast<uint32_t>(ld));
+        });
       } catch (...) {
-        try {
-          graph.end_capture(s);  // takes the stream out of capture
-        } catch (...) {
-          // the first error is the one to report
-        }
-        graph = {};
         cur = 0;
         throw;
       }
-      graph.end_capture(s);
       cur = 0;  // captured, not run: the buffers alternate when the graph runs
     }
     uint32_t* known = host_counts();
@@ -193,7 +187,19 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
                       y0.cols());
   const size_t steps = net.layers.size() + 1;
   if (!im.gpu || im.ld != n) {
-    // Kernels are specialised to the leading dimension, so they are compiled once the input width is known.
+    // Kernels are specialised to the leading dimension, so they are compiled once the input width is known. A
+    // rebuild that fails part way leaves nothing of itself: a retry must not find the network of the new width
+    // beside buffers and a width of the old one.
+    struct ResetUnlessBuilt {
+      Impl& im;
+      bool built = false;
+      ~ResetUnlessBuilt() {
+        if (built) return;
+        im.release_device();
+        im.gpu.reset();
+        im.ld = 0;
+      }
+    } reset_unless_built{im};
     const auto t0 = std::chrono::steady_clock::now();
     const cuda::DeviceInfo dev = cuda::device_info(0);
     const codegen::Target target = codegen::Target::newest_for(dev.sm(), dev.name);
@@ -292,6 +298,7 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     im.ids_host = cuda::HostBuffer(words);
     for (size_t b = 0; b < net.layers.size() / kCountBatch + 1; ++b) im.batch_done.emplace_back(CU_EVENT_DISABLE_TIMING);
     im.ld = n;
+    reset_unless_built.built = true;
     compile_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   // Not timed: the inputs, ids 0..n-1, n live columns, clear flags, filter scratch and ticket (a run that failed may

@@ -8,6 +8,11 @@ namespace sparsert::inspector {
 LoadedMatrix load_matrix(const std::filesystem::path& path, const LoadOptions& options) {
   const std::string ext = detail::lower_extension(path);
   LoadedMatrix out;
+  // Pruning applies to dense input only; a sparse file is already pruned, and ignoring the option would hand back
+  // a matrix other than the one asked for.
+  SPARSERT_USER_CHECK(ext == ".npy" || (!options.pruning.sparsity && !options.pruning.threshold), path.string(),
+                      "--{} applies to dense .npy weights only; this file is already sparse ({})",
+                      options.pruning.sparsity ? "sparsity" : "threshold", ext);
   if (ext == ".smtx") {
     out.a = read_smtx(path, options.fill);
     out.format = "smtx";

@@ -464,9 +464,29 @@ void Graph::begin_capture(const Stream& s) {
 void Graph::end_capture(const Stream& s) {
   const Driver& d = Driver::get();
   release();  // a graph captured before
+  // The capture ends first, whatever fails after: a stream left capturing would take every later call.
+  const CUresult ended = d.api().cuStreamEndCapture(s.get(), &graph_);
   ctx_ = current_context("cuStreamEndCapture");
-  d.check(d.api().cuStreamEndCapture(s.get(), &graph_), "cuStreamEndCapture");
+  d.check(ended, "cuStreamEndCapture");
   d.check(d.api().cuGraphInstantiateWithFlags(&exec_, graph_, 0), "cuGraphInstantiateWithFlags");
+}
+
+void Graph::capture(const Stream& s, const std::function<void()>& body) {
+  release();
+  begin_capture(s);
+  try {
+    body();
+  } catch (...) {
+    const Api& a = Driver::get().api();
+    CUgraph partial = nullptr;
+    // The first error is the one to report; this call's own only says the capture was already invalid.
+    if (a.cuStreamEndCapture(s.get(), &partial) == CUDA_SUCCESS && partial != nullptr) {
+      const CUresult r = a.cuGraphDestroy(partial);
+      if (r != CUDA_SUCCESS) release_failed(r, "cuGraphDestroy");
+    }
+    throw;
+  }
+  end_capture(s);
 }
 
 void Graph::launch(const Stream& s) const {

@@ -66,10 +66,8 @@ struct GpuNetwork::Impl {
   // capture made here once per width, outside any timed interval), else plain launches.
   void prepare_timed_run(uint32_t n) {
     if (!opt.use_graph || !cuda::Graph::supported() || (timing_graph.ready() && timing_n == n)) return;
-    timing_graph = cuda::Graph();
-    timing_graph.begin_capture(*stream);
-    launch_all(n);
-    timing_graph.end_capture(*stream);
+    timing_n = 0;
+    timing_graph.capture(*stream, [&] { launch_all(n); });
     timing_n = n;
   }
   void timed_run(uint32_t n) {

@@ -22,6 +22,9 @@ std::string_view dict_value(std::string_view header, std::string_view key, const
   std::string quoted = fmt::format("'{}'", key);
   size_t k = header.find(quoted);
   SPARSERT_USER_CHECK(k != std::string_view::npos, where, "header has no '{}' field", key);
+  // numpy keeps the last of repeated keys; refusing them is safer than guessing which one the writer meant.
+  SPARSERT_USER_CHECK(header.find(quoted, k + quoted.size()) == std::string_view::npos, where,
+                      "header field '{}' appears twice", key);
   size_t colon = header.find(':', k + quoted.size());
   SPARSERT_USER_CHECK(colon != std::string_view::npos, where, "header field '{}' has no value", key);
   size_t b = colon + 1;

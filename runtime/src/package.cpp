@@ -59,35 +59,6 @@ class Reader {
   size_t pos_ = 0;
 };
 
-const nlohmann::json& field(const nlohmann::json& j, const std::string& where, const char* name) {
-  SPARSERT_USER_CHECK(j.is_object() && j.contains(name), where, "missing field '{}'", name);
-  return j.at(name);
-}
-
-template <typename T>
-T get_as(const nlohmann::json& j, const std::string& where, const char* name) {
-  const nlohmann::json& v = field(j, where, name);
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    // nlohmann converts 8.5 to 8 and 2^32 + 32 to 32 without a word: an integer field takes an integer in range.
-    bool fits = false;
-    if (v.is_number_unsigned()) {
-      fits = v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
-    } else if (v.is_number_integer()) {
-      const int64_t x = v.get<int64_t>();
-      fits = std::is_signed_v<T> ? x >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
-                                       x <= static_cast<int64_t>(std::numeric_limits<T>::max())
-                                 : x >= 0;
-    }
-    if (!fits) throw_user_error(where + "." + name, "unexpected value {} (an integer in range)", v.dump());
-    return v.get<T>();
-  } else {
-    try {
-      return v.get<T>();
-    } catch (const nlohmann::json::exception&) {
-      throw_user_error(where + "." + name, "unexpected value {}", v.dump());
-    }
-  }
-}
 }  // namespace
 
 nlohmann::json conv_layout_json(const ConvLayout& c) {
@@ -102,20 +73,20 @@ ConvLayout conv_layout_from_json(const nlohmann::json& j, const std::string& whe
   SPARSERT_USER_CHECK(j.is_object(), where, "expected an object");
   ConvLayout c;
   ConvShape& s = c.shape;
-  s.images = get_as<int32_t>(j, where, "images");
-  s.in_channels = get_as<int32_t>(j, where, "in_channels");
-  s.in_h = get_as<int32_t>(j, where, "in_h");
-  s.in_w = get_as<int32_t>(j, where, "in_w");
-  s.out_channels = get_as<int32_t>(j, where, "out_channels");
-  const auto kernel = get_as<std::vector<int32_t>>(j, where, "kernel");
+  s.images = json_get<int32_t>(j, where, "images");
+  s.in_channels = json_get<int32_t>(j, where, "in_channels");
+  s.in_h = json_get<int32_t>(j, where, "in_h");
+  s.in_w = json_get<int32_t>(j, where, "in_w");
+  s.out_channels = json_get<int32_t>(j, where, "out_channels");
+  const auto kernel = json_get<std::vector<int32_t>>(j, where, "kernel");
   SPARSERT_USER_CHECK(kernel.size() == 2, where + ".kernel", "expected [height, width]");
   s.kernel_h = kernel[0];
   s.kernel_w = kernel[1];
-  s.stride = get_as<int32_t>(j, where, "stride");
-  s.pad = get_as<int32_t>(j, where, "pad");
-  s.order = parse_im2col_order(get_as<std::string>(j, where, "im2col_order"), where + ".im2col_order");
-  c.in_border = get_as<int32_t>(j, where, "in_border");
-  c.out_border = get_as<int32_t>(j, where, "out_border");
+  s.stride = json_get<int32_t>(j, where, "stride");
+  s.pad = json_get<int32_t>(j, where, "pad");
+  s.order = parse_im2col_order(json_get<std::string>(j, where, "im2col_order"), where + ".im2col_order");
+  c.in_border = json_get<int32_t>(j, where, "in_border");
+  c.out_border = json_get<int32_t>(j, where, "out_border");
   check_conv_shape(s, where);
   SPARSERT_USER_CHECK(c.in_border >= s.pad && c.out_border >= 0, where, "borders {} and {} do not hold padding {}",
                       c.in_border, c.out_border, s.pad);
@@ -218,87 +189,91 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
   const std::filesystem::path manifest_path = dir / "manifest.json";
   const std::string where = manifest_path.string();
   const nlohmann::json j = read_json_file(manifest_path);
-  const std::string format = get_as<std::string>(j, where, "format");
+  const std::string format = json_get<std::string>(j, where, "format");
   SPARSERT_USER_CHECK(format == kPackageFormat, where + ": format",
                       "'{}' is not a package version this runtime reads ({})", format, kPackageFormat);
   Package p;
   p.dir = dir;
-  p.n = get_as<int32_t>(j, where, "n");
+  p.n = json_get<int32_t>(j, where, "n");
   SPARSERT_USER_CHECK(p.n >= 1, where + ": n", "{} is not a column count", p.n);
-  p.targets = get_as<std::vector<std::string>>(j, where, "targets");
-  p.ptx_only = get_as<bool>(j, where, "ptx_only");
-  p.generator = get_as<std::string>(j, where, "generator");
-  p.toolkit = get_as<std::string>(j, where, "toolkit");
-  p.sha256 = get_as<std::map<std::string, std::string>>(j, where, "sha256");
-  const nlohmann::json& layers = field(j, where, "layers");
+  p.targets = json_get<std::vector<std::string>>(j, where, "targets");
+  p.ptx_only = json_get<bool>(j, where, "ptx_only");
+  p.generator = json_get<std::string>(j, where, "generator");
+  p.toolkit = json_get<std::string>(j, where, "toolkit");
+  p.sha256 = json_get<std::map<std::string, std::string>>(j, where, "sha256");
+  const nlohmann::json& layers = json_field(j, where, "layers");
   SPARSERT_USER_CHECK(layers.is_array() && !layers.empty(), where + ": layers", "expected a non-empty array");
   for (size_t i = 0; i < layers.size(); ++i) {
     const std::string lw = fmt::format("{}: layers[{}]", where, i);
     const nlohmann::json& lj = layers[i];
     PackageLayer l;
-    l.name = get_as<std::string>(lj, lw, "name");
-    l.kind = get_as<std::string>(lj, lw, "kind");
+    l.name = json_get<std::string>(lj, lw, "name");
+    l.kind = json_get<std::string>(lj, lw, "kind");
     SPARSERT_USER_CHECK(l.kind == "baked" || l.kind == "streamed", lw + ".kind", "'{}' is not baked or streamed",
                         l.kind);
-    l.arrays = get_as<std::vector<std::string>>(lj, lw, "arrays");
+    l.arrays = json_get<std::vector<std::string>>(lj, lw, "arrays");
     SPARSERT_USER_CHECK(l.kind == "streamed" || l.arrays.empty(), lw + ".arrays", "a baked layer has no arrays");
-    l.m = get_as<int32_t>(lj, lw, "m");
-    l.k = get_as<int32_t>(lj, lw, "k");
+    l.m = json_get<int32_t>(lj, lw, "m");
+    l.k = json_get<int32_t>(lj, lw, "k");
     SPARSERT_USER_CHECK(l.m >= 1, lw + ".m", "{} is not a positive row count", l.m);
     SPARSERT_USER_CHECK(l.k >= 1, lw + ".k", "{} is not a positive column count", l.k);
-    l.weights_file = get_as<std::string>(lj, lw, "weights");
-    const std::string act = get_as<std::string>(lj, lw, "activation");
+    l.weights_file = json_get<std::string>(lj, lw, "weights");
+    const std::string act = json_get<std::string>(lj, lw, "activation");
     SPARSERT_USER_CHECK(act == "relu" || act == "none", lw + ".activation", "'{}' is not relu or none", act);
     l.activation = act == "relu" ? Activation::kRelu : Activation::kNone;
-    const nlohmann::json& clamp = field(lj, lw, "clamp");
-    if (!clamp.is_null()) l.clamp = get_as<float>(lj, lw, "clamp");
-    if (lj.contains("live_flags")) l.live_flags = get_as<bool>(lj, lw, "live_flags");  // absent: plain kernels
-    if (lj.contains("device_n")) l.device_n = get_as<bool>(lj, lw, "device_n");  // absent: N is the parameter
+    const nlohmann::json& clamp = json_field(lj, lw, "clamp");
+    if (!clamp.is_null()) l.clamp = json_get<float>(lj, lw, "clamp");
+    if (lj.contains("live_flags")) l.live_flags = json_get<bool>(lj, lw, "live_flags");  // absent: plain kernels
+    if (lj.contains("device_n")) l.device_n = json_get<bool>(lj, lw, "device_n");  // absent: N is the parameter
     if (lj.contains("conv")) {
       l.conv = conv_layout_from_json(lj["conv"], lw + ".conv");
       SPARSERT_USER_CHECK(l.conv->shape.out_channels == l.m && l.conv->shape.k() == l.k, lw + ".conv",
                           "a {} x {} convolution does not match the layer's {} x {} weights",
                           l.conv->shape.out_channels, l.conv->shape.k(), l.m, l.k);
     }
-    const nlohmann::json& launch = field(lj, lw, "launch");
-    const auto block = get_as<std::vector<int32_t>>(launch, lw + ".launch", "block");
+    const nlohmann::json& launch = json_field(lj, lw, "launch");
+    const auto block = json_get<std::vector<int32_t>>(launch, lw + ".launch", "block");
     SPARSERT_USER_CHECK(block.size() == 3, lw + ".launch.block", "expected [x, y, z]");
     l.block_x = block[0];
     l.block_y = block[1];
-    l.n_tile = get_as<int32_t>(launch, lw + ".launch", "n_tile");
+    l.n_tile = json_get<int32_t>(launch, lw + ".launch", "n_tile");
     // The launch divides by these and the device takes at most 1024 threads a block.
     SPARSERT_USER_CHECK(l.block_x >= 1 && l.block_y >= 1 && block[2] == 1 &&
                             static_cast<int64_t>(l.block_x) * l.block_y <= 1024,
                         lw + ".launch.block", "[{}, {}, {}] is not a block of 1 to 1024 threads", block[0], block[1],
                         block[2]);
     SPARSERT_USER_CHECK(l.n_tile >= 1, lw + ".launch.n_tile", "{} is not a column tile", l.n_tile);
-    l.tile = field(lj, lw, "tile");
+    l.tile = json_field(lj, lw, "tile");
     if (l.kind == "streamed") {
       const bool rows = l.tile.is_object() && l.tile.value("layout", "") == "rows";
       const size_t want = streamed_array_count(rows);
       SPARSERT_USER_CHECK(l.arrays.size() == want, lw + ".arrays", "{} arrays; a streamed layer of layout '{}' takes {}",
                           l.arrays.size(), rows ? "rows" : "ell", want);
     }
-    if (lj.contains("tile_source")) l.tile_source = get_as<std::string>(lj, lw, "tile_source");  // absent before
-    if (lj.contains("kind_reason")) l.kind_reason = get_as<std::string>(lj, lw, "kind_reason");
+    if (lj.contains("tile_source")) l.tile_source = json_get<std::string>(lj, lw, "tile_source");  // absent before
+    if (lj.contains("kind_reason")) l.kind_reason = json_get<std::string>(lj, lw, "kind_reason");
     if (lj.contains("model_us")) {
-      l.model_us = get_as<double>(lj, lw, "model_us");
+      l.model_us = json_get<double>(lj, lw, "model_us");
       SPARSERT_USER_CHECK(std::isfinite(*l.model_us) && *l.model_us >= 0, lw + ".model_us",
                           "{} is not a time in microseconds", *l.model_us);
     }
-    l.cache_key = get_as<std::string>(lj, lw, "cache_key");
-    const nlohmann::json& entries = field(lj, lw, "entries");
+    l.cache_key = json_get<std::string>(lj, lw, "cache_key");
+    const nlohmann::json& entries = json_field(lj, lw, "entries");
     SPARSERT_USER_CHECK(entries.is_array() && !entries.empty(), lw + ".entries", "expected a non-empty array");
     for (size_t e = 0; e < entries.size(); ++e) {
       const std::string ew = fmt::format("{}.entries[{}]", lw, e);
       PackageEntry pe;
-      pe.name = get_as<std::string>(entries[e], ew, "name");
-      const auto blocks = get_as<std::vector<int32_t>>(entries[e], ew, "blocks");
-      SPARSERT_USER_CHECK(blocks.size() == 2 && blocks[0] <= blocks[1], ew + ".blocks", "expected [begin, end]");
+      pe.name = json_get<std::string>(entries[e], ew, "name");
+      const auto blocks = json_get<std::vector<int32_t>>(entries[e], ew, "blocks");
+      SPARSERT_USER_CHECK(blocks.size() == 2 && blocks[0] >= 0 && blocks[0] <= blocks[1], ew + ".blocks",
+                          "expected [begin, end]");
+      // The range is the launch's grid.y.
+      SPARSERT_USER_CHECK(blocks[1] - blocks[0] <= 65535, ew + ".blocks", "{} row blocks exceed grid.y's 65535",
+                          blocks[1] - blocks[0]);
       pe.block_begin = blocks[0];
       pe.block_end = blocks[1];
-      pe.ptx = get_as<std::map<std::string, std::string>>(entries[e], ew, "ptx");
-      pe.cubin = get_as<std::map<std::string, std::string>>(entries[e], ew, "cubin");
+      pe.ptx = json_get<std::map<std::string, std::string>>(entries[e], ew, "ptx");
+      pe.cubin = json_get<std::map<std::string, std::string>>(entries[e], ew, "cubin");
       l.entries.push_back(std::move(pe));
     }
     if (i > 0 && (l.conv || p.layers.back().conv)) {

@@ -71,12 +71,17 @@ TEST(ModelCheck, TileParametersAndTimesAreCheckedBeforeTheModel) {
   o.data_dir = data;
   for (const auto& [field, value, says] : std::vector<std::tuple<std::string, nlohmann::json, std::string>>{
            {"cols_per_thread", 3, "cols_per_thread"}, {"n_tile", 0, "n_tile"}, {"time_us", 0.0, "time_us"},
-           {"time_us", -2.0, "time_us"}}) {
+           {"time_us", -2.0, "time_us"}, {"registers", -5, "registers: -5 is not a register count"},
+           {"registers", 40.5, "registers: unexpected value 40.5"}, {"n", 64.7, "n: unexpected value 64.7"}}) {
     nlohmann::json j = nlohmann::json::parse(read_file(src));
     bool edited = false;
     for (nlohmann::json& c : j["layers"][0]["candidates"]) {
       if (c.value("status", "") != "measured" || c.value("kind", "baked") != "baked") continue;
-      (field == "time_us" ? c["time_us"] : c["tile"][field]) = value;
+      if (field == "n") {
+        j["layers"][0]["n"] = value;
+      } else {
+        (field == "time_us" || field == "registers" ? c[field] : c["tile"][field]) = value;
+      }
       edited = true;
       break;
     }

@@ -235,6 +235,32 @@ TEST(CliBadInput, AnOutputThatIsNotAFileIsRefused) {
   EXPECT_TRUE(std::filesystem::is_fifo(fifo));
 }
 
+// A tuning record whose parameters the tile check refuses (an older generator's, or edited by hand) is not used, and
+// compile says so on stderr instead of falling back in silence.
+TEST(CliBadInput, AnInvalidTuningRecordIsNotUsedAndSaysSo) {
+  ScratchDir dir;
+  const std::string net = (dir / "net").string(), db = (dir / "db.json").string();
+  ASSERT_EQ(run(fmt::format("gen network --layers 1 --neurons 64 --n 8 -o {}", net), dir).code, 0);
+  Outcome o = run(fmt::format("tune {}/net.json --kernel baked --top 1 -j 1 -q --db {} -o {}", net, db,
+                              (dir / "report.json").string()),
+                  dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  std::string text = sparsert::read_file(db);
+  int edited = 0;
+  for (size_t at = text.find("\"cols_per_thread\":"); at != std::string::npos;
+       at = text.find("\"cols_per_thread\":", at + 1), ++edited) {
+    text.replace(at, text.find_first_of(",}", at) - at, "\"cols_per_thread\":3");  // 1, 2 or 4 are valid
+  }
+  ASSERT_GT(edited, 0) << text;
+  sparsert::write_file_atomic(db, text);
+  o = run(fmt::format("compile {}/net.json --target sm_90 -q --tuning-db {} -o {}", net, db, (dir / "pkg").string()),
+          dir);
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.err.find("sparsert: warning: layer layer0: the tuning record's parameters are not valid for sm_90"),
+            std::string::npos)
+      << o.err;
+}
+
 TEST(CliBadInput, HelpAndSuccessExitZero) {
   ScratchDir dir;
   for (const char* sub : {"inspect", "gen", "emit", "compile", "run", "graphchallenge"}) {

@@ -101,6 +101,19 @@ TEST(TileParams, ResourcesNeedThePlan) {
   } catch (const inspector::InvalidTileParams& e) {
     EXPECT_EQ(e.field(), "shared_memory");
   }
+  // An entry's row blocks are its grid.y: more than 65535 cannot be launched, however few nonzeros they hold.
+  const CsrMatrix tall = dense_rows(65536 * 2, 1);
+  t = TileParams{};
+  t.plan.m_blocks = 65536;
+  try {
+    check_tile_resources(t, inspector::make_plan(tall, t.plan), sm90);
+    FAIL();
+  } catch (const inspector::InvalidTileParams& e) {
+    EXPECT_EQ(e.field(), "m_blocks");
+    EXPECT_NE(std::string(e.what()).find("65536 row blocks exceed grid.y's 65535"), std::string::npos) << e.what();
+  }
+  t.plan.m_blocks = 65535;
+  EXPECT_NO_THROW(check_tile_resources(t, inspector::make_plan(tall, t.plan), sm90));
   // A register budget below what the accumulators need would spill: refused, naming the budget.
   t = TileParams{};
   t.plan.m_blocks = 3;  // 100 rows: about 128 registers

@@ -151,6 +151,21 @@ TEST(CompileRun, CacheHitsMissesAndRecovery) {
   const CompileReport again = compile_network(layers, dir / "p1", options(dir, {"sm_90"}));
   EXPECT_EQ(again.hits, 3);
   EXPECT_EQ(again.misses, 0);
+  // A package is replaced whole: a file the user put in it, or a folder that is not a package, stops the compile
+  // before any work, and stays.
+  write_file_atomic(dir / "p1" / "notes.txt", "mine");
+  EXPECT_NE(user_error([&] { compile_network(layers, dir / "p1", options(dir, {"sm_90"})); })
+                .find("holds 'notes.txt', which is not part of the package; not overwriting it"),
+            std::string::npos);
+  EXPECT_EQ(read_file(dir / "p1" / "notes.txt"), "mine");
+  EXPECT_EQ(load_package(dir / "p1").layers.size(), 3u);
+  std::filesystem::remove(dir / "p1" / "notes.txt");
+  std::filesystem::create_directories(dir / "mine");
+  EXPECT_NE(user_error([&] { compile_network(layers, dir / "mine", options(dir, {"sm_90"})); })
+                .find("exists and is not a sparsert package; not overwriting it"),
+            std::string::npos);
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    EXPECT_NE(e.path().filename().string().front(), '.') << "left behind: " << e.path();
   // A new target, a changed bias, changed tile parameters: each part of the key makes a miss.
   EXPECT_EQ(compile_network(layers, dir / "p2", options(dir, {"sm_80"})).misses, 3);
   ScratchDir dir2;

@@ -78,6 +78,7 @@ TEST_F(GraphChallengeCli, WrongTruthFailsWithTheFirstDifferences) {
   EXPECT_NE(r.output.find("FAIL"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(fmt::format("input {}: got a category, expected none", truth_[0])), std::string::npos)
       << r.output;
+  EXPECT_NE(r.output.find("sparsert: failed: the categories do not match"), std::string::npos) << r.output;
 }
 
 TEST_F(GraphChallengeCli, MissingLayerFileIsBadInput) {

@@ -393,6 +393,18 @@ TEST(FormatsBadDispatch, UnknownExtension) {
                     "cannot save");
 }
 
+TEST(FormatsBadDispatch, PruningOptionsOnASparseFile) {
+  TempDir d;
+  auto p = d.write("a.mtx", "%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 0.5\n");
+  LoadOptions sparsity;
+  sparsity.pruning.sparsity = 0.5;
+  expect_user_error([&] { load_matrix(p, sparsity); }, p.string(), "--sparsity applies to dense .npy weights only");
+  LoadOptions threshold;
+  threshold.pruning.threshold = 0.1;
+  expect_user_error([&] { load_matrix(p, threshold); }, p.string(), "--threshold applies to dense .npy weights only");
+  EXPECT_EQ(load_matrix(p).a.nnz(), 1);
+}
+
 TEST(FormatsBadDispatch, MissingFile) {
   TempDir d;
   auto p = d.path() / "absent.smtx";

@@ -166,6 +166,29 @@ TEST(ConcurrentLaunch, AFailedLaunchStillJoinsTheSideStreamsSoTheCaptureEnds) {
   }
 }
 
+// A capture whose body throws ends before the exception goes on: the stream is usable again (a stream left capturing
+// refuses a synchronize, and a capture on it would take every later launch), and the graph is left empty.
+TEST(ConcurrentLaunch, ACaptureWhoseBodyThrowsLeavesTheStreamOutOfCapture) {
+  emu();
+  ASSERT_TRUE(cuda::Driver::available()) << "the emulated driver did not load";
+  cuda::Context ctx;
+  Slices s(4);
+  s.launches[2].block_x = 2048;  // over the kernel's .maxntid: cuLaunchKernel fails
+  cuda::Stream main;
+  cuda::ConcurrentLauncher launcher(4);
+  cuda::Graph graph;
+  EXPECT_THROW(graph.capture(main, [&] { launcher.launch(main, s.launches); }), cuda::CudaError);
+  EXPECT_FALSE(graph.ready());
+  EXPECT_NO_THROW(main.synchronize());
+  s.launches[2].block_x = kSlice;
+  graph.capture(main, [&] { launcher.launch(main, s.launches); });
+  EXPECT_TRUE(graph.ready());
+  s.clear();
+  EXPECT_NO_THROW(graph.launch(main));
+  EXPECT_NO_THROW(main.synchronize());
+  s.expect_results();
+}
+
 TEST(ConcurrentLaunch, AnUnjoinedForkFailsTheCaptureNamingTheCallAndTheError) {
   emu();
   ASSERT_TRUE(cuda::Driver::available()) << "the emulated driver did not load";

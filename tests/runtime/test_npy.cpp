@@ -73,6 +73,8 @@ TEST(Npy, RejectsWhatItCannotRead) {
       {"long.npy", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", four_floats),
        "4 bytes of trailing data"},
       {"noshape.npy", npy_bytes("{'descr': '<f4', 'fortran_order': False, }", four_floats), "no 'shape' field"},
+      {"twice.npy", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), 'descr': '<f8', }", four_floats),
+       "header field 'descr' appears twice"},
   };
   for (const Case& c : cases) {
     std::filesystem::path p = dir.write(c.name, c.bytes);

@@ -106,6 +106,9 @@ int run(const GraphChallengeArgs& a) {
   fmt::print("FAIL: {} categories, {} expected: {} missing, {} unexpected\n", result.categories.size(), truth->size(),
              check.missing, check.extra);
   for (const std::string& d : check.first_differences) fmt::print("  {}\n", d);
+  // Also on stderr, for scripts that keep only that.
+  fmt::print(stderr, "sparsert: failed: the categories do not match {}: {} missing, {} unexpected\n", a.categories,
+             check.missing, check.extra);
   return kWorkFailed;
 }
 

@@ -7,6 +7,7 @@
 #include "sparsert/inspector/plan.hpp"
 #include "sparsert/runtime/error.hpp"
 #include "sparsert/runtime/file_io.hpp"
+#include "sparsert/runtime/json_text.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
 
 #include <fmt/format.h>
@@ -107,7 +108,7 @@ std::vector<ModelGroup> check_tune_report(const json& j, const std::string& file
     std::optional<CsrMatrix> a;
     for (const json& c : layer["candidates"]) {
       if (c.value("status", "") != "measured" || !c.contains("time_us")) continue;
-      if (!a) a = dlmc_layer(o.data_dir, name, layer["nnz"].get<int64_t>(), where);
+      if (!a) a = dlmc_layer(o.data_dir, name, json_get<int64_t>(layer, where, "nnz"), where);
       const std::string label = c.value("label", "");
       const std::string cw = fmt::format("{}: candidate '{}'", where, label);
       const bool streamed = c.value("kind", "baked") == "streamed";
@@ -121,11 +122,15 @@ std::vector<ModelGroup> check_tune_report(const json& j, const std::string& file
         tile = autotune::tile_from_json(c["tile"], cw);
       }
       std::optional<int> regs;
-      if (c.value("registers_from", "") == "assembler" && c.contains("registers")) regs = c["registers"].get<int>();
+      if (c.value("registers_from", "") == "assembler" && c.contains("registers")) {
+        regs = json_get<int>(c, cw, "registers");
+        SPARSERT_USER_CHECK(*regs >= 1 && *regs <= 255, cw + ".registers", "{} is not a register count (1 to 255)",
+                            *regs);
+      }
       ModelPoint pt;
       pt.layer = name;
       pt.label = label;
-      pt.n = layer["n"].get<int32_t>();
+      pt.n = json_get<int32_t>(layer, where, "n");
       pt.measured_us = measured_time(c["time_us"], cw + ": time_us");
       pt.is_default = c.value("default", false);
       autotune::Candidate cand;
@@ -264,8 +269,7 @@ double spearman(const std::vector<double>& x, const std::vector<double>& y) {
 }
 
 std::vector<ModelGroup> check_model(const std::filesystem::path& file, const ModelCheckOptions& options) {
-  const json j = parse_or_discard(read_file(file));
-  if (j.is_discarded()) throw_user_error(file.string(), "is not valid JSON");
+  const json j = read_json_file(file);
   SPARSERT_USER_CHECK(j.is_object(), file.string(), "is not a JSON object");
   const std::string format = j.value("format", "");
   std::vector<ModelGroup> groups;
@@ -311,8 +315,7 @@ PredictionSet predict_against_vendors(const std::filesystem::path& file, const M
 
 namespace {
 PredictionSet predict_unchecked(const std::filesystem::path& file, const ModelCheckOptions& o) {
-  const json j = parse_or_discard(read_file(file));
-  if (j.is_discarded()) throw_user_error(file.string(), "is not valid JSON");
+  const json j = read_json_file(file);
   SPARSERT_USER_CHECK(j.is_object(), file.string(), "is not a JSON object");
   const std::string where = file.string();
   SPARSERT_USER_CHECK(j.value("format", "") == kResultsFormat, where, "field 'format' is not {}", kResultsFormat);
@@ -339,7 +342,7 @@ PredictionSet predict_unchecked(const std::filesystem::path& file, const ModelCh
     const json& r = p.value("results", json::object());
     auto median_us = [&](const std::string& m) -> double {
       if (!r.contains(m) || !r[m].value("verified", false) || !r[m].contains("median_ms")) return 0.0;
-      return r[m]["median_ms"].get<double>() * 1e3;
+      return measured_time(r[m]["median_ms"], fmt::format("{}: problem {}: results.{}.median_ms", where, name, m)) * 1e3;
     };
     pr.measured_us = median_us(subject);
     for (const char* v : {"cublas-fp32", "cusparse"}) {

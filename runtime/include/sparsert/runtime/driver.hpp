@@ -6,6 +6,7 @@
 #include "sparsert/runtime/error.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -242,6 +243,10 @@ class Graph {
   Graph& operator=(Graph&& o) noexcept;
   Graph(const Graph&) = delete;
   static bool supported();
+  // What `body` enqueues on `s`, captured as this graph (replacing any before). Where body throws, the capture is
+  // ended and dropped before the exception goes on, the graph left empty: a stream left capturing would capture or
+  // refuse every later call on it, and the thread could no longer allocate.
+  void capture(const Stream& s, const std::function<void()>& body);
   void begin_capture(const Stream& s);
   void end_capture(const Stream& s);
   void launch(const Stream& s) const;

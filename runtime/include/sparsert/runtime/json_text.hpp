@@ -1,9 +1,12 @@
 // JSON that people write (network descriptions, manifests, reports), parsed strictly.
 #pragma once
 
+#include "sparsert/runtime/error.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -18,5 +21,37 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& where);
 
 // read_file, then parse_json_text naming the path.
 nlohmann::json read_json_file(const std::filesystem::path& path);
+
+// Field `name` of object `j`, or UserError "WHERE: missing field 'NAME'".
+inline const nlohmann::json& json_field(const nlohmann::json& j, const std::string& where, const char* name) {
+  SPARSERT_USER_CHECK(j.is_object() && j.contains(name), where, "missing field '{}'", name);
+  return j.at(name);
+}
+
+// Field `name` of `j` as T, or UserError "WHERE.NAME: unexpected value V". An integer field takes an integer that
+// fits T: nlohmann converts 8.5 to 8 and 2^32 + 32 to 32 without a word.
+template <typename T>
+T json_get(const nlohmann::json& j, const std::string& where, const char* name) {
+  const nlohmann::json& v = json_field(j, where, name);
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    bool fits = false;
+    if (v.is_number_unsigned()) {
+      fits = v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+    } else if (v.is_number_integer()) {
+      const int64_t x = v.get<int64_t>();
+      fits = std::is_signed_v<T> ? x >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                                       x <= static_cast<int64_t>(std::numeric_limits<T>::max())
+                                 : x >= 0;
+    }
+    if (!fits) throw_user_error(where + "." + name, "unexpected value {} (an integer in range)", v.dump());
+    return v.get<T>();
+  } else {
+    try {
+      return v.get<T>();
+    } catch (const nlohmann::json::exception&) {
+      throw_user_error(where + "." + name, "unexpected value {}", v.dump());
+    }
+  }
+}
 
 }  // namespace sparsert
