@@ -290,7 +290,7 @@ struct GpuNetwork::Impl {
     std::vector<float> all(static_cast<size_t>(m) * pkg.n);
     buf.download(all.data(), all.size() * 4);
     DenseTensor out({m, static_cast<int64_t>(n)});
-    for (int32_t r = 0; r < m; ++r) std::copy_n(all.data() + static_cast<size_t>(r) * pkg.n, n, out.data() + r * n);
+    for (size_t r = 0; r < static_cast<size_t>(m); ++r) std::copy_n(all.data() + r * pkg.n, n, out.data() + r * n);
     return out;
   }
 };
