@@ -3,6 +3,7 @@
 #include "sparsert/graphchallenge/generator.hpp"
 #include "sparsert/graphchallenge/io.hpp"
 #include "sparsert/graphchallenge/network.hpp"
+#include "sparsert/runtime/file_io.hpp"
 #include "test_support.hpp"
 
 #include <fmt/format.h>
@@ -67,6 +68,19 @@ TEST_F(GraphChallengeCli, PassesWithTheTruthAndReportsTheRate) {
   EXPECT_NE(r.output.find("360 inputs"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("edges/s"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(fmt::format("categories: {}", 3 * truth_.size())), std::string::npos) << r.output;
+}
+
+// Images of a smaller network read at this one's width run, with other categories: the run names the file.
+TEST_F(GraphChallengeCli, InputsThatTouchOnlyTheLowerHalfAreNamed) {
+  const auto narrow = dir_ / "sparse-images-256.tsv";
+  sparsert::write_file_atomic(narrow, "1\t3\t1\n1\t200\t1\n2\t256\t1\n");
+  const CliRun r = run_cli(fmt::format("graphchallenge --weights '{}' --neurons 1024 --layers 8 --inputs '{}'",
+                                       weights_.string(), narrow.string()));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("sparse-images-256.tsv: touches neurons 1 to 256 only, of --neurons 1024"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(run_cli(base_args()).output.find("warning"), std::string::npos) << "the network's own files are not named";
 }
 
 TEST_F(GraphChallengeCli, WrongTruthFailsWithTheFirstDifferences) {

@@ -55,6 +55,27 @@ std::unique_ptr<graphchallenge::LayerExecutor> make_executor(const GraphChalleng
   return std::make_unique<graphchallenge::CpuLayerExecutor>(options);
 }
 
+// One past the highest neuron a matrix touches (its nonzero rows and columns).
+int32_t neurons_touched(const CsrMatrix& a) {
+  int32_t w = 0;
+  for (const int32_t c : a.col_idx) w = std::max(w, c + 1);
+  for (int32_t r = a.rows; r > w; --r) {
+    if (a.row_ptr[static_cast<size_t>(r)] > a.row_ptr[static_cast<size_t>(r) - 1]) return r;
+  }
+  return w;
+}
+
+// The files do not say how many neurons they were made for: the weights or the images of a smaller network, read at
+// a larger --neurons, run without an error and give other categories. Every network of the challenge (and every
+// image set) spans most of its width, so one that touches only the lower half is named.
+void warn_if_narrow(const CsrMatrix& a, int32_t neurons, const std::string& file) {
+  const int32_t touched = neurons_touched(a);
+  if (touched > 0 && touched <= neurons / 2) {
+    fmt::print(stderr, "sparsert: warning: {}: touches neurons 1 to {} only, of --neurons {}: the files of a smaller "
+               "network?\n", file, touched, neurons);
+  }
+}
+
 int run(const GraphChallengeArgs& a) {
   namespace gc = graphchallenge;
   const float bias = a.bias ? *a.bias : gc::official_bias(a.neurons);
@@ -63,6 +84,10 @@ int run(const GraphChallengeArgs& a) {
   gc::Network net = gc::make_network(graphchallenge::read_layers(a.weights, a.neurons, a.layers),
                                      a.neurons, bias);
   const CsrMatrix images = graphchallenge::read_images(a.inputs, a.neurons);
+  if (!net.layers.empty()) {
+    warn_if_narrow(net.layers.front(), a.neurons, graphchallenge::layer_path(a.weights, a.neurons, 1).string());
+  }
+  warn_if_narrow(images, a.neurons, a.inputs);
   std::optional<std::vector<int32_t>> truth;
   if (!a.categories.empty()) {
     truth = gc::tile_truth(inspector::read_categories(a.categories), images.rows, a.replicate, a.categories);
