@@ -100,10 +100,16 @@ void read_old_format(const nlohmann::json& j, const std::string& file, Records& 
   }
 }
 
-// Where the complete lines of `text` end: a record is complete once its newline is written.
+// Where the complete lines of `text` end: a record is complete once its newline is written, or, where a file
+// edited by hand ends without one, once the last line parses whole (a write cut short cannot: its brace comes last).
 size_t complete_end(const std::string& text) {
   const size_t nl = text.rfind('\n');
-  return nl == std::string::npos ? 0 : nl + 1;
+  const size_t end = nl == std::string::npos ? 0 : nl + 1;
+  if (end < text.size()) {
+    const nlohmann::json last = nlohmann::json::parse(std::string_view(text).substr(end), nullptr, false);
+    if (last.is_object()) return text.size();
+  }
+  return end;
 }
 
 bool blank(std::string_view s) { return s.find_first_not_of(" \t\r\n") == std::string_view::npos; }
@@ -119,7 +125,7 @@ void read_lines(const std::string& text, const std::string& file, Records& out) 
   const size_t end = complete_end(text);
   size_t line_no = 0;
   for (size_t pos = 0; pos < end;) {
-    const size_t nl = text.find('\n', pos);
+    const size_t nl = std::min(text.find('\n', pos), end);  // the last line may end without one
     const std::string_view line(text.data() + pos, nl - pos);
     pos = nl + 1;
     ++line_no;
@@ -235,8 +241,14 @@ void TuningDatabase::save() {
     if (const size_t bad = incomplete_line(text)) {
       fmt::print(stderr, "sparsert: warning: {}:{}: incomplete record removed (a write was interrupted)\n", file, bad);
     }
-    if (complete_end(text) < text.size()) locked.truncate(complete_end(text));
-    locked.append(lines);
+    const size_t end = complete_end(text);
+    if (end < text.size()) {
+      locked.truncate(end);
+      locked.append(lines);
+    } else {
+      // A last record without its newline gets one, or the next record would be glued to it.
+      locked.append(!text.empty() && text.back() != '\n' ? "\n" + lines : lines);
+    }
   }
   unsaved_.clear();
 }

@@ -49,8 +49,8 @@ std::optional<CachedKernel> KernelCache::find(const std::string& key) const {
     for (const auto& e : meta.at("entries")) {
       CachedEntry ce;
       ce.name = e.at("name");
-      ce.block_begin = e.at("blocks")[0];
-      ce.block_end = e.at("blocks")[1];
+      ce.block_begin = e.at("blocks").at(0);  // at(): an edited entry with a short array is discarded, not overread
+      ce.block_end = e.at("blocks").at(1);
       ce.ptx = std::move(file(e.at("ptx")));
       if (!e.at("cubin").is_null()) {
         const std::string& cubin = file(e.at("cubin"));

@@ -11,6 +11,8 @@
 #include "sparsert/runtime/thread_pool.hpp"
 
 #include <fmt/format.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -168,20 +170,45 @@ void check_replaceable(const std::filesystem::path& out) {
 void replace_directory(const std::filesystem::path& tmp, const std::filesystem::path& out) {
   check_replaceable(out);
   std::error_code ec;
-  if (std::filesystem::exists(out)) {
-    const std::filesystem::path old = out.string() + fmt::format(".old.{}", ::getpid());
+  const bool exists = std::filesystem::exists(std::filesystem::symlink_status(out, ec));
+  // One step either way: an old package is swapped out whole (no moment without one, nothing stranded by a crash
+  // between two renames), and a package another compile put there meanwhile is not replaced by a rename that
+  // expected none.
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), exists ? RENAME_EXCHANGE : RENAME_NOREPLACE) == 0) {
+    if (exists) std::filesystem::remove_all(tmp, ec);  // it holds the old package now
+    return;
+  }
+  const int err = errno;
+  SPARSERT_USER_CHECK(err == EINVAL || err == ENOSYS, out.string(), "cannot write ({}{})", std::strerror(err),
+                      err == EEXIST || err == ENOTEMPTY || err == ENOENT ? "; another process changed it meanwhile"
+                                                                         : "");
+  // A filesystem without those flags: the old package aside, the new one in, the old one removed.
+  if (exists) {
+    const std::filesystem::path old = hidden_temp_path(out.parent_path().empty() ? "." : out.parent_path(),
+                                                       out.filename().string(), "old");
     std::filesystem::rename(out, old, ec);
     SPARSERT_USER_CHECK(!ec, out.string(), "cannot replace ({})", ec.message());
     std::filesystem::rename(tmp, out, ec);
     if (ec) {
-      std::filesystem::rename(old, out);
-      throw_user_error(out.string(), "cannot write ({})", ec.message());
+      std::error_code back;
+      std::filesystem::rename(old, out, back);
+      throw_user_error(out.string(), "cannot write ({}){}", ec.message(),
+                       back ? fmt::format("; the old package is at {}", old.string()) : "");
     }
     std::filesystem::remove_all(old, ec);
     return;
   }
   std::filesystem::rename(tmp, out, ec);
   SPARSERT_USER_CHECK(!ec, out.string(), "cannot write ({})", ec.message());
+}
+
+// "pkg/" names the folder pkg (as a shell's completion writes it); ".", ".." and "/" name no package folder.
+std::filesystem::path package_folder(const std::filesystem::path& p) {
+  std::filesystem::path out = p;
+  while (!out.empty() && out.filename().empty() && out != out.root_path()) out = out.parent_path();
+  const std::string name = out.filename().string();
+  SPARSERT_USER_CHECK(!name.empty() && name != "." && name != "..", p.string(), "does not name a package folder");
+  return out;
 }
 }  // namespace
 
@@ -195,8 +222,9 @@ ModelTotal model_total(const CompileReport& report, const std::string& target) {
   return t;
 }
 
-CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std::filesystem::path& out_dir,
+CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std::filesystem::path& out_path,
                               const CompileOptions& options) {
+  const std::filesystem::path out_dir = package_folder(out_path);
   const auto t0 = Clock::now();
   SPARSERT_USER_CHECK(!options.targets.empty(), "--target", "no target given");
   SPARSERT_USER_CHECK(!layers.empty(), "network", "has no layers");

@@ -5,6 +5,7 @@
 #include "sparsert/runtime/sha256.hpp"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -33,7 +34,16 @@ std::filesystem::path default_cache_dir() {
   if (const char* d = std::getenv("SPARSERT_CACHE_DIR"); d && *d) return d;
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::filesystem::path(x) / "sparsert";
   if (const char* home = std::getenv("HOME"); home && *home) return std::filesystem::path(home) / ".cache/sparsert";
-  return std::filesystem::temp_directory_path() / "sparsert-cache";
+  // No home: a folder of this user's own under /tmp. A shared name could be made first by another user and filled
+  // with entries whose kernels would then run here.
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / fmt::format("sparsert-cache-{}", ::geteuid());
+  ::mkdir(dir.c_str(), 0700);  // where it exists already, what it is is checked next
+  struct stat st {};
+  SPARSERT_USER_CHECK(::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() &&
+                          (st.st_mode & 077) == 0,
+                      dir.string(), "is not a private folder of this user; with no HOME, set SPARSERT_CACHE_DIR");
+  return dir;
 }
 
 ContentStore::ContentStore(std::filesystem::path dir) : dir_(std::move(dir)) {
@@ -66,6 +76,8 @@ std::optional<StoreEntry> ContentStore::find(const std::string& key, const FileF
       e.files.emplace(name, std::move(bytes));
     }
     return e;
+  } catch (const std::bad_alloc&) {
+    throw;  // this process's trouble, not the entry's
   } catch (const std::exception&) {
     // A published entry is complete by construction (it was renamed into place whole), so a broken one was altered
     // or truncated afterwards, or predates this layout: it is removed and rebuilt, never fatal.
@@ -80,7 +92,9 @@ void ContentStore::discard(const std::string& key) const {
   std::error_code ec;
   const std::filesystem::path trash = unique_sibling(d.parent_path(), key + ".bad");
   std::filesystem::rename(d, trash, ec);
-  std::filesystem::remove_all(ec ? d : trash, ec);
+  // Where the rename failed, the entry stays: deleting it in place could take one another process has just
+  // published, and a broken one left here is only rebuilt again.
+  if (!ec) std::filesystem::remove_all(trash, ec);
 }
 
 void ContentStore::put(const std::string& key, const StoreEntry& entry) const {

@@ -234,6 +234,10 @@ Context::~Context() = default;
 
 CUcontext Context::get() const { return state_ ? state_->ctx : nullptr; }
 
+void Context::make_current() const {
+  Driver::get().check(Driver::get().api().cuCtxSetCurrent(get()), "cuCtxSetCurrent");
+}
+
 void Context::synchronize() const { Driver::get().check(Driver::get().api().cuCtxSynchronize(), "cuCtxSynchronize"); }
 
 bool Context::retained(int ordinal) {

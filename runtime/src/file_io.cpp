@@ -46,8 +46,14 @@ int open_for_read(const std::filesystem::path& path, size_t* size) {
   return fd;
 }
 
+// Closes a descriptor however the read ends, an allocation that throws included.
+struct FdCloser {
+  int fd;
+  ~FdCloser() { ::close(fd); }
+};
+
 // Reads fd to its end into buf[got, cap), calling grow(got) for more room whenever it is full (files that grow,
-// or report size 0: pipes, /proc). Returns the number of bytes read; closes fd.
+// or report size 0: pipes, /proc). Returns the number of bytes read.
 template <typename Grow>
 size_t read_all(const std::filesystem::path& path, int fd, char* buf, size_t cap, Grow grow) {
   size_t got = 0;
@@ -56,14 +62,11 @@ size_t read_all(const std::filesystem::path& path, int fd, char* buf, size_t cap
     ssize_t n = ::read(fd, buf + got, cap - got);
     if (n < 0) {
       if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      throw_user_error(path.string(), "read failed ({})", std::strerror(e));
+      throw_user_error(path.string(), "read failed ({})", std::strerror(errno));
     }
     if (n == 0) break;
     got += static_cast<size_t>(n);
   }
-  ::close(fd);
   return got;
 }
 
@@ -71,7 +74,8 @@ size_t read_all(const std::filesystem::path& path, int fd, char* buf, size_t cap
 
 std::string read_file(const std::filesystem::path& path) {
   size_t size = 0;
-  const int fd = open_for_read(path, &size);
+  const FdCloser file{open_for_read(path, &size)};
+  const int fd = file.fd;
   std::string out;
   out.resize(size);
   const size_t got = read_all(path, fd, out.data(), out.size(), [&](size_t) {
@@ -84,7 +88,8 @@ std::string read_file(const std::filesystem::path& path) {
 
 FileBytes read_file_bytes(const std::filesystem::path& path) {
   size_t size = 0;
-  const int fd = open_for_read(path, &size);
+  const FdCloser file{open_for_read(path, &size)};
+  const int fd = file.fd;
   FileBytes out;
   // One byte beyond the reported size, so that reaching the end of a regular file does not need a second buffer.
   size_t cap = size + 1;
@@ -160,11 +165,28 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view bytes
 namespace {
 // Moves every entry of `from` into `to` (an existing directory): files replace files of the same name; a folder goes
 // in whole where `to` has none of its name, else its entries are merged in the same way.
+// Every name `from` would take in `to`, checked before the first file moves: a file cannot replace a folder, nor a
+// folder a file or a link (it would be written through).
+void check_movable(const std::filesystem::path& from, const std::filesystem::path& to) {
+  for (const std::filesystem::directory_entry& e : std::filesystem::directory_iterator(from)) {
+    const std::filesystem::path dest = to / e.path().filename();
+    std::error_code ec;
+    const std::filesystem::file_status st = std::filesystem::symlink_status(dest, ec);
+    if (!std::filesystem::exists(st)) continue;
+    if (e.is_directory()) {
+      SPARSERT_USER_CHECK(std::filesystem::is_directory(st), dest.string(), "cannot write: it is not a directory");
+      check_movable(e.path(), dest);
+    } else {
+      SPARSERT_USER_CHECK(!std::filesystem::is_directory(st), dest.string(), "cannot write: it is a directory");
+    }
+  }
+}
+
 void move_into(const std::filesystem::path& from, const std::filesystem::path& to) {
   for (const std::filesystem::directory_entry& e : std::filesystem::directory_iterator(from)) {
     const std::filesystem::path dest = to / e.path().filename();
     std::error_code ec;
-    if (e.is_directory() && std::filesystem::is_directory(dest, ec)) {
+    if (e.is_directory() && std::filesystem::is_directory(std::filesystem::symlink_status(dest, ec))) {
       move_into(e.path(), dest);
       continue;
     }
@@ -208,9 +230,19 @@ StagedDirectory::~StagedDirectory() {
 void StagedDirectory::commit() {
   SPARSERT_INTERNAL_CHECK(!committed_, "{}: committed twice", dir_.string());
   std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(dir_, ec))) {
+    // A new folder: one rename puts it in place whole (where another process made it meanwhile, the merge below).
+    if (dir_.has_parent_path()) std::filesystem::create_directories(dir_.parent_path(), ec);
+    std::filesystem::rename(staging_, dir_, ec);
+    if (!ec) {
+      committed_ = true;
+      return;
+    }
+  }
   std::filesystem::create_directories(dir_, ec);
   SPARSERT_USER_CHECK(std::filesystem::is_directory(dir_), dir_.string(), "cannot write: {}",
                       ec ? ec.message() : "it is not a directory");
+  check_movable(staging_, dir_);
   move_into(staging_, dir_);
   std::filesystem::remove_all(staging_, ec);
   committed_ = true;

@@ -297,7 +297,16 @@ struct GpuNetwork::Impl {
 
 GpuNetwork::GpuNetwork(const Package& package, const GpuRunOptions& options)
     : impl_(std::make_unique<Impl>(package, options)) {}
-GpuNetwork::~GpuNetwork() = default;
+GpuNetwork::~GpuNetwork() {
+  // Its frees need the context current on this thread, which may not be the one that made the network.
+  if (impl_ && impl_->ctx) {
+    try {
+      impl_->ctx->make_current();
+    } catch (...) {
+      // the frees then report their own failures, as warnings
+    }
+  }
+}
 
 const cuda::DeviceInfo& GpuNetwork::device() const { return impl_->info; }
 const cuda::Stream& GpuNetwork::stream() const { return *impl_->stream; }
@@ -307,6 +316,7 @@ void GpuNetwork::launch_layer(size_t layer, CUdeviceptr in, CUdeviceptr out, uin
   SPARSERT_INTERNAL_CHECK(layer < impl_->layers.size() && n >= 1 && n <= static_cast<uint32_t>(impl_->pkg.n),
                           "launch_layer({}, n = {}) for {} layers of width {}", layer, n, impl_->layers.size(),
                           impl_->pkg.n);
+  impl_->ctx->make_current();
   impl_->launch_layer(layer, in, out, n, flags, n_ptr);
 }
 bool GpuNetwork::layer_has_device_n(size_t layer) const {
@@ -320,6 +330,7 @@ bool GpuNetwork::layer_has_live_flags(size_t layer) const {
 const std::vector<std::string>& GpuNetwork::load_notes() const { return impl_->notes; }
 
 DenseTensor GpuNetwork::run(const DenseTensor& input) {
+  impl_->ctx->make_current();  // every entry point: the network may have been made on another thread
   const uint32_t n = impl_->upload(input);
   const cuda::DeviceBuffer& out = impl_->launch_all(n);
   impl_->stream->synchronize();
@@ -339,6 +350,7 @@ double back_to_back(const cuda::Stream& stream, int runs, const std::function<vo
 }  // namespace
 
 GpuTimings GpuNetwork::time(const DenseTensor& input, int repeats) {
+  impl_->ctx->make_current();
   const uint32_t n = impl_->upload(input);
   Impl& im = *impl_;
   std::vector<cuda::Event> marks(im.layers.size() + 1);
@@ -360,6 +372,7 @@ GpuTimings GpuNetwork::time(const DenseTensor& input, int repeats) {
 
 double GpuNetwork::time_back_to_back(const DenseTensor& input, int runs) {
   Impl& im = *impl_;
+  im.ctx->make_current();
   const uint32_t n = im.upload(input);
   im.prepare_timed_run(n);
   return back_to_back(*im.stream, runs, [&] { im.timed_run(n); });
@@ -367,6 +380,7 @@ double GpuNetwork::time_back_to_back(const DenseTensor& input, int runs) {
 
 double GpuNetwork::time_isolated(const DenseTensor& input, int runs) {
   Impl& im = *impl_;
+  im.ctx->make_current();
   return im.median_isolated(im.upload(input), runs);
 }
 

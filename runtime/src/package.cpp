@@ -38,9 +38,12 @@ class Reader {
   }
   template <typename T>
   std::vector<T> get_all(size_t count, const char* field) {
+    // Checked before the vector is made: a header claiming 2^31 rows in a 32-byte file must not allocate 8 GB first.
+    SPARSERT_USER_CHECK(count <= (bytes_.size() - pos_) / sizeof(T), where_,
+                        "truncated in {} (need {} values of {} bytes at offset {}, file has {})", field, count,
+                        sizeof(T), pos_, bytes_.size());
     std::vector<T> v(count);
     if (count == 0) return v;  // v.data() may be null, which memcpy must not see
-    need(count * sizeof(T), field);
     std::memcpy(v.data(), bytes_.data() + pos_, count * sizeof(T));
     pos_ += count * sizeof(T);
     return v;
@@ -188,6 +191,11 @@ void write_manifest(const Package& p) {
 Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
   const std::filesystem::path manifest_path = dir / "manifest.json";
   const std::string where = manifest_path.string();
+  std::error_code ec;
+  const auto manifest_status = std::filesystem::status(manifest_path, ec);
+  // A pipe would block the read for ever; the package's files are checked the same way below.
+  SPARSERT_USER_CHECK(!std::filesystem::exists(manifest_status) || std::filesystem::is_regular_file(manifest_status),
+                      where, "is not a regular file");
   const nlohmann::json j = read_json_file(manifest_path);
   const std::string format = json_get<std::string>(j, where, "format");
   SPARSERT_USER_CHECK(format == kPackageFormat, where + ": format",
@@ -286,11 +294,17 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     }
     p.layers.push_back(std::move(l));
   }
+  for (const auto& [file, hash] : p.sha256) {
+    SPARSERT_USER_CHECK(!file.empty() && file.find('/') == std::string::npos && file.find("..") == std::string::npos,
+                        where + ": sha256", "file name '{}' leaves the package directory", file);
+  }
   if (verify_hashes) {
     for (const auto& [file, hash] : p.sha256) {
       const std::filesystem::path path = dir / file;
-      SPARSERT_USER_CHECK(file.find('/') == std::string::npos && file.find("..") == std::string::npos,
-                          where + ": sha256", "file name '{}' leaves the package directory", file);
+      // Not a link (it could read anything outside the package), a pipe (the read would block) or a device.
+      const auto st = std::filesystem::symlink_status(path, ec);
+      SPARSERT_USER_CHECK(!std::filesystem::exists(st) || std::filesystem::is_regular_file(st), path.string(),
+                          "is not a regular file (a link, a pipe or a device in a package)");
       const std::string actual = sha256_hex(read_file(path));
       SPARSERT_USER_CHECK(actual == hash, path.string(), "content does not match the manifest's sha256 (corrupted or "
                           "altered package)");

@@ -27,6 +27,14 @@ TuningRecord baked(int gy, const std::string& layer) {
   return r;
 }
 
+// Records a (gy 1) and b (gy 2), saved.
+void save_two_records(const std::filesystem::path& path) {
+  TuningDatabase db = TuningDatabase::load(path);
+  db.put("a", baked(1, "a"));
+  db.put("b", baked(2, "b"));
+  db.save();
+}
+
 std::vector<std::string> lines_of(const std::filesystem::path& p) {
   std::vector<std::string> out;
   std::istringstream in(read_file(p));
@@ -90,10 +98,7 @@ TEST(DatabaseFile, NewestRecordOfAKeyWinsAndEqualRecordsAreNotRewritten) {
 TEST(DatabaseFile, TruncatedLastLineIsSkippedWithAWarningAndRepairedOnWrite) {
   ScratchDir dir;
   const std::filesystem::path path = dir / "tuning.json";
-  TuningDatabase db = TuningDatabase::load(path);
-  db.put("a", baked(1, "a"));
-  db.put("b", baked(2, "b"));
-  db.save();
+  save_two_records(path);
   // A writer killed halfway through its record.
   std::ofstream(path, std::ios::app) << R"({"key": "c", "kind": "baked", "tile": {"gy")";
   ::testing::internal::CaptureStderr();
@@ -115,6 +120,32 @@ TEST(DatabaseFile, TruncatedLastLineIsSkippedWithAWarningAndRepairedOnWrite) {
   EXPECT_EQ(repaired.size(), 3u);
   EXPECT_EQ(repaired.find("d")->tile.plan.gy, 8);
   EXPECT_FALSE(repaired.find("c"));
+}
+
+// A file edited by hand whose last record has no newline: the record counts, and the next write adds the newline
+// before its own record instead of cutting the last one off.
+TEST(DatabaseFile, ACompleteLastRecordWithoutItsNewlineIsKept) {
+  ScratchDir dir;
+  const std::filesystem::path path = dir / "tuning.json";
+  save_two_records(path);
+  std::string text = read_file(path);
+  ASSERT_EQ(text.back(), '\n');
+  text.pop_back();
+  write_file_atomic(path, text);
+  ::testing::internal::CaptureStderr();
+  TuningDatabase back = TuningDatabase::load(path);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back.find("b")->tile.plan.gy, 2);
+  back.put("c", baked(4, "c"));
+  ::testing::internal::CaptureStderr();
+  back.save();
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  const TuningDatabase again = TuningDatabase::load(path);
+  EXPECT_EQ(again.size(), 3u);
+  EXPECT_EQ(again.find("b")->tile.plan.gy, 2);
+  EXPECT_EQ(again.find("c")->tile.plan.gy, 4);
+  EXPECT_EQ(lines_of(path).size(), 3u);
 }
 
 TEST(DatabaseFile, MalformedLineIsAUserErrorNamingFileAndLine) {

@@ -15,6 +15,7 @@
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -125,6 +126,33 @@ TEST(CompileRun, PackageRunsThroughEmulatedDriverAndCpu) {
   }
 }
 
+// A network made on one thread runs on another and is freed on a third (a server's workers): each entry point makes
+// its context current there, as the driver keeps one per thread, and the frees find it too.
+TEST(CompileRun, ANetworkMadeOnOneThreadRunsAndIsFreedOnOthers) {
+  ScratchDir dir;
+  const auto layers = load_network(read_network(write_network(dir)));
+  compile_network(layers, dir / "pkg", emu_options(dir, false));
+  const sparsert::testing::EmulatedDriver& emu = sparsert::testing::EmulatedDriver::use(SPARSERT_EMU_LIB);
+  emu.clear_teardown_failures();
+  auto net = std::make_unique<GpuNetwork>(load_package(dir / "pkg"));
+  const DenseTensor x = input(48, 20);
+  DenseTensor got;
+  std::string error;
+  std::thread([&] {
+    try {
+      got = net->run(x);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }).join();
+  EXPECT_EQ(error, "");
+  EXPECT_LE(max_relative_error(got, reference(layers, x)), 1e-5);
+  std::thread([&] { net.reset(); }).join();
+  int failures = 0;
+  const std::string text = emu.teardown_failures(&failures);
+  EXPECT_EQ(failures, 0) << text;
+}
+
 // Layer names are the user's ("conv1-1", "block/2.a", "1x1"): the kernels are named from them, and must still be
 // PTX identifiers that assemble and load, however the names are spelled.
 TEST(CompileRun, LayerNamesThatAreNotIdentifiersStillCompileAndRun) {
@@ -163,6 +191,14 @@ TEST(CompileRun, CacheHitsMissesAndRecovery) {
   std::filesystem::create_directories(dir / "mine");
   EXPECT_NE(user_error([&] { compile_network(layers, dir / "mine", options(dir, {"sm_90"})); })
                 .find("exists and is not a sparsert package; not overwriting it"),
+            std::string::npos);
+  // "p5/" names the folder p5; compiled again, the package is swapped in whole.
+  compile_network(layers, dir.path() / "p5/", options(dir, {"sm_90"}));
+  write_file_atomic(dir / "p5" / "layer0.csr", "stale");  // in the manifest: replaced with the rest
+  compile_network(layers, dir.path() / "p5/", options(dir, {"sm_90"}));
+  EXPECT_EQ(load_package(dir / "p5").layers.size(), 3u);
+  EXPECT_NE(user_error([&] { compile_network(layers, dir.path() / ".", options(dir, {"sm_90"})); })
+                .find("does not name a package folder"),
             std::string::npos);
   for (const auto& e : std::filesystem::directory_iterator(dir.path()))
     EXPECT_NE(e.path().filename().string().front(), '.') << "left behind: " << e.path();
@@ -461,6 +497,15 @@ TEST(CompileRun, BadPackagesAndInputs) {
   write_file_atomic(dir / "trunc" / kernel_file, text.substr(0, text.size() / 2));
   EXPECT_NE(user_error([&] { load_package(dir / "trunc"); }).find("does not match the manifest's sha256"),
             std::string::npos);
+  // A kernel file that is a pipe (the read would block for ever) or a link (it could read outside the package).
+  std::filesystem::remove(dir / "trunc" / kernel_file);
+  ASSERT_EQ(::mkfifo((dir / "trunc" / kernel_file).c_str(), 0644), 0);
+  EXPECT_NE(user_error([&] { load_package(dir / "trunc"); }).find("is not a regular file"), std::string::npos);
+  std::filesystem::remove(dir / "trunc" / kernel_file);
+  std::filesystem::create_symlink(dir / "pkg" / kernel_file, dir / "trunc" / kernel_file);
+  EXPECT_NE(user_error([&] { load_package(dir / "trunc"); }).find("is not a regular file"), std::string::npos);
+  std::filesystem::remove(dir / "trunc" / kernel_file);
+  write_file_atomic(dir / "trunc" / kernel_file, text.substr(0, text.size() / 2));
   EXPECT_EQ(cli(fmt::format("run {}/trunc --input {}", dir.path().string(), (dir / "x.npy").string()), &err), 2);
 
   // A corrupted manifest.

@@ -7,7 +7,9 @@
 #include "sparsert/runtime/thread_pool.hpp"
 #include "test_support.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -164,6 +166,15 @@ TEST(ContentStore, CacheDirectoryRule) {
   }
   ScopedEnv xdg("XDG_CACHE_HOME", "");
   EXPECT_EQ(default_cache_dir(), "/home/someone/.cache/sparsert");
+  // No home: this user's own folder under /tmp, made private; one another user could have made first is refused.
+  ScopedEnv no_home("HOME", nullptr);
+  ScratchDir tmp;
+  ScopedEnv tmpdir("TMPDIR", tmp.path().c_str());
+  const std::filesystem::path own = tmp / fmt::format("sparsert-cache-{}", ::geteuid());
+  EXPECT_EQ(default_cache_dir(), own);
+  EXPECT_EQ(std::filesystem::status(own).permissions() & std::filesystem::perms::all, std::filesystem::perms::owner_all);
+  std::filesystem::permissions(own, std::filesystem::perms::others_all, std::filesystem::perm_options::add);
+  EXPECT_THROW(default_cache_dir(), UserError);
 }
 
 TEST(ParallelFor, RunsEveryIndexOnceOnAtMostTheThreadsAsked) {

@@ -170,3 +170,26 @@ TEST(StagedDirectory, FoldersMergeIntoExistingOnes) {
   EXPECT_EQ(read_file(dir / "gc" / "neuron16" / "deeper" / "d.tsv"), "d");
   EXPECT_EQ(names_in(dir / "gc"), (std::vector<std::string>{"images.tsv", "neuron16"}));
 }
+
+// A merge that cannot finish stops before anything moves: a staged file whose name is a folder in the target, seen
+// only after other files, leaves the target as it was.
+TEST(StagedDirectory, AMergeThatCannotFinishMovesNothing) {
+  ScratchDir dir;
+  std::filesystem::create_directories(dir / "gc" / "zz-folder");
+  write_file_atomic(dir / "gc" / "a.tsv", "old");
+  {
+    StagedDirectory out(dir / "gc");
+    write_file_atomic(out.path() / "a.tsv", "new");
+    write_file_atomic(out.path() / "b.tsv", "new");
+    write_file_atomic(out.path() / "zz-folder", "a file where a folder is");
+    try {
+      out.commit();
+      ADD_FAILURE() << "no error";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("zz-folder: cannot write: it is a directory"), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(read_file(dir / "gc" / "a.tsv"), "old");
+  EXPECT_EQ(names_in(dir / "gc"), (std::vector<std::string>{"a.tsv", "zz-folder"}));
+}

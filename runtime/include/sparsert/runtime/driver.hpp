@@ -99,6 +99,9 @@ class Context {
   Context& operator=(Context&&) = delete;
   Context(const Context&) = delete;
   CUcontext get() const;
+  // Makes this context current on the calling thread (the driver keeps one per thread): an object made on one thread
+  // can then be used on another.
+  void make_current() const;
   void synchronize() const;
   // Whether this process holds the primary context of `ordinal` (a Context or an object made in one is alive).
   static bool retained(int ordinal = 0);

@@ -1,6 +1,7 @@
 #pragma once
 // Whole-file reads and atomic writes: outputs go to a temporary file in the target directory and are renamed into
-// place, so a failed or concurrent write never leaves a half-written file where the user's was.
+// place, so a failed, killed or concurrent write never leaves a half-written file where the user's was. Nothing is
+// fsync'ed: a power loss right after a write can still leave the file empty.
 #include <cstddef>
 #include <filesystem>
 #include <memory>
@@ -48,9 +49,11 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view bytes
 void check_output_path(const std::filesystem::path& path);
 
 // A directory of outputs written whole or not at all. Files are written under path(), a hidden directory inside
-// `dir` when it exists, else in its nearest existing ancestor; commit() moves them into `dir`, creating it (and its
-// parents) if missing, replacing files of the same names and leaving the others. Destroyed without commit(), it
-// removes what was written, so a failed run leaves neither a half-written folder nor an empty one.
+// `dir` when it exists, else in its nearest existing ancestor. commit() renames a new `dir` into place in one step;
+// into an existing one it moves the files, replacing files of the same names and leaving the others, after checking
+// every name first (a file where a folder is, or the reverse, stops it before anything moves). Destroyed without
+// commit(), it removes what was written, so a failed run leaves neither a half-written folder nor an empty one.
+// Crash-safe against the process dying, not the machine: nothing is fsync'ed.
 class StagedDirectory {
  public:
   // Throws UserError naming `dir` when it, or the nearest part of its path that exists, is not a writable directory.
