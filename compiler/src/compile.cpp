@@ -248,6 +248,9 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
   SPARSERT_USER_CHECK(std::filesystem::is_directory(parent, ec), out_dir.string(), "parent directory {} {}",
                       parent.string(), std::filesystem::exists(parent, ec) ? "is not a directory" : "does not exist");
   check_replaceable(out_dir);
+  for (const char* kind : {"tmp", "old"}) {  // what a compile of this package that was killed left beside it
+    remove_stale_temporaries(parent, fmt::format(".{}.{}.", out_dir.filename().string(), kind));
+  }
   const std::filesystem::path tmp = hidden_temp_path(parent, out_dir.filename().string());
   SPARSERT_USER_CHECK(std::filesystem::create_directory(tmp, ec) && !ec, out_dir.string(),
                       "parent directory {} is not writable ({})", parent.string(), ec ? ec.message() : "it exists");

@@ -51,6 +51,7 @@ ContentStore::ContentStore(std::filesystem::path dir) : dir_(std::move(dir)) {
   std::filesystem::create_directories(dir_, ec);
   SPARSERT_USER_CHECK(!ec && std::filesystem::is_directory(dir_), dir_.string(),
                       "cannot create the cache directory ({}); set SPARSERT_CACHE_DIR", ec.message());
+  remove_stale_temporaries(dir_, "tmp.");  // entries half-written by compiles that were killed
 }
 
 std::filesystem::path ContentStore::entry_dir(const std::string& key) const {

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -131,6 +132,31 @@ std::filesystem::path hidden_temp_path(const std::filesystem::path& dir, std::st
   return dir / fmt::format(".{}.{}.{}.{:08x}", name, kind, ::getpid(), rd());
 }
 
+void remove_stale_temporaries(const std::filesystem::path& dir, std::string_view prefix) {
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    // ...PID.HEX: the last two dot-separated parts.
+    const size_t hex_dot = name.rfind('.');
+    const size_t pid_dot = hex_dot == std::string::npos || hex_dot == 0 ? std::string::npos : name.rfind('.', hex_dot - 1);
+    if (pid_dot == std::string::npos || pid_dot + 1 < prefix.size()) continue;
+    const std::string pid_text = name.substr(pid_dot + 1, hex_dot - pid_dot - 1);
+    const std::string hex = name.substr(hex_dot + 1);
+    if (pid_text.empty() || pid_text.size() > 9 || hex.size() != 8 ||
+        pid_text.find_first_not_of("0123456789") != std::string::npos ||
+        hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      continue;
+    }
+    const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
+    // A process that runs (or that we may not signal) may still be using it.
+    if (pid <= 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    std::error_code ignored;
+    std::filesystem::remove_all(it->path(), ignored);
+  }
+}
+
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes) {
   refuse_special_output(path);
   std::filesystem::path dir = path.parent_path();
@@ -217,6 +243,7 @@ StagedDirectory::StagedDirectory(std::filesystem::path dir) : dir_(std::move(dir
   SPARSERT_USER_CHECK(::access(base.c_str(), W_OK) == 0, dir_.string(), "cannot write: directory {} is not writable",
                       base.string());
   if (stem.empty() || stem == "." || stem == "..") stem = "out";
+  remove_stale_temporaries(base, "." + stem + ".tmp.");
   staging_ = hidden_temp_path(base, stem);
   SPARSERT_USER_CHECK(std::filesystem::create_directory(staging_, ec) && !ec, dir_.string(), "cannot write ({})",
                       ec.message());

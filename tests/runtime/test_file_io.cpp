@@ -3,6 +3,8 @@
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <string>
@@ -192,4 +194,25 @@ TEST(StagedDirectory, AMergeThatCannotFinishMovesNothing) {
   }
   EXPECT_EQ(read_file(dir / "gc" / "a.tsv"), "old");
   EXPECT_EQ(names_in(dir / "gc"), (std::vector<std::string>{"a.tsv", "zz-folder"}));
+}
+
+// What a killed process left (its temporaries carry its PID) is removed; what a running one is writing is not.
+TEST(FileIo, StaleTemporariesOfProcessesThatAreGoneAreRemoved) {
+  ScratchDir dir;
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  const std::string gone = std::to_string(child), alive = std::to_string(::getppid());
+  for (const std::string& name : std::vector<std::string>{".pkg.tmp." + gone + ".0badf00d", ".pkg.old." + gone + ".12345678", ".pkg.tmp." + alive + ".0badf00d",
+        ".pkg.tmp.mine", ".other.tmp." + gone + ".0badf00d", "pkg"}) {
+    std::filesystem::create_directories(dir / name / "inside");
+  }
+  remove_stale_temporaries(dir.path(), ".pkg.tmp.");
+  remove_stale_temporaries(dir.path(), ".pkg.old.");
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{".other.tmp." + gone + ".0badf00d", ".pkg.tmp." + alive + ".0badf00d",
+                                            ".pkg.tmp.mine", "pkg"}));
 }

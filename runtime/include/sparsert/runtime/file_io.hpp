@@ -40,6 +40,11 @@ FileBytes read_file_bytes(const std::filesystem::path& path);
 std::filesystem::path hidden_temp_path(const std::filesystem::path& dir, std::string_view name,
                                        std::string_view kind = "tmp");
 
+// Removes the temporaries of processes that are gone (killed by a signal before they could clean up): entries of
+// `dir` named PREFIX...PID.HEX, as hidden_temp_path (prefix ".NAME.KIND.") and the cache name them, whose PID no
+// longer runs. Housekeeping: errors are ignored.
+void remove_stale_temporaries(const std::filesystem::path& dir, std::string_view prefix);
+
 // Throws UserError naming the path when the directory is not writable or the write fails.
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
 
