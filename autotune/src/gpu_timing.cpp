@@ -84,7 +84,13 @@ double GpuBench::run(const Built& built, bool* verified) {
 }
 
 void GpuBench::verify(const std::function<void()>& launch_all, bool* verified) {
-  dc_.fill_u32(0x7fc00000u, static_cast<size_t>(layer_.a.rows) * layer_.n);  // NaN: an unwritten output shows
+  // The uploads of B and of a streamed candidate's arrays went through the NULL stream, which the bench's
+  // non-blocking stream does not wait for (a pageable copy may return before its DMA is done): finished first. The
+  // NaN fill goes on the bench's stream, before the launch, for the same reason (a 245 MB fill at N = 60000 could
+  // still be running when the kernel wrote).
+  const cuda::Driver& d = cuda::Driver::get();
+  d.check(d.api().cuCtxSynchronize(), "cuCtxSynchronize", "before a candidate's verification");
+  dc_.fill_u32_async(0x7fc00000u, static_cast<size_t>(layer_.a.rows) * layer_.n, stream_);  // NaN: unwritten shows
   launch_all();
   stream_.synchronize();
   DenseTensor got({layer_.a.rows, layer_.n});

@@ -426,18 +426,37 @@ void confirm(LayerContext& ctx, LayerResult& lr, const std::vector<size_t>& rank
   if (gpu) bench = std::make_unique<GpuBench>(ctx.layer, options.repeats);
   // Candidates are built one at a time (each assembles its entries in parallel) on their own thread, ahead of the
   // timing loop here: a pipeline, not a fan-out.
+  // A candidate whose build or bookkeeping throws is recorded as failed; nothing escapes either loop, so the
+  // producer is always joined (an exception past a joinable thread would end the process, report unwritten).
   std::thread producer([&] {
-    for (size_t i = 0; i < chosen.size(); ++i) produce(i);
+    for (size_t i = 0; i < chosen.size(); ++i) {
+      try {
+        produce(i);
+      } catch (...) {
+        try {
+          promises[i]->set_exception(std::current_exception());
+        } catch (const std::future_error&) {
+          // its value was set before the throw: the candidate stands
+        }
+      }
+    }
   });
   for (size_t i = 0; i < chosen.size(); ++i) {
-    Built b = futures[i].get();
     CandidateResult& r = lr.candidates[chosen[i]];
-    if (skipped[i]) {
-      r.reason = "not assembled: it would not finish within the time budget";
-      run.budget.mark_exhausted();
+    Built b;
+    try {
+      b = futures[i].get();
+      if (skipped[i]) {
+        r.reason = "not assembled: it would not finish within the time budget";
+        run.budget.mark_exhausted();
+        continue;
+      }
+      ctx.apply(r, b);
+    } catch (const std::exception& e) {
+      r.status = "failed";
+      r.reason = e.what();
       continue;
     }
-    ctx.apply(r, b);
     if (gpu && r.status == "assembled") {
       try {
         r.time_us = bench->run(b, &r.verified);

@@ -139,7 +139,26 @@ Action add_tune(CLI::App& app) {
     }
     fmt::print("wrote {} and {} ({} layers in {:.1f} s{})\n", args->output, html, report.layers.size(),
                report.seconds, report.budget_exhausted ? "; the budget ran out" : "");
-    return static_cast<int>(kOk);
+    // A GPU run whose layer has no measured candidate picked its winner by the model: not a GPU result.
+    int unmeasured = 0;
+    if (report.mode == "gpu") {
+      for (const autotune::LayerResult& l : report.layers) {
+        if (!l.shared_from.empty()) continue;
+        int measured = 0, failed = 0;
+        std::string first_failure;
+        for (const autotune::CandidateResult& c : l.candidates) {
+          measured += c.status == "measured";
+          if (c.status == "failed") {
+            if (failed++ == 0) first_failure = c.reason;
+          }
+        }
+        if (measured > 0) continue;
+        ++unmeasured;
+        fmt::print(stderr, "sparsert: failed: layer {}: no candidate was measured on the GPU ({} failed{}{})\n",
+                   l.name, failed, failed > 0 ? "; the first: " : "", first_failure);
+      }
+    }
+    return static_cast<int>(unmeasured > 0 ? kWorkFailed : kOk);
   };
 }
 

@@ -75,16 +75,26 @@ struct Gpu {
   Gpu() : context(0), info(cuda::device_info(0)) {}
 };
 
+// A method's inputs, uploaded before anything runs on the bench's stream: that stream does not wait for the NULL
+// stream's copies, and a copy from pageable memory may return before its transfer is done, so each upload ends with
+// the context synchronised (not timed: prepare only).
+void uploaded() {
+  const cuda::Driver& d = cuda::Driver::get();
+  d.check(d.api().cuCtxSynchronize(), "cuCtxSynchronize", "after a baseline's uploads");
+}
+
 template <typename T>
 cuda::DeviceBuffer upload(const std::vector<T>& v) {
   cuda::DeviceBuffer d(v.size() * sizeof(T));
   if (!v.empty()) d.upload(v.data(), v.size() * sizeof(T));
+  uploaded();
   return d;
 }
 
 cuda::DeviceBuffer upload(const DenseTensor& t) {
   cuda::DeviceBuffer d(static_cast<size_t>(t.size()) * sizeof(float));
   if (t.size() > 0) d.upload(t.data(), static_cast<size_t>(t.size()) * sizeof(float));
+  uploaded();
   return d;
 }
 
