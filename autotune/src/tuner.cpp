@@ -80,8 +80,9 @@ TuneReport tune(const std::vector<TuneLayer>& layers, const TuneOptions& options
         report.device = info.name;
         report.emulated = info.name.find("ptxsim") != std::string::npos;
         if (info.sm() != options.target.sm()) {
-          SPARSERT_USER_CHECK(options.mode != Mode::kGpu, "--target", "{} but the device ({}) is sm_{}",
-                              options.target.name(), info.name, info.sm());
+          SPARSERT_USER_CHECK(options.mode != Mode::kGpu, "--target", "{} but the device ({}) is sm_{}: tune with "
+                              "--target sm_{} where sparsert compiles for it, or with --mode model",
+                              options.target.name(), info.name, info.sm(), info.sm());
           gpu = false;
           why = fmt::format("the device ({}) is sm_{}, not {}", info.name, info.sm(), options.target.name());
         }
@@ -109,6 +110,8 @@ TuneReport tune(const std::vector<TuneLayer>& layers, const TuneOptions& options
         "counts, plan imbalance and occupancy{}",
         report.machine.part, report.machine.sms, report.machine.clock_ghz,
         have_asm ? "; registers of the best-ranked candidates come from the assembler" : "; no assembler was found");
+    // --mode auto that found no usable GPU says why (a driver missing, a device of another architecture).
+    if (!why.empty()) report.note += fmt::format(" (not measured on a GPU: {})", why);
   }
 
   std::unique_ptr<AsmStore> store;

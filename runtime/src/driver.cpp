@@ -34,11 +34,18 @@ Driver& Driver::get() {
     const char* env = std::getenv("SPARSERT_LIBCUDA");
     const std::string path = env && *env ? env : "libcuda.so.1";
     void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    const bool named = env && *env;
     if (!h) {
       const char* why = ::dlerror();
-      s.error = fmt::format("cannot load {} ({}); no NVIDIA driver on this machine? Use --device cpu, or set "
-                            "SPARSERT_LIBCUDA to a driver library",
-                            path, why ? why : "unknown reason");
+      s.error = fmt::format("cannot load {} ({}){}", path, why ? why : "unknown reason",
+                            named ? ", which SPARSERT_LIBCUDA names"
+                                  : "; no NVIDIA driver on this machine? (SPARSERT_LIBCUDA names another driver library)");
+      return s;
+    }
+    if (::dlsym(h, "cuInit") == nullptr) {
+      s.error = fmt::format("{} is not a CUDA driver library (it has no cuInit){}", path,
+                            named ? "; SPARSERT_LIBCUDA must name the driver, libcuda.so.1" : "");
+      ::dlclose(h);
       return s;
     }
     auto* d = new Driver;
@@ -63,7 +70,12 @@ Driver& Driver::get() {
       CUresult r = d->api_.cuInit(0);
       int count = 0;
       if (r == CUDA_SUCCESS) r = d->api_.cuDeviceGetCount(&count);
-      if (r != CUDA_SUCCESS) {
+      constexpr CUresult kStubLibrary = static_cast<CUresult>(34);  // CUDA_ERROR_STUB_LIBRARY
+      if (r == kStubLibrary) {
+        // The toolkit's stub answers every call with this, its own cuGetErrorName included.
+        s.error = fmt::format("{} is the CUDA toolkit's link stub, not a driver (CUDA_ERROR_STUB_LIBRARY): no NVIDIA "
+                              "driver is installed where it was found", path);
+      } else if (r != CUDA_SUCCESS) {
         s.error = fmt::format("cuInit failed: {} ({})", d->error_name(r), path);
       } else if (count == 0) {
         s.error = fmt::format("no CUDA device found ({})", path);
@@ -79,7 +91,9 @@ Driver& Driver::get() {
     s.driver = d;
     return s;
   }());
-  if (!state.driver) throw DriverUnavailable("CUDA driver", state.error);
+  if (!state.driver) {
+    throw DriverUnavailable("CUDA driver", state.error + "; without a GPU, use --device cpu (tune: --mode model)");
+  }
   return *state.driver;
 }
 
@@ -102,9 +116,13 @@ std::string Driver::error_name(CUresult r) const {
 void Driver::fail(CUresult r, const char* call, const std::string& context) const {
   const char* text = nullptr;
   if (api_.cuGetErrorString) api_.cuGetErrorString(r, &text);
+  // What the user can do about the one failure that is the machine's, not the work's.
+  const char* advice = r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+                           ? "; the driver is older than the toolkit that wrote this code: update the NVIDIA driver"
+                           : "";
   throw CudaError(call, r,
-                  fmt::format("{} failed: {} ({}){}{}", call, error_name(r), text ? text : "no description",
-                              context.empty() ? "" : ": ", context));
+                  fmt::format("{} failed: {} ({}){}{}{}", call, error_name(r), text ? text : "no description",
+                              context.empty() ? "" : ": ", context, advice));
 }
 
 DeviceInfo device_info(int ordinal) {

@@ -104,6 +104,11 @@ struct GpuNetwork::Impl {
       if (sm_of(t) <= dev_sm && (jit_target.empty() || sm_of(t) > sm_of(jit_target))) jit_target = t;
     }
     const bool has_cubin = !p.ptx_only && std::find(p.targets.begin(), p.targets.end(), dev_target) != p.targets.end();
+    // codegen's oldest target (codegen::Target::all(); ptxas 13 dropped sm_70): no package can serve an older device.
+    constexpr int kOldestTargetSm = 75;
+    SPARSERT_USER_CHECK(dev_sm >= kOldestTargetSm, p.dir.string(),
+                        "this device ({}) is {}, older than sm_{}, the oldest target sparsert compiles for; use "
+                        "--device cpu", info.name, dev_target, kOldestTargetSm);
     if (!has_cubin && jit_target.empty()) {
       throw_user_error(p.dir.string(), "package has kernels for {} only; this device ({}) is {} and needs a cubin for "
                        "it or PTX for {} or lower (recompile with --target {})",

@@ -19,9 +19,10 @@ struct Outcome {
   std::string err;
 };
 
-Outcome run(const std::string& args, const ScratchDir& dir) {
+// `env` is prepended to the command (VAR=value ...), for settings a case needs for itself.
+Outcome run(const std::string& args, const ScratchDir& dir, const std::string& env = "") {
   const std::string err_file = (dir / "stderr.txt").string();
-  const std::string cmd = fmt::format("'{}' {} >/dev/null 2>'{}'", SPARSERT_CLI, args, err_file);
+  const std::string cmd = fmt::format("{} '{}' {} >/dev/null 2>'{}'", env, SPARSERT_CLI, args, err_file);
   const int status = std::system(cmd.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, sparsert::read_file(err_file)};
 }
@@ -259,6 +260,32 @@ TEST(CliBadInput, AnInvalidTuningRecordIsNotUsedAndSaysSo) {
   EXPECT_NE(o.err.find("sparsert: warning: layer layer0: the tuning record's parameters are not valid for sm_90"),
             std::string::npos)
       << o.err;
+}
+
+// Whatever is wrong with the driver library, the one-line error names it, says what it is, and what to do.
+TEST(CliBadInput, ADriverThatCannotServeIsNamedWithWhatToDo) {
+  ScratchDir dir;
+  const std::string net = (dir / "net").string(), pkg = (dir / "pkg").string();
+  ASSERT_EQ(run(fmt::format("gen network --layers 1 --neurons 16 --n 4 -o {}", net), dir).code, 0);
+  ASSERT_EQ(run(fmt::format("compile {}/net.json --target sm_90 --ptx-only -q --no-tuning-db -o {}", net, pkg), dir)
+                .code,
+            0);
+  struct DriverCase {
+    std::string library, expect;
+  };
+  std::vector<DriverCase> cases = {
+      {(dir / "absent.so").string(), "absent.so: cannot open shared object file"},
+      {"libz.so.1", "libz.so.1 is not a CUDA driver library (it has no cuInit); SPARSERT_LIBCUDA must name the driver"}};
+  const std::string stub = "/usr/local/cuda/lib64/stubs/libcuda.so";
+  if (std::filesystem::exists(stub)) cases.push_back({stub, "is the CUDA toolkit's link stub, not a driver"});
+  for (const DriverCase& c : cases) {
+    const Outcome o = run(fmt::format("run {} --input {}/input.npy --device cuda", pkg, net), dir,
+                          "SPARSERT_LIBCUDA='" + c.library + "'");
+    EXPECT_EQ(o.code, 2) << c.library << ": " << o.err;
+    EXPECT_EQ(lines(o.err), 1) << o.err;
+    EXPECT_NE(o.err.find(c.expect), std::string::npos) << o.err;
+    EXPECT_NE(o.err.find("without a GPU, use --device cpu"), std::string::npos) << o.err;
+  }
 }
 
 TEST(CliBadInput, HelpAndSuccessExitZero) {

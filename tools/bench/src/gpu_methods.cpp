@@ -75,6 +75,15 @@ struct Gpu {
   Gpu() : context(0), info(cuda::device_info(0)) {}
 };
 
+// The vendor libraries find the driver as libcuda.so.1 on the loader's path; SPARSERT_LIBCUDA (sparsert's own
+// driver, ptxsim's emulated one in tests) is not theirs. Said where their handle could not be made under it.
+std::string vendor_driver_hint() {
+  const char* env = std::getenv("SPARSERT_LIBCUDA");
+  return env && *env ? fmt::format("; the vendor libraries load libcuda.so.1 themselves, not SPARSERT_LIBCUDA ({})",
+                                   env)
+                     : std::string();
+}
+
 // A method's inputs, uploaded before anything runs on the bench's stream: that stream does not wait for the NULL
 // stream's copies, and a copy from pageable memory may return before its transfer is done, so each upload ends with
 // the context synchronised (not timed: prepare only).
@@ -155,7 +164,7 @@ std::shared_ptr<CublasApi> load_cublas(const Gpu& gpu, std::string* why) {
   if (!bind_cublas(h, *api, why)) return nullptr;
   if (const int s = api->create(&api->handle); s != 0) {
     api->handle = nullptr;
-    *why = fmt::format("cublasCreate failed: cublasStatus {} ({})", s, api->library);
+    *why = fmt::format("cublasCreate failed: cublasStatus {} ({}){}", s, api->library, vendor_driver_hint());
     return nullptr;
   }
   api->check(api->set_stream(api->handle, gpu.stream.get()), "cublasSetStream");
@@ -252,7 +261,7 @@ std::shared_ptr<CusparseApi> load_cusparse(const Gpu& gpu, std::string* why) {
   if (!bind_cusparse(h, *api, why)) return nullptr;
   if (const int s = api->create(&api->handle); s != 0) {
     api->handle = nullptr;
-    *why = fmt::format("cusparseCreate failed: cusparseStatus {} ({})", s, api->library);
+    *why = fmt::format("cusparseCreate failed: cusparseStatus {} ({}){}", s, api->library, vendor_driver_hint());
     return nullptr;
   }
   api->check(api->set_stream(api->handle, gpu.stream.get()), "cusparseSetStream");
@@ -432,7 +441,7 @@ std::shared_ptr<CudnnApi> load_cudnn(const Gpu& gpu, std::string* why) {
   if (!bind_cudnn(h, *api, why)) return nullptr;
   if (const int s = api->create(&api->handle); s != kCudnnStatusSuccess) {
     api->handle = nullptr;
-    *why = fmt::format("cudnnCreate failed: {} ({})", api->error_string(s), api->library);
+    *why = fmt::format("cudnnCreate failed: {} ({}){}", api->error_string(s), api->library, vendor_driver_hint());
     return nullptr;
   }
   api->check(api->set_stream(api->handle, gpu.stream.get()), "cudnnSetStream");
