@@ -450,6 +450,41 @@ struct CacheDir {
 int cli(const std::string& args, std::string* err = nullptr) { return sparsert::testing::run_sparsert(args, err); }
 }  // namespace
 
+// A device of another architecture (the emulated driver's SPARSERT_EMU_SM): a package with PTX for it or below runs,
+// JIT-compiled from the highest such target; one without says what to recompile for; a device older than every
+// target sparsert has says so instead of advising a target that does not exist.
+TEST(CompileRun, DevicesOfOtherArchitecturesGetThePtxTheyCanRunOrAClearError) {
+  ScratchDir dir;
+  const auto layers = load_network(read_network(write_network(dir)));
+  CompileOptions both = options(dir, {"sm_80", "sm_90"});
+  both.assemble = false;
+  compile_network(layers, dir / "both", both);
+  CompileOptions only90 = options(dir, {"sm_90"});
+  only90.assemble = false;
+  compile_network(layers, dir / "only90", only90);
+  write_npy(dir / "x.npy", input(48, 20));
+  struct Arch {
+    const char* sm;
+    const char* pkg;
+    int code;
+    std::string says;
+  };
+  for (const Arch& a : std::vector<Arch>{
+           {"86", "both", 0, "-> PASS"},
+           {"80", "only90", 2, "needs a cubin for it or PTX for sm_80 or lower (recompile with --target sm_80)"},
+           {"70", "both", 2, "is sm_70, older than sm_75, the oldest target sparsert compiles for"}}) {
+    ::setenv("SPARSERT_EMU_SM", a.sm, 1);
+    std::string out;
+    EXPECT_EQ(sparsert::testing::run_sparsert(fmt::format("run {} --input {} --device cuda --check",
+                                                          (dir / a.pkg).string(), (dir / "x.npy").string()),
+                                              &out, true),
+              a.code)
+        << "sm_" << a.sm << ": " << out;
+    EXPECT_NE(out.find(a.says), std::string::npos) << "sm_" << a.sm << ": " << out;
+  }
+  ::unsetenv("SPARSERT_EMU_SM");
+}
+
 TEST(CompileRun, BadPackagesAndInputs) {
   ScratchDir dir;
   const auto layers = load_network(read_network(write_network(dir)));

@@ -27,6 +27,7 @@
 #include <sparsert/ptxsim/ptxsim.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -562,12 +563,27 @@ CUresult cuDeviceGet(CUdevice* d, int ordinal) {
   *d = 0;
   return CUDA_SUCCESS;
 }
+// The architecture the emulated device reports: sm_90, or SPARSERT_EMU_SM (two digits, 50 to 99, e.g. 80) so that
+// tests can see how the runtime meets a device of another architecture. Its other figures stay the H100's.
+int emulated_sm() {
+  static const int sm = [] {
+    const char* env = std::getenv("SPARSERT_EMU_SM");
+    if (!env || std::strlen(env) != 2 || !std::isdigit(static_cast<unsigned char>(env[0])) ||
+        !std::isdigit(static_cast<unsigned char>(env[1]))) {
+      return 90;
+    }
+    const int v = std::atoi(env);
+    return v >= 50 ? v : 90;
+  }();
+  return sm;
+}
+
 CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
   LOCK;
   REQUIRE_INIT;
   if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-  std::snprintf(name, static_cast<size_t>(len), "%s", "ptxsim emulated sm_90");
+  std::snprintf(name, static_cast<size_t>(len), "ptxsim emulated sm_%d", emulated_sm());
   return CUDA_SUCCESS;
 }
 CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute a, CUdevice dev) {
@@ -600,8 +616,8 @@ CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute a, CUdevice dev) {
     case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *pi = 52428800; break;
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *pi = 2048; break;
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *pi = 1; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *pi = 9; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *pi = 0; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *pi = emulated_sm() / 10; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *pi = emulated_sm() % 10; break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *pi = 233472; break;
     case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: *pi = 65536; break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *pi = 232448; break;
@@ -742,6 +758,15 @@ CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int n,
   std::string text(static_cast<const char*>(image));
   if (text.find(".version") == std::string::npos)
     return report(CUDA_ERROR_INVALID_IMAGE, "image is neither PTX text (no .version directive) nor a supported binary");
+  // As the driver's JIT: PTX for a newer architecture than the device's is refused.
+  if (const size_t t = text.find(".target sm_"); t != std::string::npos) {
+    const int target = std::atoi(text.c_str() + t + 11);
+    if (target > emulated_sm()) {
+      return report(CUDA_ERROR_INVALID_PTX, "ptxsim: .target sm_" + std::to_string(target) +
+                                                " is newer than the emulated device's sm_" +
+                                                std::to_string(emulated_sm()));
+    }
+  }
   try {
     auto* m = new ModObj;
     m->ctx = tl_current;
