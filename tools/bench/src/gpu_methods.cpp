@@ -682,7 +682,7 @@ std::string resolve_cudnn(const std::string& path) { return resolve<CudnnApi>(pa
 
 MethodSet gpu_methods(const std::filesystem::path& scratch_dir) {
   std::string why;
-  if (!cuda::Driver::available(&why)) throw cuda::DriverUnavailable("--device cuda", fmt::format("no CUDA driver: {}", why));
+  if (!cuda::Driver::available(&why)) throw cuda::DriverUnavailable("--device cuda", why);
   auto gpu = std::make_shared<Gpu>();
   MethodSet set;
 #if SPARSERT_BENCH_HAVE_COMPILER
@@ -723,7 +723,7 @@ MethodSet gpu_methods(const std::filesystem::path& scratch_dir) {
 MethodSet conv_gpu_methods(const std::filesystem::path& scratch_dir) {
   std::string why;
   if (!cuda::Driver::available(&why)) {
-    throw cuda::DriverUnavailable("--device cuda", fmt::format("no CUDA driver: {}", why));
+    throw cuda::DriverUnavailable("--device cuda", why);
   }
   auto gpu = std::make_shared<Gpu>();
   MethodSet set;
