@@ -179,10 +179,11 @@ void replace_directory(const std::filesystem::path& tmp, const std::filesystem::
     return;
   }
   const int err = errno;
-  SPARSERT_USER_CHECK(err == EINVAL || err == ENOSYS, out.string(), "cannot write ({}{})", std::strerror(err),
+  SPARSERT_USER_CHECK(err == EINVAL || err == ENOSYS || err == EOPNOTSUPP, out.string(), "cannot write ({}{})", std::strerror(err),
                       err == EEXIST || err == ENOTEMPTY || err == ENOENT ? "; another process changed it meanwhile"
                                                                          : "");
-  // A filesystem without those flags: the old package aside, the new one in, the old one removed.
+  // A file system without those flags (some network and FUSE ones): the old package aside, the new one in, the old
+  // one removed.
   if (exists) {
     const std::filesystem::path old = hidden_temp_path(out.parent_path().empty() ? "." : out.parent_path(),
                                                        out.filename().string(), "old");
@@ -248,9 +249,9 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
   SPARSERT_USER_CHECK(std::filesystem::is_directory(parent, ec), out_dir.string(), "parent directory {} {}",
                       parent.string(), std::filesystem::exists(parent, ec) ? "is not a directory" : "does not exist");
   check_replaceable(out_dir);
-  for (const char* kind : {"tmp", "old"}) {  // what a compile of this package that was killed left beside it
-    remove_stale_temporaries(parent, fmt::format(".{}.{}.", out_dir.filename().string(), kind));
-  }
+  // What a compile of this package that was killed left beside it. Not ".old." folders: where one is left, it may be
+  // the only copy of the user's previous package (the two-rename fallback below names it in its error).
+  remove_stale_temporaries(parent, fmt::format(".{}.tmp.", out_dir.filename().string()));
   const std::filesystem::path tmp = hidden_temp_path(parent, out_dir.filename().string());
   SPARSERT_USER_CHECK(std::filesystem::create_directory(tmp, ec) && !ec, out_dir.string(),
                       "parent directory {} is not writable ({})", parent.string(), ec ? ec.message() : "it exists");

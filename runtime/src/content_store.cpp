@@ -25,8 +25,7 @@ bool safe_name(const std::string& s) {
 }
 
 std::filesystem::path unique_sibling(const std::filesystem::path& dir, const std::string& stem) {
-  std::random_device rd;
-  return dir / fmt::format("{}.{}.{:08x}", stem, ::getpid(), rd());
+  return dir / fmt::format("{}.{}", stem, unique_temp_suffix());
 }
 }  // namespace
 

@@ -127,9 +127,30 @@ void check_output_path(const std::filesystem::path& path) {
   refuse_special_output(path);
 }
 
-std::filesystem::path hidden_temp_path(const std::filesystem::path& dir, std::string_view name, std::string_view kind) {
+namespace {
+std::string host_tag() {
+  static const std::string tag = [] {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    uint32_t h = 2166136261u;  // FNV-1a
+    for (const char* c = host; *c; ++c) h = (h ^ static_cast<unsigned char>(*c)) * 16777619u;
+    return fmt::format("{:08x}", h);
+  }();
+  return tag;
+}
+
+bool all_of_chars(std::string_view s, std::string_view set) {
+  return !s.empty() && s.find_first_not_of(set) == std::string_view::npos;
+}
+}  // namespace
+
+std::string unique_temp_suffix() {
   std::random_device rd;
-  return dir / fmt::format(".{}.{}.{}.{:08x}", name, kind, ::getpid(), rd());
+  return fmt::format("{}.{}.{:08x}", host_tag(), ::getpid(), rd());
+}
+
+std::filesystem::path hidden_temp_path(const std::filesystem::path& dir, std::string_view name, std::string_view kind) {
+  return dir / fmt::format(".{}.{}.{}", name, kind, unique_temp_suffix());
 }
 
 void remove_stale_temporaries(const std::filesystem::path& dir, std::string_view prefix) {
@@ -138,20 +159,24 @@ void remove_stale_temporaries(const std::filesystem::path& dir, std::string_view
   for (; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
-    // ...PID.HEX: the last two dot-separated parts.
-    const size_t hex_dot = name.rfind('.');
-    const size_t pid_dot = hex_dot == std::string::npos || hex_dot == 0 ? std::string::npos : name.rfind('.', hex_dot - 1);
-    if (pid_dot == std::string::npos || pid_dot + 1 < prefix.size()) continue;
-    const std::string pid_text = name.substr(pid_dot + 1, hex_dot - pid_dot - 1);
-    const std::string hex = name.substr(hex_dot + 1);
-    if (pid_text.empty() || pid_text.size() > 9 || hex.size() != 8 ||
-        pid_text.find_first_not_of("0123456789") != std::string::npos ||
-        hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    // ...HOST.PID.RANDOM: the last three dot-separated parts.
+    const std::string_view rest = std::string_view(name).substr(prefix.size());
+    const size_t rand_dot = rest.rfind('.');
+    if (rand_dot == std::string_view::npos || rand_dot == 0) continue;
+    const size_t pid_dot = rest.rfind('.', rand_dot - 1);
+    if (pid_dot == std::string_view::npos || pid_dot < 8) continue;
+    const std::string_view host = rest.substr(pid_dot - 8, 8), pid_text = rest.substr(pid_dot + 1, rand_dot - pid_dot - 1),
+                           random = rest.substr(rand_dot + 1);
+    if ((pid_dot > 8 && rest[pid_dot - 9] != '.') || host != host_tag() || random.size() != 8 ||
+        !all_of_chars(random, "0123456789abcdef") || pid_text.size() > 9 || !all_of_chars(pid_text, "0123456789")) {
       continue;
     }
-    const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
+    const pid_t pid = static_cast<pid_t>(std::stol(std::string(pid_text)));
     // A process that runs (or that we may not signal) may still be using it.
     if (pid <= 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    // Only a folder of this user's, not a link or what someone else put there.
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) continue;
     std::error_code ignored;
     std::filesystem::remove_all(it->path(), ignored);
   }

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <type_traits>
 
@@ -294,10 +295,24 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     }
     p.layers.push_back(std::move(l));
   }
-  for (const auto& [file, hash] : p.sha256) {
+  // Every file a layer refers to, with what it is, for the checks below.
+  auto each_layer_file = [&](const std::function<void(const std::string&, const char*)>& check) {
+    for (const PackageLayer& l : p.layers) {
+      check(l.weights_file, "weights");
+      for (const std::string& f : l.arrays) check(f, "weight array");
+      for (const PackageEntry& e : l.entries) {
+        for (const auto& [t, f] : e.ptx) check(f, "PTX");
+        for (const auto& [t, f] : e.cubin) check(f, "cubin");
+      }
+    }
+  };
+  // Every file name the manifest gives, hashed or not: a name with a slash (or an absolute one) reads outside it.
+  auto inside = [&](const std::string& file, const char* what) {
     SPARSERT_USER_CHECK(!file.empty() && file.find('/') == std::string::npos && file.find("..") == std::string::npos,
-                        where + ": sha256", "file name '{}' leaves the package directory", file);
-  }
+                        where, "{} file name '{}' leaves the package directory", what, file);
+  };
+  for (const auto& [file, hash] : p.sha256) inside(file, "sha256");
+  each_layer_file(inside);
   if (verify_hashes) {
     for (const auto& [file, hash] : p.sha256) {
       const std::filesystem::path path = dir / file;
@@ -309,17 +324,9 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
       SPARSERT_USER_CHECK(actual == hash, path.string(), "content does not match the manifest's sha256 (corrupted or "
                           "altered package)");
     }
-    auto listed = [&](const std::string& f, const std::string& what) {
+    each_layer_file([&](const std::string& f, const char* what) {
       SPARSERT_USER_CHECK(p.sha256.count(f), where, "{} file '{}' has no sha256 in the manifest", what, f);
-    };
-    for (const PackageLayer& l : p.layers) {
-      listed(l.weights_file, "weights");
-      for (const std::string& f : l.arrays) listed(f, "weight array");
-      for (const PackageEntry& e : l.entries) {
-        for (const auto& [t, f] : e.ptx) listed(f, "PTX");
-        for (const auto& [t, f] : e.cubin) listed(f, "cubin");
-      }
-    }
+    });
   }
   return p;
 }

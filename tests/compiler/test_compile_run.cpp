@@ -541,6 +541,14 @@ TEST(CompileRun, BadPackagesAndInputs) {
   EXPECT_NE(user_error([&] { load_package(dir / "trunc"); }).find("is not a regular file"), std::string::npos);
   std::filesystem::remove(dir / "trunc" / kernel_file);
   write_file_atomic(dir / "trunc" / kernel_file, text.substr(0, text.size() / 2));
+  // A file name that leaves the package is refused even where the hashes are not checked.
+  std::filesystem::copy(dir / "pkg", dir / "outside", std::filesystem::copy_options::recursive);
+  nlohmann::json leaving = nlohmann::json::parse(read_file(dir / "outside" / "manifest.json"));
+  leaving["layers"][0]["weights"] = "/etc/hostname";
+  write_file_atomic(dir / "outside" / "manifest.json", leaving.dump());
+  EXPECT_NE(user_error([&] { load_package(dir / "outside", false); })
+                .find("weights file name '/etc/hostname' leaves the package directory"),
+            std::string::npos);
   EXPECT_EQ(cli(fmt::format("run {}/trunc --input {}", dir.path().string(), (dir / "x.npy").string()), &err), 2);
 
   // A corrupted manifest.

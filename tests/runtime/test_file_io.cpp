@@ -203,16 +203,25 @@ TEST(FileIo, StaleTemporariesOfProcessesThatAreGoneAreRemoved) {
   if (child == 0) ::_exit(0);
   ASSERT_GT(child, 0);
   ASSERT_EQ(::waitpid(child, nullptr, 0), child);
-  const std::string gone = std::to_string(child), alive = std::to_string(::getppid());
-  for (const std::string& name : std::vector<std::string>{".pkg.tmp." + gone + ".0badf00d", ".pkg.old." + gone + ".12345678", ".pkg.tmp." + alive + ".0badf00d",
-        ".pkg.tmp.mine", ".other.tmp." + gone + ".0badf00d", "pkg"}) {
+  // This machine's tag, as hidden_temp_path writes it (".x.tmp.HOST.PID.RANDOM"), and another machine's.
+  const std::string host = hidden_temp_path(dir.path(), "x").filename().string().substr(7, 8);
+  const std::string other_host = host == "00000000" ? "00000001" : "00000000";
+  const std::string gone = host + "." + std::to_string(child), alive = host + "." + std::to_string(::getppid());
+  const std::string elsewhere = other_host + "." + std::to_string(child);
+  for (const std::string& name :
+       std::vector<std::string>{".pkg.tmp." + gone + ".0badf00d", ".pkg.tmp." + alive + ".0badf00d",
+                                ".pkg.tmp." + elsewhere + ".0badf00d", ".pkg.tmp.mine", ".other.tmp." + gone + ".0badf00d",
+                                "pkg"}) {
     std::filesystem::create_directories(dir / name / "inside");
   }
+  write_file_atomic(dir / (".pkg.tmp." + gone + ".12345678"), "a file, not a folder: not ours to sweep");
   remove_stale_temporaries(dir.path(), ".pkg.tmp.");
-  remove_stale_temporaries(dir.path(), ".pkg.old.");
   std::vector<std::string> left;
   for (const auto& e : std::filesystem::directory_iterator(dir.path())) left.push_back(e.path().filename().string());
   std::sort(left.begin(), left.end());
-  EXPECT_EQ(left, (std::vector<std::string>{".other.tmp." + gone + ".0badf00d", ".pkg.tmp." + alive + ".0badf00d",
-                                            ".pkg.tmp.mine", "pkg"}));
+  std::vector<std::string> want = {".other.tmp." + gone + ".0badf00d", ".pkg.tmp." + alive + ".0badf00d",
+                                   ".pkg.tmp." + elsewhere + ".0badf00d", ".pkg.tmp." + gone + ".12345678",
+                                   ".pkg.tmp.mine", "pkg"};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(left, want);
 }

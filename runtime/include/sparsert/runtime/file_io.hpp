@@ -35,14 +35,19 @@ class FileBytes {
 // the time of parsing them.
 FileBytes read_file_bytes(const std::filesystem::path& path);
 
+// "HOST.PID.RANDOM" (HOST: 8 hex digits of this machine's name), the end of every temporary's name: which machine
+// and process wrote it, so that its leftovers can be told from another's.
+std::string unique_temp_suffix();
+
 // A fresh hidden name in `dir` for a temporary that stands for `name` until it is renamed into place:
-// ".NAME.KIND.PID.RANDOM". Nothing is created.
+// ".NAME.KIND.HOST.PID.RANDOM". Nothing is created.
 std::filesystem::path hidden_temp_path(const std::filesystem::path& dir, std::string_view name,
                                        std::string_view kind = "tmp");
 
-// Removes the temporaries of processes that are gone (killed by a signal before they could clean up): entries of
-// `dir` named PREFIX...PID.HEX, as hidden_temp_path (prefix ".NAME.KIND.") and the cache name them, whose PID no
-// longer runs. Housekeeping: errors are ignored.
+// Removes the temporaries of processes that are gone (killed by a signal before they could clean up): folders of
+// `dir` named PREFIX...HOST.PID.RANDOM, as hidden_temp_path (prefix ".NAME.KIND.") and the cache name them, written
+// on this machine (a PID means nothing to a process on another one sharing the folder), owned by this user, whose
+// PID no longer runs. Housekeeping: errors are ignored.
 void remove_stale_temporaries(const std::filesystem::path& dir, std::string_view prefix);
 
 // Throws UserError naming the path when the directory is not writable or the write fails.
