@@ -179,7 +179,8 @@ void replace_directory(const std::filesystem::path& tmp, const std::filesystem::
     return;
   }
   const int err = errno;
-  SPARSERT_USER_CHECK(err == EINVAL || err == ENOSYS || err == EOPNOTSUPP, out.string(), "cannot write ({}{})", std::strerror(err),
+  SPARSERT_USER_CHECK(err == EINVAL || err == ENOSYS || err == EOPNOTSUPP, out.string(), "cannot write ({}{})",
+                      std::strerror(err),
                       err == EEXIST || err == ENOTEMPTY || err == ENOENT ? "; another process changed it meanwhile"
                                                                          : "");
   // A file system without those flags (some network and FUSE ones): the old package aside, the new one in, the old
@@ -427,7 +428,9 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
         pl.kind_reason = kinds[li].choice.reason;
         pl.model_us = kinds[li].model_us;
         pl.cache_key = k.key;
-        for (const CachedEntry& ce : k.entries) pl.entries.push_back({ce.name, ce.block_begin, ce.block_end, {}, {}, {}});
+        for (const CachedEntry& ce : k.entries) {
+          pl.entries.push_back({ce.name, ce.block_begin, ce.block_end, {}, {}, {}});
+        }
         if (stream_weights) {
           pl.tile = codegen::to_json(sp);
           pl.entries.front().block_end = stream_weights->blocks;  // the shared entry covers this layer's blocks

@@ -39,7 +39,8 @@ Driver& Driver::get() {
       const char* why = ::dlerror();
       s.error = fmt::format("cannot load {} ({}){}", path, why ? why : "unknown reason",
                             named ? ", which SPARSERT_LIBCUDA names"
-                                  : "; no NVIDIA driver on this machine? (SPARSERT_LIBCUDA names another driver library)");
+                                  : "; no NVIDIA driver on this machine? (SPARSERT_LIBCUDA names another driver "
+                                    "library)");
       return s;
     }
     if (::dlsym(h, "cuInit") == nullptr) {

@@ -165,8 +165,9 @@ void remove_stale_temporaries(const std::filesystem::path& dir, std::string_view
     if (rand_dot == std::string_view::npos || rand_dot == 0) continue;
     const size_t pid_dot = rest.rfind('.', rand_dot - 1);
     if (pid_dot == std::string_view::npos || pid_dot < 8) continue;
-    const std::string_view host = rest.substr(pid_dot - 8, 8), pid_text = rest.substr(pid_dot + 1, rand_dot - pid_dot - 1),
-                           random = rest.substr(rand_dot + 1);
+    const std::string_view host = rest.substr(pid_dot - 8, 8);
+    const std::string_view pid_text = rest.substr(pid_dot + 1, rand_dot - pid_dot - 1);
+    const std::string_view random = rest.substr(rand_dot + 1);
     if ((pid_dot > 8 && rest[pid_dot - 9] != '.') || host != host_tag() || random.size() != 8 ||
         !all_of_chars(random, "0123456789abcdef") || pid_text.size() > 9 || !all_of_chars(pid_text, "0123456789")) {
       continue;

@@ -342,7 +342,8 @@ PredictionSet predict_unchecked(const std::filesystem::path& file, const ModelCh
     const json& r = p.value("results", json::object());
     auto median_us = [&](const std::string& m) -> double {
       if (!r.contains(m) || !r[m].value("verified", false) || !r[m].contains("median_ms")) return 0.0;
-      return measured_time(r[m]["median_ms"], fmt::format("{}: problem {}: results.{}.median_ms", where, name, m)) * 1e3;
+      const std::string field = fmt::format("{}: problem {}: results.{}.median_ms", where, name, m);
+      return measured_time(r[m]["median_ms"], field) * 1e3;
     };
     pr.measured_us = median_us(subject);
     for (const char* v : {"cublas-fp32", "cusparse"}) {
