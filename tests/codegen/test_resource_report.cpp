@@ -1,0 +1,71 @@
+// The assembler's resource report, in both forms nvJitLink has been seen to print.
+#include "sparsert/codegen/assembler.hpp"
+#include "sparsert/runtime/error.hpp"
+
+#include <gtest/gtest.h>
+
+namespace sparsert::codegen {
+namespace {
+
+// The local toolkit's nvJitLink: ptxas's report, then the linker's summary.
+const char* const kPtxasAndLinker =
+    "ptxas info    : 0 bytes gmem\n"
+    "ptxas info    : Compiling entry function 'sparsert_l1_e1' for 'sm_90'\n"
+    "ptxas info    : Function properties for sparsert_l1_e1\n"
+    "    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n"
+    "ptxas info    : Used 40 registers, used 0 barriers, 1024 bytes smem, 372 bytes cmem[0], 64 bytes cmem[3]\n"
+    "ptxas info    : Compiling entry function 'sparsert_l1_e10' for 'sm_90'\n"
+    "ptxas info    : Function properties for sparsert_l1_e10\n"
+    "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+    "ptxas info    : Used 96 registers, used 0 barriers, 0 bytes smem, 372 bytes cmem[0]\n"
+    "info    : 0 bytes gmem\n"
+    "info    : Function properties for 'sparsert_l1_e1':\n"
+    "info    : used 41 registers, used 0 barriers, 8 stack, 1024 bytes smem, 372 bytes cmem[0], 4 bytes lmem\n";
+
+// What the H100 machine's nvJitLink printed for a streamed Graph Challenge kernel (2026-11-24): the summary alone.
+const char* const kLinkerOnly =
+    "info    : 0 bytes gmem\n"
+    "info    : Function properties for 'sparsert_stream':\n"
+    "info    : used 88 registers, used 1 barriers, 0 stack, 38032 bytes smem, 608 bytes cmem[0], 0 bytes lmem\n";
+
+TEST(ResourceReport, PtxasReportIsReadForTheNamedEntryOnly) {
+  const ResourceUsage a = parse_resource_report(kPtxasAndLinker, "sparsert_l1_e1");
+  EXPECT_EQ(a.registers, 40);
+  EXPECT_EQ(a.stack_bytes, 8);
+  EXPECT_EQ(a.spill_store_bytes, 4);
+  EXPECT_EQ(a.spill_load_bytes, 12);
+  EXPECT_EQ(a.shared_bytes, 1024);
+  EXPECT_EQ(a.constant_bytes, 64);
+  // A name that is a prefix of another entry's is not confused with it.
+  const ResourceUsage b = parse_resource_report(kPtxasAndLinker, "sparsert_l1_e10");
+  EXPECT_EQ(b.registers, 96);
+  EXPECT_EQ(b.spill_store_bytes, 0);
+  EXPECT_EQ(b.constant_bytes, 0);
+}
+
+TEST(ResourceReport, LinkerSummaryAloneIsEnough) {
+  const ResourceUsage u = parse_resource_report(kLinkerOnly, "sparsert_stream");
+  EXPECT_EQ(u.registers, 88);
+  EXPECT_EQ(u.stack_bytes, 0);
+  EXPECT_EQ(u.shared_bytes, 38032);
+  EXPECT_EQ(u.spill_store_bytes, 0);
+  EXPECT_EQ(u.spill_load_bytes, 0);
+}
+
+TEST(ResourceReport, LocalMemoryInTheSummaryCountsAsSpills) {
+  const std::string log =
+      "info    : Function properties for 'k':\n"
+      "info    : used 255 registers, used 0 barriers, 16 stack, 0 bytes smem, 372 bytes cmem[0], 16 bytes lmem\n";
+  const ResourceUsage u = parse_resource_report(log, "k");
+  EXPECT_EQ(u.registers, 255);
+  EXPECT_EQ(u.spill_store_bytes, 16);
+  EXPECT_EQ(u.spill_load_bytes, 16);
+}
+
+TEST(ResourceReport, AbsentEntryIsAnInternalError) {
+  EXPECT_THROW(parse_resource_report(kLinkerOnly, "sparsert_l2_e0"), InternalError);
+  EXPECT_THROW(parse_resource_report("info    : Function properties for 'k':\n", "k"), InternalError);
+}
+
+}  // namespace
+}  // namespace sparsert::codegen
