@@ -16,9 +16,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <set>
 
 namespace sparsert::compiler {
@@ -304,6 +306,35 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     size_t job, entry;
   };
   std::vector<Task> tasks;
+  auto emit_baked = [&](size_t j) {
+    Job& job = jobs[j];
+    const LoadedLayer& l = layers[job.layer];
+    const auto te = Clock::now();
+    codegen::SpmmOptions opt;
+    opt.tile = job.tile;
+    opt.ld = l.desc.n;
+    opt.epilogue = epilogue_of(l.desc);
+    opt.name = "sparsert_" + codegen::ptx::ptx_identifier(l.desc.name);  // names come from the user's network
+    opt.live_flags = options.live_flags;
+    opt.device_n = options.device_n;
+    opt.conv = l.conv;
+    job.kernel = codegen::emit_spmm(l.a, inspector::make_plan(l.a, job.tile.plan), job.target, opt);
+    job.emit_seconds += since(te);
+    job.built = CachedKernel{};
+    job.built.key = job.key;
+    job.built.block_x = job.kernel.block_x;
+    job.built.block_y = job.kernel.block_y;
+    job.built.n_tile = job.tile.n_tile;
+    for (const codegen::SpmmEntry& se : job.kernel.entries) {
+      CachedEntry ce;
+      ce.name = se.name;
+      ce.block_begin = se.block_begin;
+      ce.block_end = se.block_end;
+      ce.ptx = se.ptx;
+      ce.resources.shared_bytes = se.shared_bytes;
+      job.built.entries.push_back(std::move(ce));
+    }
+  };
   for (size_t j = 0; j < jobs.size(); ++j) {
     Job& job = jobs[j];
     if (job.cached || job.streamed_alias) continue;
@@ -330,48 +361,64 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       }
       continue;
     }
-    codegen::SpmmOptions opt;
-    opt.tile = job.tile;
-    opt.ld = l.desc.n;
-    opt.epilogue = epilogue_of(l.desc);
-    opt.name = "sparsert_" + codegen::ptx::ptx_identifier(l.desc.name);  // names come from the user's network
-    opt.live_flags = options.live_flags;
-    opt.device_n = options.device_n;
-    opt.conv = l.conv;
-    job.kernel = codegen::emit_spmm(l.a, inspector::make_plan(l.a, job.tile.plan), job.target, opt);
-    job.emit_seconds = since(te);
-    job.built.key = job.key;
-    job.built.block_x = job.kernel.block_x;
-    job.built.block_y = job.kernel.block_y;
-    job.built.n_tile = job.tile.n_tile;
-    for (size_t e = 0; e < job.kernel.entries.size(); ++e) {
-      const codegen::SpmmEntry& se = job.kernel.entries[e];
-      CachedEntry ce;
-      ce.name = se.name;
-      ce.block_begin = se.block_begin;
-      ce.block_end = se.block_end;
-      ce.ptx = se.ptx;
-      ce.resources.shared_bytes = se.shared_bytes;
-      job.built.entries.push_back(std::move(ce));
-      if (assemble) tasks.push_back({j, e});
+    emit_baked(j);
+    if (assemble) {
+      for (size_t e = 0; e < job.built.entries.size(); ++e) tasks.push_back({j, e});
     }
   }
-  autotune::Progress progress("compile", options.progress, tasks.size());
-  parallel_for(static_cast<int64_t>(tasks.size()), options.threads, [&](int64_t i) {
-    Job& job = jobs[tasks[static_cast<size_t>(i)].job];
-    CachedEntry& ce = job.built.entries[tasks[static_cast<size_t>(i)].entry];
-    const std::string what = fmt::format("{} {} {}", layers[job.layer].desc.name, job.target.name(), ce.name);
-    const codegen::Assembled a = codegen::Assembler::instance().assemble(ce.ptx, job.target, ce.name);
-    ce.cubin = a.cubin;
-    ce.resources = {a.usage.registers, a.usage.spill_store_bytes + a.usage.spill_load_bytes, a.usage.shared_bytes,
-                    a.usage.constant_bytes};
-    ce.assemble_seconds = a.seconds;
-    progress.step(what);
-    if (a.usage.spill_store_bytes > 0 || a.usage.stack_bytes > 0) {
-      throw WorkFailure(fmt::format("{} for {} spills {} bytes (stack {}): choose more row blocks", ce.name,
-                                    job.target.name(), a.usage.spill_store_bytes, a.usage.stack_bytes));
+  // A baked kernel that spills gets twice the row blocks (half the accumulators a thread holds) and is assembled
+  // again, up to kSpillRetries times: ptxas's register allocation is not known before it runs, and the heuristic's
+  // and the model's register estimates can miss (the H100 run of 2026-11-24 had one Graph Challenge layer of 120 spill
+  // 32 bytes with the heuristic's 16 row blocks). The retried kernel is stored under its own tile's key.
+  constexpr int kSpillRetries = 3;
+  for (int attempt = 0; !tasks.empty(); ++attempt) {
+    autotune::Progress progress(attempt == 0 ? "compile" : "compile (after a spill)", options.progress, tasks.size());
+    std::vector<std::atomic<bool>> spilled(jobs.size());
+    std::mutex spill_mutex;
+    std::string spill_message;
+    parallel_for(static_cast<int64_t>(tasks.size()), options.threads, [&](int64_t i) {
+      Job& job = jobs[tasks[static_cast<size_t>(i)].job];
+      CachedEntry& ce = job.built.entries[tasks[static_cast<size_t>(i)].entry];
+      const std::string what = fmt::format("{} {} {}", layers[job.layer].desc.name, job.target.name(), ce.name);
+      const codegen::Assembled a = codegen::Assembler::instance().assemble(ce.ptx, job.target, ce.name);
+      ce.cubin = a.cubin;
+      ce.resources = {a.usage.registers, a.usage.spill_store_bytes + a.usage.spill_load_bytes, a.usage.shared_bytes,
+                      a.usage.constant_bytes};
+      ce.assemble_seconds = a.seconds;
+      progress.step(what);
+      if (a.usage.spill_store_bytes > 0 || a.usage.stack_bytes > 0) {
+        spilled[tasks[static_cast<size_t>(i)].job] = true;
+        const std::lock_guard<std::mutex> lock(spill_mutex);
+        if (spill_message.empty()) {
+          spill_message = fmt::format("{} for {} spills {} bytes (stack {})", ce.name, job.target.name(),
+                                      a.usage.spill_store_bytes, a.usage.stack_bytes);
+        }
+      }
+    });
+    tasks.clear();
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      if (!spilled[j]) continue;
+      Job& job = jobs[j];
+      const int32_t rows = layers[job.layer].a.rows;
+      if (job.streamed || attempt == kSpillRetries || job.tile.plan.m_blocks >= rows) {
+        throw WorkFailure(fmt::format("{}{}: choose more row blocks (tile {})", spill_message,
+                                      attempt > 0 ? fmt::format(" after {} retries with more row blocks", attempt)
+                                                  : "",
+                                      codegen::to_json(job.tile).dump()));
+      }
+      job.tile.plan.m_blocks = std::min(rows, job.tile.plan.m_blocks * 2);
+      ++report.spill_rebuilds;
+      job.tile_source += attempt == 0 ? ", row blocks doubled after a spill" : ", and again";
+      job.key = conv_key(kernel_cache_key(layers[job.layer].a, epilogue_of(layers[job.layer].desc), job.tile,
+                                          layers[job.layer].desc.n, job.target, toolkit, options.live_flags,
+                                          options.device_n),
+                         layers[job.layer].conv);
+      job.cached = cache.find(job.key);  // an earlier compile's retry
+      if (job.cached) continue;
+      emit_baked(j);
+      for (size_t e = 0; e < job.built.entries.size(); ++e) tasks.push_back({j, e});
     }
-  });
+  }
 
   Package pkg;
   pkg.dir = tmp;

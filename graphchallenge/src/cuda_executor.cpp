@@ -262,8 +262,12 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
       if (starts) baked += fmt::format("{}{}", baked.empty() ? "" : ", ", l + 1);
       if (ends && !starts) baked += fmt::format("-{}", l + 1);
     }
-    im.notes.push_back(fmt::format("compiled {} layers for {} ({} cache hits, {} baked{}{}){}", layers.size(),
-                                   target.name(), r.hits, baked_count, baked.empty() ? "" : ": ", baked,
+    im.notes.push_back(fmt::format("compiled {} layers for {} in {:.1f} s ({} cache hits, {} baked{}{}){}{}",
+                                   layers.size(), target.name(), r.seconds, r.hits, baked_count,
+                                   baked.empty() ? "" : ": ", baked,
+                                   r.spill_rebuilds ? fmt::format(", {} kernels rebuilt with twice the row blocks "
+                                                                  "after a spill", r.spill_rebuilds)
+                                                    : "",
                                    r.ptx_only ? ", PTX only: " + r.ptx_only_reason : ""));
     if (const compiler::ModelTotal m = compiler::model_total(r, target.name()); m.layers > 0) {
       // The layer kernels only, at the widths they were ranked at: the filter's kernels and the host are not in it.

@@ -3,6 +3,8 @@
 // ran at 60000 columns as two baked entries of 8 row blocks, 64 columns and 64 threads per block; its B (1024 x 60000
 // floats, 245 MB) does not fit in L2 and every row block reads it again, which the model's DRAM term prices.
 #include "sparsert/autotune/model.hpp"
+#include "sparsert/autotune/space.hpp"
+#include "sparsert/runtime/json_text.hpp"
 #include "sparsert/graphchallenge/generator.hpp"
 #include "sparsert/runtime/csr.hpp"
 #include "test_support.hpp"
@@ -75,6 +77,48 @@ TEST(ModelGraphChallenge, LateLayersAtNineHundredFiftyColumnsWithinTwiceTheMeasu
     const autotune::Estimate e = as_run_then(layer, 950);
     EXPECT_GT(e.microseconds, measured / 2) << "measured " << measured << " us";
     EXPECT_LT(e.microseconds, measured * 2) << "measured " << measured << " us";
+  }
+}
+
+// What `sparsert tune --mode gpu` measured for layer 100 on the H100 on 2026-11-24 (docs/measurements, tune-gc-*):
+// the best baked candidate against the best streamed one, 11.6 against 43.1 us at 950 columns and 249 against 1670 us
+// at 60000. The model must rank baking first at both widths (compile's choice of kind follows it), and price every
+// measured streamed candidate within 2x (the tuner times each candidate alone, its entries one after another).
+TEST(ModelGraphChallenge, MeasuredStreamedCandidatesWithinTwiceAndBakingRankedFirst) {
+  const CsrMatrix a = transpose(graphchallenge::generate_layer(1024, 100, 1));
+  autotune::KernelVersion as_tuned;
+  as_tuned.serial_entries = true;
+  as_tuned.isolated_runs = true;
+  for (int32_t n : {950, 60000}) {
+    SCOPED_TRACE(n);
+    const auto file = std::filesystem::path(SPARSERT_SOURCE_DIR) /
+                      fmt::format("docs/measurements/h100-2026-11-24/tune-gc-l100-n{}-gpu.json", n);
+    const nlohmann::json report = read_json_file(file);
+    double best_measured[2] = {1e30, 1e30}, best_model[2] = {1e30, 1e30};  // baked, streamed
+    int streamed = 0;
+    for (const nlohmann::json& c : report.at("layers").at(0).at("candidates")) {
+      if (c.at("status") != "measured") continue;
+      const bool is_streamed = c.at("kind") == "streamed";
+      const codegen::TileParams tile = is_streamed ? codegen::TileParams{} : autotune::tile_from_json(c.at("tile"), "tile");
+      const codegen::StreamParams stream =
+          is_streamed ? autotune::stream_from_json(c.at("stream"), "stream") : codegen::StreamParams{};
+      const double measured = c.at("time_us").get<double>();
+      const double model = autotune::estimate_candidate(
+                               a, n, Epilogue{{-0.3f}, Activation::kRelu, 32.0f},
+                               is_streamed ? codegen::KernelKind::kStreamed : codegen::KernelKind::kBaked, tile,
+                               stream, codegen::Target::parse("sm_90"), c.at("registers").get<int>(), false, as_tuned)
+                               .microseconds;
+      best_measured[is_streamed] = std::min(best_measured[is_streamed], measured);
+      best_model[is_streamed] = std::min(best_model[is_streamed], model);
+      if (is_streamed) {
+        ++streamed;
+        EXPECT_GT(model, measured / 2) << c.at("label");
+        EXPECT_LT(model, measured * 2) << c.at("label");
+      }
+    }
+    ASSERT_EQ(streamed, 2);
+    ASSERT_LT(best_measured[0], best_measured[1]) << "the measurement this test encodes";
+    EXPECT_LT(best_model[0], best_model[1]) << "the model streams a layer the H100 ran 3.7-6.7x faster baked";
   }
 }
 

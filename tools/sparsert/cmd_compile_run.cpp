@@ -171,7 +171,7 @@ Action add_compile(CLI::App& app) {
   sub->add_flag("-q,--quiet", args->quiet, "No progress output");
   sub->add_option("--kernel", args->kernel,
                   "baked (weights in the instructions), streamed (weights read from memory), or auto: bake layers "
-                  "up to 262144 nonzeros while the network's baked total stays under 2^21, stream the rest")
+                  "up to 262144 nonzeros while the network's baked total stays under 2^22, stream the rest")
       ->check(CLI::IsMember({"auto", "baked", "streamed"}))
       ->default_val("auto");
   sub->add_flag("--tune", args->tune, "Tune (model mode without a GPU) every layer the tuning database lacks first");

@@ -99,6 +99,8 @@ struct StreamShape {
   int64_t nnz = 0;             // the row-split layout's memory term: nonzeros (8 bytes each) and slots (16 bytes)
   int64_t slots = 0;
   int32_t k = 0;               // rows of B (read once from DRAM)
+  // Measured over modelled time of the ELL walk, for the layout the shape was made for (stream_shape).
+  double time_scale = 1.0;
 };
 // tile_row_bytes: the shared tile's row stride the kernel runs with (0: codegen::stream_row_bytes, today's layout;
 // n_tile * 4 for kernels of layout version 1, as measured before the padding).

@@ -83,6 +83,7 @@ struct CompileReport {
   bool ptx_only = false;
   std::string ptx_only_reason;
   int hits = 0, misses = 0;
+  int spill_rebuilds = 0;  // baked kernels assembled again with twice the row blocks because they spilled
 };
 
 CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std::filesystem::path& out_dir,
