@@ -1,6 +1,6 @@
 #pragma once
-// gpu mode's measurement of one built candidate: verified once against the reference, then 2 warm-up launches and
-// the median of `repeats` launches timed with CUDA events.
+// gpu mode's measurement of one built candidate: verified once against the reference, then captured into a CUDA graph
+// and timed as the median of `repeats` samples, each replaying it back to back for about 200 us between two events.
 #include "built_kernel.hpp"
 #include "sparsert/autotune/tuner.hpp"
 #include "sparsert/runtime/concurrent_launch.hpp"

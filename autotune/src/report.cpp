@@ -201,8 +201,9 @@ nlohmann::json to_json(const TuneReport& r) {
           {"toolkit", r.toolkit},
           {"stream_generator", codegen::kStreamGeneratorVersion},
           {"entry_launch", kEntryLaunch},
-          // GpuBench times each candidate's launches alone from an idle stream (gpu_timing.cpp).
-          {"sparsert_timing", "isolated"},
+          // GpuBench replays each candidate's launches back to back, captured in a graph (gpu_timing.cpp); reports
+          // written before 2026-11-24 timed them alone, which check-model reads from the field's absence.
+          {"sparsert_timing", "back-to-back"},
           {"machine_model", to_json(r.machine)},
           {"seconds", r.seconds},
           {"budget_exhausted", r.budget_exhausted},

@@ -6,6 +6,7 @@
 #include "sparsert/codegen/heuristic.hpp"
 #include "sparsert/inspector/generate.hpp"
 #include "sparsert/runtime/file_io.hpp"
+#include "emulated_driver.hpp"
 #include "test_support.hpp"
 
 #include <fmt/format.h>
@@ -252,7 +253,12 @@ TEST(Sharing, SimilarLayerReusesTheResult) {
 
 TEST(Gpu, EmulatedDriverTimesVerifiesAndSaysSo) {
   if (!codegen::Assembler::available()) GTEST_SKIP() << codegen::Assembler::unavailable_reason();
+  sparsert::testing::EmulatedDriver& emu = sparsert::testing::EmulatedDriver::use(SPARSERT_EMU_LIB);
+  emu.clear_launches();
   const TuneReport r = tune({small_layer("g", 17, 40, 48, 8)}, on_emulated_gpu(model_options(), 2));
+  // Each measured candidate is timed as a network runs it: its launches captured into a graph, replayed.
+  int captured = 0;
+  for (const auto& l : emu.launches()) captured += l.captured;
   EXPECT_EQ(r.mode, "gpu");
   EXPECT_TRUE(r.emulated);
   EXPECT_NE(r.note.find("emulated"), std::string::npos);
@@ -275,6 +281,8 @@ TEST(Gpu, EmulatedDriverTimesVerifiesAndSaysSo) {
     }
   }
   EXPECT_GE(measured, 2);  // the two best-ranked and the default
+  EXPECT_GE(captured, measured);
+  EXPECT_EQ(to_json(r).at("sparsert_timing"), "back-to-back");
   EXPECT_GE(budgeted[128], 1);
   EXPECT_GE(budgeted[64], 1);
   EXPECT_EQ(budgeted[128], budgeted[64]);  // this layer's accumulators fit both

@@ -606,7 +606,7 @@ class SparsertGpu final : public GpuMethod {
     return net_->time_back_to_back(*b_, static_cast<int>(std::min<int64_t>(inner, 1 << 20)));
   }
   // Runs timed alone from an idle stream (how sparsert-gpu was timed before 'sparsert_timing', and how the tuner
-  // times candidates): the difference to the samples is the host's submission of one run.
+  // timed candidates until 2026-11-24): the difference to the samples is the host's submission of one run.
   nlohmann::json further_measures() override {
     return {{"isolated_median_ms", net_->time_isolated(*b_, kIsolatedRuns)}};
   }

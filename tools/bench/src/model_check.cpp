@@ -84,7 +84,7 @@ CsrMatrix dlmc_layer(const std::filesystem::path& data, const std::string& name,
 
 // Files written before the fields existed measured layout 1 of the streamed kernel (tile rows n_tile * 4 bytes apart,
 // field stream_generator), baked entries launched one after another (field entry_launch) and each run timed alone
-// (field sparsert_timing; tuning reports always time them so).
+// (field sparsert_timing; tuning reports timed them so until 2026-11-24, and said so from 2026-11-24).
 autotune::KernelVersion version_of(const json& j, const codegen::StreamParams& stream) {
   autotune::KernelVersion v;
   if (j.value("stream_generator", "sparsert-stream-spmm/1") == "sparsert-stream-spmm/1")

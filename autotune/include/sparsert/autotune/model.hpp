@@ -45,8 +45,8 @@ struct MachineModel {
   double l2_mb = 0.0;      // the part's L2 (data sheet): a B larger than the share of it that stays is re-read
   // How the times to predict were taken. false: runs back to back (a network's graph, a stream of requests, the
   // bench's samples), where each launch costs the GPU's own start-up and the host's submission of a run only bounds
-  // the rate. true: each run timed alone from an idle stream (the tuner's GPU timing, bench files before
-  // 'sparsert_timing'), the events bracketing the host's submission as well.
+  // the rate. true: each run timed alone from an idle stream (the tuner's GPU timing and bench files before
+  // 2026-11-24), the events bracketing the host's submission as well.
   bool isolated_runs = false;
   static MachineModel for_target(const codegen::Target& t);
 };
