@@ -183,7 +183,12 @@ constexpr double kHostSubmitUs = 2.0;
 constexpr double kGpuLaunchUs = kLaunchUs - kHostSubmitUs;
 // Entries launched side by side (fork/join streams captured into the network's graph): each beyond the first adds
 // its issue, not a serialised kernel.
-constexpr double kConcurrentEntryUs = 0.5;
+// Measured on the H100 on 2026-11-24 (RealGpu.LaunchCostsForTheModel, docs/measurements/h100-2026-11-24/
+// launch-costs.json): a 512 x 512 layer in 1, 2, 4 and 8 entries ran 5.5, 7.3, 10.7 and 16.8 us a run back to back,
+// about 1.6 us for each entry forked onto its own stream; at 16 and 32 entries (two and four to a stream) each further
+// one added 0.3-0.6 us.
+constexpr double kConcurrentEntryUs = 1.6;
+constexpr double kChainedEntryUs = 0.5;
 constexpr double kDependentCpi = 4.0;       // a lone warp issues a dependent FFMA chain every 4 cycles
 constexpr double kWarpsToHideLatency = 4.0; // per scheduler: fewer resident warps leave issue slots empty
 constexpr int kSchedulersPerSm = 4;
@@ -433,7 +438,9 @@ Estimate estimate(const Probe& probe, const inspector::WorkPlan& plan, const cod
     all.fetch_gain = gain / static_cast<double>(all.grid_blocks);
   }
   Estimate est = combine({all}, warps_per_block, bps, m);
-  const double extra = kConcurrentEntryUs * static_cast<double>(launches.size() - 1);
+  const size_t forked = std::min(launches.size(), cuda::ConcurrentLauncher::streams_for(launches.size()));
+  const double extra = kConcurrentEntryUs * static_cast<double>(forked - 1) +
+                       kChainedEntryUs * static_cast<double>(launches.size() - forked);
   est.launch_us += extra;
   est.microseconds += extra;
   // The runtime forks at most kMaxConcurrentStreams streams and puts entry i on stream i mod that: where a layer has
