@@ -3,7 +3,7 @@
 #
 #   bash scripts/gpu_checks.sh STAGE [BUILD_DIR] [OUT_DIR]
 #
-# STAGE: info | tests | bench-rn50 | bench-rest | graphchallenge | tune | tune-gc | all
+# STAGE: info | tests | bench-rn50 | bench-rest | bench-entries | graphchallenge | tune | tune-gc | all
 # BUILD_DIR: a configured and built tree (default: build, as scripts/build.sh makes it), or the bundle that
 #   scripts/gpu_bundle.sh makes (.gpu-bundle: bin/, lib/, data/) for a device machine without the build's packages
 # OUT_DIR: where results and logs go (default: $OUT when set, as on the device machine, else gpu-results)
@@ -17,7 +17,7 @@
 # (`sparsert bench` itself fails only when sparsert misses the reference; a baseline that misses is noted and passes.)
 set -euo pipefail
 
-stage=${1:?usage: gpu_checks.sh info|tests|bench-rn50|bench-rest|graphchallenge|tune|tune-gc|all [BUILD_DIR] [OUT_DIR]}
+stage=${1:?usage: gpu_checks.sh info|tests|bench-rn50|bench-rest|bench-entries|graphchallenge|tune|tune-gc|all [BUILD_DIR] [OUT_DIR]}
 build=${2:-build}
 out=${3:-${OUT:-gpu-results}}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -92,6 +92,16 @@ case $stage in
       step "$sparsert" bench --suite "$s" --device cuda --repeats 20 --data "$data" -o "$out/$s-cuda.json"
     done
     ;;
+  bench-entries)
+    # What an entry costs, on the layers that lose: the model's tiles split into at most 4 and 2 entries instead of 8
+    # (each forked entry cost 1.6 us on the H100 on 2026-11-24; docs/gpu-h100.md). Compare with bench-rn50's files.
+    for e in 4 2; do
+      step "$sparsert" bench --suite rn50-0.9 --device cuda --repeats 20 --max-entries "$e" --data "$data" \
+        -o "$out/rn50-0.9-cuda-e$e.json"
+    done
+    step "$sparsert" bench --suite transformer --device cuda --repeats 20 --max-entries 4 --data "$data" \
+      -o "$out/transformer-cuda-e4.json"
+    ;;
   graphchallenge)
     gc=$data/graphchallenge
     tmp=$(mktemp -d)
@@ -148,7 +158,7 @@ case $stage in
     ;;
   all)
     # Each stage in its own process and log; a failed one is listed, and the next one runs.
-    for s in info tests bench-rn50 bench-rest graphchallenge tune tune-gc; do
+    for s in info tests bench-rn50 bench-rest bench-entries graphchallenge tune tune-gc; do
       rc=0
       bash "$0" "$s" "$build" "$out" || rc=$?
       (( rc == 0 )) || failed+=("$s (exit $rc, see $out/$s.log)")

@@ -46,7 +46,7 @@ export PATH=$work/path:$PATH CALLS=$work/calls
 # 1. Steps fail in two stages: every step of every stage still runs, and the run fails naming those two stages.
 out=$work/out1
 : > "$CALLS"
-FAIL_PATTERN='^bench --suite rn50-0\.9 |^graphchallenge .*--device cuda' \
+FAIL_PATTERN='^bench --suite rn50-0\.9 --device cuda --repeats 20 --data|^graphchallenge .*--device cuda' \
   bash "$script" all "$fake" "$out" > "$work/log1" 2>&1
 rc=$?
 check "all exits 1 when a stage failed (got $rc)" test "$rc" -eq 1
@@ -56,10 +56,11 @@ for call in 'bench --suite rn50-0.9 ' 'bench --suite rn50-0.95 ' 'bench --suite 
   'graphchallenge .*--device cpu' 'tune .*--mode gpu' 'tune .*--mode model' \
   'tune .*final_dense\.smtx --n 1 --mode gpu --kernel streamed' \
   'graphchallenge .*--replicate 1 --device cuda' 'tune .*n1024-l100\.tsv --n 950 --mode gpu' \
-  'tune .*n1024-l100\.tsv --n 60000 --mode gpu'; do
+  'tune .*n1024-l100\.tsv --n 60000 --mode gpu' 'bench --suite rn50-0\.9 .*--max-entries 4 ' \
+  'bench --suite rn50-0\.9 .*--max-entries 2 ' 'bench --suite transformer .*--max-entries 4 '; do
   check "ran: $call" grep -q -E "^$call" "$CALLS"
 done
-check "sixteen sparsert calls" test "$(wc -l < "$CALLS")" -eq 16
+check "nineteen sparsert calls" test "$(wc -l < "$CALLS")" -eq 19
 check "all.log names bench-rn50" grep -q -E '^  - bench-rn50 \(exit 1' "$out/all.log"
 check "all.log names graphchallenge" grep -q -E '^  - graphchallenge \(exit 1' "$out/all.log"
 check "all.log names only the two failed stages" test "$(grep -c '^  - ' "$out/all.log")" -eq 2

@@ -27,6 +27,7 @@ struct BenchArgs {
   double min_sample_ms = 2.0;
   std::string data;
   int gc_layers = 12;
+  int max_entries = 0;
   std::vector<std::string> report;
   std::string output;
 };
@@ -80,8 +81,10 @@ int run_bench(const BenchArgs& a) {
     }
   } cleanup{scratch};
   const bool conv = bench::is_conv_suite(a.suite);
+  SPARSERT_USER_CHECK(a.max_entries == 0 || (a.device == "cuda" && !conv), "--max-entries",
+                      "applies to sparsert's baked SpMM kernels on the GPU (--device cuda, not a convolution suite)");
   bench::MethodSet methods =
-      a.device == "cuda" ? (conv ? bench::conv_gpu_methods(scratch) : bench::gpu_methods(scratch))
+      a.device == "cuda" ? (conv ? bench::conv_gpu_methods(scratch) : bench::gpu_methods(scratch, a.max_entries))
                          : (conv ? bench::conv_cpu_methods(a.threads) : bench::cpu_methods(a.threads));
   for (const auto& u : methods.unavailable) fmt::print("note: {} not measured: {}\n", u.method, u.reason);
 
@@ -145,6 +148,10 @@ Action add_bench(CLI::App& app) {
   sub->add_option("--gc-layers", args->gc_layers, "graphchallenge: layers 1..L of the 1024-neuron network")
       ->default_val(12)
       ->check(CLI::Range(1, 120));
+  sub->add_option("--max-entries", args->max_entries,
+                  "cuda: split sparsert's baked kernels into at most this many entries (0: the tile's default, 8)")
+      ->default_val(0)
+      ->check(CLI::Range(0, 64));
   sub->add_option("--report", args->report, "Results files to turn into the Markdown report (-o)")->expected(1, -1);
   sub->add_option("-o,--output", args->output, "results.json, or with --report the Markdown file")->required();
   return [args, sub] {

@@ -562,8 +562,9 @@ class Cudnn final : public GpuMethod {
 #if SPARSERT_BENCH_HAVE_COMPILER
 class SparsertGpu final : public GpuMethod {
  public:
-  SparsertGpu(std::shared_ptr<Gpu> gpu, std::filesystem::path scratch)
-      : GpuMethod(std::move(gpu)), scratch_(std::move(scratch)), target_(codegen::Target::newest_for(gpu_->info.sm(), gpu_->info.name)) {}
+  SparsertGpu(std::shared_ptr<Gpu> gpu, std::filesystem::path scratch, int32_t max_entries = 0)
+      : GpuMethod(std::move(gpu)), scratch_(std::move(scratch)),
+        target_(codegen::Target::newest_for(gpu_->info.sm(), gpu_->info.name)), max_entries_(max_entries) {}
   static constexpr int kIsolatedRuns = 50;
   std::string name() const override { return "sparsert-gpu"; }
   std::string detail() const override { return detail_; }
@@ -583,7 +584,9 @@ class SparsertGpu final : public GpuMethod {
     } else try {
       // What `sparsert compile` builds without a tuning record: the kernel the static model ranks fastest.
       const autotune::ModelChoice c = autotune::choose_by_model(p.a, p.n, Epilogue{}, target_);
-      const compiler::TunedKernel pick{c.candidate.kind, c.candidate.tile, c.candidate.stream, "model"};
+      compiler::TunedKernel pick{c.candidate.kind, c.candidate.tile, c.candidate.stream, "model"};
+      // --max-entries: the model's tile split into at most that many entries (an experiment on the cost of an entry).
+      if (max_entries_ > 0) pick.tile.max_entries = max_entries_;
       o.tiles = [pick](const compiler::LoadedLayer&, const codegen::Target&) { return pick; };
     } catch (const inspector::InvalidTileParams&) {
       o.tiles = nullptr;  // nothing in the grid fits: compile's rules
@@ -625,6 +628,7 @@ class SparsertGpu final : public GpuMethod {
  private:
   std::filesystem::path scratch_;
   codegen::Target target_;
+  int32_t max_entries_ = 0;
   std::filesystem::path dir_;
   int counter_ = 0;
   std::unique_ptr<GpuNetwork> net_;
@@ -680,18 +684,19 @@ std::string resolve_cusparse(const std::string& path) { return resolve<CusparseA
 std::string resolve_cudnn(const std::string& path) { return resolve<CudnnApi>(path, bind_cudnn); }
 }  // namespace vendor
 
-MethodSet gpu_methods(const std::filesystem::path& scratch_dir) {
+MethodSet gpu_methods(const std::filesystem::path& scratch_dir, int32_t max_entries) {
   std::string why;
   if (!cuda::Driver::available(&why)) throw cuda::DriverUnavailable("--device cuda", why);
   auto gpu = std::make_shared<Gpu>();
   MethodSet set;
 #if SPARSERT_BENCH_HAVE_COMPILER
-  set.methods.push_back(std::make_unique<SparsertGpu>(gpu, scratch_dir));
+  set.methods.push_back(std::make_unique<SparsertGpu>(gpu, scratch_dir, max_entries));
   set.subject = "sparsert-gpu";
   set.notes["sparsert-gpu"] = fmt::format("compile_network + GpuNetwork (CUDA Graph replay) on {} (sm_{}), driver {}",
                                           gpu->info.name, gpu->info.sm(), cuda::Driver::get().library());
 #else
   (void)scratch_dir;
+  (void)max_entries;
   throw UserError("--device cuda", "this sparsert was built without the compiler layer");
 #endif
   std::string cublas_why;
