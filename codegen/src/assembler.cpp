@@ -171,10 +171,9 @@ ResourceUsage parse_resource_report(const std::string& log, const std::string& e
   find_int(*part, R"((\d+) stack)", u.stack_bytes);
   find_int(*part, R"((\d+) bytes smem)", u.shared_bytes);
   find_int(*part, R"((\d+) bytes cmem\[3\])", u.constant_bytes);
-  // The summary has no spill counts. Our kernels keep nothing in local memory but spills, so local memory is spills.
-  int local_bytes = 0;
-  find_int(*part, R"((\d+) bytes lmem)", local_bytes);
-  u.spill_store_bytes = u.spill_load_bytes = local_bytes;
+  // The summary has no spill counts. Our kernels keep nothing in local memory but spills, so local memory is what
+  // spilled (counted once, as stores: what is stored is loaded again).
+  find_int(*part, R"((\d+) bytes lmem)", u.spill_store_bytes);
   SPARSERT_INTERNAL_CHECK(u.registers > 0, "no register count for {} in the assembler log:\n{}", entry, *part);
   return u;
 }

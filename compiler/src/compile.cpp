@@ -301,6 +301,50 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     }
   }
 
+  // A baked kernel that spills is built again with twice the row blocks (half the accumulators a thread holds), for
+  // every target of its layer (a package holds one launch shape per layer), up to kSpillRetries times: ptxas's
+  // register allocation is not known before it runs, and the heuristic's and the model's register estimates can miss
+  // (the H100 run of 2026-11-24 had three Graph Challenge layers spill with the heuristic's 16 row blocks, which this
+  // machine's ptxas of the same version does not). A kernel that spilled stays in the cache under its own key, so a
+  // later compile goes straight to the larger row count.
+  constexpr int kSpillRetries = 3;
+  constexpr int32_t kMaxRowBlocks = 65535;  // grid.y
+  auto spills = [](const CachedKernel& k) {
+    return std::any_of(k.entries.begin(), k.entries.end(), [](const CachedEntry& e) { return e.resources.spill_bytes > 0; });
+  };
+  auto can_double = [&](size_t li) {
+    for (const Job& job : jobs) {
+      if (job.layer != li || job.streamed) continue;
+      const int32_t m = job.tile.plan.m_blocks;
+      if (std::min({layers[li].a.rows, m * 2, kMaxRowBlocks}) <= m) return false;
+    }
+    return true;
+  };
+  auto double_row_blocks = [&](size_t li, int round) {
+    for (Job& job : jobs) {
+      if (job.layer != li || job.streamed) continue;
+      job.tile.plan.m_blocks = std::min({layers[li].a.rows, job.tile.plan.m_blocks * 2, kMaxRowBlocks});
+      job.tile_source += round == 0 ? ", row blocks doubled after a spill" : ", and again";
+      job.key = conv_key(kernel_cache_key(layers[li].a, epilogue_of(layers[li].desc), job.tile, layers[li].desc.n,
+                                          job.target, toolkit, options.live_flags, options.device_n),
+                         layers[li].conv);
+      job.cached = cache.find(job.key);
+      if (job.cached && spills(*job.cached)) job.cached.reset();  // assembled again, to spill and go on
+    }
+  };
+  for (size_t li = 0; li < layers.size(); ++li) {
+    auto cached_spill = [&] {
+      return std::any_of(jobs.begin(), jobs.end(), [&](const Job& j) {
+        return j.layer == li && !j.streamed && j.cached && spills(*j.cached);
+      });
+    };
+    for (int round = 0; round < kSpillRetries && cached_spill() && can_double(li); ++round) double_row_blocks(li, round);
+    // A spilled kernel is never packaged: where no more row blocks help, it is assembled again and fails as it did.
+    for (Job& job : jobs) {
+      if (job.layer == li && job.cached && spills(*job.cached)) job.cached.reset();
+    }
+  }
+
   // Emit what the cache lacks (fast, in order), then assemble every entry on the pool.
   struct Task {
     size_t job, entry;
@@ -366,16 +410,11 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       for (size_t e = 0; e < job.built.entries.size(); ++e) tasks.push_back({j, e});
     }
   }
-  // A baked kernel that spills gets twice the row blocks (half the accumulators a thread holds) and is assembled
-  // again, up to kSpillRetries times: ptxas's register allocation is not known before it runs, and the heuristic's
-  // and the model's register estimates can miss (the H100 run of 2026-11-24 had one Graph Challenge layer of 120 spill
-  // 32 bytes with the heuristic's 16 row blocks). The retried kernel is stored under its own tile's key.
-  constexpr int kSpillRetries = 3;
   for (int attempt = 0; !tasks.empty(); ++attempt) {
     autotune::Progress progress(attempt == 0 ? "compile" : "compile (after a spill)", options.progress, tasks.size());
     std::vector<std::atomic<bool>> spilled(jobs.size());
     std::mutex spill_mutex;
-    std::string spill_message;
+    std::vector<std::string> spill_message(jobs.size());
     parallel_for(static_cast<int64_t>(tasks.size()), options.threads, [&](int64_t i) {
       Job& job = jobs[tasks[static_cast<size_t>(i)].job];
       CachedEntry& ce = job.built.entries[tasks[static_cast<size_t>(i)].entry];
@@ -387,36 +426,38 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       ce.assemble_seconds = a.seconds;
       progress.step(what);
       if (a.usage.spill_store_bytes > 0 || a.usage.stack_bytes > 0) {
-        spilled[tasks[static_cast<size_t>(i)].job] = true;
+        const size_t j = tasks[static_cast<size_t>(i)].job;
+        spilled[j] = true;
         const std::lock_guard<std::mutex> lock(spill_mutex);
-        if (spill_message.empty()) {
-          spill_message = fmt::format("{} for {} spills {} bytes (stack {})", ce.name, job.target.name(),
-                                      a.usage.spill_store_bytes, a.usage.stack_bytes);
+        if (spill_message[j].empty()) {
+          spill_message[j] = fmt::format("{} for {} spills {} bytes (stack {})", ce.name, job.target.name(),
+                                         a.usage.spill_store_bytes, a.usage.stack_bytes);
         }
       }
     });
     tasks.clear();
+    std::set<size_t> retry_layers;
     for (size_t j = 0; j < jobs.size(); ++j) {
       if (!spilled[j]) continue;
       Job& job = jobs[j];
-      const int32_t rows = layers[job.layer].a.rows;
-      if (job.streamed || attempt == kSpillRetries || job.tile.plan.m_blocks >= rows) {
-        throw WorkFailure(fmt::format("{}{}: choose more row blocks (tile {})", spill_message,
-                                      attempt > 0 ? fmt::format(" after {} retries with more row blocks", attempt)
-                                                  : "",
-                                      codegen::to_json(job.tile).dump()));
+      if (job.streamed || attempt == kSpillRetries || !can_double(job.layer)) {
+        throw WorkFailure(fmt::format(
+            "{}{}: choose more row blocks ({} {})", spill_message[j],
+            attempt > 0 ? fmt::format(" after {} retries with twice the row blocks", attempt) : "",
+            job.streamed ? "stream" : "tile",
+            job.streamed ? codegen::to_json(job.stream).dump() : codegen::to_json(job.tile).dump()));
       }
-      job.tile.plan.m_blocks = std::min(rows, job.tile.plan.m_blocks * 2);
-      ++report.spill_rebuilds;
-      job.tile_source += attempt == 0 ? ", row blocks doubled after a spill" : ", and again";
-      job.key = conv_key(kernel_cache_key(layers[job.layer].a, epilogue_of(layers[job.layer].desc), job.tile,
-                                          layers[job.layer].desc.n, job.target, toolkit, options.live_flags,
-                                          options.device_n),
-                         layers[job.layer].conv);
-      job.cached = cache.find(job.key);  // an earlier compile's retry
-      if (job.cached) continue;
-      emit_baked(j);
-      for (size_t e = 0; e < job.built.entries.size(); ++e) tasks.push_back({j, e});
+      if (spills(job.built)) cache.store(job.built);
+      retry_layers.insert(job.layer);
+    }
+    for (size_t li : retry_layers) {
+      double_row_blocks(li, attempt);
+      for (size_t j = 0; j < jobs.size(); ++j) {
+        if (jobs[j].layer != li || jobs[j].streamed || jobs[j].cached) continue;
+        emit_baked(j);
+        ++report.spill_rebuilds;
+        for (size_t e = 0; e < jobs[j].built.entries.size(); ++e) tasks.push_back({j, e});
+      }
     }
   }
 
@@ -483,8 +524,13 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
           pl.entries.front().block_end = stream_weights->blocks;  // the shared entry covers this layer's blocks
         }
       }
-      SPARSERT_INTERNAL_CHECK(k.entries.size() == pl.entries.size() && k.block_x == pl.block_x &&
-                                  k.block_y == pl.block_y && k.n_tile == pl.n_tile,
+      bool same_blocks = k.entries.size() == pl.entries.size();
+      for (size_t e = 0; same_blocks && !stream_weights && e < k.entries.size(); ++e) {
+        same_blocks = k.entries[e].block_begin == pl.entries[e].block_begin &&
+                      k.entries[e].block_end == pl.entries[e].block_end;
+      }
+      SPARSERT_INTERNAL_CHECK(same_blocks && k.block_x == pl.block_x && k.block_y == pl.block_y &&
+                                  k.n_tile == pl.n_tile && (stream_weights || codegen::to_json(job.tile) == pl.tile),
                               "layer {}: targets were given different tile parameters", pl.name);
       LayerTargetReport r;
       r.layer = pl.name;

@@ -59,7 +59,7 @@ TEST(ResourceReport, LocalMemoryInTheSummaryCountsAsSpills) {
   const ResourceUsage u = parse_resource_report(log, "k");
   EXPECT_EQ(u.registers, 255);
   EXPECT_EQ(u.spill_store_bytes, 16);
-  EXPECT_EQ(u.spill_load_bytes, 16);
+  EXPECT_EQ(u.spill_load_bytes, 0);
 }
 
 TEST(ResourceReport, AbsentEntryIsAnInternalError) {

@@ -1064,3 +1064,48 @@ TEST(CompileRun, LiveFlagsKernelsFlagTheNonzeroColumnsAndHaveTheirOwnCacheEntrie
     EXPECT_GE(dead_seen, 2) << what << ": no dead column was checked";
   }
 }
+
+// A kernel that spilled stays in the cache under its key (compile keeps it there before building the layer again with
+// twice the row blocks), so one planted there drives the retry without a ptxas that spills: every target of the layer
+// moves to the larger row count, not just the one that spilled (a package has one launch shape per layer), the
+// package runs, and the next compile takes both targets' new kernels from the cache.
+TEST(CompileRun, ASpilledKernelSendsEveryTargetOfItsLayerToTwiceTheRowBlocks) {
+  ScratchDir dir;
+  const auto layers = load_network(read_network(write_network(dir)));
+  const CompileOptions o = options(dir, {"sm_80", "sm_90"});
+  compile_network(layers, dir / "p1", o);
+  const Package p1 = load_package(dir / "p1");
+  const int m0 = p1.layers[1].tile.at("m_blocks").get<int>();
+  const int doubled = std::min(layers[1].a.rows, 2 * m0);
+  ASSERT_GT(doubled, m0);
+  // Layer 1's first target (the manifest's cache_key), as if ptxas had spilled on it and not on the second.
+  KernelCache cache(dir / "cache");
+  std::optional<CachedKernel> k = cache.find(p1.layers[1].cache_key);
+  ASSERT_TRUE(k.has_value());
+  for (CachedEntry& e : k->entries) e.resources.spill_bytes = 8;
+  std::filesystem::remove_all(cache.entry_dir(k->key));
+  cache.store(*k);
+
+  const CompileReport r = compile_network(layers, dir / "p2", o);
+  ASSERT_EQ(r.layers.size(), 6u);
+  for (const LayerTargetReport& l : r.layers) {
+    if (l.layer != "layer1") {
+      EXPECT_EQ(l.tile_source, "heuristic") << l.layer << " " << l.target;
+      continue;
+    }
+    EXPECT_EQ(l.tile_source, "heuristic, row blocks doubled after a spill") << l.target;
+    EXPECT_EQ(l.tile.at("m_blocks").get<int>(), doubled) << l.target;
+    EXPECT_FALSE(l.cache_hit) << l.target;
+  }
+  EXPECT_EQ(r.spill_rebuilds, 0) << "taken from the cache's record, not from a spill in this compile";
+  const Package p2 = load_package(dir / "p2");
+  EXPECT_EQ(p2.layers[1].tile.at("m_blocks").get<int>(), doubled);
+  GpuNetwork net(p2);
+  const DenseTensor x = input(48, 20);
+  EXPECT_LE(max_relative_error(net.run(x), reference(layers, x)), 1e-5);
+
+  // Both targets' kernels at the new row count are in the cache now.
+  const CompileReport again = compile_network(layers, dir / "p3", o);
+  EXPECT_EQ(again.misses, 0);
+  EXPECT_EQ(load_package(dir / "p3").layers[1].tile.at("m_blocks").get<int>(), doubled);
+}
