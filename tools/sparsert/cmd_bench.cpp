@@ -159,6 +159,7 @@ Action add_bench(CLI::App& app) {
     check_output_path(args->output);  // a suite takes minutes: say it at the start
     if (!args->report.empty()) {
       SPARSERT_USER_CHECK(args->suite.empty(), "--report", "cannot be combined with --suite");
+      SPARSERT_USER_CHECK(args->max_entries == 0, "--max-entries", "applies to a run (--suite), not to --report");
       return report(*args);
     }
     return run_bench(*args);
