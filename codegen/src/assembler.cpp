@@ -155,25 +155,23 @@ ResourceUsage parse_resource_report(const std::string& log, const std::string& e
   auto find_int = [&](const std::string& part, const char* pattern, int& out) {
     if (std::regex_search(part, m, std::regex(pattern))) out = std::stoi(m[1]);
   };
-  if (const auto part = section(fmt::format("Function properties for {}\n", entry))) {
+  std::optional<std::string> part = section(fmt::format("Function properties for {}\n", entry));
+  const bool from_ptxas = part.has_value();
+  if (!from_ptxas) part = section(fmt::format("Function properties for '{}':", entry));
+  SPARSERT_INTERNAL_CHECK(part.has_value(), "no resource report for {} in the assembler log:\n{}", entry, log);
+  find_int(*part, R"([Uu]sed (\d+) registers)", u.registers);
+  find_int(*part, R"((\d+) bytes smem)", u.shared_bytes);
+  find_int(*part, R"((\d+) bytes cmem\[3\])", u.constant_bytes);
+  if (from_ptxas) {
     find_int(*part, R"((\d+) bytes stack frame)", u.stack_bytes);
     find_int(*part, R"((\d+) bytes spill stores)", u.spill_store_bytes);
     find_int(*part, R"((\d+) bytes spill loads)", u.spill_load_bytes);
-    find_int(*part, R"(Used (\d+) registers)", u.registers);
-    find_int(*part, R"((\d+) bytes smem)", u.shared_bytes);
-    find_int(*part, R"((\d+) bytes cmem\[3\])", u.constant_bytes);
-    SPARSERT_INTERNAL_CHECK(u.registers > 0, "no register count for {} in the assembler log:\n{}", entry, *part);
-    return u;
+  } else {
+    find_int(*part, R"((\d+) stack)", u.stack_bytes);
+    // The summary has no spill counts. Our kernels keep nothing in local memory but spills, so local memory is what
+    // spilled (counted once, as stores: what is stored is loaded again).
+    find_int(*part, R"((\d+) bytes lmem)", u.spill_store_bytes);
   }
-  const auto part = section(fmt::format("Function properties for '{}':", entry));
-  SPARSERT_INTERNAL_CHECK(part.has_value(), "no resource report for {} in the assembler log:\n{}", entry, log);
-  find_int(*part, R"(used (\d+) registers)", u.registers);
-  find_int(*part, R"((\d+) stack)", u.stack_bytes);
-  find_int(*part, R"((\d+) bytes smem)", u.shared_bytes);
-  find_int(*part, R"((\d+) bytes cmem\[3\])", u.constant_bytes);
-  // The summary has no spill counts. Our kernels keep nothing in local memory but spills, so local memory is what
-  // spilled (counted once, as stores: what is stored is loaded again).
-  find_int(*part, R"((\d+) bytes lmem)", u.spill_store_bytes);
   SPARSERT_INTERNAL_CHECK(u.registers > 0, "no register count for {} in the assembler log:\n{}", entry, *part);
   return u;
 }

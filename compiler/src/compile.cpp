@@ -271,6 +271,12 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
   const TunedTable tuned = ask_tile_source(layers, options);
   const std::vector<LayerKernel> kinds = choose_kernels(layers, options, tuned);
   std::vector<Job> jobs;
+  auto baked_key = [&](const Job& job) {
+    const LoadedLayer& l = layers[job.layer];
+    return conv_key(kernel_cache_key(l.a, epilogue_of(l.desc), job.tile, l.desc.n, job.target, toolkit,
+                                     options.live_flags, options.device_n),
+                    l.conv);
+  };
   for (size_t li = 0; li < layers.size(); ++li) {
     for (size_t ti = 0; ti < options.targets.size(); ++ti) {
       const codegen::Target& target = options.targets[ti];
@@ -293,10 +299,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       job.tile = baked_record ? rec->tile : codegen::default_tile_params(layers[li].a, layers[li].desc.n, target);
       if (baked_record) job.tile_source = rec->source;
       if (layers[li].conv) job.tile.cols_per_thread = 1;  // a convolution's columns are not adjacent in memory
-      job.key = conv_key(kernel_cache_key(layers[li].a, epilogue_of(layers[li].desc), job.tile, layers[li].desc.n,
-                                          target, toolkit, options.live_flags, options.device_n),
-                         layers[li].conv);
-      job.cached = cache.find(job.key);
+      job.key = baked_key(job);  // looked up below, where a kernel known to spill is passed over
       jobs.push_back(std::move(job));
     }
   }
@@ -312,6 +315,14 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
   auto spills = [](const CachedKernel& k) {
     return std::any_of(k.entries.begin(), k.entries.end(), [](const CachedEntry& e) { return e.resources.spill_bytes > 0; });
   };
+  // The cache's kernel for a baked job, unless it is known to spill (then it is built again, to spill and go on);
+  // true where it was.
+  auto look_up = [&](Job& job) {
+    job.cached = cache.find(job.key);
+    const bool spilled = job.cached && spills(*job.cached);
+    if (spilled) job.cached.reset();
+    return spilled;
+  };
   auto can_double = [&](size_t li) {
     for (const Job& job : jobs) {
       if (job.layer != li || job.streamed) continue;
@@ -320,28 +331,26 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     }
     return true;
   };
-  auto double_row_blocks = [&](size_t li, int round) {
+  // Every target of layer li to twice the row blocks; true where the cache knows one of the new kernels spills too.
+  auto double_row_blocks = [&](size_t li) {
+    bool spilled = false;
     for (Job& job : jobs) {
       if (job.layer != li || job.streamed) continue;
       job.tile.plan.m_blocks = std::min({layers[li].a.rows, job.tile.plan.m_blocks * 2, kMaxRowBlocks});
-      job.tile_source += round == 0 ? ", row blocks doubled after a spill" : ", and again";
-      job.key = conv_key(kernel_cache_key(layers[li].a, epilogue_of(layers[li].desc), job.tile, layers[li].desc.n,
-                                          job.target, toolkit, options.live_flags, options.device_n),
-                         layers[li].conv);
-      job.cached = cache.find(job.key);
-      if (job.cached && spills(*job.cached)) job.cached.reset();  // assembled again, to spill and go on
+      const bool again = job.tile_source.find("doubled after a spill") != std::string::npos;
+      job.tile_source += again ? ", and again" : ", row blocks doubled after a spill";
+      job.key = baked_key(job);
+      spilled = look_up(job) || spilled;
     }
+    return spilled;
   };
   for (size_t li = 0; li < layers.size(); ++li) {
-    auto cached_spill = [&] {
-      return std::any_of(jobs.begin(), jobs.end(), [&](const Job& j) {
-        return j.layer == li && !j.streamed && j.cached && spills(*j.cached);
-      });
-    };
-    for (int round = 0; round < kSpillRetries && cached_spill() && can_double(li); ++round) double_row_blocks(li, round);
-    // A spilled kernel is never packaged: where no more row blocks help, it is assembled again and fails as it did.
+    bool spilled = false;
     for (Job& job : jobs) {
-      if (job.layer == li && job.cached && spills(*job.cached)) job.cached.reset();
+      if (job.layer == li && !job.streamed) spilled = look_up(job) || spilled;
+    }
+    for (int round = 0; spilled && round < kSpillRetries && can_double(li); ++round) {
+      spilled = double_row_blocks(li);
     }
   }
 
@@ -451,7 +460,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       retry_layers.insert(job.layer);
     }
     for (size_t li : retry_layers) {
-      double_row_blocks(li, attempt);
+      double_row_blocks(li);  // where the cache knows a new kernel spills, it is built again and spills again
       for (size_t j = 0; j < jobs.size(); ++j) {
         if (jobs[j].layer != li || jobs[j].streamed || jobs[j].cached) continue;
         emit_baked(j);
