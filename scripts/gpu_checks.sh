@@ -120,10 +120,13 @@ case $stage in
         --inputs "$gc/sparse-images-1024-first1200.tsv" --categories "$gc/neuron1024-l120-categories-first1200.tsv" \
         --replicate 50 --device $device
     done
-    # The 1200 images alone (the "1200 inputs <= 2 ms"): narrow enough to run as one CUDA Graph.
-    step "$sparsert" graphchallenge --weights "$tmp/neuron1024" --neurons 1024 --layers 120 \
-      --inputs "$gc/sparse-images-1024-first1200.tsv" --categories "$gc/neuron1024-l120-categories-first1200.tsv" \
-      --replicate 1 --device cuda
+    # The 1200 images alone (the "1200 inputs <= 2 ms"): narrow enough to run as one CUDA Graph, each layer
+    # compacting its own columns (the default), then with the filter kernel after each layer, for the comparison.
+    for compaction in fused kernel; do
+      step "$sparsert" graphchallenge --weights "$tmp/neuron1024" --neurons 1024 --layers 120 \
+        --inputs "$gc/sparse-images-1024-first1200.tsv" --categories "$gc/neuron1024-l120-categories-first1200.tsv" \
+        --replicate 1 --device cuda --compaction "$compaction"
+    done
     ;;
   tune)
     # Every core assembles (the default is 2 threads): a device call has 10 minutes, and the candidates of a run are

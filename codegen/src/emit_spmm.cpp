@@ -7,6 +7,7 @@
 //   epilogue: bias, ReLU, clamp, predicated stores.
 #include "sparsert/codegen/spmm.hpp"
 
+#include "sparsert/codegen/block_scan.hpp"
 #include "sparsert/codegen/ptx_builder.hpp"
 
 #include "conv_addressing.hpp"
@@ -116,6 +117,12 @@ class EntryEmitter {
     e.shared_bytes = gy_ > 1 ? std::max(16, count_slots() * slot_bytes()) : 0;
     e.weights = use_const_ ? WeightPlacement::kConstBank : WeightPlacement::kImmediate;
     const std::string preamble_text = b_.take_body();
+    // The compaction's registers must be declared with the others, before the body: written now, placed at $done.
+    std::string compaction_text;
+    if (opt_.column_map) {
+      emit_compaction();
+      compaction_text = b_.take_body();
+    }
     b_.reserve(static_cast<size_t>(nnz * cpt_ * 60) + preamble_text.size() + const_values_.size() * 12 + 8192);
     b_.raw(module_header(e));
     b_.raw(preamble_text);
@@ -126,6 +133,7 @@ class EntryEmitter {
     dispatch(block_reg_, ids, [&](int32_t local) { return block_label(local); });
     for (int32_t local = 0; local < block_end_ - block_begin_; ++local) emit_block(local);
     b_.label("$done");
+    b_.raw(compaction_text);
     b_.inst("ret", {});
     b_.raw("}\n");
     SPARSERT_INTERNAL_CHECK(shared_slots_ * slot_bytes() <= std::max(e.shared_bytes, 16),
@@ -185,6 +193,7 @@ class EntryEmitter {
       b_.inst("cvta.to.global.u64", {gnp, param_np});
       b_.inst("ld.global.u32", {n_dev, Address{gnp, 0}});
       b_.inst("min.u32", {n_reg_, n_reg_, n_dev});
+      np_ptr_ = gnp;
     }
     const Reg gb = b_.reg(RegClass::kB64), gc = b_.reg(RegClass::kB64);
     b_.inst("cvta.to.global.u64", {gb, param_b});
@@ -198,12 +207,22 @@ class EntryEmitter {
     b_.inst("mov.u32", {block_reg_, Special{"%ctaid.y"}});
     if (opt_.device_n) {
       // The grid covers N; the whole block leaves when its tile holds no active column (uniform: no barrier waits).
-      b_.comment(fmt::format("blocks whose column tile starts at or past the count exit: ctaid.x * {} >= N",
-                             opt_.tile.n_tile));
       const Reg start = b_.reg(RegClass::kB32), past = b_.reg(RegClass::kPred);
       b_.inst("mul.lo.u32", {start, tile, IntImm{opt_.tile.n_tile}});
-      b_.inst("setp.ge.u32", {past, start, n_reg_});
-      b_.inst("bra", {Symbol{"$done"}}, Guard{past});
+      if (opt_.column_map) {
+        // Tile 0 works even without columns: some block must arrive and write the count.
+        b_.comment(fmt::format("blocks whose column tile starts at or past max(N, 1) leave without arriving: "
+                               "ctaid.x * {} >= max(N, 1)", opt_.tile.n_tile));
+        const Reg n1 = b_.reg(RegClass::kB32);
+        b_.inst("max.u32", {n1, n_reg_, IntImm{1}});
+        b_.inst("setp.ge.u32", {past, start, n1});
+        b_.inst("bra", {Symbol{"$leave"}}, Guard{past});
+      } else {
+        b_.comment(fmt::format("blocks whose column tile starts at or past the count exit: ctaid.x * {} >= N",
+                               opt_.tile.n_tile));
+        b_.inst("setp.ge.u32", {past, start, n_reg_});
+        b_.inst("bra", {Symbol{"$done"}}, Guard{past});
+      }
     }
     b_.comment(fmt::format("this thread's first column: c0 = ctaid.x * {} + tid.x * {}", opt_.tile.n_tile, cpt_));
     const Reg lane_col = b_.reg(RegClass::kB32), c0 = b_.reg(RegClass::kB32);
@@ -222,9 +241,21 @@ class EntryEmitter {
     }
     in_range_ = b_.reg(RegClass::kPred);
     b_.inst("setp.lt.u32", {in_range_, c0, limit_});
-    b_.comment("threads past N load column 0 (always valid) and store nothing");
     const Reg load_col = b_.reg(RegClass::kB32);
-    b_.inst("selp.b32", {load_col, c0, IntImm{0}, in_range_});
+    if (opt_.column_map) {
+      b_.comment("the thread's column of B, C and F is M[c0]; threads past N use column 0 (always valid), store nothing");
+      const Reg param_m = b_.reg(RegClass::kB64), mo = b_.reg(RegClass::kB64);
+      map_ptr_ = b_.reg(RegClass::kB64);
+      b_.inst("ld.param.u64", {param_m, SymbolAddress{name_ + "_param_M"}});
+      b_.inst("cvta.to.global.u64", {map_ptr_, param_m});
+      b_.inst("mov.u32", {load_col, IntImm{0}});
+      b_.inst("mul.wide.u32", {mo, c0, IntImm{4}});
+      b_.inst("add.s64", {mo, map_ptr_, mo});
+      b_.inst("ld.global.u32", {load_col, Address{mo, 0}}, Guard{in_range_});
+    } else {
+      b_.comment("threads past N load column 0 (always valid) and store nothing");
+      b_.inst("selp.b32", {load_col, c0, IntImm{0}, in_range_});
+    }
     const Reg off_b = b_.reg(RegClass::kB64), off_c = b_.reg(RegClass::kB64);
     b_ptr_ = b_.reg(RegClass::kB64);
     c_ptr_ = b_.reg(RegClass::kB64);
@@ -234,7 +265,7 @@ class EntryEmitter {
     } else {
       b_.inst("mul.wide.u32", {off_b, load_col, IntImm{4}});
       b_.inst("add.s64", {b_ptr_, gb, off_b});
-      b_.inst("mul.wide.u32", {off_c, c0, IntImm{4}});
+      b_.inst("mul.wide.u32", {off_c, opt_.column_map ? load_col : c0, IntImm{4}});
       b_.inst("add.s64", {c_ptr_, gc, off_c});
     }
     if (opt_.live_flags) {
@@ -582,6 +613,96 @@ class EntryEmitter {
     }
   }
 
+  // SpmmOptions::column_map: every thread of a working block arrives here after its stores. The block counts itself
+  // in K; the last of the layer's working blocks (over every entry: the plan's blocks times the working column tiles)
+  // compacts M to the columns flagged live, clears their flags and writes the count to NP[1].
+  void emit_compaction() {
+    const int32_t threads = bx_ * gy_, warps = threads / 32;
+    SPARSERT_INTERNAL_CHECK(threads % 32 == 0, "{}: {} threads with a column map", name_, threads);
+    const auto row_blocks = static_cast<int64_t>(plan_.blocks.size());
+    b_.comment(fmt::format("fused compaction: the block's stores are done; the last of the layer's {} row blocks x "
+                           "ceil(max(N, 1) / {}) working blocks compacts M",
+                           row_blocks, opt_.tile.n_tile));
+    const Reg t = b_.reg(RegClass::kB32), ty = b_.reg(RegClass::kB32), lane = b_.reg(RegClass::kB32);
+    const Reg warp = b_.reg(RegClass::kB32), first = b_.reg(RegClass::kPred), p = b_.reg(RegClass::kPred);
+    b_.inst("mov.u32", {t, Special{"%tid.x"}});
+    b_.inst("mov.u32", {ty, Special{"%tid.y"}});
+    b_.inst("mad.lo.u32", {t, ty, IntImm{bx_}, t});
+    b_.inst("and.b32", {lane, t, IntImm{31}});
+    b_.inst("shr.u32", {warp, t, IntImm{5}});
+    b_.inst("setp.eq.u32", {first, t, IntImm{0}});
+    const Reg param_k = b_.reg(RegClass::kB64), kp = b_.reg(RegClass::kB64), slot = b_.reg(RegClass::kB32);
+    const Reg old = b_.reg(RegClass::kB32), want = b_.reg(RegClass::kB32), last = b_.reg(RegClass::kB32);
+    b_.inst("membar.gl", {});
+    b_.inst("bar.sync", {IntImm{0}});
+    b_.inst("mov.u32", {slot, Symbol{"map_last"}});
+    b_.inst("bra", {Symbol{"$arrived"}}, Guard{first, true});
+    b_.inst("ld.param.u64", {param_k, SymbolAddress{name_ + "_param_K"}});
+    b_.inst("cvta.to.global.u64", {kp, param_k});
+    b_.inst("atom.global.add.u32", {old, Address{kp, 0}, IntImm{1}});
+    b_.inst("max.u32", {want, n_reg_, IntImm{1}});
+    b_.inst("add.u32", {want, want, IntImm{opt_.tile.n_tile - 1}});
+    b_.inst("div.u32", {want, want, IntImm{opt_.tile.n_tile}});
+    b_.inst("mul.lo.u32", {want, want, IntImm{row_blocks}});
+    b_.inst("sub.u32", {want, want, IntImm{1}});
+    b_.inst("setp.eq.u32", {p, old, want});
+    b_.inst("selp.u32", {last, IntImm{1}, IntImm{0}, p});
+    b_.inst("st.shared.u32", {Address{slot, 0}, last});
+    b_.comment("the last block puts the counter back to 0 for the next launch");
+    b_.inst("mov.u32", {old, IntImm{0}});
+    b_.inst("st.global.u32", {Address{kp, 0}, old}, Guard{p});
+    b_.label("$arrived");
+    b_.inst("bar.sync", {IntImm{0}});
+    b_.inst("ld.shared.u32", {last, Address{slot, 0}});
+    b_.inst("setp.eq.u32", {p, last, IntImm{0}});
+    b_.inst("bra", {Symbol{"$leave"}}, Guard{p});
+    b_.comment(fmt::format("the last block: M[i] for i < N in chunks of {}; live where F[M[i]] != 0 (read from L2, "
+                           "written by other blocks), which is cleared; the live ones move to the front of M in order",
+                           threads));
+    b_.inst("membar.gl", {});
+    const Reg param_f = b_.reg(RegClass::kB64), gf = b_.reg(RegClass::kB64);
+    b_.inst("ld.param.u64", {param_f, SymbolAddress{name_ + "_param_F"}});
+    b_.inst("cvta.to.global.u64", {gf, param_f});
+    const Reg base = b_.reg(RegClass::kB32), i = b_.reg(RegClass::kB32), pos = b_.reg(RegClass::kB32);
+    const Reg flag = b_.reg(RegClass::kB32), v = b_.reg(RegClass::kB32), excl = b_.reg(RegClass::kB32);
+    const Reg total = b_.reg(RegClass::kB32), zero = b_.reg(RegClass::kB32), at = b_.reg(RegClass::kB32);
+    const Reg in = b_.reg(RegClass::kPred), live = b_.reg(RegClass::kPred);
+    const Reg ma = b_.reg(RegClass::kB64), fa = b_.reg(RegClass::kB64);
+    b_.inst("mov.u32", {base, IntImm{0}});
+    b_.inst("mov.u32", {i, t});
+    b_.inst("mov.u32", {zero, IntImm{0}});
+    b_.label("$compact");
+    b_.inst("sub.u32", {at, i, t});
+    b_.inst("setp.ge.u32", {p, at, n_reg_});
+    b_.inst("bra", {Symbol{"$compacted"}}, Guard{p});
+    b_.inst("setp.lt.u32", {in, i, n_reg_});
+    b_.inst("mov.u32", {flag, IntImm{0}});
+    b_.inst("mov.u32", {pos, IntImm{0}});
+    b_.inst("mul.wide.u32", {ma, i, IntImm{4}});
+    b_.inst("add.s64", {ma, map_ptr_, ma});
+    b_.inst("ld.global.u32", {pos, Address{ma, 0}}, Guard{in});
+    b_.inst("mul.wide.u32", {fa, pos, IntImm{4}});
+    b_.inst("add.s64", {fa, gf, fa});
+    b_.inst("ld.global.cg.u32", {flag, Address{fa, 0}}, Guard{in});
+    b_.inst("st.global.u32", {Address{fa, 0}, zero}, Guard{in});
+    b_.inst("setp.ne.u32", {live, flag, IntImm{0}});
+    b_.inst("selp.u32", {v, IntImm{1}, IntImm{0}, live});
+    ptx::emit_block_scan(b_, v, lane, warp, warps, "map_sums", excl, total);
+    b_.comment("every read of this chunk is done (the scan's barrier): M[base + before] = M[i] for the live ones");
+    b_.inst("add.u32", {excl, excl, base});
+    b_.inst("mul.wide.u32", {ma, excl, IntImm{4}});
+    b_.inst("add.s64", {ma, map_ptr_, ma});
+    b_.inst("st.global.u32", {Address{ma, 0}, pos}, Guard{live});
+    b_.inst("add.u32", {base, base, total});
+    b_.inst("add.u32", {i, i, IntImm{threads}});
+    b_.inst("bar.sync", {IntImm{0}});
+    b_.inst("bra.uni", {Symbol{"$compact"}});
+    b_.label("$compacted");
+    b_.comment("the live count for the next layer: NP[1]");
+    b_.inst("st.global.u32", {Address{np_ptr_, 4}, base}, Guard{first});
+    b_.label("$leave");
+  }
+
   std::string module_header(const SpmmEntry& e) {
     std::string out;
     out += fmt::format("//\n// Generated by sparsert ({}). Do not edit.\n//\n", kGeneratorVersion);
@@ -607,14 +728,26 @@ class EntryEmitter {
     if (opt_.device_n) {
       out += "// NP (global const u32*): the active column count is min(N, *NP); tiles at or past it do nothing\n";
     }
+    if (opt_.column_map) {
+      out += "// M (global u32*, ld words): column i of the kernel is column M[i] of B, C and F; K (global u32*, 0): "
+             "arrivals.\n// The last block compacts M to the live columns and writes their count to NP[1]\n";
+    }
     if (opt_.conv) out += conv_header_comment(*opt_.conv);
     std::vector<ptx::EntryParam> params = {
         {name_ + "_param_B", "u64"}, {name_ + "_param_C", "u64"}, {name_ + "_param_N", "u32"}};
     if (opt_.live_flags) params.push_back({name_ + "_param_F", "u64"});
     if (opt_.device_n) params.push_back({name_ + "_param_NP", "u64"});
+    if (opt_.column_map) {
+      params.push_back({name_ + "_param_M", "u64"});
+      params.push_back({name_ + "_param_K", "u64"});
+    }
     out += ptx::entry_signature(name_, params, {bx_, gy_, 1, true, opt_.tile.max_registers});
     out += b_.declarations();
     if (e.shared_bytes > 0) out += fmt::format("\t.shared .align 16 .b8 partials[{}];\n", e.shared_bytes);
+    if (opt_.column_map) {
+      out += fmt::format("\t.shared .align 4 .b32 map_sums[{}];\n\t.shared .align 4 .b32 map_last;\n",
+                         bx_ * gy_ / 32);
+    }
     out += '\n';
     return out;
   }
@@ -634,7 +767,7 @@ class EntryEmitter {
   int32_t cpt_, gy_, bx_;
   Builder b_;
   Reg dispatch_pred_, far_, n_reg_, limit_, in_tile_, group_reg_, block_reg_, b_ptr_, c_ptr_, s_ptr_, in_range_,
-      full_, c0_, f_ptr_, one_;
+      full_, c0_, f_ptr_, one_, np_ptr_, map_ptr_;
   std::vector<Reg> col_, partial_, acc_, bvals_, wtmp_, tmp_, live_;
   Reg const_reg_;
   std::vector<int32_t> acc_row_;  // per row of the current block: its accumulator index, or -1 for an empty row
@@ -652,7 +785,8 @@ SpmmKernel emit_spmm(const CsrMatrix& a, const inspector::WorkPlan& plan, const 
                           "emit_spmm: the plan is for another matrix");
   SPARSERT_INTERNAL_CHECK(plan.params == tile.plan, "emit_spmm: the plan was made with other parameters");
   SPARSERT_USER_CHECK(options.ld >= 1, "n", "{} columns is not at least 1", options.ld);
-  check_tile_params(tile, KernelShape{a.rows, a.cols, options.ld, options.conv.has_value()}, target);
+  check_tile_params(tile, KernelShape{a.rows, a.cols, options.ld, options.conv.has_value(), options.column_map},
+                    target);
   check_tile_resources(tile, plan, target);
   const Epilogue& ep = options.epilogue;
   if (ep.bias.size() > 1 && ep.bias.size() != static_cast<size_t>(a.rows)) {
@@ -666,6 +800,11 @@ SpmmKernel emit_spmm(const CsrMatrix& a, const inspector::WorkPlan& plan, const 
                         options.conv->shape.columns());
     SPARSERT_USER_CHECK(!options.live_flags, "live_flags", "are not supported for convolutions");
     SPARSERT_USER_CHECK(!options.device_n, "device_n", "is not supported for convolutions");
+  }
+  if (options.column_map) {
+    SPARSERT_USER_CHECK(!options.conv, "column_map", "is not supported for convolutions");
+    SPARSERT_USER_CHECK(options.live_flags && options.device_n, "column_map",
+                        "needs live_flags and device_n (it compacts by the flags and writes the next count)");
   }
 
   // Gather each (block, group)'s nonzeros by column, then by row: a counting sort of the block's rows by column.
@@ -724,6 +863,7 @@ SpmmKernel emit_spmm(const CsrMatrix& a, const inspector::WorkPlan& plan, const 
   kernel.block_y = tile.plan.gy;
   kernel.live_flags = options.live_flags;
   kernel.device_n = options.device_n;
+  kernel.column_map = options.column_map;
 
   // Entries: consecutive blocks until the fma budget of one entry is reached.
   const int64_t entry_limit = entry_fma_limit(tile, plan);
@@ -788,6 +928,11 @@ nlohmann::json SpmmKernel::sidecar() const {
   }
   if (device_n) {
     params_json.push_back({{"name", "NP"}, {"type", "u64"}, {"what", "global const u32*, columns used: min(N, *NP)"}});
+  }
+  if (column_map) {
+    params_json.push_back(
+        {{"name", "M"}, {"type", "u64"}, {"what", "global u32*, ld words: the columns, compacted to the live ones"}});
+    params_json.push_back({{"name", "K"}, {"type", "u64"}, {"what", "global u32*, block arrivals, 0 between launches"}});
   }
   return {{"format", "sparsert-kernel/1"},
           {"generator", kGeneratorVersion},

@@ -67,6 +67,13 @@ int32_t threads_per_block(const TileParams& t) {
   return static_cast<int32_t>(std::min<int64_t>(int64_t{block_threads_x(t)} * std::max(t.plan.gy, 0), INT32_MAX));
 }
 
+TileParams column_map_tile(TileParams t) {
+  t.cols_per_thread = 1;
+  t.n_tile = std::max(t.n_tile, 1);
+  while (threads_per_block(t) % 32 != 0) t.n_tile *= 2;
+  return t;
+}
+
 namespace {
 // Registers a thread needs beside its accumulators and loaded B values: pointers, column indices, predicates and
 // the dispatch compare, measured from ptxas reports of generated kernels with few rows.
@@ -103,6 +110,11 @@ void check_tile_params(const TileParams& t, const KernelShape& shape, const Targ
                                                            "adjacent in memory: it must be 1",
                                                            t.cols_per_thread));
   }
+  if (shape.column_map && t.cols_per_thread != 1) {
+    throw InvalidTileParams("cols_per_thread", fmt::format("{} with gathered columns (column_map), which are not "
+                                                           "adjacent in memory: it must be 1",
+                                                           t.cols_per_thread));
+  }
   if (t.n_tile < 1 || t.n_tile % t.cols_per_thread != 0) {
     throw InvalidTileParams("n_tile", fmt::format("{} is not a positive multiple of cols_per_thread ({})", t.n_tile,
                                                   t.cols_per_thread));
@@ -120,6 +132,11 @@ void check_tile_params(const TileParams& t, const KernelShape& shape, const Targ
                                                    "= {} threads passes the limit of {} per block",
                                                    block_threads_x(t), t.plan.gy, threads,
                                                    target.max_threads_per_block()));
+  }
+  if (shape.column_map && threads % 32 != 0) {
+    throw InvalidTileParams("n_tile", fmt::format("{} columns x gy {} = {} threads with gathered columns (column_map): "
+                                                  "the fused compaction needs whole warps",
+                                                  block_threads_x(t), t.plan.gy, threads));
   }
   if (t.loads_per_batch < 1 || t.loads_per_batch > 32) {
     throw InvalidTileParams("loads_per_batch", fmt::format("{} is not in [1, 32]", t.loads_per_batch));

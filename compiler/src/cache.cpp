@@ -9,7 +9,7 @@ namespace sparsert::compiler {
 
 std::string kernel_cache_key(const CsrMatrix& a, const Epilogue& ep, const codegen::TileParams& tile, int32_t n,
                              const codegen::Target& target, const std::string& toolkit, bool live_flags,
-                             bool device_n) {
+                             bool device_n, bool column_map) {
   Sha256 h;
   h.field(codegen::kGeneratorVersion);
   hash_layer(h, a, ep);
@@ -18,6 +18,7 @@ std::string kernel_cache_key(const CsrMatrix& a, const Epilogue& ep, const codeg
   // Only fused kernels hash the option, so the keys of plain kernels (and the entries already cached) do not change.
   if (live_flags) h.field("live_flags");
   if (device_n) h.field("device_n");
+  if (column_map) h.field("column_map");
   return h.hex();
 }
 

@@ -92,6 +92,9 @@ std::optional<codegen::StreamParams> tuned_stream(const std::vector<std::optiona
 // rule), then to the others by their modelled gain per nonzero from baking, largest first.
 std::vector<LayerKernel> choose_kernels(const std::vector<LoadedLayer>& layers, const CompileOptions& options,
                                         const TunedTable& tuned) {
+  // Gathered columns exist only in baked kernels (SpmmOptions::column_map).
+  const std::optional<codegen::KernelKind> forced =
+      options.column_map ? std::optional(codegen::KernelKind::kBaked) : options.kernel_kind;
   std::vector<size_t> order(layers.size());
   std::vector<double> priority(layers.size(), std::numeric_limits<double>::infinity());
   for (size_t li = 0; li < layers.size(); ++li) {
@@ -108,16 +111,16 @@ std::vector<LayerKernel> choose_kernels(const std::vector<LoadedLayer>& layers, 
     const LoadedLayer& l = layers[li];
     const std::optional<codegen::StreamParams> ts = tuned_stream(tuned[li]);
     codegen::KernelChoiceOptions ko;
-    ko.force = options.kernel_kind;
+    ko.force = forced;
     if (!ko.force && ts) ko.force = codegen::KernelKind::kStreamed;
     ko.network_baked_nnz = baked_nnz;
     if (options.max_network_baked_nnz) ko.max_network_baked_nnz = *options.max_network_baked_nnz;
     LayerKernel k;
     k.choice = codegen::choose_kernel_kind(l.a, l.desc.n, options.targets.front(), ko);
-    if (!options.kernel_kind && ts) {
+    if (!forced && ts) {
       k.choice.reason = tuned[li].front()->source == "model" ? "streamed by the model (fastest estimate)"
                                                              : "tuned streamed (tuning database)";
-    } else if (!options.kernel_kind && std::isfinite(priority[li]) && *tuned[li].front()->baked_gain_us > 0) {
+    } else if (!forced && std::isfinite(priority[li]) && *tuned[li].front()->baked_gain_us > 0) {
       k.choice.reason += fmt::format(" (the model gains {:.1f} us by baking it)", *tuned[li].front()->baked_gain_us);
     }
     k.stream = options.stream_params;
@@ -128,7 +131,7 @@ std::vector<LayerKernel> choose_kernels(const std::vector<LoadedLayer>& layers, 
       k.model_us = front->model_us;
     } else if (k.choice.kind == codegen::KernelKind::kBaked && front && front->kind == codegen::KernelKind::kBaked) {
       k.model_us = front->model_us;
-    } else if (k.choice.kind == codegen::KernelKind::kStreamed && !options.kernel_kind) {
+    } else if (k.choice.kind == codegen::KernelKind::kStreamed && !forced) {
       // Streamed by the rule although the source said baked: its fastest streamed parameters where every target has
       // them, not the defaults.
       const std::vector<std::optional<TunedKernel>>& per_target = tuned[li];
@@ -232,6 +235,10 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
   const auto t0 = Clock::now();
   SPARSERT_USER_CHECK(!options.targets.empty(), "--target", "no target given");
   SPARSERT_USER_CHECK(!layers.empty(), "network", "has no layers");
+  SPARSERT_USER_CHECK(!options.column_map || (options.live_flags && options.device_n), "column_map",
+                      "needs live_flags and device_n");
+  SPARSERT_USER_CHECK(!options.column_map || options.kernel_kind != codegen::KernelKind::kStreamed, "--kernel",
+                      "streamed kernels do not gather their columns (column_map): they must be baked");
   CompileReport report;
   bool assemble = options.assemble;
   std::string toolkit = "none";
@@ -274,7 +281,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
   auto baked_key = [&](const Job& job) {
     const LoadedLayer& l = layers[job.layer];
     return conv_key(kernel_cache_key(l.a, epilogue_of(l.desc), job.tile, l.desc.n, job.target, toolkit,
-                                     options.live_flags, options.device_n),
+                                     options.live_flags, options.device_n, options.column_map),
                     l.conv);
   };
   for (size_t li = 0; li < layers.size(); ++li) {
@@ -299,6 +306,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       job.tile = baked_record ? rec->tile : codegen::default_tile_params(layers[li].a, layers[li].desc.n, target);
       if (baked_record) job.tile_source = rec->source;
       if (layers[li].conv) job.tile.cols_per_thread = 1;  // a convolution's columns are not adjacent in memory
+      if (options.column_map) job.tile = codegen::column_map_tile(job.tile);
       job.key = baked_key(job);  // looked up below, where a kernel known to spill is passed over
       jobs.push_back(std::move(job));
     }
@@ -370,6 +378,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     opt.name = "sparsert_" + codegen::ptx::ptx_identifier(l.desc.name);  // names come from the user's network
     opt.live_flags = options.live_flags;
     opt.device_n = options.device_n;
+    opt.column_map = options.column_map;
     opt.conv = l.conv;
     job.kernel = codegen::emit_spmm(l.a, inspector::make_plan(l.a, job.tile.plan), job.target, opt);
     job.emit_seconds += since(te);
@@ -491,6 +500,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     pl.clamp = l.desc.clamp;
     pl.live_flags = options.live_flags;
     pl.device_n = options.device_n;
+    pl.column_map = options.column_map;
     pl.conv = l.conv;
     pl.weights_file = fmt::format("layer{}.csr", li);
     write_layer_weights(tmp / pl.weights_file, LayerWeights{l.a, l.desc.bias});

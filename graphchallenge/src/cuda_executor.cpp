@@ -28,6 +28,12 @@ bool runs_as_graph(int64_t ld, const CudaGraphChallengeOptions& o) {
   return ld <= o.graph_max_columns && cuda::Graph::supported();
 }
 
+// Whether the layers compact their own columns (CudaGraphChallengeOptions::fused_compaction): in graph mode, with
+// baked kernels.
+bool fuses_compaction(int64_t ld, const CudaGraphChallengeOptions& o) {
+  return o.fused_compaction && runs_as_graph(ld, o) && o.kernel_kind != codegen::KernelKind::kStreamed;
+}
+
 // When the host reads the live count (run_layers). Every layer's count is written on the device, where the next
 // layer's kernels read it (compiled with device_n), so the host never needs it to stay exact: it needs an upper bound
 // to size the grids, and counts only fall, so any count it has seen bounds every later one. It copies the counts into
@@ -62,6 +68,9 @@ struct CudaLayerExecutor::Impl {
   cuda::DeviceBuffer ticket;     // u32: blocks of the filter started; 0 between launches
   cuda::DeviceBuffer counts;     // u32: counts[s] = live columns after s layers since load_inputs (counts[0] = inputs)
   cuda::DeviceBuffer ids;        // u32 per live column: its position among the loaded inputs, moved with the columns
+                                 // (fused: the column map, where the columns stay)
+  cuda::DeviceBuffer arrivals;   // fused: u32, the layer kernels' block arrivals, 0 between launches
+  bool fused = false;            // the layers compact their own columns (fuses_compaction); no filter kernel
   uint32_t row_groups = 0;       // the filter's grid.y
   cuda::Graph graph;             // every layer at full width, captured on the first run_layers in graph mode
   cuda::HostBuffer counts_host, ids_host;  // page-locked: asynchronous copies into them do not block the host
@@ -88,6 +97,7 @@ struct CudaLayerExecutor::Impl {
     ticket = {};
     counts = {};
     ids = {};
+    arrivals = {};
     counts_host = {};
     ids_host = {};
     batch_done.clear();
@@ -106,6 +116,14 @@ struct CudaLayerExecutor::Impl {
     CUdeviceptr f = flags[step % 2].get(), next = flags[1 - step % 2].get();
     CUdeviceptr dp = dest.get(), op = offsets.get(), sp = status.get(), rp = read_done.get(), t = ticket.get();
     CUdeviceptr id = ids.get();
+    if (fused) {
+      // Columns ids[0..counts[step]) of act[cur] into the same columns of act[1 - cur]; the layer's last block leaves
+      // the live ones at the front of ids and their count in counts[step + 1].
+      gpu->launch_layer(static_cast<size_t>(layer), act[cur].get(), data, bound, flags[0].get(), n_in, ids.get(),
+                        arrivals.get());
+      cur = 1 - cur;
+      return;
+    }
     auto rows = static_cast<uint32_t>(net->neurons), width = static_cast<uint32_t>(ld);
     gpu->launch_layer(static_cast<size_t>(layer), act[cur].get(), data, bound, f, n_in);
     // The filter's epoch: status and read_done are zeroed by load_inputs, and each step of a run has its own epoch,
@@ -228,10 +246,12 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     co.live_flags = true;
     co.device_n = true;
     co.kernel_kind = options_.kernel_kind;
+    const bool fused = fuses_compaction(n, options_);
+    co.column_map = fused;
     if (options_.model_tiles) {
       const auto w0 = std::chrono::steady_clock::now();
       compiler::ModelTileOptions mo;
-      mo.forced = options_.kernel_kind;
+      mo.forced = fused ? std::optional(codegen::KernelKind::kBaked) : options_.kernel_kind;
       mo.threads = options_.threads;
       // Layer by layer, each grid covers the columns live a few layers earlier, which fall from 60000 to 950 over
       // the official network's first 14 layers: the model ranks the kernels at the width each layer runs on. A graph
@@ -272,16 +292,24 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     if (const compiler::ModelTotal m = compiler::model_total(r, target.name()); m.layers > 0) {
       // The layer kernels only, at the widths they were ranked at: the filter's kernels and the host are not in it.
       im.notes.push_back(fmt::format("model estimate of the layer kernels: {:.2f} ms per run over the {} modelled "
-                                     "layers (an estimate, not a measurement; the filter's kernels not included)",
-                                     m.us / 1e3, m.layers));
+                                     "layers (an estimate, not a measurement; {} not included)",
+                                     m.us / 1e3, m.layers,
+                                     fused ? "the last block's compaction" : "the filter's kernels"));
     }
     im.gpu = std::make_unique<GpuNetwork>(load_package(im.package_dir));
     for (const std::string& note : im.gpu->load_notes()) {
       if (note.find("rejected") != std::string::npos) im.notes.push_back(note);
     }
     for (size_t l = 0; l < net.layers.size(); ++l) {
-      SPARSERT_INTERNAL_CHECK(im.gpu->layer_has_live_flags(l) && im.gpu->layer_has_device_n(l),
-                              "layer {} was compiled without live-column flags or the device-side count", l + 1);
+      SPARSERT_INTERNAL_CHECK(im.gpu->layer_has_live_flags(l) && im.gpu->layer_has_device_n(l) &&
+                                  im.gpu->layer_has_column_map(l) == fused,
+                              "layer {} was compiled without live-column flags, the device-side count or the column "
+                              "map", l + 1);
+    }
+    im.fused = fused;
+    if (fused) {
+      im.notes.push_back("each layer runs as its kernels alone: they gather their columns through a map, and the "
+                         "layer's last block compacts it to the live columns (no filter kernel between layers)");
     }
     const std::string filter_ptx = filter_kernels_ptx(target);
     im.filter = std::make_unique<cuda::Module>(filter_ptx.c_str(), "dead-input filter kernels");
@@ -296,6 +324,7 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     im.status = cuda::DeviceBuffer(chunks * im.row_groups * 8);
     im.read_done = cuda::DeviceBuffer(chunks * im.row_groups * 4);
     im.ticket = cuda::DeviceBuffer(4);
+    im.arrivals = cuda::DeviceBuffer(4);
     im.counts = cuda::DeviceBuffer(steps * 4);
     im.ids = cuda::DeviceBuffer(words);
     im.counts_host = cuda::HostBuffer(steps * 4);
@@ -318,6 +347,7 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
   im.status.fill_u32_async(0, im.status.bytes() / 4, s);
   im.read_done.fill_u32_async(0, im.read_done.bytes() / 4, s);
   im.ticket.fill_u32_async(0, 1, s);
+  im.arrivals.fill_u32_async(0, 1, s);
   const auto n32 = static_cast<uint32_t>(n);
   im.counts.upload_async(&n32, 4, 0, s);
   im.steps = 0;
@@ -424,7 +454,14 @@ DenseTensor CudaLayerExecutor::activations() {
   std::vector<float> all(static_cast<size_t>(rows) * im.ld);
   im.act[im.cur].download(all.data(), all.size() * 4);
   for (int32_t r = 0; r < rows; ++r) {
-    std::copy_n(all.data() + static_cast<size_t>(r) * im.ld, im.live, out.data() + static_cast<int64_t>(r) * im.live);
+    const float* row = all.data() + static_cast<size_t>(r) * im.ld;
+    float* to = out.data() + static_cast<int64_t>(r) * im.live;
+    if (!im.fused) {
+      std::copy_n(row, im.live, to);
+      continue;
+    }
+    // Fused: the columns never moved; the live ones are where their ids say.
+    for (uint32_t i = 0; i < im.live; ++i) to[i] = row[im.host_ids[i]];
   }
   return out;
 }

@@ -1,5 +1,6 @@
 #include "sparsert/graphchallenge/filter_kernels.hpp"
 
+#include "sparsert/codegen/block_scan.hpp"
 #include "sparsert/codegen/ptx_builder.hpp"
 
 #include <fmt/format.h>
@@ -50,38 +51,6 @@ Reg scaled_address(Builder& b, Reg base, Reg index, int scale) {
 }
 
 Reg word_address(Builder& b, Reg base, Reg index) { return scaled_address(b, base, index, 4); }
-
-// The block-wide sum of `value` over the threads before this one (exclusive) and over the block (total), for a block of
-// kLiveBlock threads: an inclusive scan within each warp by shfl.sync.up, the warp totals through shared memory
-// (`warp_sums`, kLiveBlock / 32 words), then each thread adds the totals of the warps before its own. Starts and ends
-// with the warp totals free to write: the caller puts a bar.sync between a call and the next one.
-void block_scan(Builder& b, Reg value, Reg lane, Reg warp, Reg exclusive, Reg total) {
-  constexpr int kWarps = kLiveBlock / 32;
-  const Reg x = b.reg(RegClass::kB32), y = b.reg(RegClass::kB32), q = b.reg(RegClass::kPred);
-  b.inst("mov.u32", {x, value});
-  for (int d = 1; d < 32; d *= 2) {
-    b.inst("shfl.sync.up.b32", {y, x, IntImm{d}, IntImm{0}, IntImm{-1}});
-    b.inst("setp.ge.u32", {q, lane, IntImm{d}});
-    b.inst("add.u32", {x, x, y}, Guard{q});
-  }
-  const Reg ws = b.reg(RegClass::kB32), wa = b.reg(RegClass::kB32);
-  b.inst("mov.u32", {ws, Symbol{"warp_sums"}});
-  b.inst("mad.lo.u32", {wa, warp, IntImm{4}, ws});
-  b.inst("setp.eq.u32", {q, lane, IntImm{31}});
-  b.inst("st.shared.u32", {Address{wa, 0}, x}, Guard{q});
-  b.inst("bar.sync", {IntImm{0}});
-  const Reg before = b.reg(RegClass::kB32), s = b.reg(RegClass::kB32);
-  b.inst("mov.u32", {before, IntImm{0}});
-  b.inst("mov.u32", {total, IntImm{0}});
-  for (int w = 0; w < kWarps; ++w) {
-    b.inst("ld.shared.u32", {s, Address{ws, 4 * w}});
-    b.inst("add.u32", {total, total, s});
-    b.inst("setp.gt.u32", {q, warp, IntImm{w}});
-    b.inst("add.u32", {before, before, s}, Guard{q});
-  }
-  b.inst("add.u32", {x, x, before});
-  b.inst("sub.u32", {exclusive, x, value});
-}
 
 // Status words of the chunk scan: (epoch << 32) | (state << 30) | value, written with one 64-bit store so that a
 // reader sees a state with its value; a word of an earlier epoch (an earlier launch) reads as "not yet".
@@ -218,7 +187,7 @@ std::string live_filter() {
   b.inst("and.b32", {lane, tid, IntImm{31}});
   b.inst("shr.u32", {warp, tid, IntImm{5}});
   const Reg excl = b.reg(RegClass::kB32), count = b.reg(RegClass::kB32);
-  block_scan(b, f, lane, warp, excl, count);
+  ptx::emit_block_scan(b, f, lane, warp, kLiveBlock / 32, "warp_sums", excl, count);
   const Reg my_status = scaled_address(b, status, idx, 8);
   b.inst("bra", {Symbol{"$scanned"}}, Guard{first, true});
   b.comment("thread 0: the chunk's count, then the look-back over chunks x - 1, x - 2, ... of row group 0");

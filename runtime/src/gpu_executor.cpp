@@ -39,6 +39,8 @@ struct LoadedLayer {
   int32_t m = 0, k = 0;
   bool live_flags = false;  // the kernels take the live-column flags after their other parameters
   bool device_n = false;    // the kernels take a pointer to their column count last
+  bool column_map = false;  // ... then the column map and the arrival counter
+  std::string name;
   std::optional<ConvLayout> conv;
 };
 }  // namespace
@@ -127,6 +129,8 @@ struct GpuNetwork::Impl {
       ll.k = pl.k;
       ll.live_flags = pl.live_flags;
       ll.device_n = pl.device_n;
+      ll.column_map = pl.column_map;
+      ll.name = pl.name;
       ll.conv = pl.conv;
       SPARSERT_USER_CHECK(pl.conv.has_value() == p.layers.front().conv.has_value(), p.dir.string(),
                           "layer {} mixes convolutions and plain layers in one network", pl.name);
@@ -195,8 +199,11 @@ struct GpuNetwork::Impl {
   }
 
   void launch_layer(size_t li, CUdeviceptr in, CUdeviceptr out, uint32_t n, CUdeviceptr flags = 0,
-                    CUdeviceptr n_ptr = 0) {
+                    CUdeviceptr n_ptr = 0, CUdeviceptr map = 0, CUdeviceptr arrivals = 0) {
     const LoadedLayer& l = layers[li];
+    SPARSERT_USER_CHECK(!l.column_map || (map && arrivals && flags && n_ptr), pkg.dir.string(),
+                        "layer {} gathers its columns through a map (column_map): only an executor that keeps the map "
+                        "on the device (the Graph Challenge's) runs it", l.name);
     const unsigned gx = (n + l.n_tile - 1) / l.n_tile;
     std::vector<void*> params = {&in, &out, &n};
     std::vector<CUdeviceptr> arrays = l.array_ptrs;  // cuLaunchKernel reads the values through these pointers
@@ -213,6 +220,10 @@ struct GpuNetwork::Impl {
         n_ptr = scratch_n.get();
       }
       params.push_back(&n_ptr);
+    }
+    if (l.column_map) {
+      params.push_back(&map);
+      params.push_back(&arrivals);
     }
     launches.clear();
     for (const LoadedEntry& e : l.entries) {
@@ -317,12 +328,16 @@ const cuda::DeviceInfo& GpuNetwork::device() const { return impl_->info; }
 const cuda::Stream& GpuNetwork::stream() const { return *impl_->stream; }
 
 void GpuNetwork::launch_layer(size_t layer, CUdeviceptr in, CUdeviceptr out, uint32_t n, CUdeviceptr flags,
-                              CUdeviceptr n_ptr) {
+                              CUdeviceptr n_ptr, CUdeviceptr map, CUdeviceptr arrivals) {
   SPARSERT_INTERNAL_CHECK(layer < impl_->layers.size() && n >= 1 && n <= static_cast<uint32_t>(impl_->pkg.n),
                           "launch_layer({}, n = {}) for {} layers of width {}", layer, n, impl_->layers.size(),
                           impl_->pkg.n);
   impl_->ctx->make_current();
-  impl_->launch_layer(layer, in, out, n, flags, n_ptr);
+  impl_->launch_layer(layer, in, out, n, flags, n_ptr, map, arrivals);
+}
+bool GpuNetwork::layer_has_column_map(size_t layer) const {
+  SPARSERT_INTERNAL_CHECK(layer < impl_->layers.size(), "layer {} of {}", layer, impl_->layers.size());
+  return impl_->layers[layer].column_map;
 }
 bool GpuNetwork::layer_has_device_n(size_t layer) const {
   SPARSERT_INTERNAL_CHECK(layer < impl_->layers.size(), "layer {} of {}", layer, impl_->layers.size());

@@ -172,6 +172,7 @@ nlohmann::json manifest_json(const Package& p) {
     if (l.model_us) lj["model_us"] = *l.model_us;
     if (l.live_flags) lj["live_flags"] = true;
     if (l.device_n) lj["device_n"] = true;
+    if (l.column_map) lj["column_map"] = true;
     if (l.conv) lj["conv"] = conv_layout_json(*l.conv);
     layers.push_back(std::move(lj));
   }
@@ -234,6 +235,9 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     if (!clamp.is_null()) l.clamp = json_get<float>(lj, lw, "clamp");
     if (lj.contains("live_flags")) l.live_flags = json_get<bool>(lj, lw, "live_flags");  // absent: plain kernels
     if (lj.contains("device_n")) l.device_n = json_get<bool>(lj, lw, "device_n");  // absent: N is the parameter
+    if (lj.contains("column_map")) l.column_map = json_get<bool>(lj, lw, "column_map");  // absent: columns in place
+    SPARSERT_USER_CHECK(!l.column_map || (l.live_flags && l.device_n && l.kind == "baked"), lw + ".column_map",
+                        "needs a baked layer with live_flags and device_n");
     if (lj.contains("conv")) {
       l.conv = conv_layout_from_json(lj["conv"], lw + ".conv");
       SPARSERT_USER_CHECK(l.conv->shape.out_channels == l.m && l.conv->shape.k() == l.k, lw + ".conv",

@@ -3,6 +3,7 @@
 // streamed kernels, and 0 past N. Without the option the PTX does not change (the golden tests pin it; here: no F).
 #include "sim_run.hpp"
 #include "stream_run.hpp"
+#include "live_columns_b.hpp"
 #include "sparsert/codegen/assembler.hpp"
 #include "sparsert/codegen/heuristic.hpp"
 #include "sparsert/graphchallenge/generator.hpp"
@@ -21,6 +22,7 @@
 using namespace sparsert;
 using namespace sparsert::codegen;
 using sparsert::testing::first_columns;
+using sparsert::testing::make_b;
 
 namespace {
 // A with positive values, some rows emptied (rows without nonzeros take the constant act(bias) path).
@@ -34,26 +36,6 @@ CsrMatrix make_a(int32_t m, int32_t k, double sparsity, uint64_t seed, const std
     }
   }
   return csr_from_triplets(m, k, std::move(t), DuplicatePolicy::kError, "test");
-}
-
-// Columns of B of four kinds (by column % 4): all zero (dead after any epilogue with bias <= 0), one +1 at a random
-// row (live only in the rows of A that use that row), one -1 (dead after ReLU), dense positive. With nan_column >= 0
-// that column holds a NaN.
-DenseTensor make_b(int32_t k, int32_t ld, uint64_t seed, int32_t nan_column = -1) {
-  std::mt19937_64 rng(seed);
-  std::vector<float> v(static_cast<size_t>(k) * ld, 0.0f);
-  for (int32_t j = 0; j < ld; ++j) {
-    const int32_t row = static_cast<int32_t>(rng() % static_cast<uint64_t>(k));
-    switch (j % 4) {
-      case 0: break;
-      case 1: v[static_cast<size_t>(row) * ld + j] = 1.0f; break;
-      case 2: v[static_cast<size_t>(row) * ld + j] = -1.0f; break;
-      default:
-        for (int32_t r = 0; r < k; ++r) v[static_cast<size_t>(r) * ld + j] = 0.5f + static_cast<float>(rng() % 97) / 97;
-    }
-  }
-  if (nan_column >= 0) v[static_cast<size_t>(rng() % static_cast<uint64_t>(k)) * ld + nan_column] = NAN;
-  return DenseTensor({k, ld}, std::move(v));
 }
 
 // The columns below n where `c` (rows x n) has a nonzero or a NaN.

@@ -229,3 +229,53 @@ TEST(EmitGolden, RejectsBadBias) {
                UserError);
   EXPECT_THROW(emit(tiny(), t, Target::parse("sm_90"), 40, {{NAN}, Activation::kNone, std::nullopt}), UserError);
 }
+
+// Gathered columns (SpmmOptions::column_map), per target: the thread's column comes from M, the blocks past max(N, 1)
+// leave before the arrival count, and $done holds the fused compaction: the arrival, the last block's scan of M in
+// chunks of the block's threads, and the count to NP[1].
+TEST(EmitGolden, ColumnMapGathersAndCompactsAtDone) {
+  for (const Target& target : Target::all()) {
+    SpmmOptions opt;
+    opt.tile = single_block();
+    opt.ld = 40;
+    opt.epilogue = {{0.5f, -1.0f, 0.0f}, Activation::kRelu, 32.0f};
+    opt.name = "tiny";
+    opt.live_flags = opt.device_n = opt.column_map = true;
+    const SpmmKernel k = emit_spmm(tiny(), inspector::make_plan(tiny(), opt.tile.plan), target, opt);
+    ASSERT_EQ(k.entries.size(), 1u);
+    const std::string& ptx = k.entries[0].ptx;
+    const std::string patterns = R"(
+CHECK: // M (global u32*, ld words): column i of the kernel is column M[i] of B, C and F; K (global u32*, 0): arrivals.
+CHECK: .param .u64 tiny_e0_param_NP,
+CHECK-NEXT: .param .u64 tiny_e0_param_M,
+CHECK-NEXT: .param .u64 tiny_e0_param_K
+CHECK: .shared .align 4 .b32 map_sums[1];
+CHECK-NEXT: .shared .align 4 .b32 map_last;
+CHECK: // blocks whose column tile starts at or past max(N, 1) leave without arriving: ctaid.x * 32 >= max(N, 1)
+CHECK: bra $leave;
+CHECK: // the thread's column of B, C and F is M[c0]
+CHECK-NEXT: ld.param.u64
+CHECK: ld.global.u32
+CHECK: // block 0: rows [0, 3) in plan order, 4 nonzeros
+CHECK: $done:
+CHECK-NEXT: // fused compaction: the block's stores are done; the last of the layer's 1 row blocks x ceil(max(N, 1) / 32) working blocks compacts M
+CHECK: membar.gl;
+CHECK-NEXT: bar.sync 0;
+CHECK: atom.global.add.u32
+CHECK: div.u32
+CHECK: $arrived:
+CHECK-NEXT: bar.sync 0;
+CHECK: $compact:
+CHECK: ld.global.cg.u32
+CHECK-COUNT-5: shfl.sync.up.b32
+CHECK: bra.uni $compact;
+CHECK: $compacted:
+CHECK: // the live count for the next layer: NP[1]
+CHECK-NEXT: +4], %r
+CHECK-NEXT: $leave:
+CHECK-NEXT: ret;
+CHECK-NOT: ret;
+)";
+    EXPECT_EQ(filecheck(ptx, patterns), "") << target.name() << "\n" << ptx;
+  }
+}

@@ -88,9 +88,12 @@ TEST_F(GraphChallengeGpuTeardown, ExecutorReleasesEverythingWithoutAFailingDrive
 // count from the device; one filter launch (sparsert_live_filter) counts the live columns and moves them, on the
 // device. A layer launches its entries (or its one streamed kernel) and the filter, nothing else, and the filter moves
 // nothing where no column died. Before: entries + col_live (+ col_compact) with the positions computed on the host,
-// then entries + a scan + a compaction.
+// then entries + a scan + a compaction. (40 columns run as a graph with the compaction fused into the layers, the next
+// test; here the filter path, which wide inputs take, is asked for.)
 TEST_F(GraphChallengeGpuTeardown, EachLayerLaunchesItsKernelsAndOneFilter) {
-  graphchallenge::CudaLayerExecutor exec(emu_options(dir_ / "cache"));
+  graphchallenge::CudaGraphChallengeOptions opt = emu_options(dir_ / "cache");
+  opt.fused_compaction = false;
+  graphchallenge::CudaLayerExecutor exec(opt);
   exec.prepare(net_);
   exec.load_inputs(inputs(1));
   uint32_t live = 40;
@@ -139,6 +142,50 @@ TEST_F(GraphChallengeGpuTeardown, EachLayerLaunchesItsKernelsAndOneFilter) {
   }
   EXPECT_GE(compactions, 1) << "no layer killed a column: the move path was not exercised";
   EXPECT_GE(live, 1u);
+}
+
+// Kernel launches per layer with the compaction fused (issue 13: 1200 inputs in 2 ms needs fewer kernels a layer):
+// at widths that run as one graph, a layer launches its entries and nothing else; they gather their columns through
+// the map and the layer's last block compacts it. Each layer keeps what the CPU executor keeps, and the activations
+// read back (gathered from the columns, which never moved) are the CPU's.
+TEST_F(GraphChallengeGpuTeardown, EachLayerLaunchesOnlyItsEntriesWithFusedCompaction) {
+  graphchallenge::CudaLayerExecutor exec(emu_options(dir_ / "cache"));
+  exec.prepare(net_);
+  gc::CpuLayerExecutor cpu(CpuExecutorOptions{1, 64});
+  cpu.prepare(net_);
+  const DenseTensor y0 = inputs(1);
+  exec.load_inputs(y0);
+  cpu.load_inputs(y0);
+  int compactions = 0;
+  size_t live = 40;
+  for (int32_t l = 0; l < kLayers; ++l) {
+    emu().clear_launches();
+    const std::vector<int32_t> kept = exec.run_layer(l);
+    const std::vector<int32_t> want = cpu.run_layer(l);
+    EXPECT_EQ(kept, want) << "layer " << l + 1;
+    const std::vector<testing::EmulatedDriver::Launch> launches = emu().launches();
+    const std::string prefix = fmt::format("sparsert_l{}_e", l + 1);
+    std::string names;
+    std::vector<std::string> entries;
+    for (const auto& launch : launches) {
+      names += " " + launch.kernel;
+      if (launch.kernel.rfind(prefix, 0) == 0) entries.push_back(launch.kernel);
+    }
+    ASSERT_FALSE(entries.empty()) << "layer " << l + 1 << " launched:" << names;
+    EXPECT_EQ(launches.size(), entries.size()) << "layer " << l + 1 << " launched more than its entries:" << names;
+    std::sort(entries.begin(), entries.end());
+    EXPECT_EQ(std::adjacent_find(entries.begin(), entries.end()), entries.end()) << names;
+    compactions += kept.size() < live;
+    live = kept.size();
+  }
+  EXPECT_GE(compactions, 1) << "no layer killed a column: the compaction was not exercised";
+  const DenseTensor got = exec.activations(), want = cpu.activations();
+  ASSERT_EQ(got.rows(), want.rows());
+  ASSERT_EQ(got.cols(), want.cols());
+  ASSERT_GE(got.cols(), 1);
+  EXPECT_LE(max_relative_error(got, want), 1e-5);
+  EXPECT_TRUE(std::any_of(exec.notes().begin(), exec.notes().end(),
+                          [](const std::string& n) { return n.find("no filter kernel") != std::string::npos; }));
 }
 
 // Host synchronisations per network run (issue 13). The live count stays on the device, so run_layers (what
@@ -221,12 +268,8 @@ TEST(GraphChallengeGpuHostSyncs, OneWaitPerRunWhateverTheLayerCount) {
   }
 }
 
-// Narrow inputs run as one CUDA Graph (issue 13: "the whole network as one CUDA Graph"): captured on the first run,
-// with per layer its entries and the filter at full-width grids, then replayed. Each run is one graph launch and one
-// host synchronisation, exact against the CPU executor, and a second run (new inputs, the same width) captures nothing.
-TEST(GraphChallengeGpuGraph, NarrowInputsRunAsOneGraphPerRun) {
-  emu();
-  if (!cuda::Graph::supported()) GTEST_SKIP() << "the driver has no graph API";
+// The body of NarrowInputsRunAsOneGraphPerRun, with the compaction fused or the filter kernel after each layer.
+void narrow_inputs_as_one_graph(bool fused) {
   testing::ScratchDir dir;
   constexpr int32_t kLayers = 12;
   const auto weights = graphchallenge::write_network(dir.path(), 1024, kLayers, 40, 6);
@@ -235,17 +278,20 @@ TEST(GraphChallengeGpuGraph, NarrowInputsRunAsOneGraphPerRun) {
   const CsrMatrix images = graphchallenge::read_images(dir / "sparse-images-1024.tsv", 1024);
   gc::CpuLayerExecutor cpu(CpuExecutorOptions{1, 64});
   cpu.prepare(net);
-  graphchallenge::CudaLayerExecutor exec(emu_options(dir / "cache"));
+  graphchallenge::CudaGraphChallengeOptions opt = emu_options(dir / "cache");
+  opt.fused_compaction = fused;
+  graphchallenge::CudaLayerExecutor exec(opt);
   exec.prepare(net);
-  // Two runs of the same width on different inputs: the images, then the same images in reverse column order.
+  // Three runs of the same width on different inputs: the images, the same images in reverse column order, zeros.
   DenseTensor y0 = gc::feature_major_inputs(images, 1024, 4);
-  DenseTensor y1({y0.rows(), y0.cols()});
+  DenseTensor y1({y0.rows(), y0.cols()}), y2({y0.rows(), y0.cols()});
   for (int64_t r = 0; r < y0.rows(); ++r) {
     for (int64_t c = 0; c < y0.cols(); ++c) y1.data()[r * y0.cols() + c] = y0.data()[r * y0.cols() + y0.cols() - 1 - c];
   }
-  for (int run = 0; run < 2; ++run) {
+  std::fill(y2.data(), y2.data() + y2.size(), 0.0f);
+  for (int run = 0; run < 3; ++run) {
     SCOPED_TRACE(fmt::format("run {}", run + 1));
-    const DenseTensor& y = run == 0 ? y0 : y1;
+    const DenseTensor& y = run == 0 ? y0 : run == 1 ? y1 : y2;
     const gc::InferenceResult truth = gc::run_inference(net, y, cpu);
     exec.load_inputs(y);
     emu().clear_host_syncs();
@@ -268,14 +314,29 @@ TEST(GraphChallengeGpuGraph, NarrowInputsRunAsOneGraphPerRun) {
       }
     }
     if (run == 0) {
-      EXPECT_EQ(filters, kLayers);
+      EXPECT_EQ(filters, fused ? 0 : kLayers);
       EXPECT_GE(layer_kernels, kLayers);
     } else {
-      EXPECT_TRUE(launches.empty()) << "the second run captured again";
+      EXPECT_TRUE(launches.empty()) << "a later run captured again";
     }
+    if (run == 2) EXPECT_TRUE(r.survivors.empty());
     // The activations read back are the last layer's live columns, as the CPU executor has them.
     const DenseTensor act = exec.activations();
     EXPECT_EQ(act.cols(), static_cast<int64_t>(truth.categories.size()));
+  }
+}
+
+// Narrow inputs run as one CUDA Graph (issue 13: "the whole network as one CUDA Graph"): captured on the first run,
+// with per layer its entries at full-width grids (and the filter, where the compaction is not fused), then replayed.
+// Each run is one graph launch and one host synchronisation, exact against the CPU executor, and later runs (new
+// inputs, the same width: reversed, then all zero, where every column dies in the first layer and the later layers
+// run on none) capture nothing.
+TEST(GraphChallengeGpuGraph, NarrowInputsRunAsOneGraphPerRun) {
+  emu();
+  if (!cuda::Graph::supported()) GTEST_SKIP() << "the driver has no graph API";
+  for (const bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "fused compaction" : "filter kernel");
+    narrow_inputs_as_one_graph(fused);
   }
 }
 

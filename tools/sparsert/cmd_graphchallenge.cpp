@@ -33,6 +33,7 @@ struct GraphChallengeArgs {
   std::optional<float> bias;
   std::string kernel = "auto";
   std::string tiles = "model";
+  std::string compaction = "fused";
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -47,6 +48,7 @@ std::unique_ptr<graphchallenge::LayerExecutor> make_executor(const GraphChalleng
     options.threads = a.threads;
     options.model_tiles = a.tiles == "model";
     if (a.kernel != "auto") options.kernel_kind = codegen::parse_kernel_kind(a.kernel, "--kernel");
+    options.fused_compaction = a.compaction == "fused";
     return std::make_unique<graphchallenge::CudaLayerExecutor>(options);
   }
   CpuExecutorOptions options;
@@ -176,6 +178,11 @@ Action add_graphchallenge(CLI::App& app) {
                   "is one CUDA Graph), or codegen's heuristic")
       ->default_val("model")
       ->check(CLI::IsMember({"model", "heuristic"}));
+  sub->add_option("--compaction", args->compaction, "cuda, where the run is one CUDA Graph (at most 8192 inputs): "
+                  "fused (each layer's last block compacts a map of the live columns; every layer baked) or kernel "
+                  "(the filter kernel after each layer moves them)")
+      ->default_val("fused")
+      ->check(CLI::IsMember({"fused", "kernel"}));
   return [args, sub] { return sub->parsed() ? run(*args) : static_cast<int>(kBadInput); };
 }
 

@@ -32,6 +32,14 @@ struct SpmmOptions {
   // stream can set it; blocks whose column tile starts at or past it exit at once, so the grid may be sized for any
   // bound N >= *NP. Off: the PTX is exactly as without it.
   bool device_n = false;
+  // Columns gathered through a map, compacted by the kernel itself (needs live_flags and device_n, one column per
+  // thread, whole warps: KernelShape::column_map). Every entry takes two more parameters after NP: M (u64, global u32*,
+  // ld words) and K (u64, global u32*, 0 before the launch). Column i < n = min(N, *NP) of the kernel is column M[i]
+  // of B, C and F; the data never moves. The last block of the layer to finish (counted in *K over every entry's
+  // working blocks, then *K = 0 again) reads F[M[i]] for i < n, clears it, moves the live M[i] to the front of M in
+  // order and writes their count to NP[1]: the next layer runs on them with NP + 4, with no kernel in between. Column
+  // tile 0 works even when n = 0, so that the count is always written.
+  bool column_map = false;
   // A convolution (virtual im2col, runtime/conv.hpp): A is the im2col weight matrix, column n of B and C is output
   // pixel n, B and C are the layer's bordered NCHW buffers and ld is the pixel count. Needs cols_per_thread = 1.
   std::optional<ConvLayout> conv;
@@ -57,6 +65,7 @@ struct SpmmKernel {
   std::vector<SpmmEntry> entries;
   bool live_flags = false;  // the entries take F after N (SpmmOptions::live_flags)
   bool device_n = false;    // the entries take NP last (SpmmOptions::device_n)
+  bool column_map = false;  // the entries take M and K after NP (SpmmOptions::column_map)
 
   // grid = (ceil(n / n_tile), entry blocks, 1) for an active column count n.
   int32_t grid_x(int32_t n) const { return (n + tile.n_tile - 1) / tile.n_tile; }

@@ -49,6 +49,9 @@ struct KernelShape {
   // Columns are the output pixels of a convolution: neighbours are not neighbours in memory, so each thread takes
   // one (cols_per_thread = 1).
   bool conv = false;
+  // Columns gathered through a map (SpmmOptions::column_map): each thread takes one column, and the block is whole
+  // warps (its fused compaction scans with warp shuffles).
+  bool column_map = false;
 };
 
 // Threads in x of a baked block (one per cols_per_thread columns of the tile), padded so that no warp holds two
@@ -59,6 +62,10 @@ int32_t block_threads_x(const TileParams& t);
 
 // Threads per block: block_threads_x × gy.
 int32_t threads_per_block(const TileParams& t);
+
+// `t` made valid for gathered columns (KernelShape::column_map): one column per thread, the same n_tile, doubled
+// until the block is whole warps. Unchanged where it already is.
+TileParams column_map_tile(TileParams t);
 
 // The fmas an entry may hold for this plan: max_fmas_per_entry, raised where the layer would otherwise need more
 // than max_entries entries. Entries take consecutive blocks while they stay within it (codegen, and the model's

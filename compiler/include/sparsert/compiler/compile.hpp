@@ -56,6 +56,12 @@ struct CompileOptions {
   // such layers ("device_n") and GpuNetwork passes NP to them. The Graph Challenge's GPU executor keeps the live
   // count on the device with it.
   bool device_n = false;
+  // Every layer baked with its columns gathered through a map and compacted by its own last block
+  // (SpmmOptions::column_map; needs live_flags and device_n): the tiles take one column per thread and whole warps
+  // (codegen::column_map_tile), every layer is baked whatever the budget, and the manifest marks such layers
+  // ("column_map"); GpuNetwork passes M and K to them. The Graph Challenge's GPU executor runs a layer as its entries
+  // alone with it, with no filter kernel between layers.
+  bool column_map = false;
   std::filesystem::path cache_dir = KernelCache::default_dir();
   // The network's baked-code budget in nonzeros (codegen::KernelChoiceOptions::max_network_baked_nnz) where set.
   std::optional<int64_t> max_network_baked_nnz;

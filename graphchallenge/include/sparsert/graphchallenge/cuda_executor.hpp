@@ -26,6 +26,11 @@ struct CudaGraphChallengeOptions {
   // at such widths, and one graph launch replaces two or more launches per layer. Wider inputs (and drivers without
   // graphs) enqueue layer by layer with grids that shrink as columns die. 0: never a graph.
   int64_t graph_max_columns = 8192;
+  // In that graph, each layer is its kernels alone: they gather their columns through a map and the layer's last
+  // block compacts the map to the live columns (codegen's SpmmOptions::column_map), so no filter kernel runs between
+  // layers and the activations never move. Every layer is then baked (a forced streamed kind turns it off). false:
+  // the filter kernel after each layer, as layer by layer.
+  bool fused_compaction = true;
   // Each layer's kernel: the static model's fastest estimate (compiler::model_tile_source) ranked at the width the
   // layer is expected to run on (expected_layer_widths; the full width where the run is one CUDA Graph), with the
   // network's baked-code budget going to the layers it gains most; false: codegen's rules (the heuristic tile, the

@@ -60,10 +60,14 @@ class GpuNetwork {
   // n_ptr: a layer compiled with the column count on the device (PackageLayer::device_n) reads it from there (a u32,
   // at most n; blocks past it exit, so n only bounds the grid); other layers ignore it. 0: n, written to a scratch
   // word on the stream before the launch.
+  // map, arrivals: a layer compiled with a column map (PackageLayer::column_map; it needs flags and n_ptr too) runs
+  // on columns map[0..*n_ptr) of in and out, and its last block compacts map to the live ones and writes their count
+  // to n_ptr[1] (codegen's SpmmOptions::column_map); arrivals is a u32, 0 before and after. Other layers ignore both.
   void launch_layer(size_t layer, CUdeviceptr in, CUdeviceptr out, uint32_t n, CUdeviceptr flags = 0,
-                    CUdeviceptr n_ptr = 0);
+                    CUdeviceptr n_ptr = 0, CUdeviceptr map = 0, CUdeviceptr arrivals = 0);
   bool layer_has_live_flags(size_t layer) const;
   bool layer_has_device_n(size_t layer) const;
+  bool layer_has_column_map(size_t layer) const;
   const cuda::Stream& stream() const;
 
   const cuda::DeviceInfo& device() const;

@@ -59,6 +59,9 @@ struct PackageLayer {
   // The kernels read their active column count from device memory: they take NP (u64, a u32 on the device) last and
   // use min(N, *NP). Written to the manifest only when true.
   bool device_n = false;
+  // The kernels gather their columns through a map and compact it themselves (codegen's SpmmOptions::column_map): they
+  // take M and K (u64 each) after NP. Written to the manifest only when true.
+  bool column_map = false;
   // A convolution (virtual im2col): its shape and the borders of its input and output buffers; the kernels' N is its
   // output pixels (runtime/conv.hpp). Written to the manifest only when set.
   std::optional<ConvLayout> conv;
