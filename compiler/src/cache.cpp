@@ -53,9 +53,11 @@ std::optional<CachedKernel> KernelCache::find(const std::string& key) const {
       ce.block_begin = e.at("blocks").at(0);  // at(): an edited entry with a short array is discarded, not overread
       ce.block_end = e.at("blocks").at(1);
       ce.ptx = std::move(file(e.at("ptx")));
+      ce.ptx_sha256 = found->sha256.at(e.at("ptx").get<std::string>());
       if (!e.at("cubin").is_null()) {
         const std::string& cubin = file(e.at("cubin"));
         ce.cubin.assign(cubin.begin(), cubin.end());
+        ce.cubin_sha256 = found->sha256.at(e.at("cubin").get<std::string>());
       }
       ce.resources.registers = e.at("registers");
       ce.resources.spill_bytes = e.at("spill_bytes");
@@ -72,7 +74,7 @@ std::optional<CachedKernel> KernelCache::find(const std::string& key) const {
   }
 }
 
-void KernelCache::store(const CachedKernel& k) const {
+void KernelCache::store(CachedKernel& k) const {
   StoreEntry entry;
   nlohmann::json entries = nlohmann::json::array();
   for (size_t i = 0; i < k.entries.size(); ++i) {
@@ -96,7 +98,12 @@ void KernelCache::store(const CachedKernel& k) const {
     entries.push_back(std::move(ej));
   }
   entry.meta = {{"block_x", k.block_x}, {"block_y", k.block_y}, {"n_tile", k.n_tile}, {"entries", std::move(entries)}};
-  store_.put(k.key, entry);
+  const std::map<std::string, std::string> hashes = store_.put(k.key, entry);
+  for (size_t i = 0; i < k.entries.size(); ++i) {
+    CachedEntry& e = k.entries[i];
+    e.ptx_sha256 = hashes.at(fmt::format("e{}.ptx", i));
+    if (!e.cubin.empty()) e.cubin_sha256 = hashes.at(fmt::format("e{}.cubin", i));
+  }
 }
 
 }  // namespace sparsert::compiler

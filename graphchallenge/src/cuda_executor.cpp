@@ -296,7 +296,9 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
                                      m.us / 1e3, m.layers,
                                      fused ? "the last block's compaction" : "the filter's kernels"));
     }
-    im.gpu = std::make_unique<GpuNetwork>(load_package(im.package_dir));
+    // Written by compile_network just now into this process's own directory: hashing its hundreds of megabytes again
+    // would only check the copy just made (about a second on the Graph Challenge's network).
+    im.gpu = std::make_unique<GpuNetwork>(load_package(im.package_dir, /*verify_hashes=*/false));
     for (const std::string& note : im.gpu->load_notes()) {
       if (note.find("rejected") != std::string::npos) im.notes.push_back(note);
     }

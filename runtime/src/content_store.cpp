@@ -72,8 +72,10 @@ std::optional<StoreEntry> ContentStore::find(const std::string& key, const FileF
       if (!safe_name(name)) throw std::runtime_error("file name");
       if (want && !want(name)) continue;
       std::string bytes = read_file(d / name);
-      if (sha256_hex(bytes) != sha.get<std::string>()) throw std::runtime_error("checksum");
+      std::string hash = sha256_hex(bytes);
+      if (hash != sha.get<std::string>()) throw std::runtime_error("checksum");
       e.files.emplace(name, std::move(bytes));
+      e.sha256.emplace(name, std::move(hash));
     }
     return e;
   } catch (const std::bad_alloc&) {
@@ -97,18 +99,19 @@ void ContentStore::discard(const std::string& key) const {
   if (!ec) std::filesystem::remove_all(trash, ec);
 }
 
-void ContentStore::put(const std::string& key, const StoreEntry& entry) const {
+std::map<std::string, std::string> ContentStore::put(const std::string& key, const StoreEntry& entry) const {
   const std::filesystem::path final_dir = entry_dir(key);
   std::filesystem::create_directories(final_dir.parent_path());
   const std::filesystem::path tmp = unique_sibling(dir_, "tmp." + key.substr(0, 12));
   std::filesystem::create_directories(tmp);
   std::error_code ec;
+  std::map<std::string, std::string> hashes;
   try {
     nlohmann::json files = nlohmann::json::object();
     for (const auto& [name, bytes] : entry.files) {
       SPARSERT_INTERNAL_CHECK(safe_name(name), "content store file name '{}'", name);
       write_file_atomic(tmp / name, bytes);
-      files[name] = sha256_hex(bytes);
+      files[name] = hashes[name] = sha256_hex(bytes);
     }
     const nlohmann::json manifest = {
         {"format", kFormat}, {"key", key}, {"files", std::move(files)}, {"meta", entry.meta}};
@@ -122,6 +125,7 @@ void ContentStore::put(const std::string& key, const StoreEntry& entry) const {
   // ours unless it is broken, in which case find() has just removed it and the second rename replaces it.
   if (ec && !find(key, [](const std::string&) { return false; })) std::filesystem::rename(tmp, final_dir, ec);
   if (ec) std::filesystem::remove_all(tmp, ec);
+  return hashes;
 }
 
 }  // namespace sparsert

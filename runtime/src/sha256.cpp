@@ -5,7 +5,13 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <cstring>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define SPARSERT_SHA_NI 1
+#endif
 
 namespace sparsert {
 
@@ -21,7 +27,78 @@ constexpr uint32_t kRound[64] = {
     0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
 
 inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+#ifdef SPARSERT_SHA_NI
+// The compression with the SHA extensions (sha256rnds2: two rounds; sha256msg1/msg2: the message schedule), several
+// times faster than the portable rounds: the Graph Challenge's compile hashes hundreds of megabytes of PTX and cubins.
+// sha256rnds2 keeps the state as two vectors, (A, B, E, F) and (C, D, G, H), highest lane first.
+__attribute__((target("sha,sse4.1"))) void compress_sha_ni(uint32_t h[8], const uint8_t* p, size_t n) {
+  const __m128i swap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);  // big-endian words
+  __m128i dcba = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h));
+  __m128i hgfe = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 4));
+  const __m128i badc = _mm_shuffle_epi32(dcba, 0xB1);
+  const __m128i efgh = _mm_shuffle_epi32(hgfe, 0x1B);
+  __m128i abef = _mm_alignr_epi8(badc, efgh, 8);
+  __m128i cdgh = _mm_blend_epi16(efgh, badc, 0xF0);
+  for (; n > 0; --n, p += 64) {
+    const __m128i abef0 = abef, cdgh0 = cdgh;
+    __m128i w[4];
+    for (int i = 0; i < 4; ++i) {
+      w[i] = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * i)), swap);
+    }
+    for (int g = 0; g < 16; ++g) {
+      __m128i& m = w[g % 4];
+      if (g >= 4) {
+        // W[4g .. 4g+3] from W[4g-16 .. 4g-1], which w holds as the four groups before this one.
+        const __m128i prev = w[(g + 3) % 4], prev2 = w[(g + 2) % 4];
+        m = _mm_sha256msg1_epu32(m, w[(g + 1) % 4]);
+        m = _mm_add_epi32(m, _mm_alignr_epi8(prev, prev2, 4));
+        m = _mm_sha256msg2_epu32(m, prev);
+      }
+      const __m128i k = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kRound + 4 * g));
+      __m128i wk = _mm_add_epi32(m, k);
+      cdgh = _mm_sha256rnds2_epu32(cdgh, abef, wk);
+      wk = _mm_shuffle_epi32(wk, 0x0E);
+      abef = _mm_sha256rnds2_epu32(abef, cdgh, wk);
+    }
+    abef = _mm_add_epi32(abef, abef0);
+    cdgh = _mm_add_epi32(cdgh, cdgh0);
+  }
+  const __m128i feba = _mm_shuffle_epi32(abef, 0x1B);
+  const __m128i dchg = _mm_shuffle_epi32(cdgh, 0xB1);
+  dcba = _mm_blend_epi16(feba, dchg, 0xF0);
+  hgfe = _mm_alignr_epi8(dchg, feba, 8);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(h), dcba);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(h + 4), hgfe);
+}
+#endif
+
+bool use_sha_ni() {
+#ifdef SPARSERT_SHA_NI
+  const char* portable = std::getenv("SPARSERT_SHA256_PORTABLE");
+  if (portable && std::strcmp(portable, "1") == 0) return false;
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1");
+#else
+  return false;
+#endif
+}
 }  // namespace
+
+bool Sha256::accelerated() {
+  static const bool yes = use_sha_ni();
+  return yes;
+}
+
+void Sha256::blocks(const uint8_t* p, size_t n) {
+#ifdef SPARSERT_SHA_NI
+  if (accelerated()) {
+    compress_sha_ni(h_, p, n);
+    return;
+  }
+#endif
+  for (; n > 0; --n, p += 64) block(p);
+}
 
 Sha256::Sha256()
     : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
@@ -70,14 +147,14 @@ Sha256& Sha256::update(const void* data, size_t bytes) {
     p += take;
     bytes -= take;
     if (buf_len_ == 64) {
-      block(buf_);
+      blocks(buf_, 1);
       buf_len_ = 0;
     }
   }
-  while (bytes >= 64) {
-    block(p);
-    p += 64;
-    bytes -= 64;
+  if (bytes >= 64) {
+    blocks(p, bytes / 64);
+    p += bytes / 64 * 64;
+    bytes %= 64;
   }
   std::memcpy(buf_, p, bytes);
   buf_len_ += bytes;

@@ -70,11 +70,17 @@ TEST(ContentStore, RoundTripAndSelectedFiles) {
   const ContentStore store(dir / "cache");
   const std::string key = sha256_hex("one");
   EXPECT_FALSE(store.find(key));
-  store.put(key, sample("x"));
+  const std::map<std::string, std::string> put_hashes = store.put(key, sample("x"));
   const auto back = store.find(key);
   ASSERT_TRUE(back);
   EXPECT_EQ(back->meta, sample("x").meta);
   EXPECT_EQ(back->files, sample("x").files);
+  // The hashes put computed and find checked are the files' (callers copy them instead of hashing again).
+  ASSERT_EQ(put_hashes.size(), 2u);
+  for (const auto& [name, bytes] : sample("x").files) {
+    EXPECT_EQ(put_hashes.at(name), sha256_hex(bytes)) << name;
+    EXPECT_EQ(back->sha256.at(name), sha256_hex(bytes)) << name;
+  }
   const auto ptx_only = store.find(key, [](const std::string& name) { return name == "a.ptx"; });
   ASSERT_TRUE(ptx_only);
   EXPECT_EQ(ptx_only->files.size(), 1u);

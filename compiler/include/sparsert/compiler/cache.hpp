@@ -21,6 +21,9 @@ struct CachedEntry {
   int32_t block_begin = 0, block_end = 0;
   std::string ptx;
   std::vector<char> cubin;  // empty without the toolkit
+  // sha256 (hex) of ptx and cubin, once the cache has read or written them (KernelCache::find, store): the package
+  // takes them instead of hashing the bytes again. Empty before.
+  std::string ptx_sha256, cubin_sha256;
   KernelResources resources;
   double assemble_seconds = 0.0;
 };
@@ -50,7 +53,8 @@ class KernelCache {
 
   // A verified entry, or nothing (a missing entry, or a corrupted one, which is removed).
   std::optional<CachedKernel> find(const std::string& key) const;
-  void store(const CachedKernel& k) const;
+  // Also sets the entries' ptx_sha256 and cubin_sha256.
+  void store(CachedKernel& k) const;
   const std::filesystem::path& dir() const { return store_.dir(); }
   std::filesystem::path entry_dir(const std::string& key) const { return store_.entry_dir(key); }
 

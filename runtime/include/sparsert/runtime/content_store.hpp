@@ -22,6 +22,9 @@ std::filesystem::path default_cache_dir();
 struct StoreEntry {
   nlohmann::json meta = nlohmann::json::object();  // the caller's fields
   std::map<std::string, std::string> files;        // name → bytes
+  // name → sha256 (hex) of those bytes, as find checked them, so that a caller copying the bytes elsewhere need not
+  // hash them again.
+  std::map<std::string, std::string> sha256;
 };
 
 class ContentStore {
@@ -35,7 +38,8 @@ class ContentStore {
   std::optional<StoreEntry> find(const std::string& key, const FileFilter& want = {}) const;
   // Publishes the entry atomically. When a valid entry is already there (another process stored the same content
   // first) that one is kept; a broken one is replaced. Throws UserError when the directory cannot be written.
-  void put(const std::string& key, const StoreEntry& entry) const;
+  // Returns the files' sha256 (name → hex), as computed for the manifest.
+  std::map<std::string, std::string> put(const std::string& key, const StoreEntry& entry) const;
   // Removes an entry the caller found unusable (its metadata does not decode), so that the next put replaces it.
   void discard(const std::string& key) const;
 

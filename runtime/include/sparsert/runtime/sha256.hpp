@@ -17,7 +17,12 @@ class Sha256 {
   std::array<uint8_t, 32> digest();
   std::string hex();  // 64 lowercase hex digits
 
+  // Whether the x86 SHA extensions do the compression (chosen once per process from the CPU; the portable code
+  // otherwise). SPARSERT_SHA256_PORTABLE=1 in the environment forces the portable code (for tests and comparisons).
+  static bool accelerated();
+
  private:
+  void blocks(const uint8_t* p, size_t n);  // n whole 64-byte blocks
   void block(const uint8_t* p);
   uint32_t h_[8];
   uint8_t buf_[64];
