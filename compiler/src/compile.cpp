@@ -237,6 +237,8 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
   SPARSERT_USER_CHECK(!layers.empty(), "network", "has no layers");
   SPARSERT_USER_CHECK(!options.column_map || (options.live_flags && options.device_n), "column_map",
                       "needs live_flags and device_n");
+  SPARSERT_USER_CHECK(!options.max_entries || *options.max_entries >= 0, "--max-entries",
+                      "{} is not 0 (no limit) or positive", options.max_entries.value_or(0));
   SPARSERT_USER_CHECK(!options.column_map || options.kernel_kind != codegen::KernelKind::kStreamed, "--kernel",
                       "streamed kernels do not gather their columns (column_map): they must be baked");
   CompileReport report;
@@ -307,6 +309,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       if (baked_record) job.tile_source = rec->source;
       if (layers[li].conv) job.tile.cols_per_thread = 1;  // a convolution's columns are not adjacent in memory
       if (options.column_map) job.tile = codegen::column_map_tile(job.tile);
+      if (options.max_entries) job.tile.max_entries = *options.max_entries;
       job.key = baked_key(job);  // looked up below, where a kernel known to spill is passed over
       jobs.push_back(std::move(job));
     }

@@ -248,6 +248,7 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     co.kernel_kind = options_.kernel_kind;
     const bool fused = fuses_compaction(n, options_);
     co.column_map = fused;
+    co.max_entries = options_.max_entries;
     if (options_.model_tiles) {
       const auto w0 = std::chrono::steady_clock::now();
       compiler::ModelTileOptions mo;

@@ -188,6 +188,26 @@ TEST_F(GraphChallengeGpuTeardown, EachLayerLaunchesOnlyItsEntriesWithFusedCompac
                           [](const std::string& n) { return n.find("no filter kernel") != std::string::npos; }));
 }
 
+// One kernel a layer: with CudaGraphChallengeOptions::max_entries = 1 (--max-entries 1) every layer is one entry, and
+// with the fused compaction that one launch is the whole layer; exact against the CPU executor.
+TEST_F(GraphChallengeGpuTeardown, OneEntryPerLayerIsOneLaunchPerLayer) {
+  graphchallenge::CudaGraphChallengeOptions opt = emu_options(dir_ / "cache");
+  opt.max_entries = 1;
+  graphchallenge::CudaLayerExecutor exec(opt);
+  exec.prepare(net_);
+  gc::CpuLayerExecutor cpu(CpuExecutorOptions{1, 64});
+  cpu.prepare(net_);
+  exec.load_inputs(inputs(1));
+  cpu.load_inputs(inputs(1));
+  for (int32_t l = 0; l < kLayers; ++l) {
+    emu().clear_launches();
+    EXPECT_EQ(exec.run_layer(l), cpu.run_layer(l)) << "layer " << l + 1;
+    const std::vector<testing::EmulatedDriver::Launch> launches = emu().launches();
+    ASSERT_EQ(launches.size(), 1u) << "layer " << l + 1;
+    EXPECT_EQ(launches.front().kernel, fmt::format("sparsert_l{}_e0", l + 1));
+  }
+}
+
 // Host synchronisations per network run (issue 13). The live count stays on the device, so run_layers (what
 // run_inference times) enqueues every layer without waiting and the host waits once, at the end, for the counts and
 // the surviving ids. Before, every layer waited three times: its flags (cuMemcpyDtoHAsync into pageable memory, then

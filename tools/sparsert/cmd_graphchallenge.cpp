@@ -34,6 +34,7 @@ struct GraphChallengeArgs {
   std::string kernel = "auto";
   std::string tiles = "model";
   std::string compaction = "fused";
+  std::optional<int32_t> max_entries;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -49,6 +50,7 @@ std::unique_ptr<graphchallenge::LayerExecutor> make_executor(const GraphChalleng
     options.model_tiles = a.tiles == "model";
     if (a.kernel != "auto") options.kernel_kind = codegen::parse_kernel_kind(a.kernel, "--kernel");
     options.fused_compaction = a.compaction == "fused";
+    options.max_entries = a.max_entries;
     return std::make_unique<graphchallenge::CudaLayerExecutor>(options);
   }
   CpuExecutorOptions options;
@@ -183,6 +185,9 @@ Action add_graphchallenge(CLI::App& app) {
                   "(the filter kernel after each layer moves them)")
       ->default_val("fused")
       ->check(CLI::IsMember({"fused", "kernel"}));
+  sub->add_option("--max-entries", args->max_entries, "cuda: every baked layer in at most this many kernels (0: no "
+                  "limit; default: the tile's, 8, which makes 2 of 16384 fmas for the official network's layers)")
+      ->check(CLI::Range(0, 1 << 20));
   return [args, sub] { return sub->parsed() ? run(*args) : static_cast<int>(kBadInput); };
 }
 

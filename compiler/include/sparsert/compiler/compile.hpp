@@ -62,6 +62,9 @@ struct CompileOptions {
   // ("column_map"); GpuNetwork passes M and K to them. The Graph Challenge's GPU executor runs a layer as its entries
   // alone with it, with no filter kernel between layers.
   bool column_map = false;
+  // Where set, every baked kernel in at most this many entries (TileParams::max_entries), whatever its tile says:
+  // fewer, larger entries launch fewer kernels side by side and take longer to assemble.
+  std::optional<int32_t> max_entries;
   std::filesystem::path cache_dir = KernelCache::default_dir();
   // The network's baked-code budget in nonzeros (codegen::KernelChoiceOptions::max_network_baked_nnz) where set.
   std::optional<int64_t> max_network_baked_nnz;

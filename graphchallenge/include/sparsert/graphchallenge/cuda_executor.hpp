@@ -31,6 +31,9 @@ struct CudaGraphChallengeOptions {
   // layers and the activations never move. Every layer is then baked (a forced streamed kind turns it off). false:
   // the filter kernel after each layer, as layer by layer.
   bool fused_compaction = true;
+  // Where set, every baked layer in at most this many entries (compiler::CompileOptions::max_entries); the official
+  // network's layers are 2 entries of 16384 fmas by default, which a graph runs side by side.
+  std::optional<int32_t> max_entries;
   // Each layer's kernel: the static model's fastest estimate (compiler::model_tile_source) ranked at the width the
   // layer is expected to run on (expected_layer_widths; the full width where the run is one CUDA Graph), with the
   // network's baked-code budget going to the layers it gains most; false: codegen's rules (the heuristic tile, the
