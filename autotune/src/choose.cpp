@@ -6,7 +6,7 @@
 namespace sparsert::autotune {
 
 ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilogue, const codegen::Target& target,
-                            const KindSet& kinds) {
+                            const KindSet& kinds, const std::function<bool(const Candidate&)>& accept) {
   ModelChoice best;
   double best_us = std::numeric_limits<double>::infinity();
   auto model = [&](const Candidate& c) -> std::optional<Estimate> {
@@ -17,7 +17,7 @@ ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilo
     }
   };
   for (const Candidate& c : enumerate_candidates(a, n, target, kinds)) {
-    if (!c.valid()) continue;
+    if (!c.valid() || (accept && !accept(c))) continue;
     const std::optional<Estimate> e = model(c);
     if (!e) continue;
     ++best.ranked;

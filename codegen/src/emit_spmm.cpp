@@ -75,6 +75,11 @@ std::string conv_header_comment(const ConvLayout& c) {
       s.kernel_h, s.kernel_w, s.stride, s.pad, to_string(s.order));
 }
 
+// Map entries each thread of the last block reads per pass of the fused compaction (SpmmOptions::column_map): its
+// loads are independent, so a pass costs about two L2 round trips whatever this is, and 8192 columns take 16 passes
+// of a 128-thread block instead of 64.
+constexpr int kCompactPerThread = 4;
+
 class EntryEmitter {
  public:
   EntryEmitter(const SpmmOptions& opt, const Target& target, const inspector::WorkPlan& plan,
@@ -193,7 +198,6 @@ class EntryEmitter {
       b_.inst("cvta.to.global.u64", {gnp, param_np});
       b_.inst("ld.global.u32", {n_dev, Address{gnp, 0}});
       b_.inst("min.u32", {n_reg_, n_reg_, n_dev});
-      np_ptr_ = gnp;
     }
     const Reg gb = b_.reg(RegClass::kB64), gc = b_.reg(RegClass::kB64);
     b_.inst("cvta.to.global.u64", {gb, param_b});
@@ -244,13 +248,12 @@ class EntryEmitter {
     const Reg load_col = b_.reg(RegClass::kB32);
     if (opt_.column_map) {
       b_.comment("the thread's column of B, C and F is M[c0]; threads past N use column 0 (always valid), store nothing");
-      const Reg param_m = b_.reg(RegClass::kB64), mo = b_.reg(RegClass::kB64);
-      map_ptr_ = b_.reg(RegClass::kB64);
+      const Reg param_m = b_.reg(RegClass::kB64), gm = b_.reg(RegClass::kB64), mo = b_.reg(RegClass::kB64);
       b_.inst("ld.param.u64", {param_m, SymbolAddress{name_ + "_param_M"}});
-      b_.inst("cvta.to.global.u64", {map_ptr_, param_m});
+      b_.inst("cvta.to.global.u64", {gm, param_m});
       b_.inst("mov.u32", {load_col, IntImm{0}});
       b_.inst("mul.wide.u32", {mo, c0, IntImm{4}});
-      b_.inst("add.s64", {mo, map_ptr_, mo});
+      b_.inst("add.s64", {mo, gm, mo});
       b_.inst("ld.global.u32", {load_col, Address{mo, 0}}, Guard{in_range_});
     } else {
       b_.comment("threads past N load column 0 (always valid) and store nothing");
@@ -615,7 +618,8 @@ class EntryEmitter {
 
   // SpmmOptions::column_map: every thread of a working block arrives here after its stores. The block counts itself
   // in K; the last of the layer's working blocks (over every entry: the plan's blocks times the working column tiles)
-  // compacts M to the columns flagged live, clears their flags and writes the count to NP[1].
+  // compacts M to the columns flagged live, clears their flags and writes the count to NP[1]. The parameters are
+  // loaded again here rather than kept in registers across the body.
   void emit_compaction() {
     const int32_t threads = bx_ * gy_, warps = threads / 32;
     SPARSERT_INTERNAL_CHECK(threads % 32 == 0, "{}: {} threads with a column map", name_, threads);
@@ -631,16 +635,27 @@ class EntryEmitter {
     b_.inst("and.b32", {lane, t, IntImm{31}});
     b_.inst("shr.u32", {warp, t, IntImm{5}});
     b_.inst("setp.eq.u32", {first, t, IntImm{0}});
-    const Reg param_k = b_.reg(RegClass::kB64), kp = b_.reg(RegClass::kB64), slot = b_.reg(RegClass::kB32);
-    const Reg old = b_.reg(RegClass::kB32), want = b_.reg(RegClass::kB32), last = b_.reg(RegClass::kB32);
-    b_.inst("membar.gl", {});
+    auto global_param = [&](const char* param) {
+      const Reg raw = b_.reg(RegClass::kB64), g = b_.reg(RegClass::kB64);
+      b_.inst("ld.param.u64", {raw, SymbolAddress{name_ + "_param_" + param}});
+      b_.inst("cvta.to.global.u64", {g, raw});
+      return g;
+    };
+    const Reg n = b_.reg(RegClass::kB32), n_dev = b_.reg(RegClass::kB32);
+    const Reg np = global_param("NP");
+    b_.inst("ld.param.u32", {n, SymbolAddress{name_ + "_param_N"}});
+    b_.inst("ld.global.u32", {n_dev, Address{np, 0}});
+    b_.inst("min.u32", {n, n, n_dev});
+    const Reg slot = b_.reg(RegClass::kB32), old = b_.reg(RegClass::kB32), want = b_.reg(RegClass::kB32);
+    const Reg last = b_.reg(RegClass::kB32);
+    b_.comment("the block's threads have stored; thread 0 makes their stores visible to the GPU, then arrives");
     b_.inst("bar.sync", {IntImm{0}});
     b_.inst("mov.u32", {slot, Symbol{"map_last"}});
     b_.inst("bra", {Symbol{"$arrived"}}, Guard{first, true});
-    b_.inst("ld.param.u64", {param_k, SymbolAddress{name_ + "_param_K"}});
-    b_.inst("cvta.to.global.u64", {kp, param_k});
+    b_.inst("membar.gl", {});
+    const Reg kp = global_param("K");
     b_.inst("atom.global.add.u32", {old, Address{kp, 0}, IntImm{1}});
-    b_.inst("max.u32", {want, n_reg_, IntImm{1}});
+    b_.inst("max.u32", {want, n, IntImm{1}});
     b_.inst("add.u32", {want, want, IntImm{opt_.tile.n_tile - 1}});
     b_.inst("div.u32", {want, want, IntImm{opt_.tile.n_tile}});
     b_.inst("mul.lo.u32", {want, want, IntImm{row_blocks}});
@@ -656,50 +671,65 @@ class EntryEmitter {
     b_.inst("ld.shared.u32", {last, Address{slot, 0}});
     b_.inst("setp.eq.u32", {p, last, IntImm{0}});
     b_.inst("bra", {Symbol{"$leave"}}, Guard{p});
-    b_.comment(fmt::format("the last block: M[i] for i < N in chunks of {}; live where F[M[i]] != 0 (read from L2, "
-                           "written by other blocks), which is cleared; the live ones move to the front of M in order",
-                           threads));
+    b_.comment(fmt::format("the last block: M[i] for i < N, {} a thread per pass of {} (its loads issued together); live "
+                           "where F[M[i]] != 0 (read from L2: other blocks set it), which is cleared; the live ones "
+                           "move to the front of M in order",
+                           kCompactPerThread, kCompactPerThread * threads));
     b_.inst("membar.gl", {});
-    const Reg param_f = b_.reg(RegClass::kB64), gf = b_.reg(RegClass::kB64);
-    b_.inst("ld.param.u64", {param_f, SymbolAddress{name_ + "_param_F"}});
-    b_.inst("cvta.to.global.u64", {gf, param_f});
-    const Reg base = b_.reg(RegClass::kB32), i = b_.reg(RegClass::kB32), pos = b_.reg(RegClass::kB32);
-    const Reg flag = b_.reg(RegClass::kB32), v = b_.reg(RegClass::kB32), excl = b_.reg(RegClass::kB32);
-    const Reg total = b_.reg(RegClass::kB32), zero = b_.reg(RegClass::kB32), at = b_.reg(RegClass::kB32);
-    const Reg in = b_.reg(RegClass::kPred), live = b_.reg(RegClass::kPred);
+    const Reg gf = global_param("F"), gm = global_param("M");
+    const Reg base = b_.reg(RegClass::kB32), i0 = b_.reg(RegClass::kB32), at = b_.reg(RegClass::kB32);
+    const Reg count = b_.reg(RegClass::kB32), excl = b_.reg(RegClass::kB32), total = b_.reg(RegClass::kB32);
+    const Reg zero = b_.reg(RegClass::kB32), one = b_.reg(RegClass::kB32);
     const Reg ma = b_.reg(RegClass::kB64), fa = b_.reg(RegClass::kB64);
+    std::vector<Reg> pos = b_.regs(RegClass::kB32, kCompactPerThread), flag = b_.regs(RegClass::kB32, kCompactPerThread);
+    std::vector<Reg> in = b_.regs(RegClass::kPred, kCompactPerThread), live = b_.regs(RegClass::kPred, kCompactPerThread);
+    std::vector<Reg> fas = b_.regs(RegClass::kB64, kCompactPerThread);
     b_.inst("mov.u32", {base, IntImm{0}});
-    b_.inst("mov.u32", {i, t});
+    b_.inst("mov.u32", {i0, IntImm{0}});
     b_.inst("mov.u32", {zero, IntImm{0}});
+    b_.inst("mov.u32", {one, IntImm{1}});
     b_.label("$compact");
-    b_.inst("sub.u32", {at, i, t});
-    b_.inst("setp.ge.u32", {p, at, n_reg_});
+    b_.inst("setp.ge.u32", {p, i0, n});
     b_.inst("bra", {Symbol{"$compacted"}}, Guard{p});
-    b_.inst("setp.lt.u32", {in, i, n_reg_});
-    b_.inst("mov.u32", {flag, IntImm{0}});
-    b_.inst("mov.u32", {pos, IntImm{0}});
-    b_.inst("mul.wide.u32", {ma, i, IntImm{4}});
-    b_.inst("add.s64", {ma, map_ptr_, ma});
-    b_.inst("ld.global.u32", {pos, Address{ma, 0}}, Guard{in});
-    b_.inst("mul.wide.u32", {fa, pos, IntImm{4}});
-    b_.inst("add.s64", {fa, gf, fa});
-    b_.inst("ld.global.cg.u32", {flag, Address{fa, 0}}, Guard{in});
-    b_.inst("st.global.u32", {Address{fa, 0}, zero}, Guard{in});
-    b_.inst("setp.ne.u32", {live, flag, IntImm{0}});
-    b_.inst("selp.u32", {v, IntImm{1}, IntImm{0}, live});
-    ptx::emit_block_scan(b_, v, lane, warp, warps, "map_sums", excl, total);
-    b_.comment("every read of this chunk is done (the scan's barrier): M[base + before] = M[i] for the live ones");
+    b_.comment(fmt::format("this thread's entries of the pass: i = i0 + {} t + j", kCompactPerThread));
+    b_.inst("mad.lo.u32", {at, t, IntImm{kCompactPerThread}, i0});
+    b_.inst("mul.wide.u32", {ma, at, IntImm{4}});
+    b_.inst("add.s64", {ma, gm, ma});
+    for (int j = 0; j < kCompactPerThread; ++j) {
+      const Reg ij = b_.reg(RegClass::kB32);
+      b_.inst("add.u32", {ij, at, IntImm{j}});
+      b_.inst("setp.lt.u32", {in[j], ij, n});
+      b_.inst("mov.u32", {pos[j], IntImm{0}});
+      b_.inst("ld.global.u32", {pos[j], Address{ma, 4 * j}}, Guard{in[j]});
+    }
+    for (int j = 0; j < kCompactPerThread; ++j) {
+      b_.inst("mov.u32", {flag[j], IntImm{0}});
+      b_.inst("mul.wide.u32", {fas[j], pos[j], IntImm{4}});
+      b_.inst("add.s64", {fas[j], gf, fas[j]});
+      b_.inst("ld.global.cg.u32", {flag[j], Address{fas[j], 0}}, Guard{in[j]});
+    }
+    b_.inst("mov.u32", {count, IntImm{0}});
+    for (int j = 0; j < kCompactPerThread; ++j) {
+      b_.inst("st.global.u32", {Address{fas[j], 0}, zero}, Guard{in[j]});
+      b_.inst("setp.ne.u32", {live[j], flag[j], IntImm{0}});
+      b_.inst("add.u32", {count, count, one}, Guard{live[j]});
+    }
+    ptx::emit_block_scan(b_, count, lane, warp, warps, "map_sums", excl, total);
+    b_.comment("every read of this pass is done (the scan's barrier): the live ones to M[base + before], in order");
     b_.inst("add.u32", {excl, excl, base});
-    b_.inst("mul.wide.u32", {ma, excl, IntImm{4}});
-    b_.inst("add.s64", {ma, map_ptr_, ma});
-    b_.inst("st.global.u32", {Address{ma, 0}, pos}, Guard{live});
+    for (int j = 0; j < kCompactPerThread; ++j) {
+      b_.inst("mul.wide.u32", {ma, excl, IntImm{4}});
+      b_.inst("add.s64", {ma, gm, ma});
+      b_.inst("st.global.u32", {Address{ma, 0}, pos[j]}, Guard{live[j]});
+      b_.inst("add.u32", {excl, excl, one}, Guard{live[j]});
+    }
     b_.inst("add.u32", {base, base, total});
-    b_.inst("add.u32", {i, i, IntImm{threads}});
+    b_.inst("add.u32", {i0, i0, IntImm{kCompactPerThread * threads}});
     b_.inst("bar.sync", {IntImm{0}});
     b_.inst("bra.uni", {Symbol{"$compact"}});
     b_.label("$compacted");
     b_.comment("the live count for the next layer: NP[1]");
-    b_.inst("st.global.u32", {Address{np_ptr_, 4}, base}, Guard{first});
+    b_.inst("st.global.u32", {Address{np, 4}, base}, Guard{first});
     b_.label("$leave");
   }
 
@@ -767,7 +797,7 @@ class EntryEmitter {
   int32_t cpt_, gy_, bx_;
   Builder b_;
   Reg dispatch_pred_, far_, n_reg_, limit_, in_tile_, group_reg_, block_reg_, b_ptr_, c_ptr_, s_ptr_, in_range_,
-      full_, c0_, f_ptr_, one_, np_ptr_, map_ptr_;
+      full_, c0_, f_ptr_, one_;
   std::vector<Reg> col_, partial_, acc_, bvals_, wtmp_, tmp_, live_;
   Reg const_reg_;
   std::vector<int32_t> acc_row_;  // per row of the current block: its accumulator index, or -1 for an empty row

@@ -442,6 +442,8 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       const std::string what = fmt::format("{} {} {}", layers[job.layer].desc.name, job.target.name(), ce.name);
       const codegen::Assembled a = codegen::Assembler::instance().assemble(ce.ptx, job.target, ce.name);
       ce.cubin = a.cubin;
+      ce.ptx_sha256.clear();  // new bytes: the cache's store hashes them
+      ce.cubin_sha256.clear();
       ce.resources = {a.usage.registers, a.usage.spill_store_bytes + a.usage.spill_load_bytes, a.usage.shared_bytes,
                       a.usage.constant_bytes};
       ce.assemble_seconds = a.seconds;

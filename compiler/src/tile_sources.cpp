@@ -62,8 +62,17 @@ TileSource model_tile_source(const std::vector<LoadedLayer>& layers, const std::
                                                            std::max(l.desc.n, 1));
     std::optional<TunedKernel>& pick = picks[static_cast<size_t>(i)];
     try {
-      const autotune::ModelChoice c =
-          autotune::choose_by_model(l.a, n, Epilogue{l.desc.bias, l.desc.activation, l.desc.clamp}, primary, kinds);
+      // With a column map the tile must be one column per thread and whole warps: the model ranks only those, so that
+      // its estimate is of the kernel built (codegen::column_map_tile would otherwise change the winner).
+      std::function<bool(const autotune::Candidate&)> accept;
+      if (options.column_map) {
+        accept = [](const autotune::Candidate& c) {
+          return !c.streamed() && codegen::column_map_tile(c.tile) == c.tile;
+        };
+      }
+      const autotune::ModelChoice c = autotune::choose_by_model(
+          l.a, n, Epilogue{l.desc.bias, l.desc.activation, l.desc.clamp}, primary,
+          options.column_map ? autotune::KindSet{codegen::KernelKind::kBaked} : kinds, accept);
       // Ranked at the width the layer runs on, built for the width it is compiled for.
       for (const codegen::Target& t : targets) autotune::check_candidate(c.candidate, l.a, l.desc.n, t);
       pick = TunedKernel{c.candidate.kind, c.candidate.tile, c.candidate.stream, "model"};

@@ -28,10 +28,23 @@ bool runs_as_graph(int64_t ld, const CudaGraphChallengeOptions& o) {
   return ld <= o.graph_max_columns && cuda::Graph::supported();
 }
 
-// Whether the layers compact their own columns (CudaGraphChallengeOptions::fused_compaction): in graph mode, with
-// baked kernels.
-bool fuses_compaction(int64_t ld, const CudaGraphChallengeOptions& o) {
-  return o.fused_compaction && runs_as_graph(ld, o) && o.kernel_kind != codegen::KernelKind::kStreamed;
+// Whether every layer fits codegen's rule for baked code (its per-layer cap and the network's budget): the fused
+// compaction bakes every layer, which the larger Graph Challenge networks (65536 x 1920: 4e9 nonzeros) must not.
+bool bakes_whole_network(const Network& net) {
+  const codegen::KernelChoiceOptions rule;
+  int64_t total = 0;
+  for (const CsrMatrix& a : net.layers) {
+    if (a.nnz() > rule.max_baked_nnz) return false;
+    total += a.nnz();
+  }
+  return total <= rule.max_network_baked_nnz;
+}
+
+// Whether the layers compact their own columns (CudaGraphChallengeOptions::fused_compaction): in graph mode, where
+// every layer can be baked.
+bool fuses_compaction(int64_t ld, const Network& net, const CudaGraphChallengeOptions& o) {
+  return o.fused_compaction && runs_as_graph(ld, o) && o.kernel_kind != codegen::KernelKind::kStreamed &&
+         bakes_whole_network(net);
 }
 
 // When the host reads the live count (run_layers). Every layer's count is written on the device, where the next
@@ -246,13 +259,18 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     co.live_flags = true;
     co.device_n = true;
     co.kernel_kind = options_.kernel_kind;
-    const bool fused = fuses_compaction(n, options_);
+    const bool fused = fuses_compaction(n, net, options_);
+    if (options_.fused_compaction && runs_as_graph(n, options_) && !fused &&
+        options_.kernel_kind != codegen::KernelKind::kStreamed) {
+      im.notes.push_back("the network is too large to bake every layer: the filter kernel runs after each layer");
+    }
     co.column_map = fused;
     co.max_entries = options_.max_entries;
     if (options_.model_tiles) {
       const auto w0 = std::chrono::steady_clock::now();
       compiler::ModelTileOptions mo;
       mo.forced = fused ? std::optional(codegen::KernelKind::kBaked) : options_.kernel_kind;
+      mo.column_map = fused;
       mo.threads = options_.threads;
       // Layer by layer, each grid covers the columns live a few layers earlier, which fall from 60000 to 950 over
       // the official network's first 14 layers: the model ranks the kernels at the width each layer runs on. A graph

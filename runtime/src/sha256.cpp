@@ -9,6 +9,7 @@
 #include <cstring>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define SPARSERT_SHA_NI 1
 #endif
@@ -77,8 +78,11 @@ bool use_sha_ni() {
 #ifdef SPARSERT_SHA_NI
   const char* portable = std::getenv("SPARSERT_SHA256_PORTABLE");
   if (portable && std::strcmp(portable, "1") == 0) return false;
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1");
+  // CPUID rather than __builtin_cpu_supports("sha"), which older compilers (clang 14, GCC 10) do not know.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & bit_SSE4_1)) return false;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  return (ebx & bit_SHA) != 0;
 #else
   return false;
 #endif

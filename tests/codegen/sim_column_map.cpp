@@ -93,10 +93,12 @@ TEST(CodegenColumnMap, GathersTheMappedColumnsAndTheLastBlockCompactsTheMap) {
     int32_t ld, n;
     int32_t m_blocks, gy, n_tile;
   };
-  // n below, at and past a tile; gy 1 to 4; n_tile 32 (one warp), 16 x gy 2 and 64 x gy 3 (whole warps).
+  // n below, at and past a tile; gy 1 to 4; n_tile 32 (one warp), 16 x gy 2 and 64 x gy 3 (whole warps); one pass of
+  // the compaction and several.
   const Case cases[] = {
       {37, 53, 0.9, 70, 33, 3, 1, 32},   {129, 301, 0.97, 96, 96, 5, 2, 16}, {64, 200, 0.95, 40, 1, 2, 4, 32},
       {250, 97, 0.95, 130, 70, 8, 3, 64}, {250, 97, 0.95, 130, 0, 8, 1, 32},
+      {120, 90, 0.95, 300, 290, 4, 1, 32},  // 290 columns, 32 threads reading 4 each: three passes of the compaction
   };
   const std::vector<Epilogue> epilogues = {{{0.0f}, Activation::kRelu, std::nullopt},
                                            {{-0.5f}, Activation::kRelu, 2.5f},

@@ -259,14 +259,16 @@ CHECK: ld.global.u32
 CHECK: // block 0: rows [0, 3) in plan order, 4 nonzeros
 CHECK: $done:
 CHECK-NEXT: // fused compaction: the block's stores are done; the last of the layer's 1 row blocks x ceil(max(N, 1) / 32) working blocks compacts M
-CHECK: membar.gl;
+CHECK: // the block's threads have stored; thread 0 makes their stores visible to the GPU, then arrives
 CHECK-NEXT: bar.sync 0;
+CHECK: membar.gl;
 CHECK: atom.global.add.u32
 CHECK: div.u32
 CHECK: $arrived:
 CHECK-NEXT: bar.sync 0;
 CHECK: $compact:
-CHECK: ld.global.cg.u32
+CHECK-COUNT-4: ld.global.u32
+CHECK-COUNT-4: ld.global.cg.u32
 CHECK-COUNT-5: shfl.sync.up.b32
 CHECK: bra.uni $compact;
 CHECK: $compacted:

@@ -780,6 +780,31 @@ TEST(CompileRun, ModelTileSourceRanksAtTheGivenWidths) {
   EXPECT_THROW(compiler::model_tile_source(layers, targets, mo, nullptr), InternalError);
 }
 
+// With ModelTileOptions::column_map the model ranks only baked kernels of one column per thread and whole warps (what
+// a column map needs), so the tile it estimates is the one built; without it the same layers pick other tiles.
+TEST(CompileRun, ModelTileSourceWithAColumnMapRanksOnlyGatheringTiles) {
+  ScratchDir dir;
+  const auto layers = load_network(read_network(write_network(dir)));
+  const std::vector<codegen::Target> targets{codegen::Target::parse("sm_90")};
+  compiler::ModelTileOptions mo;
+  mo.threads = 2;
+  const compiler::TileSource plain = compiler::model_tile_source(layers, targets, mo, nullptr);
+  mo.column_map = true;
+  const compiler::TileSource gathering = compiler::model_tile_source(layers, targets, mo, nullptr);
+  int differs = 0;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::optional<TunedKernel> got = gathering(layers[i], targets[0]);
+    ASSERT_TRUE(got.has_value()) << i;
+    EXPECT_EQ(got->kind, codegen::KernelKind::kBaked) << i;
+    EXPECT_EQ(got->tile.cols_per_thread, 1) << i;
+    EXPECT_EQ(codegen::threads_per_block(got->tile) % 32, 0) << i;
+    const std::optional<TunedKernel> other = plain(layers[i], targets[0]);
+    ASSERT_TRUE(other.has_value()) << i;
+    differs += other->kind != codegen::KernelKind::kBaked || !(other->tile == got->tile);
+  }
+  EXPECT_GT(differs, 0) << "every layer's pick already gathers: the filter went untested";
+}
+
 TEST(CompileRun, TuneDatabaseCompilePathProducesARunningStreamedPackage) {
   ScratchDir dir;
   // The CLI's caches (kernels, assembled tuning results) go to the scratch directory, not the user's.

@@ -55,8 +55,8 @@ TEST(Sha256, MatchesSha256sumOnRandomLengths) {
     for (char& c : data) c = static_cast<char>(rng());
     const auto path = dir / fmt::format("d{}", len);
     sparsert::write_file_atomic(path, data);
-    const std::string want = run(fmt::format("sha256sum '{}'", path.string())).substr(0, 64);
-    ASSERT_EQ(want.size(), 64u) << "sha256sum did not run";
+    const std::string want = run(fmt::format("sha256sum '{}' 2>/dev/null", path.string())).substr(0, 64);
+    if (want.size() != 64u) GTEST_SKIP() << "no sha256sum (coreutils) to compare with";
     EXPECT_EQ(sha256_hex(data), want) << len << " bytes";
     Sha256 h;
     for (size_t i = 0; i < len; i += 1 + i % 131) h.update(std::string_view(data).substr(i, 1 + i % 131));

@@ -5,6 +5,7 @@
 #include "sparsert/autotune/model.hpp"
 #include "sparsert/autotune/space.hpp"
 
+#include <functional>
 #include <limits>
 #include <optional>
 
@@ -22,8 +23,10 @@ struct ModelChoice {
   std::optional<codegen::StreamParams> best_stream;  // the parameters of best_streamed_us
 };
 
-// Throws InvalidTileParams when no candidate of `kinds` is valid for this layer and target.
+// Throws InvalidTileParams when no candidate of `kinds` (and of `accept`, where given) is valid for this layer and
+// target.
 ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilogue, const codegen::Target& target,
-                            const KindSet& kinds = all_kinds());
+                            const KindSet& kinds = all_kinds(),
+                            const std::function<bool(const Candidate&)>& accept = {});
 
 }  // namespace sparsert::autotune

@@ -32,6 +32,8 @@ struct ModelTileOptions {
   // on the columns still live. Empty: LayerDesc::n. Each width is clamped to [1, LayerDesc::n].
   std::vector<int32_t> model_n;
   int threads = 0;  // layers ranked side by side (0: one thread per core)
+  // Only baked kernels that gather their columns (CompileOptions::column_map): one column per thread, whole warps.
+  bool column_map = false;
 };
 
 // `first` (the database) where it has a record; else the kernel the static model ranks fastest for the primary target

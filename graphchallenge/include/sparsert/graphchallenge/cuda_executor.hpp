@@ -28,8 +28,9 @@ struct CudaGraphChallengeOptions {
   int64_t graph_max_columns = 8192;
   // In that graph, each layer is its kernels alone: they gather their columns through a map and the layer's last
   // block compacts the map to the live columns (codegen's SpmmOptions::column_map), so no filter kernel runs between
-  // layers and the activations never move. Every layer is then baked (a forced streamed kind turns it off). false:
-  // the filter kernel after each layer, as layer by layer.
+  // layers and the activations never move. Every layer is then baked: a forced streamed kind, or a network whose
+  // layers do not all fit codegen's baking rule (per-layer cap and network budget), keeps the filter. false: the
+  // filter kernel after each layer, as layer by layer.
   bool fused_compaction = true;
   // Where set, every baked layer in at most this many entries (compiler::CompileOptions::max_entries); the official
   // network's layers are 2 entries of 16384 fmas by default, which a graph runs side by side.
