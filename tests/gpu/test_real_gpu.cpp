@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace sparsert {
@@ -227,6 +228,42 @@ TEST(RealGpu, GraphChallengeOfficialNetwork) {
   EXPECT_EQ(r.categories, g::tile_truth(inspector::read_categories(truth_path), 1200, 50, truth_path.string()));
   std::printf("graph challenge 1024x120, 60000 inputs: %.4f s, %.3g edges/s (compile %.1f s)\n", r.seconds,
               g::edge_rate(60000, net.total_nnz(), r.seconds), exec.compile_seconds());
+}
+
+// The 1200 inputs run as one CUDA Graph with the compaction fused into the layers (the default at that width): the
+// layers' last blocks, counted over concurrent entries on a real GPU, must leave the exact survivors run after run (the
+// graph is replayed, so the arrival counter must be back at 0 each time).
+TEST(RealGpu, GraphChallengeNarrowInputsWithFusedCompaction) {
+  REQUIRE_GPU();
+  SPARSERT_REQUIRE_SHARED_DATA(data);
+  testing::ScratchDir scratch;
+  const auto gc = data / "graphchallenge";
+  ASSERT_EQ(std::system(fmt::format("tar xzf '{}' -C '{}'", (gc / "neuron1024.tar.gz").string(),
+                                    scratch.path().string())
+                            .c_str()),
+            0);
+  namespace g = graphchallenge;
+  const g::Network net = g::make_network(graphchallenge::read_layers(scratch / "neuron1024", 1024, 120),
+                                         1024, g::official_bias(1024));
+  const CsrMatrix images = graphchallenge::read_images(gc / "sparse-images-1024-first1200.tsv", 1024);
+  const auto truth_path = gc / "neuron1024-l120-categories-first1200.tsv";
+  const std::vector<int32_t> truth = g::tile_truth(inspector::read_categories(truth_path), 1200, 1, truth_path.string());
+  graphchallenge::CudaGraphChallengeOptions opt;
+  opt.progress = false;
+  opt.cache_dir = scratch / "cache";
+  graphchallenge::CudaLayerExecutor exec(opt);
+  exec.prepare(net);
+  for (int run = 0; run < 5; ++run) {
+    const g::InferenceResult r = g::run_inference(net, g::feature_major_inputs(images, 1024, 1), exec);
+    EXPECT_EQ(r.categories, truth) << "run " << run + 1;
+    std::printf("graph challenge 1024x120, 1200 inputs, run %d: %.4f s\n", run + 1, r.seconds);
+  }
+  EXPECT_TRUE(std::any_of(exec.notes().begin(), exec.notes().end(),
+                          [](const std::string& n) { return n.find("no filter kernel") != std::string::npos; }))
+      << "the run did not fuse the compaction";
+  const DenseTensor y = exec.activations();
+  ASSERT_EQ(y.cols(), 19);
+  for (float v : y.vec()) ASSERT_EQ(v, 32.0f);
 }
 
 }  // namespace
