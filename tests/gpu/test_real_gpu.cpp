@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <stdexcept>
 
 namespace sparsert {
 namespace {
@@ -205,20 +206,34 @@ TEST(RealGpu, LaunchCostsForTheModel) {
   }
 }
 
+// The official 1024 x 120 network and its first 1200 images, from ../shared/data.
+struct OfficialGraphChallenge {
+  testing::ScratchDir scratch;
+  graphchallenge::Network net;
+  CsrMatrix images;
+  std::filesystem::path truth_path;
+
+  explicit OfficialGraphChallenge(const std::filesystem::path& data) {
+    const auto gc = data / "graphchallenge";
+    const std::string cmd = fmt::format("tar xzf '{}' -C '{}'", (gc / "neuron1024.tar.gz").string(),
+                                        scratch.path().string());
+    if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
+    net = graphchallenge::make_network(graphchallenge::read_layers(scratch / "neuron1024", 1024, 120), 1024,
+                                       graphchallenge::official_bias(1024));
+    images = graphchallenge::read_images(gc / "sparse-images-1024-first1200.tsv", 1024);
+    truth_path = gc / "neuron1024-l120-categories-first1200.tsv";
+  }
+};
+
 TEST(RealGpu, GraphChallengeOfficialNetwork) {
   REQUIRE_GPU();
   SPARSERT_REQUIRE_SHARED_DATA(data);
-  testing::ScratchDir scratch;
-  const auto gc = data / "graphchallenge";
-  ASSERT_EQ(std::system(fmt::format("tar xzf '{}' -C '{}'", (gc / "neuron1024.tar.gz").string(),
-                                    scratch.path().string())
-                            .c_str()),
-            0);
+  const OfficialGraphChallenge o(data);
   namespace g = graphchallenge;
-  const g::Network net = g::make_network(graphchallenge::read_layers(scratch / "neuron1024", 1024, 120),
-                                         1024, g::official_bias(1024));
-  const CsrMatrix images = graphchallenge::read_images(gc / "sparse-images-1024-first1200.tsv", 1024);
-  const auto truth_path = gc / "neuron1024-l120-categories-first1200.tsv";
+  const g::Network& net = o.net;
+  const CsrMatrix& images = o.images;
+  const auto& truth_path = o.truth_path;
+  testing::ScratchDir scratch;
   graphchallenge::CudaGraphChallengeOptions opt;
   opt.progress = false;
   opt.cache_dir = scratch / "cache";
@@ -236,17 +251,12 @@ TEST(RealGpu, GraphChallengeOfficialNetwork) {
 TEST(RealGpu, GraphChallengeNarrowInputsWithFusedCompaction) {
   REQUIRE_GPU();
   SPARSERT_REQUIRE_SHARED_DATA(data);
-  testing::ScratchDir scratch;
-  const auto gc = data / "graphchallenge";
-  ASSERT_EQ(std::system(fmt::format("tar xzf '{}' -C '{}'", (gc / "neuron1024.tar.gz").string(),
-                                    scratch.path().string())
-                            .c_str()),
-            0);
+  const OfficialGraphChallenge o(data);
   namespace g = graphchallenge;
-  const g::Network net = g::make_network(graphchallenge::read_layers(scratch / "neuron1024", 1024, 120),
-                                         1024, g::official_bias(1024));
-  const CsrMatrix images = graphchallenge::read_images(gc / "sparse-images-1024-first1200.tsv", 1024);
-  const auto truth_path = gc / "neuron1024-l120-categories-first1200.tsv";
+  const g::Network& net = o.net;
+  const CsrMatrix& images = o.images;
+  const auto& truth_path = o.truth_path;
+  testing::ScratchDir scratch;
   const std::vector<int32_t> truth = g::tile_truth(inspector::read_categories(truth_path), 1200, 1, truth_path.string());
   graphchallenge::CudaGraphChallengeOptions opt;
   opt.progress = false;
