@@ -134,6 +134,7 @@ class EntryEmitter {
 
     std::vector<int32_t> ids(static_cast<size_t>(block_end_ - block_begin_));
     std::iota(ids.begin(), ids.end(), 0);
+    if (skips_idle_warps() && gy_ == 1) b_.inst("bra", {Symbol{"$done"}}, Guard{idle_});
     b_.comment("dispatch on the row block");
     dispatch(block_reg_, ids, [&](int32_t local) { return block_label(local); });
     for (int32_t local = 0; local < block_end_ - block_begin_; ++local) emit_block(local);
@@ -172,6 +173,9 @@ class EntryEmitter {
   int32_t slot_bytes() const { return opt_.tile.n_tile * 4; }
   // Threads beyond the tile's columns pad every thread group to whole warps (block_threads_x).
   bool padded() const { return bx_ * cpt_ > opt_.tile.n_tile; }
+  // Warps lie within one thread group (whole warps in x), so a warp whose columns are all past the limit can skip
+  // the body as one.
+  bool skips_idle_warps() const { return bx_ % 32 == 0; }
 
   // The accumulators of row m of the current block (a row with nonzeros).
   std::span<const Reg> acc(int32_t m) const {
@@ -245,6 +249,16 @@ class EntryEmitter {
     }
     in_range_ = b_.reg(RegClass::kPred);
     b_.inst("setp.lt.u32", {in_range_, c0, limit_});
+    if (skips_idle_warps()) {
+      // A warp whose every column is at or past the limit (the last column tile, padding) has nothing to compute; it
+      // skips the block's body, which on a few live columns of a wide tile halves the instructions issued.
+      b_.comment("idle warp: its first column (lane 0's) is at or past the limit");
+      const Reg warp_col = b_.reg(RegClass::kB32);
+      idle_ = b_.reg(RegClass::kPred);
+      b_.inst("and.b32", {warp_col, lane_col, IntImm{~int64_t{32 * cpt_ - 1}}});
+      b_.inst("mad.lo.u32", {warp_col, tile, IntImm{opt_.tile.n_tile}, warp_col});
+      b_.inst("setp.ge.u32", {idle_, warp_col, limit_});
+    }
     const Reg load_col = b_.reg(RegClass::kB32);
     if (opt_.column_map) {
       b_.comment("the thread's column of B, C and F is M[c0]; threads past N use column 0 (always valid), store nothing");
@@ -389,6 +403,8 @@ class EntryEmitter {
     }
     const std::string after = fmt::format("$b{}_sync", bi);
     if (gy_ > 1) {
+      // An idle warp meets the others at the barrier; its epilogue reads partial sums but stores nothing.
+      if (skips_idle_warps()) b_.inst("bra", {Symbol{after}}, Guard{idle_});
       b_.comment("dispatch on the thread group");
       // Groups without work go straight to the barrier.
       std::vector<int32_t> all(static_cast<size_t>(gy_));
@@ -797,7 +813,7 @@ class EntryEmitter {
   int32_t cpt_, gy_, bx_;
   Builder b_;
   Reg dispatch_pred_, far_, n_reg_, limit_, in_tile_, group_reg_, block_reg_, b_ptr_, c_ptr_, s_ptr_, in_range_,
-      full_, c0_, f_ptr_, one_;
+      full_, c0_, f_ptr_, one_, idle_;
   std::vector<Reg> col_, partial_, acc_, bvals_, wtmp_, tmp_, live_;
   Reg const_reg_;
   std::vector<int32_t> acc_row_;  // per row of the current block: its accumulator index, or -1 for an empty row

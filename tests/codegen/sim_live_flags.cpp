@@ -264,3 +264,32 @@ TEST(CodegenLiveFlags, FusedKernelsAssembleWithoutSpills) {
               "streamed %d -> %d -> %d\n",
               registers[0][0], registers[1][0], registers[2][0], registers[0][1], registers[1][1], registers[2][1]);
 }
+
+// A warp whose columns are all past N skips the block's body (whole warps in x): on 19 of a 64-column tile the second
+// warp of each group computes nothing, so the fmas executed are those of one warp, as at N = 32, and half of N = 64's;
+// the answer is the reference's (gy 1, and gy 2 where the idle warp still meets the others at the barrier).
+TEST(CodegenIdleWarps, WarpsPastTheCountSkipTheBody) {
+  const CsrMatrix a = make_a(96, 120, 0.9, 77, {5});
+  const DenseTensor b = make_b(120, 64, 78);
+  const Epilogue ep{{-0.1f}, Activation::kRelu, std::nullopt};
+  for (const int32_t gy : {1, 2}) {
+    TileParams t;
+    t.plan = {4, gy, inspector::Balance::kNonzeros, false};
+    t.n_tile = 64;
+    SpmmOptions opt;
+    opt.tile = t;
+    opt.ld = 64;
+    opt.epilogue = ep;
+    const SpmmKernel k = emit_spmm(a, inspector::make_plan(a, t.plan), Target::parse("sm_90"), opt);
+    uint64_t fmas[3] = {};
+    const int32_t ns[3] = {19, 32, 64};
+    for (int i = 0; i < 3; ++i) {
+      const sparsert::testing::SimResult r = sparsert::testing::run_in_ptxsim(k, b, ns[i]);
+      const DenseTensor want = reference_spmm(a, first_columns(b, ns[i]), ep);
+      EXPECT_LE(max_relative_error(first_columns(r.c, ns[i]), want), 1e-5) << "gy " << gy << " n " << ns[i];
+      fmas[i] = r.counts.of(ptxsim::InstrClass::Fma) + r.counts.of(ptxsim::InstrClass::FpArith);
+    }
+    EXPECT_EQ(fmas[0], fmas[1]) << "gy " << gy;
+    EXPECT_LT(fmas[1] * 10, fmas[2] * 6) << "gy " << gy << ": the idle warp still computed";
+  }
+}

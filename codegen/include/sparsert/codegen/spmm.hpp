@@ -16,7 +16,7 @@
 namespace sparsert::codegen {
 
 // Bumped whenever the generated code changes: it is part of every cache key.
-inline constexpr const char* kGeneratorVersion = "sparsert-spmm/2";
+inline constexpr const char* kGeneratorVersion = "sparsert-spmm/3";
 
 struct SpmmOptions {
   TileParams tile;
