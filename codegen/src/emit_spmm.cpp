@@ -134,7 +134,7 @@ class EntryEmitter {
 
     std::vector<int32_t> ids(static_cast<size_t>(block_end_ - block_begin_));
     std::iota(ids.begin(), ids.end(), 0);
-    if (skips_idle_warps() && gy_ == 1) b_.inst("bra", {Symbol{"$done"}}, Guard{idle_});
+    if (skips_idle_warps() && gy_ == 1) b_.inst("bra.uni", {Symbol{"$done"}}, Guard{idle_});
     b_.comment("dispatch on the row block");
     dispatch(block_reg_, ids, [&](int32_t local) { return block_label(local); });
     for (int32_t local = 0; local < block_end_ - block_begin_; ++local) emit_block(local);
@@ -404,7 +404,7 @@ class EntryEmitter {
     const std::string after = fmt::format("$b{}_sync", bi);
     if (gy_ > 1) {
       // An idle warp meets the others at the barrier; its epilogue reads partial sums but stores nothing.
-      if (skips_idle_warps()) b_.inst("bra", {Symbol{after}}, Guard{idle_});
+      if (skips_idle_warps()) b_.inst("bra.uni", {Symbol{after}}, Guard{idle_});
       b_.comment("dispatch on the thread group");
       // Groups without work go straight to the barrier.
       std::vector<int32_t> all(static_cast<size_t>(gy_));
@@ -444,6 +444,8 @@ class EntryEmitter {
     }
     b_.label(after);
     b_.inst("bar.sync", {IntImm{0}});
+    // Past the block's only barrier an idle warp has nothing left: its epilogue would read partial sums nobody wrote.
+    if (skips_idle_warps()) b_.inst("bra.uni", {Symbol{"$done"}}, Guard{idle_});
     std::vector<int32_t> all(static_cast<size_t>(gy_));
     std::iota(all.begin(), all.end(), 0);
     b_.comment("each group finishes the rows m = group (mod gy)");
@@ -682,6 +684,8 @@ class EntryEmitter {
     b_.comment("the last block puts the counter back to 0 for the next launch");
     b_.inst("mov.u32", {old, IntImm{0}});
     b_.inst("st.global.u32", {Address{kp, 0}, old}, Guard{p});
+    b_.comment("the last block's thread 0: the arrivals it counted happen before its block's reads below");
+    b_.inst("membar.gl", {}, Guard{p});
     b_.label("$arrived");
     b_.inst("bar.sync", {IntImm{0}});
     b_.inst("ld.shared.u32", {last, Address{slot, 0}});
@@ -696,7 +700,7 @@ class EntryEmitter {
     const Reg base = b_.reg(RegClass::kB32), i0 = b_.reg(RegClass::kB32), at = b_.reg(RegClass::kB32);
     const Reg count = b_.reg(RegClass::kB32), excl = b_.reg(RegClass::kB32), total = b_.reg(RegClass::kB32);
     const Reg zero = b_.reg(RegClass::kB32), one = b_.reg(RegClass::kB32);
-    const Reg ma = b_.reg(RegClass::kB64), fa = b_.reg(RegClass::kB64);
+    const Reg ma = b_.reg(RegClass::kB64);
     std::vector<Reg> pos = b_.regs(RegClass::kB32, kCompactPerThread), flag = b_.regs(RegClass::kB32, kCompactPerThread);
     std::vector<Reg> in = b_.regs(RegClass::kPred, kCompactPerThread), live = b_.regs(RegClass::kPred, kCompactPerThread);
     std::vector<Reg> fas = b_.regs(RegClass::kB64, kCompactPerThread);

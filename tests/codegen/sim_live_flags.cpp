@@ -265,31 +265,43 @@ TEST(CodegenLiveFlags, FusedKernelsAssembleWithoutSpills) {
               registers[0][0], registers[1][0], registers[2][0], registers[0][1], registers[1][1], registers[2][1]);
 }
 
-// A warp whose columns are all past N skips the block's body (whole warps in x): on 19 of a 64-column tile the second
-// warp of each group computes nothing, so the fmas executed are those of one warp, as at N = 32, and half of N = 64's;
-// the answer is the reference's (gy 1, and gy 2 where the idle warp still meets the others at the barrier).
+// A warp whose columns are all past N skips the block's body (whole warps in x): on a few columns of a wide tile only
+// the first warp of each group computes, so the fmas executed equal those at N = the first warp's columns and are well
+// below those of the whole tile; outputs and live-column flags are the reference's. One, two and four columns a
+// thread; gy 1, and gy 2 and 3 where the idle warp still meets the others at the barrier; a padded tile (48 columns
+// in 64 threads).
 TEST(CodegenIdleWarps, WarpsPastTheCountSkipTheBody) {
   const CsrMatrix a = make_a(96, 120, 0.9, 77, {5});
-  const DenseTensor b = make_b(120, 64, 78);
+  const DenseTensor b = make_b(120, 256, 78);
   const Epilogue ep{{-0.1f}, Activation::kRelu, std::nullopt};
-  for (const int32_t gy : {1, 2}) {
+  struct Case {
+    int32_t n_tile, cpt, gy;
+  };
+  for (const Case& c : {Case{64, 1, 1}, Case{64, 1, 2}, Case{128, 2, 2}, Case{256, 4, 1}, Case{48, 1, 2},
+                        Case{64, 1, 3}}) {
     TileParams t;
-    t.plan = {4, gy, inspector::Balance::kNonzeros, false};
-    t.n_tile = 64;
+    t.plan = {4, c.gy, inspector::Balance::kNonzeros, false};
+    t.n_tile = c.n_tile;
+    t.cols_per_thread = c.cpt;
     SpmmOptions opt;
     opt.tile = t;
-    opt.ld = 64;
+    opt.ld = 256;
     opt.epilogue = ep;
+    opt.live_flags = true;
     const SpmmKernel k = emit_spmm(a, inspector::make_plan(a, t.plan), Target::parse("sm_90"), opt);
+    const int32_t warp_cols = 32 * c.cpt;
+    const int32_t ns[3] = {19, warp_cols, c.n_tile};
     uint64_t fmas[3] = {};
-    const int32_t ns[3] = {19, 32, 64};
     for (int i = 0; i < 3; ++i) {
+      const std::string what = fmt::format("tile {}x{} gy {} n {}", c.n_tile, c.cpt, c.gy, ns[i]);
       const sparsert::testing::SimResult r = sparsert::testing::run_in_ptxsim(k, b, ns[i]);
       const DenseTensor want = reference_spmm(a, first_columns(b, ns[i]), ep);
-      EXPECT_LE(max_relative_error(first_columns(r.c, ns[i]), want), 1e-5) << "gy " << gy << " n " << ns[i];
+      EXPECT_LE(max_relative_error(first_columns(r.c, ns[i]), want), 1e-5) << what;
+      check_flags(r.flags, want, ns[i], 256, what);
       fmas[i] = r.counts.of(ptxsim::InstrClass::Fma) + r.counts.of(ptxsim::InstrClass::FpArith);
     }
-    EXPECT_EQ(fmas[0], fmas[1]) << "gy " << gy;
-    EXPECT_LT(fmas[1] * 10, fmas[2] * 6) << "gy " << gy << ": the idle warp still computed";
+    const std::string what = fmt::format("tile {}x{} gy {}", c.n_tile, c.cpt, c.gy);
+    EXPECT_EQ(fmas[0], fmas[1]) << what;
+    EXPECT_LT(fmas[1] * 10, fmas[2] * 8) << what << ": the idle warps still computed";
   }
 }
