@@ -3,7 +3,8 @@
 #
 #   bash scripts/gpu_checks.sh STAGE [BUILD_DIR] [OUT_DIR]
 #
-# STAGE: info | tests | bench-rn50 | bench-rest | bench-entries | graphchallenge | tune | tune-gc | all
+# STAGE: info | tests | bench-rn50 | bench-rest | bench-entries | graphchallenge | tune | tune-gc | ncu-gc | all
+#   (ncu-gc, Nsight Compute's kernel times of the 1200-input Graph Challenge run, is not part of all)
 # BUILD_DIR: a configured and built tree (default: build, as scripts/build.sh makes it), or the bundle that
 #   scripts/gpu_bundle.sh makes (.gpu-bundle: bin/, lib/, data/) for a device machine without the build's packages
 # OUT_DIR: where results and logs go (default: $OUT when set, as on the device machine, else gpu-results)
@@ -17,7 +18,7 @@
 # (`sparsert bench` itself fails only when sparsert misses the reference; a baseline that misses is noted and passes.)
 set -euo pipefail
 
-stage=${1:?usage: gpu_checks.sh info|tests|bench-rn50|bench-rest|bench-entries|graphchallenge|tune|tune-gc|all [BUILD_DIR] [OUT_DIR]}
+stage=${1:?usage: gpu_checks.sh info|tests|bench-rn50|bench-rest|bench-entries|graphchallenge|tune|tune-gc|ncu-gc|all [BUILD_DIR] [OUT_DIR]}
 build=${2:-build}
 out=${3:-${OUT:-gpu-results}}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -161,6 +162,31 @@ case $stage in
       done
     else
       fail "cannot unpack n1024-l100.tsv from $gc/neuron1024.tar.gz"
+    fi
+    ;;
+  ncu-gc)
+    # Each kernel's time in the 1200-input run (the issue's 2 ms), with the compaction fused into the layers and with
+    # the filter kernel after each: gpu__time_duration per launch, as the earlier gc1200-ncu.csv files have it.
+    if ! command -v ncu > /dev/null; then
+      fail "ncu (Nsight Compute) is not on PATH"
+    else
+      gc=$data/graphchallenge
+      tmp=$(mktemp -d)
+      trap 'rm -rf "$tmp"' EXIT
+      if run tar xzf "$gc/neuron1024.tar.gz" -C "$tmp"; then
+        for compaction in fused kernel; do
+          log "\$ ncu --metrics gpu__time_duration.sum --csv sparsert graphchallenge ... --replicate 1 --device cuda \
+--compaction $compaction > $out/gc1200-$compaction-ncu.csv"
+          rc=0
+          ncu --metrics gpu__time_duration.sum --csv "$sparsert" graphchallenge --weights "$tmp/neuron1024" \
+            --neurons 1024 --layers 120 --inputs "$gc/sparse-images-1024-first1200.tsv" \
+            --categories "$gc/neuron1024-l120-categories-first1200.tsv" --replicate 1 --device cuda \
+            --compaction "$compaction" > "$out/gc1200-$compaction-ncu.csv" 2>> "$out/$stage.log" || rc=$?
+          (( rc == 0 )) || fail "ncu on the 1200-input run, --compaction $compaction (exit $rc)"
+        done
+      else
+        fail "cannot unpack the weights"
+      fi
     fi
     ;;
   all)

@@ -86,6 +86,30 @@ TESTS_RC=1 bash "$script" tests "$fake" "$work/out4" > "$work/log4" 2>&1
 rc=$?
 check "a failing GPU test fails the tests stage (got $rc)" test "$rc" -eq 1
 
+# 4. ncu-gc: both 1200-input runs under Nsight Compute, each to its own CSV; without ncu the stage fails naming it.
+cat > "$work/path/ncu" << 'EOF'
+#!/usr/bin/env bash
+while [[ $1 == --* ]]; do  # ncu's options (--csv alone, the others with a value), then the program and its arguments
+  if [[ $1 == --csv ]]; then shift; else shift 2; fi
+done
+echo '"ID","Kernel Name","Metric Value"'
+exec "$@"
+EOF
+chmod +x "$work/path/ncu"
+: > "$CALLS"
+bash "$script" ncu-gc "$fake" "$work/out5" > "$work/log5" 2>&1
+rc=$?
+check "ncu-gc exits 0 with ncu (got $rc)" test "$rc" -eq 0
+check "ncu-gc ran the fused run" grep -q -E '^graphchallenge .*--replicate 1 --device cuda --compaction fused' "$CALLS"
+check "ncu-gc ran the filter-kernel run" grep -q -E '^graphchallenge .*--compaction kernel' "$CALLS"
+check "ncu-gc wrote the fused CSV" grep -q 'Kernel Name' "$work/out5/gc1200-fused-ncu.csv"
+check "ncu-gc wrote the kernel CSV" grep -q 'Kernel Name' "$work/out5/gc1200-kernel-ncu.csv"
+rm "$work/path/ncu"
+bash "$script" ncu-gc "$fake" "$work/out6" > "$work/log6" 2>&1
+rc=$?
+check "ncu-gc without ncu exits 1 (got $rc)" test "$rc" -eq 1
+check "the missing ncu is named" grep -q 'ncu (Nsight Compute) is not on PATH' "$work/out6/ncu-gc.log"
+
 if (( errors > 0 )); then
   for f in "$work"/log*; do echo "---- $f" >&2; cat "$f" >&2; done
   exit 1
