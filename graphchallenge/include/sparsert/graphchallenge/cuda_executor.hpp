@@ -1,7 +1,8 @@
 #pragma once
 // The Graph Challenge on a GPU (or ptxsim's emulated driver): every layer compiled through the kernel cache into a
 // package, launched layer by layer with the activations on the device, and the dead-input filter run on the device
-// between layers. The live count stays on the device too: the layer kernels read it from there (device_n), so
+// between layers (or, in the CUDA Graph of narrow inputs, fused into the layers: CudaGraphChallengeOptions::
+// fused_compaction). The live count stays on the device too: the layer kernels read it from there (device_n), so
 // run_layers enqueues every layer without waiting for the previous one; the host reads the counts only now and then,
 // to shrink the grids (docs/graphchallenge.md).
 #include "sparsert/codegen/stream_spmm.hpp"
