@@ -262,9 +262,7 @@ class EntryEmitter {
     const Reg load_col = b_.reg(RegClass::kB32);
     if (opt_.column_map) {
       b_.comment("the thread's column of B, C and F is M[c0]; threads past N use column 0 (always valid), store nothing");
-      const Reg param_m = b_.reg(RegClass::kB64), gm = b_.reg(RegClass::kB64), mo = b_.reg(RegClass::kB64);
-      b_.inst("ld.param.u64", {param_m, SymbolAddress{name_ + "_param_M"}});
-      b_.inst("cvta.to.global.u64", {gm, param_m});
+      const Reg gm = ptx::global_param(b_, name_ + "_param_M"), mo = b_.reg(RegClass::kB64);
       b_.inst("mov.u32", {load_col, IntImm{0}});
       b_.inst("mul.wide.u32", {mo, c0, IntImm{4}});
       b_.inst("add.s64", {mo, gm, mo});
@@ -653,12 +651,7 @@ class EntryEmitter {
     b_.inst("and.b32", {lane, t, IntImm{31}});
     b_.inst("shr.u32", {warp, t, IntImm{5}});
     b_.inst("setp.eq.u32", {first, t, IntImm{0}});
-    auto global_param = [&](const char* param) {
-      const Reg raw = b_.reg(RegClass::kB64), g = b_.reg(RegClass::kB64);
-      b_.inst("ld.param.u64", {raw, SymbolAddress{name_ + "_param_" + param}});
-      b_.inst("cvta.to.global.u64", {g, raw});
-      return g;
-    };
+    auto global_param = [&](const char* param) { return ptx::global_param(b_, name_ + "_param_" + param); };
     const Reg n = b_.reg(RegClass::kB32), n_dev = b_.reg(RegClass::kB32);
     const Reg np = global_param("NP");
     b_.inst("ld.param.u32", {n, SymbolAddress{name_ + "_param_N"}});

@@ -291,4 +291,11 @@ std::string Builder::declarations() const {
   return out;
 }
 
+Reg global_param(Builder& b, std::string_view symbol) {
+  const Reg raw = b.reg(RegClass::kB64), g = b.reg(RegClass::kB64);
+  b.inst("ld.param.u64", {raw, SymbolAddress{symbol}});
+  b.inst("cvta.to.global.u64", {g, raw});
+  return g;
+}
+
 }  // namespace sparsert::codegen::ptx

@@ -269,8 +269,8 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     if (options_.model_tiles) {
       const auto w0 = std::chrono::steady_clock::now();
       compiler::ModelTileOptions mo;
-      mo.forced = fused ? std::optional(codegen::KernelKind::kBaked) : options_.kernel_kind;
-      mo.column_map = fused;
+      mo.forced = options_.kernel_kind;
+      mo.column_map = fused;  // baked kernels that gather their columns only
       mo.threads = options_.threads;
       // Layer by layer, each grid covers the columns live a few layers earlier, which fall from 60000 to 950 over
       // the official network's first 14 layers: the model ranks the kernels at the width each layer runs on. A graph

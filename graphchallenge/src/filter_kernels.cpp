@@ -12,6 +12,7 @@ namespace ptx = codegen::ptx;
 
 using ptx::Address;
 using ptx::Builder;
+using ptx::global_param;
 using ptx::Guard;
 using ptx::IntImm;
 using ptx::Reg;
@@ -32,14 +33,6 @@ std::string entry_exact(const std::string& name, const std::vector<std::pair<con
   out += b.body();
   out += "}\n";
   return out;
-}
-
-// A u64 parameter converted to a global address.
-Reg global_param(Builder& b, const std::string& symbol) {
-  const Reg raw = b.reg(RegClass::kB64), g = b.reg(RegClass::kB64);
-  b.inst("ld.param.u64", {raw, SymbolAddress{symbol}});
-  b.inst("cvta.to.global.u64", {g, raw});
-  return g;
 }
 
 // base + index * scale.

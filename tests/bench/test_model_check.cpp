@@ -35,6 +35,21 @@ std::vector<std::filesystem::path> measured_files(const char* prefix) {
   return out;
 }
 
+// Every kernel of a bench file within 2x of the model, and each group of its kernels ranked at Spearman >= min_rank;
+// returns how many kernels it compared.
+size_t expect_within_twice(const std::filesystem::path& f, const bench::ModelCheckOptions& o, double min_rank) {
+  size_t points = 0;
+  for (const bench::ModelGroup& g : bench::check_model(f, o)) {
+    points += g.points.size();
+    for (const bench::ModelPoint& p : g.points) {
+      EXPECT_LE(std::max(p.ratio(), 1.0 / p.ratio()), 2.0)
+          << g.source << " " << p.layer << ": measured " << p.measured_us << " us, model " << p.predicted_us;
+    }
+    EXPECT_GE(g.spearman, min_rank) << g.source;
+  }
+  return points;
+}
+
 TEST(ModelCheck, SpearmanOfKnownOrders) {
   EXPECT_DOUBLE_EQ(bench::spearman({1, 2, 3, 4}, {10, 20, 30, 40}), 1.0);
   EXPECT_DOUBLE_EQ(bench::spearman({1, 2, 3, 4}, {40, 30, 20, 10}), -1.0);
@@ -137,16 +152,7 @@ TEST(ModelCheck, PredictsEveryMeasuredBenchKernelWithinTwice) {
   bench::ModelCheckOptions o;
   o.data_dir = data;
   size_t points = 0;
-  for (const auto& f : files) {
-    for (const bench::ModelGroup& g : bench::check_model(f, o)) {
-      points += g.points.size();
-      for (const bench::ModelPoint& p : g.points) {
-        EXPECT_LE(std::max(p.ratio(), 1.0 / p.ratio()), 2.0)
-            << g.source << " " << p.layer << ": measured " << p.measured_us << " us, model " << p.predicted_us;
-      }
-      EXPECT_GE(g.spearman, 0.8) << g.source;
-    }
-  }
+  for (const auto& f : files) points += expect_within_twice(f, o, 0.8);
   EXPECT_GT(points, 0u);
 }
 
@@ -159,14 +165,7 @@ TEST(ModelCheck, PredictsTheBenchFilesInDocsWithinTwice) {
   size_t points = 0;
   for (const char* suite : {"rn50-0.9", "rn50-0.95", "transformer", "mobilenet"}) {
     const auto f = std::filesystem::path(SPARSERT_SOURCE_DIR) / "docs/benchmarks" / fmt::format("{}-cuda.json", suite);
-    for (const bench::ModelGroup& g : bench::check_model(f, o)) {
-      points += g.points.size();
-      for (const bench::ModelPoint& p : g.points) {
-        EXPECT_LE(std::max(p.ratio(), 1.0 / p.ratio()), 2.0)
-            << g.source << " " << p.layer << ": measured " << p.measured_us << " us, model " << p.predicted_us;
-      }
-      EXPECT_GE(g.spearman, 0.75) << g.source;
-    }
+    points += expect_within_twice(f, o, 0.75);
   }
   EXPECT_EQ(points, 2u * (37 + 37 + 6 + 9));  // back to back and alone
 }

@@ -206,12 +206,14 @@ TEST(RealGpu, LaunchCostsForTheModel) {
   }
 }
 
-// The official 1024 x 120 network and its first 1200 images, from ../shared/data.
+// The official 1024 x 120 network and its first 1200 images, from ../shared/data, and a GPU executor for it with its
+// kernel cache in the scratch directory.
 struct OfficialGraphChallenge {
   testing::ScratchDir scratch;
   graphchallenge::Network net;
   CsrMatrix images;
   std::filesystem::path truth_path;
+  std::unique_ptr<graphchallenge::CudaLayerExecutor> exec;
 
   explicit OfficialGraphChallenge(const std::filesystem::path& data) {
     const auto gc = data / "graphchallenge";
@@ -222,6 +224,16 @@ struct OfficialGraphChallenge {
                                        graphchallenge::official_bias(1024));
     images = graphchallenge::read_images(gc / "sparse-images-1024-first1200.tsv", 1024);
     truth_path = gc / "neuron1024-l120-categories-first1200.tsv";
+    graphchallenge::CudaGraphChallengeOptions opt;
+    opt.progress = false;
+    opt.cache_dir = scratch / "cache";
+    exec = std::make_unique<graphchallenge::CudaLayerExecutor>(opt);
+    exec->prepare(net);
+  }
+  // The first 1200 images tiled `replicate` times, and their truth.
+  graphchallenge::InferenceResult run(int32_t replicate, std::vector<int32_t>* truth) const {
+    *truth = graphchallenge::tile_truth(inspector::read_categories(truth_path), 1200, replicate, truth_path.string());
+    return graphchallenge::run_inference(net, graphchallenge::feature_major_inputs(images, 1024, replicate), *exec);
   }
 };
 
@@ -229,20 +241,11 @@ TEST(RealGpu, GraphChallengeOfficialNetwork) {
   REQUIRE_GPU();
   SPARSERT_REQUIRE_SHARED_DATA(data);
   const OfficialGraphChallenge o(data);
-  namespace g = graphchallenge;
-  const g::Network& net = o.net;
-  const CsrMatrix& images = o.images;
-  const auto& truth_path = o.truth_path;
-  testing::ScratchDir scratch;
-  graphchallenge::CudaGraphChallengeOptions opt;
-  opt.progress = false;
-  opt.cache_dir = scratch / "cache";
-  graphchallenge::CudaLayerExecutor exec(opt);
-  exec.prepare(net);
-  const g::InferenceResult r = g::run_inference(net, g::feature_major_inputs(images, 1024, 50), exec);
-  EXPECT_EQ(r.categories, g::tile_truth(inspector::read_categories(truth_path), 1200, 50, truth_path.string()));
+  std::vector<int32_t> truth;
+  const graphchallenge::InferenceResult r = o.run(50, &truth);
+  EXPECT_EQ(r.categories, truth);
   std::printf("graph challenge 1024x120, 60000 inputs: %.4f s, %.3g edges/s (compile %.1f s)\n", r.seconds,
-              g::edge_rate(60000, net.total_nnz(), r.seconds), exec.compile_seconds());
+              graphchallenge::edge_rate(60000, o.net.total_nnz(), r.seconds), o.exec->compile_seconds());
 }
 
 // The 1200 inputs run as one CUDA Graph with the compaction fused into the layers (the default at that width): the
@@ -252,26 +255,17 @@ TEST(RealGpu, GraphChallengeNarrowInputsWithFusedCompaction) {
   REQUIRE_GPU();
   SPARSERT_REQUIRE_SHARED_DATA(data);
   const OfficialGraphChallenge o(data);
-  namespace g = graphchallenge;
-  const g::Network& net = o.net;
-  const CsrMatrix& images = o.images;
-  const auto& truth_path = o.truth_path;
-  testing::ScratchDir scratch;
-  const std::vector<int32_t> truth = g::tile_truth(inspector::read_categories(truth_path), 1200, 1, truth_path.string());
-  graphchallenge::CudaGraphChallengeOptions opt;
-  opt.progress = false;
-  opt.cache_dir = scratch / "cache";
-  graphchallenge::CudaLayerExecutor exec(opt);
-  exec.prepare(net);
   for (int run = 0; run < 5; ++run) {
-    const g::InferenceResult r = g::run_inference(net, g::feature_major_inputs(images, 1024, 1), exec);
+    std::vector<int32_t> truth;
+    const graphchallenge::InferenceResult r = o.run(1, &truth);
     EXPECT_EQ(r.categories, truth) << "run " << run + 1;
     std::printf("graph challenge 1024x120, 1200 inputs, run %d: %.4f s\n", run + 1, r.seconds);
   }
-  EXPECT_TRUE(std::any_of(exec.notes().begin(), exec.notes().end(),
+  const std::vector<std::string>& notes = o.exec->notes();
+  EXPECT_TRUE(std::any_of(notes.begin(), notes.end(),
                           [](const std::string& n) { return n.find("no filter kernel") != std::string::npos; }))
       << "the run did not fuse the compaction";
-  const DenseTensor y = exec.activations();
+  const DenseTensor y = o.exec->activations();
   ASSERT_EQ(y.cols(), 19);
   for (float v : y.vec()) ASSERT_EQ(v, 32.0f);
 }

@@ -147,4 +147,7 @@ class Builder {
   int64_t instructions_ = 0;
 };
 
+// A u64 kernel parameter (`symbol`, the full parameter name) loaded and converted to a global address.
+Reg global_param(Builder& b, std::string_view symbol);
+
 }  // namespace sparsert::codegen::ptx
