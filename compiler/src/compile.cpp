@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <set>
 
@@ -497,6 +498,18 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     write_file_atomic(tmp / name, bytes);
     pkg.sha256[name] = known.empty() ? sha256_hex(bytes) : known;
   };
+  // Row blocks of the streamed layers packed at load (the plan the loader's packing makes), layers side by side.
+  std::vector<int32_t> load_blocks(layers.size(), 0);
+  if (options.streamed_arrays_at_load) {
+    parallel_for(static_cast<int64_t>(layers.size()), options.threads, [&](int64_t i) {
+      const auto li = static_cast<size_t>(i);
+      if (kinds[li].choice.kind != codegen::KernelKind::kStreamed) return;
+      load_blocks[li] = static_cast<int32_t>(codegen::default_stream_plan(layers[li].a, kinds[li].stream).blocks.size());
+    });
+  }
+  // The files already written for a kernel (cache key, target, entry): the layers that share a streamed kernel share
+  // its files too.
+  std::map<std::string, std::string> written;
   for (size_t li = 0; li < layers.size(); ++li) {
     const LoadedLayer& l = layers[li];
     PackageLayer pl;
@@ -509,12 +522,18 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     pl.device_n = options.device_n;
     pl.column_map = options.column_map;
     pl.conv = l.conv;
-    pl.weights_file = fmt::format("layer{}.csr", li);
-    write_layer_weights(tmp / pl.weights_file, LayerWeights{l.a, l.desc.bias});
-    pkg.sha256[pl.weights_file] = sha256_hex(read_file(tmp / pl.weights_file));
-    std::optional<codegen::StreamWeights> stream_weights;
     const codegen::StreamParams& sp = kinds[li].stream;
-    if (kinds[li].choice.kind == codegen::KernelKind::kStreamed) {
+    const bool streamed = kinds[li].choice.kind == codegen::KernelKind::kStreamed;
+    pl.arrays_at_load = streamed && options.streamed_arrays_at_load;
+    if (!pl.arrays_at_load) {
+      pl.weights_file = fmt::format("layer{}.csr", li);
+      write_layer_weights(tmp / pl.weights_file, LayerWeights{l.a, l.desc.bias});
+      pkg.sha256[pl.weights_file] = sha256_hex(read_file(tmp / pl.weights_file));
+    }
+    std::optional<codegen::StreamWeights> stream_weights;
+    if (pl.arrays_at_load) {
+      pl.kind = "streamed";
+    } else if (streamed) {
       // The weights travel in arrays the kernel streams; they depend on the layer, not the target.
       pl.kind = "streamed";
       stream_weights = codegen::pack_stream_weights(l.a, codegen::default_stream_plan(l.a, sp), sp, l.desc.bias);
@@ -545,18 +564,19 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
         for (const CachedEntry& ce : k.entries) {
           pl.entries.push_back({ce.name, ce.block_begin, ce.block_end, {}, {}, {}});
         }
-        if (stream_weights) {
+        if (streamed) {
           pl.tile = codegen::to_json(sp);
-          pl.entries.front().block_end = stream_weights->blocks;  // the shared entry covers this layer's blocks
+          // The shared entry covers this layer's blocks.
+          pl.entries.front().block_end = stream_weights ? stream_weights->blocks : load_blocks[li];
         }
       }
       bool same_blocks = k.entries.size() == pl.entries.size();
-      for (size_t e = 0; same_blocks && !stream_weights && e < k.entries.size(); ++e) {
+      for (size_t e = 0; same_blocks && !streamed && e < k.entries.size(); ++e) {
         same_blocks = k.entries[e].block_begin == pl.entries[e].block_begin &&
                       k.entries[e].block_end == pl.entries[e].block_end;
       }
       SPARSERT_INTERNAL_CHECK(same_blocks && k.block_x == pl.block_x && k.block_y == pl.block_y &&
-                                  k.n_tile == pl.n_tile && (stream_weights || codegen::to_json(job.tile) == pl.tile),
+                                  k.n_tile == pl.n_tile && (streamed || codegen::to_json(job.tile) == pl.tile),
                               "layer {}: targets were given different tile parameters", pl.name);
       LayerTargetReport r;
       r.layer = pl.name;
@@ -564,18 +584,20 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       r.cache_hit = hit;
       r.entries = static_cast<int>(k.entries.size());
       r.emit_seconds = job.emit_seconds;
-      r.tile = stream_weights ? codegen::to_json(sp) : codegen::to_json(job.tile);
+      r.tile = streamed ? codegen::to_json(sp) : codegen::to_json(job.tile);
       r.tile_source = job.tile_source;
       r.kind = codegen::to_string(kinds[li].choice.kind);
       r.kind_reason = kinds[li].choice.reason;
       r.model_us = kinds[li].model_us;
       for (size_t e = 0; e < k.entries.size(); ++e) {
         const CachedEntry& ce = k.entries[e];
-        const std::string base = fmt::format("layer{}.e{}.{}", li, e, job.target.name());
-        add_file(base + ".ptx", ce.ptx, ce.ptx_sha256);
+        const std::string id = fmt::format("{} {} {}", k.key, job.target.name(), e);
+        const auto [at, fresh] = written.emplace(id, fmt::format("layer{}.e{}.{}", li, e, job.target.name()));
+        const std::string& base = at->second;
+        if (fresh) add_file(base + ".ptx", ce.ptx, ce.ptx_sha256);
         pl.entries[e].ptx[job.target.name()] = base + ".ptx";
         if (!ce.cubin.empty()) {
-          add_file(base + ".cubin", std::string_view(ce.cubin.data(), ce.cubin.size()), ce.cubin_sha256);
+          if (fresh) add_file(base + ".cubin", std::string_view(ce.cubin.data(), ce.cubin.size()), ce.cubin_sha256);
           pl.entries[e].cubin[job.target.name()] = base + ".cubin";
         }
         pl.entries[e].resources[job.target.name()] = ce.resources;
@@ -583,7 +605,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
         r.max_registers = std::max(r.max_registers, ce.resources.registers);
       }
       for (const auto& e : job.kernel.entries) r.fmas += e.fmas;
-      if (stream_weights) r.fmas = l.a.nnz();
+      if (streamed) r.fmas = l.a.nnz();
       report.hits += hit;
       report.misses += !hit;
       report.layers.push_back(std::move(r));

@@ -1,5 +1,6 @@
 #include "sparsert/graphchallenge/cuda_executor.hpp"
 
+#include "sparsert/autotune/space.hpp"
 #include "sparsert/compiler/compile.hpp"
 #include "sparsert/compiler/tile_sources.hpp"
 #include "sparsert/graphchallenge/filter_kernels.hpp"
@@ -8,10 +9,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <deque>
+#include <future>
+#include <map>
 #include <numeric>
 #include <random>
+#include <thread>
 
 namespace sparsert::graphchallenge {
 
@@ -46,6 +51,90 @@ bool fuses_compaction(int64_t ld, const Network& net, const CudaGraphChallengeOp
   return o.fused_compaction && runs_as_graph(ld, o) && o.kernel_kind != codegen::KernelKind::kStreamed &&
          bakes_whole_network(net);
 }
+
+// Bytes of ELL arrays per nonzero assumed when deciding whether streamed weights fit: the most measured on the
+// synthetic networks' layers (25.1 on a permuted 65536-neuron layer, whose rows spread unevenly over the staged
+// rows, 10.5 on a radix one; docs/graphchallenge.md). An estimate: the decision only picks the layout, and an
+// allocation that fails anyway is the driver's out-of-memory error naming cuMemAlloc.
+constexpr double kEllBytesPerNonzero = 26.0;
+
+// The device memory a load_inputs of width n needs besides the weights: two activation buffers, the flags, the
+// filter's scratch and the ids.
+double activation_bytes(const Network& net, int64_t n) {
+  return 2.0 * net.neurons * static_cast<double>(n) * 4.0 + 8.0 * static_cast<double>(n) * 4.0;
+}
+// Kept free of the plan for the context, the modules and the driver's own allocations.
+constexpr double kDriverReserve = 1e9;
+
+// The compact layout's arrays exactly: {value, column} per nonzero, four words per thread slot (rows rounded up to
+// the block's 32).
+double compact_bytes(const Network& net) {
+  double bytes = 0;
+  for (const CsrMatrix& a : net.layers) bytes += 8.0 * a.nnz() + 16.0 * ((a.rows + 31) / 32 * 32);
+  return bytes;
+}
+
+// "34.1 GB", "786 kB": the memory plan's figures, which range from test networks to the largest challenge network.
+std::string bytes_text(double b) {
+  if (b >= 1e9) return fmt::format("{:.1f} GB", b / 1e9);
+  if (b >= 1e6) return fmt::format("{:.1f} MB", b / 1e6);
+  return fmt::format("{:.0f} kB", b / 1e3);
+}
+
+// Packs the streamed layers of a package compiled with their arrays at load (GpuRunOptions::streamed_arrays) from the
+// network's weights, each as its package layer says (parameters, row blocks), a few layers ahead of the one asked for
+// on as many threads: the loader uploads one while the next ones are packed (a layer of 2M nonzeros takes about 0.1 s).
+class StreamedPacker {
+ public:
+  using Arrays = std::vector<std::vector<uint32_t>>;
+  StreamedPacker(const Network& net, const Package& pkg, int threads)
+      : net_(net), window_(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {
+    for (size_t l = 0; l < pkg.layers.size(); ++l) {
+      const PackageLayer& pl = pkg.layers[l];
+      if (!pl.arrays_at_load) continue;
+      order_.push_back(l);
+      layers_[l] = {autotune::stream_from_json(pl.tile, pl.name + ".tile"), pl.entries.front().block_end};
+    }
+  }
+  StreamedPacker(const StreamedPacker&) = delete;
+  StreamedPacker& operator=(const StreamedPacker&) = delete;
+  ~StreamedPacker() {
+    for (auto& [l, f] : ahead_) {
+      if (f.valid()) f.wait();  // they read the network, which may go first
+    }
+  }
+
+  Arrays operator()(size_t layer) {
+    const auto at = std::find(order_.begin(), order_.end(), layer);
+    SPARSERT_INTERNAL_CHECK(at != order_.end(), "layer {} has no streamed arrays to pack", layer + 1);
+    for (auto it = at; it != order_.end() && it - at < window_; ++it) {
+      if (ahead_.count(*it)) continue;
+      ahead_[*it] = std::async(std::launch::async, [this, l = *it] { return pack(l); });
+    }
+    Arrays out = ahead_.at(layer).get();
+    ahead_.erase(layer);
+    return out;
+  }
+
+ private:
+  Arrays pack(size_t l) const {
+    const auto& [sp, blocks] = layers_.at(l);
+    const CsrMatrix& a = net_.layers[l];
+    const codegen::StreamWeights w =
+        codegen::pack_stream_weights(a, codegen::default_stream_plan(a, sp), sp, {net_.bias});
+    SPARSERT_INTERNAL_CHECK(w.blocks == blocks, "layer {}: packed {} row blocks, compiled for {}", l + 1, w.blocks,
+                            blocks);
+    Arrays out;
+    for (const auto& [name, data] : w.arrays()) out.push_back(*data);
+    return out;
+  }
+
+  const Network& net_;
+  int window_;
+  std::vector<size_t> order_;
+  std::map<size_t, std::pair<codegen::StreamParams, int32_t>> layers_;
+  std::map<size_t, std::future<Arrays>> ahead_;
+};
 
 // When the host reads the live count (run_layers). Every layer's count is written on the device, where the next
 // layer's kernels read it (compiled with device_n), so the host never needs it to stay exact: it needs an upper bound
@@ -201,6 +290,17 @@ std::string CudaLayerExecutor::name() const {
 
 const std::vector<std::string>& CudaLayerExecutor::notes() const { return impl_->notes; }
 
+codegen::StreamParams compact_stream_params(int32_t n) {
+  codegen::StreamParams p;
+  p.layout = codegen::StreamLayout::kRows;
+  p.rows_per_block = 32;
+  p.lanes_per_row = 4;
+  p.n_tile = static_cast<int32_t>(std::min<uint32_t>(32, std::bit_ceil(static_cast<uint32_t>(std::max(n, 1)))));
+  p.cols_per_thread = std::min(16, p.n_tile);
+  p.unroll = 2;
+  return p;
+}
+
 void CudaLayerExecutor::prepare(const Network& net) {
   impl_->net = &net;
   cuda::Driver::get();  // fail early, before any compiling, when there is no driver
@@ -259,14 +359,44 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     co.live_flags = true;
     co.device_n = true;
     co.kernel_kind = options_.kernel_kind;
-    const bool fused = fuses_compaction(n, net, options_);
-    if (options_.fused_compaction && runs_as_graph(n, options_) && !fused &&
-        options_.kernel_kind != codegen::KernelKind::kStreamed) {
+    // The package never holds the streamed arrays: they are packed from the network's weights as the layers load, so
+    // weights too large to write twice (the 65536 x 1920 network's 4e9 nonzeros) are never written at all.
+    co.streamed_arrays_at_load = true;
+    // Device memory: the activations, then the streamed weights in the ELL walk's layout where they would fit (an
+    // estimate), else in the compact row-split layout (exact), else the inputs are too many for this device.
+    const double memory = static_cast<double>(options_.device_memory.value_or(dev.total_memory));
+    const double for_weights = memory - activation_bytes(net, n) - kDriverReserve;
+    const bool may_stream = options_.kernel_kind != codegen::KernelKind::kBaked;
+    const bool compact = options_.compact_weights.value_or(
+        may_stream && kEllBytesPerNonzero * static_cast<double>(net.total_nnz()) > for_weights);
+    {
+      const double needed = may_stream ? compact_bytes(net) : 0.0;
+      SPARSERT_USER_CHECK(needed <= for_weights, "inputs",
+                          "{} inputs of {} neurons need {} of device memory for the activations, {} for the "
+                          "weights (streamed, compact) and {} kept for the driver: more than the {} of the {}; run "
+                          "fewer inputs", n, net.neurons, bytes_text(activation_bytes(net, n)), bytes_text(needed),
+                          bytes_text(kDriverReserve), bytes_text(memory), dev.name);
+    }
+    if (compact) {
+      SPARSERT_USER_CHECK(options_.kernel_kind != codegen::KernelKind::kBaked, "--kernel",
+                          "baked layers have no weight arrays to make compact");
+      co.kernel_kind = codegen::KernelKind::kStreamed;
+      co.stream_params = compact_stream_params(n);
+      im.notes.push_back(fmt::format(
+          "every layer streamed in the compact row-split layout ({}): {} of weights{}",
+          codegen::to_json(co.stream_params).dump(), bytes_text(compact_bytes(net)),
+          options_.compact_weights ? "" : fmt::format(", where the ELL walk's might take {} and {} is left beside "
+                                                      "the activations",
+                                                      bytes_text(kEllBytesPerNonzero * static_cast<double>(net.total_nnz())),
+                                                      bytes_text(for_weights))));
+    }
+    const bool fused = !compact && fuses_compaction(n, net, options_);
+    if (options_.fused_compaction && runs_as_graph(n, options_) && !fused && co.kernel_kind != codegen::KernelKind::kStreamed) {
       im.notes.push_back("the network is too large to bake every layer: the filter kernel runs after each layer");
     }
     co.column_map = fused;
     co.max_entries = options_.max_entries;
-    if (options_.model_tiles) {
+    if (options_.model_tiles && !compact) {
       const auto w0 = std::chrono::steady_clock::now();
       compiler::ModelTileOptions mo;
       mo.forced = options_.kernel_kind;
@@ -317,7 +447,11 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     }
     // Written by compile_network just now into this process's own directory: hashing its hundreds of megabytes again
     // would only check the copy just made (about a second on the Graph Challenge's network).
-    im.gpu = std::make_unique<GpuNetwork>(load_package(im.package_dir, /*verify_hashes=*/false));
+    const Package pkg = load_package(im.package_dir, /*verify_hashes=*/false);
+    StreamedPacker packer(net, pkg, options_.threads);
+    GpuRunOptions ro;
+    ro.streamed_arrays = [&](size_t layer, const PackageLayer&) { return packer(layer); };
+    im.gpu = std::make_unique<GpuNetwork>(pkg, ro);
     for (const std::string& note : im.gpu->load_notes()) {
       if (note.find("rejected") != std::string::npos) im.notes.push_back(note);
     }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 namespace sparsert::graphchallenge {
@@ -148,16 +149,12 @@ std::vector<int32_t> expected_layer_widths(const Network& net, const DenseTensor
                                            int cpu_threads) {
   SPARSERT_USER_CHECK(y0.rank() == 2 && y0.rows() == net.neurons, "inputs", "shape {} does not have {} rows",
                       y0.shape_string(), net.neurons);
-  SPARSERT_USER_CHECK(sample >= 1, "width_sample", "{} columns; the sample needs at least 1", sample);
   const int64_t inputs = y0.cols();
-  const int64_t taken = std::min<int64_t>(inputs, sample);
+  const std::vector<int32_t> columns = strided_columns(inputs, sample, "width_sample");
+  const auto taken = static_cast<int64_t>(columns.size());
   std::vector<int32_t> widths(net.layers.size(), 1);
   if (net.layers.empty() || taken == 0) return widths;
-  // Columns j * inputs / taken: spread over the whole input, so tiled copies of a short input set are sampled alike.
-  DenseTensor part({net.neurons, taken});
-  for (int64_t r = 0; r < net.neurons; ++r) {
-    for (int64_t j = 0; j < taken; ++j) part.at(r, j) = y0.at(r, j * inputs / taken);
-  }
+  DenseTensor part = take_columns(y0, columns);
   CpuExecutorOptions co;
   co.threads = cpu_threads;
   CpuLayerExecutor cpu(co);
@@ -173,6 +170,42 @@ std::vector<int32_t> expected_layer_widths(const Network& net, const DenseTensor
   widths[0] = scaled(taken);
   for (size_t l = 1; l < net.layers.size(); ++l) widths[l] = scaled(run.live_after_layer[l - 1]);
   return widths;
+}
+
+std::vector<int32_t> strided_columns(int64_t inputs, int32_t sample, const std::string& field) {
+  SPARSERT_USER_CHECK(sample >= 1, field, "{} columns; the sample needs at least 1", sample);
+  const int64_t taken = std::min<int64_t>(inputs, sample);
+  std::vector<int32_t> columns(static_cast<size_t>(std::max<int64_t>(taken, 0)));
+  for (int64_t j = 0; j < taken; ++j) columns[static_cast<size_t>(j)] = static_cast<int32_t>(j * inputs / taken);
+  return columns;
+}
+
+DenseTensor take_columns(const DenseTensor& y0, const std::vector<int32_t>& columns) {
+  const auto taken = static_cast<int64_t>(columns.size());
+  DenseTensor part({y0.rows(), taken});
+  for (int64_t r = 0; r < y0.rows(); ++r) {
+    const float* from = y0.data() + r * y0.cols();
+    float* to = part.data() + r * taken;
+    for (int64_t j = 0; j < taken; ++j) to[j] = from[columns[static_cast<size_t>(j)]];
+  }
+  return part;
+}
+
+CategoryCheck check_sample(const Network& net, DenseTensor y_sample, const std::vector<int32_t>& columns,
+                           const std::vector<int32_t>& got, int cpu_threads) {
+  SPARSERT_INTERNAL_CHECK(y_sample.rank() == 2 && y_sample.cols() == static_cast<int64_t>(columns.size()),
+                          "{} sampled columns for {} inputs", y_sample.shape_string(), columns.size());
+  CpuExecutorOptions co;
+  co.threads = cpu_threads;
+  CpuLayerExecutor cpu(co);
+  cpu.prepare(net);
+  std::vector<int32_t> want;
+  for (const int32_t p : run_inference(net, std::move(y_sample), cpu).categories) {
+    want.push_back(columns[static_cast<size_t>(p)]);
+  }
+  std::vector<int32_t> among;
+  std::set_intersection(got.begin(), got.end(), columns.begin(), columns.end(), std::back_inserter(among));
+  return compare_categories(among, want);
 }
 
 double edge_rate(int64_t inputs, int64_t total_nnz, double seconds) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 
 namespace sparsert {
 
@@ -25,7 +26,7 @@ double median(std::vector<double> v) {
 }
 
 struct LoadedEntry {
-  std::unique_ptr<cuda::Module> module;
+  std::shared_ptr<const cuda::Module> module;  // shared by the entries whose image has the same sha256
   CUfunction fn = nullptr;
   std::string name;
   unsigned grid_y = 0;
@@ -118,6 +119,19 @@ struct GpuNetwork::Impl {
     }
     max_rows = static_cast<size_t>(p.layers.front().k);
     bool cubins_rejected = false;
+    // The modules loaded, by the sha256 of their image: every streamed layer of one shape runs the same kernel, and a
+    // network of 1920 such layers loads it once.
+    std::map<std::string, std::shared_ptr<const cuda::Module>> by_hash;
+    auto load_module = [&](const std::string& file, bool ptx) -> std::shared_ptr<const cuda::Module> {
+      const auto h = p.sha256.find(file);
+      const std::string key = (ptx ? "ptx:" : "cubin:") + (h != p.sha256.end() ? h->second : "file:" + file);
+      if (const auto it = by_hash.find(key); it != by_hash.end()) return it->second;
+      const std::string image = read_file(p.dir / file);
+      auto m = std::make_shared<const cuda::Module>(ptx ? static_cast<const void*>(image.c_str()) : image.data(),
+                                                    (p.dir / file).string());
+      by_hash.emplace(key, m);
+      return m;
+    };
     for (size_t li = 0; li < p.layers.size(); ++li) {
       const PackageLayer& pl = p.layers[li];
       max_rows = std::max(max_rows, static_cast<size_t>(pl.m));
@@ -142,15 +156,29 @@ struct GpuNetwork::Impl {
         ll.arrays.back().upload(bytes.data(), bytes.size());
         ll.array_ptrs.push_back(ll.arrays.back().get());
       }
+      if (pl.arrays_at_load) {
+        SPARSERT_USER_CHECK(static_cast<bool>(o.streamed_arrays), p.dir.string(),
+                            "layer {}: its streamed arrays are not in the package (arrays_at_load); only the program "
+                            "that compiled it can load it", pl.name);
+        const std::vector<std::vector<uint32_t>> arrays = o.streamed_arrays(li, pl);
+        const size_t want = streamed_array_count(pl.tile.is_object() && pl.tile.value("layout", "") == "rows");
+        SPARSERT_USER_CHECK(arrays.size() == want, p.dir.string(), "layer {}: {} streamed arrays supplied, its kernel "
+                            "takes {}", pl.name, arrays.size(), want);
+        for (const std::vector<uint32_t>& a : arrays) {
+          SPARSERT_USER_CHECK(!a.empty(), p.dir.string(), "layer {}: an empty streamed array supplied", pl.name);
+          ll.arrays.emplace_back(a.size() * 4);
+          ll.arrays.back().upload(a.data(), a.size() * 4);
+          ll.array_ptrs.push_back(ll.arrays.back().get());
+        }
+      }
       for (const PackageEntry& e : pl.entries) {
         LoadedEntry le;
         le.name = e.name;
         le.grid_y = static_cast<unsigned>(e.block_end - e.block_begin);
         bool loaded = false;
         if (has_cubin && !o.force_ptx && !cubins_rejected && e.cubin.count(dev_target)) {
-          const std::string image = read_file(p.dir / e.cubin.at(dev_target));
           try {
-            le.module = std::make_unique<cuda::Module>(image.data(), (p.dir / e.cubin.at(dev_target)).string());
+            le.module = load_module(e.cubin.at(dev_target), false);
             loaded = true;
             note = fmt::format("layer {}: cubin for {}", pl.name, dev_target);
           } catch (const cuda::CudaError& err) {
@@ -164,8 +192,7 @@ struct GpuNetwork::Impl {
         if (!loaded) {
           SPARSERT_USER_CHECK(!jit_target.empty() && e.ptx.count(jit_target), p.dir.string(),
                               "layer {} entry {} has no PTX for {}", pl.name, e.name, jit_target);
-          const std::string ptx = read_file(p.dir / e.ptx.at(jit_target));
-          le.module = std::make_unique<cuda::Module>(ptx.c_str(), (p.dir / e.ptx.at(jit_target)).string());
+          le.module = load_module(e.ptx.at(jit_target), true);
           if (note.empty()) note = fmt::format("layer {}: PTX for {} JIT-compiled by the driver", pl.name, jit_target);
         }
         le.fn = le.module->function(e.name);
@@ -174,6 +201,7 @@ struct GpuNetwork::Impl {
       notes.push_back(note);
       layers.push_back(std::move(ll));
     }
+    opt.streamed_arrays = nullptr;  // called during the load only: what it refers to need not outlive it
     size_t max_entries = 1;
     for (const LoadedLayer& l : layers) max_entries = std::max(max_entries, l.entries.size());
     side = std::make_unique<cuda::ConcurrentLauncher>(max_entries);  // before any capture: nothing is made later

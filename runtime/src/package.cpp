@@ -173,6 +173,7 @@ nlohmann::json manifest_json(const Package& p) {
     if (l.live_flags) lj["live_flags"] = true;
     if (l.device_n) lj["device_n"] = true;
     if (l.column_map) lj["column_map"] = true;
+    if (l.arrays_at_load) lj["arrays_at_load"] = true;
     if (l.conv) lj["conv"] = conv_layout_json(*l.conv);
     layers.push_back(std::move(lj));
   }
@@ -238,6 +239,10 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     if (lj.contains("column_map")) l.column_map = json_get<bool>(lj, lw, "column_map");  // absent: columns in place
     SPARSERT_USER_CHECK(!l.column_map || (l.live_flags && l.device_n && l.kind == "baked"), lw + ".column_map",
                         "needs a baked layer with live_flags and device_n");
+    if (lj.contains("arrays_at_load")) l.arrays_at_load = json_get<bool>(lj, lw, "arrays_at_load");
+    SPARSERT_USER_CHECK(!l.arrays_at_load || (l.kind == "streamed" && l.arrays.empty() && l.weights_file.empty()),
+                        lw + ".arrays_at_load", "needs a streamed layer with no arrays and no weights file");
+    SPARSERT_USER_CHECK(l.arrays_at_load || !l.weights_file.empty(), lw + ".weights", "is empty");
     if (lj.contains("conv")) {
       l.conv = conv_layout_from_json(lj["conv"], lw + ".conv");
       SPARSERT_USER_CHECK(l.conv->shape.out_channels == l.m && l.conv->shape.k() == l.k, lw + ".conv",
@@ -257,7 +262,7 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
                         block[2]);
     SPARSERT_USER_CHECK(l.n_tile >= 1, lw + ".launch.n_tile", "{} is not a column tile", l.n_tile);
     l.tile = json_field(lj, lw, "tile");
-    if (l.kind == "streamed") {
+    if (l.kind == "streamed" && !l.arrays_at_load) {
       const bool rows = l.tile.is_object() && l.tile.value("layout", "") == "rows";
       const size_t want = streamed_array_count(rows);
       SPARSERT_USER_CHECK(l.arrays.size() == want, lw + ".arrays", "{} arrays; a streamed layer of layout '{}' takes {}",
@@ -302,7 +307,7 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
   // Every file a layer refers to, with what it is, for the checks below.
   auto each_layer_file = [&](const std::function<void(const std::string&, const char*)>& check) {
     for (const PackageLayer& l : p.layers) {
-      check(l.weights_file, "weights");
+      if (!l.arrays_at_load) check(l.weights_file, "weights");
       for (const std::string& f : l.arrays) check(f, "weight array");
       for (const PackageEntry& e : l.entries) {
         for (const auto& [t, f] : e.ptx) check(f, "PTX");
@@ -337,6 +342,8 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
 
 LayerWeights load_layer_weights(const Package& p, size_t layer) {
   const PackageLayer& l = p.layers.at(layer);
+  SPARSERT_USER_CHECK(!l.arrays_at_load, p.dir.string(), "layer {}: its weights are not in the package (arrays_at_load: "
+                      "compiled for a caller that supplies its streamed arrays when loading)", l.name);
   LayerWeights w = read_layer_weights(p.dir / l.weights_file);
   SPARSERT_USER_CHECK(w.a.rows == l.m && w.a.cols == l.k, (p.dir / l.weights_file).string(),
                       "holds a {}x{} matrix, the manifest says {}x{}", w.a.rows, w.a.cols, l.m, l.k);

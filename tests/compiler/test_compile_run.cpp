@@ -635,6 +635,76 @@ TEST(CompileRun, StreamedLayersRunThroughTheEmulatedDriver) {
   EXPECT_LE(max_relative_error(GpuNetwork(load_package(dir / "pkg2")).run(x), reference(layers, x)), 1e-5);
 }
 
+// A package whose streamed layers hold no arrays and no weights (CompileOptions::streamed_arrays_at_load): the loader
+// packs them (GpuRunOptions::streamed_arrays). Three layers of one epilogue share one streamed kernel, and its one
+// file; loading without a packer, or with one that gives the wrong arrays, is a UserError naming the layer.
+TEST(CompileRun, StreamedArraysPackedAtLoad) {
+  ScratchDir dir;
+  std::vector<LoadedLayer> layers = load_network(read_network(write_network(dir)));
+  for (LoadedLayer& l : layers) {
+    l.desc.activation = Activation::kRelu;
+    l.desc.clamp = std::nullopt;
+  }
+  CompileOptions o = emu_options(dir, true);
+  o.streamed_arrays_at_load = true;
+  compile_network(layers, dir / "pkg", o);
+  const Package pkg = load_package(dir / "pkg");
+  for (size_t li = 0; li < 3; ++li) {
+    const PackageLayer& pl = pkg.layers[li];
+    EXPECT_TRUE(pl.arrays_at_load) << li;
+    EXPECT_EQ(pl.kind, "streamed");
+    EXPECT_TRUE(pl.arrays.empty()) << li;
+    EXPECT_TRUE(pl.weights_file.empty()) << li;
+    EXPECT_EQ(pl.entries.front().ptx.at("sm_90"), pkg.layers[0].entries.front().ptx.at("sm_90")) << li;
+    EXPECT_EQ(pl.entries.front().block_end,
+              static_cast<int32_t>(codegen::default_stream_plan(layers[li].a, o.stream_params).blocks.size()));
+  }
+  size_t files = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir / "pkg")) ++files;
+  EXPECT_EQ(files, 2u) << "the manifest and the one streamed kernel's PTX";
+  EXPECT_NE(user_error([&] { GpuNetwork n(pkg); }).find("layer layer0: its streamed arrays are not in the package"),
+            std::string::npos);
+  EXPECT_NE(user_error([&] { load_layer_weights(pkg, 1); }).find("its weights are not in the package"),
+            std::string::npos);
+
+  auto pack = [&](size_t li) {
+    const codegen::StreamWeights w = codegen::pack_stream_weights(
+        layers[li].a, codegen::default_stream_plan(layers[li].a, o.stream_params), o.stream_params, layers[li].desc.bias);
+    std::vector<std::vector<uint32_t>> out;
+    for (const auto& [name, data] : w.arrays()) out.push_back(*data);
+    return out;
+  };
+  GpuRunOptions ro;
+  std::vector<size_t> asked;
+  ro.streamed_arrays = [&](size_t li, const PackageLayer&) {
+    asked.push_back(li);
+    return pack(li);
+  };
+  GpuNetwork net(pkg, ro);
+  EXPECT_EQ(asked, (std::vector<size_t>{0, 1, 2}));
+  for (int32_t n : {20, 7}) {
+    const DenseTensor x = input(48, n);
+    EXPECT_LE(max_relative_error(net.run(x), reference(layers, x)), 1e-5) << "n = " << n;
+  }
+  GpuRunOptions short_by_one;
+  short_by_one.streamed_arrays = [&](size_t li, const PackageLayer&) {
+    auto a = pack(li);
+    a.pop_back();
+    return a;
+  };
+  EXPECT_NE(user_error([&] { GpuNetwork n(pkg, short_by_one); }).find("layer layer0: 4 streamed arrays supplied, its "
+                                                                     "kernel takes 5"),
+            std::string::npos);
+  // Only a streamed layer with no arrays and no weights file may say so.
+  std::string manifest = read_file(dir / "pkg" / "manifest.json");
+  const size_t at = manifest.find("\"kind\": \"streamed\"");
+  ASSERT_NE(at, std::string::npos);
+  manifest.replace(at, std::string("\"kind\": \"streamed\"").size(), "\"kind\": \"baked\"");
+  write_file_atomic(dir / "pkg" / "manifest.json", manifest);
+  EXPECT_NE(user_error([&] { load_package(dir / "pkg"); }).find("layers[0].arrays_at_load: needs a streamed layer"),
+            std::string::npos);
+}
+
 namespace {
 // Small stream parameters for the 40- and 24-row test layers (several stages per block).
 codegen::StreamParams small_stream() {

@@ -145,6 +145,23 @@ TEST_F(GraphChallengeCli, OnlyTheCpuDeviceIsAccepted) {
   EXPECT_EQ(run_cli(base_args() + " --device cpu").code, 0);
 }
 
+// --synthetic makes the network in memory; it excludes the files, and a run needs one or the other.
+TEST(GraphChallengeSyntheticCli, RunsWithoutFilesAndExcludesThem) {
+  const CliRun r = run_cli("graphchallenge --synthetic 3 --neurons 1024 --layers 8 --images 100 --threads 2");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("generated (synthetic, seed 3): 8 layers (262144 nonzeros), 100 images x 1 = 100 inputs"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("no --categories given: not checked"), std::string::npos) << r.output;
+  const CliRun both = run_cli("graphchallenge --synthetic 3 --weights /nonexistent --neurons 1024 --layers 8");
+  EXPECT_EQ(both.code, 2) << both.output;
+  EXPECT_NE(both.output.find("--weights excludes --synthetic"), std::string::npos) << both.output;
+  const CliRun neither = run_cli("graphchallenge --neurons 1024 --layers 8");
+  EXPECT_EQ(neither.code, 2) << neither.output;
+  EXPECT_NE(neither.output.find("give --weights and --inputs (the challenge's files), or --synthetic SEED"),
+            std::string::npos) << neither.output;
+  EXPECT_EQ(run_cli("graphchallenge --synthetic 3 --neurons 1024 --layers 8 --images 0").code, 2);
+}
+
 TEST(GraphChallengeGenCli, WritesTheOfficialLayout) {
   testing::ScratchDir dir;
   const CliRun r = run_cli(fmt::format("gen graphchallenge --neurons 4096 --layers 3 --inputs 10 -o '{}'",

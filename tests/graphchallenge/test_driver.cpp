@@ -5,16 +5,14 @@
 #include "sparsert/graphchallenge/network.hpp"
 #include "sparsert/runtime/reference.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <iterator>
 
 namespace sparsert::graphchallenge {
 namespace {
-
-Network synthetic_network(int32_t neurons, int32_t layers, uint64_t seed) {
-  std::vector<CsrMatrix> w;
-  for (int32_t l = 1; l <= layers; ++l) w.push_back(graphchallenge::generate_layer(neurons, l, seed));
-  return make_network(std::move(w), neurons, official_bias(neurons));
-}
 
 // Every layer on every input, no pruning, reference_spmm's double accumulation: the categories by definition.
 std::vector<int32_t> unpruned_categories(const Network& net, DenseTensor y) {
@@ -88,6 +86,53 @@ TEST(GraphChallengeDriver, ExpectedWidthsAreTheLiveCountsWhenTheSampleTakesEvery
   for (int32_t v : coarse) EXPECT_TRUE(v >= 15 && v <= 150 && v % 15 == 0) << v;
   EXPECT_THROW(expected_layer_widths(net, DenseTensor({512, 4}), 512), UserError);
   EXPECT_THROW(expected_layer_widths(net, y0, 0), UserError);
+}
+
+TEST(GraphChallengeDriver, StridedSampleSpreadsOverTheInputs) {
+  EXPECT_EQ(strided_columns(10, 4, "f"), (std::vector<int32_t>{0, 2, 5, 7}));
+  EXPECT_EQ(strided_columns(3, 8, "f"), (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_TRUE(strided_columns(0, 8, "f").empty());
+  try {
+    strided_columns(10, 0, "--check-sample");
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("--check-sample"), std::string::npos) << e.what();
+  }
+  DenseTensor y({2, 5});
+  for (int64_t i = 0; i < 10; ++i) y.data()[i] = static_cast<float>(i);
+  const DenseTensor part = take_columns(y, {1, 4});
+  EXPECT_EQ(part.vec(), (std::vector<float>{1, 4, 6, 9}));
+}
+
+// The check of a run without a truth file: the CPU's categories of the sampled inputs against the run's among them.
+TEST(GraphChallengeDriver, SampleCheckComparesTheSampledInputsOnly) {
+  const Network net = synthetic_network(1024, 16, 5);
+  const DenseTensor y0 = feature_major_inputs(graphchallenge::generate_images(1024, 150, 5), 1024);
+  const std::vector<int32_t> want = unpruned_categories(net, y0);
+  ASSERT_GE(want.size(), 2u);
+  const std::vector<int32_t> columns = strided_columns(150, 40, "sample");
+  std::vector<int32_t> sampled_want;
+  std::set_intersection(want.begin(), want.end(), columns.begin(), columns.end(), std::back_inserter(sampled_want));
+  ASSERT_FALSE(sampled_want.empty()) << "the sample holds no category: the check would compare empty lists";
+  EXPECT_TRUE(check_sample(net, take_columns(y0, columns), columns, want, 2).pass);
+  // A category missing among the sampled inputs fails and is named; one outside the sample is not looked at.
+  std::vector<int32_t> lost = want;
+  lost.erase(std::find(lost.begin(), lost.end(), sampled_want.front()));
+  const CategoryCheck c = check_sample(net, take_columns(y0, columns), columns, lost, 1);
+  EXPECT_FALSE(c.pass);
+  EXPECT_EQ(c.missing, 1);
+  ASSERT_FALSE(c.first_differences.empty());
+  EXPECT_NE(c.first_differences[0].find(fmt::format("input {}:", sampled_want.front() + 1)), std::string::npos)
+      << c.first_differences[0];
+  std::vector<int32_t> outside = want;
+  for (int32_t i = 0; i < 150; ++i) {
+    if (!std::binary_search(columns.begin(), columns.end(), i) && !std::binary_search(want.begin(), want.end(), i)) {
+      outside.insert(std::upper_bound(outside.begin(), outside.end(), i), i);
+      break;
+    }
+  }
+  ASSERT_EQ(outside.size(), want.size() + 1);
+  EXPECT_TRUE(check_sample(net, take_columns(y0, columns), columns, outside, 1).pass);
 }
 
 TEST(GraphChallengeDriver, FeatureMajorLayoutTilesTheImages) {

@@ -110,5 +110,36 @@ TEST(GraphChallengeGenerator, WrittenNetworkReadsBackAndGivesAStableNonzeroCateg
   EXPECT_LT(*count, 300u);
 }
 
+// The network made in memory is the one the written files give, whatever the thread count.
+TEST(GraphChallengeGenerator, SyntheticNetworkInMemoryEqualsTheWrittenOne) {
+  testing::ScratchDir scratch;
+  const std::filesystem::path weights = write_network(scratch.path(), 1024, 9, 5, 3);
+  namespace gc = sparsert::graphchallenge;
+  const gc::Network files = gc::make_network(read_layers(weights, 1024, 9), 1024, gc::official_bias(1024));
+  for (int threads : {1, 3}) {
+    const gc::Network made = synthetic_network(1024, 9, 3, threads);
+    EXPECT_EQ(made.neurons, 1024);
+    EXPECT_EQ(made.bias, files.bias);
+    EXPECT_EQ(made.clamp, files.clamp);
+    ASSERT_EQ(made.layers.size(), files.layers.size());
+    for (size_t l = 0; l < made.layers.size(); ++l) EXPECT_EQ(made.layers[l], files.layers[l]) << l;
+  }
+  EXPECT_NE(synthetic_network(1024, 9, 4, 1).layers[8], files.layers[8]) << "the seed permutes the later layers";
+}
+
+// More nonzeros than the machine holds is bad input naming --layers, before anything is allocated: 2^20 layers of
+// 65536 neurons are 17.6 TB.
+TEST(GraphChallengeGenerator, SyntheticNetworkLargerThanTheMachineIsBadInput) {
+  try {
+    synthetic_network(65536, 1 << 20, 1, 1);
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("--layers"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("GB of nonzeros"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(synthetic_network(1000, 2, 1, 1), UserError);
+  EXPECT_THROW(synthetic_network(1024, 0, 1, 1), UserError);
+}
+
 }  // namespace
 }  // namespace sparsert::graphchallenge

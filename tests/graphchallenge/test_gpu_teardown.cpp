@@ -14,6 +14,7 @@
 #include "test_support.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -34,6 +35,17 @@ graphchallenge::CudaGraphChallengeOptions emu_options(const std::filesystem::pat
   opt.threads = 1;
   opt.cache_dir = cache;
   return opt;
+}
+
+// A shell command's exit code (-1 when it did not exit) and its output.
+std::pair<int, std::string> run_command(const std::string& cmd) {
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return {-1, "popen failed: " + cmd};
+  std::string out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+  const int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
 // A small synthetic network (1024 neurons, 3 layers, 40 images) and its categories from the CPU executor.
@@ -208,6 +220,78 @@ TEST_F(GraphChallengeGpuTeardown, OneEntryPerLayerIsOneLaunchPerLayer) {
   }
 }
 
+// Streamed layers whose arrays are packed as the package loads (the executor's package never holds them, so the
+// 65536 x 1920 network's weights are never written): exact, layer by layer, against the CPU executor.
+TEST_F(GraphChallengeGpuTeardown, StreamedLayersPackedAtLoadMatchTheCpu) {
+  graphchallenge::CudaGraphChallengeOptions opt = emu_options(dir_ / "cache");
+  opt.kernel_kind = codegen::KernelKind::kStreamed;
+  graphchallenge::CudaLayerExecutor exec(opt);
+  exec.prepare(net_);
+  EXPECT_EQ(gc::run_inference(net_, inputs(1), exec).categories, truth_);
+  EXPECT_TRUE(std::any_of(exec.notes().begin(), exec.notes().end(),
+                          [](const std::string& n) { return n.find("(0 cache hits, 0 baked)") != std::string::npos ||
+                                                            n.find(", 0 baked)") != std::string::npos; }));
+}
+
+// The memory plan (CudaGraphChallengeOptions::device_memory): this network's 98304 nonzeros might take 26 bytes each
+// in the ELL walk's arrays (2.56 MB) and take 835584 bytes compact; 40 inputs of 1024 neurons need 328960 bytes of
+// activations, and 1 GB is kept for the driver. With 1.5 MB left for the weights the layers stream compact (and the
+// filter kernel runs: the fused compaction needs baked layers); with 3 MB the model chooses as before; with 0.5 MB
+// there is no room and the error says so.
+TEST_F(GraphChallengeGpuTeardown, CompactWeightsWhereTheEllArraysMightNotFit) {
+  const size_t fixed = 1'000'000'000 + 328'960;
+  auto has_note = [](const graphchallenge::CudaLayerExecutor& e, const std::string& text) {
+    return std::any_of(e.notes().begin(), e.notes().end(),
+                       [&](const std::string& n) { return n.find(text) != std::string::npos; });
+  };
+  {
+    graphchallenge::CudaGraphChallengeOptions opt = emu_options(dir_ / "cache");
+    opt.device_memory = fixed + 1'500'000;
+    graphchallenge::CudaLayerExecutor exec(opt);
+    exec.prepare(net_);
+    exec.load_inputs(inputs(1));
+    gc::CpuLayerExecutor cpu(CpuExecutorOptions{1, 64});
+    cpu.prepare(net_);
+    cpu.load_inputs(inputs(1));
+    for (int32_t l = 0; l < kLayers; ++l) {
+      emu().clear_launches();
+      EXPECT_EQ(exec.run_layer(l), cpu.run_layer(l)) << "layer " << l + 1;
+      std::string names;
+      for (const auto& launch : emu().launches()) names += " " + launch.kernel;
+      EXPECT_EQ(names, fmt::format(" sparsert_stream {}", gc::kLiveFilterKernel)) << "layer " << l + 1;
+    }
+    EXPECT_TRUE(has_note(exec, "compact row-split layout")) << fmt::format("{}", fmt::join(exec.notes(), "\n"));
+    EXPECT_TRUE(has_note(exec, "836 kB of weights")) << fmt::format("{}", fmt::join(exec.notes(), "\n"));
+  }
+  {
+    graphchallenge::CudaGraphChallengeOptions opt = emu_options(dir_ / "cache");
+    opt.device_memory = fixed + 3'000'000;
+    graphchallenge::CudaLayerExecutor exec(opt);
+    exec.prepare(net_);
+    EXPECT_EQ(gc::run_inference(net_, inputs(1), exec).categories, truth_);
+    EXPECT_FALSE(has_note(exec, "compact row-split"));
+  }
+  {
+    graphchallenge::CudaGraphChallengeOptions opt = emu_options(dir_ / "cache");
+    opt.device_memory = fixed + 500'000;
+    graphchallenge::CudaLayerExecutor exec(opt);
+    exec.prepare(net_);
+    try {
+      exec.load_inputs(inputs(1));
+      FAIL() << "no error";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("run fewer inputs"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("836 kB for the weights"), std::string::npos) << e.what();
+    }
+  }
+  graphchallenge::CudaGraphChallengeOptions opt = emu_options(dir_ / "cache");
+  opt.compact_weights = true;
+  opt.kernel_kind = codegen::KernelKind::kBaked;
+  graphchallenge::CudaLayerExecutor exec(opt);
+  exec.prepare(net_);
+  EXPECT_THROW(exec.load_inputs(inputs(1)), UserError);
+}
+
 // Host synchronisations per network run (issue 13). The live count stays on the device, so run_layers (what
 // run_inference times) enqueues every layer without waiting and the host waits once, at the end, for the counts and
 // the surviving ids. Before, every layer waited three times: its flags (cuMemcpyDtoHAsync into pageable memory, then
@@ -339,7 +423,9 @@ void narrow_inputs_as_one_graph(bool fused) {
     } else {
       EXPECT_TRUE(launches.empty()) << "a later run captured again";
     }
-    if (run == 2) EXPECT_TRUE(r.survivors.empty());
+    if (run == 2) {
+      EXPECT_TRUE(r.survivors.empty());
+    }
     // The activations read back are the last layer's live columns, as the CPU executor has them.
     const DenseTensor act = exec.activations();
     EXPECT_EQ(act.cols(), static_cast<int64_t>(truth.categories.size()));
@@ -361,6 +447,24 @@ TEST(GraphChallengeGpuGraph, NarrowInputsRunAsOneGraphPerRun) {
 }
 
 // The program as a user runs it: the emulated driver prints the calls that failed in teardown at exit.
+// A synthetic network made in memory (no files), run on the device with compact weights, and checked against the CPU
+// executor on a sample of the inputs: what `gpu_checks.sh gc65536` runs at 65536 x 1920.
+TEST(GraphChallengeGpuCli, SyntheticNetworkInMemoryIsCheckedOnASample) {
+  emu();
+  testing::ScratchDir dir;
+  const std::string cmd = fmt::format(
+      "SPARSERT_LIBCUDA='{}' SPARSERT_CACHE_DIR='{}' '{}' graphchallenge --synthetic 5 --neurons 1024 --layers 4 "
+      "--images 48 --check-sample 20 --compact-weights --device cuda --ptx-only --threads 1 2>&1",
+      SPARSERT_EMU_LIB, (dir / "cache").string(), SPARSERT_CLI);
+  const auto [code, out] = run_command(cmd);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("generated (synthetic, seed 5): 4 layers (131072 nonzeros), 48 images x 1 = 48 inputs"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("compact row-split layout"), std::string::npos) << out;
+  EXPECT_NE(out.find("PASS: the categories of 20 of the inputs (evenly strided) match the CPU executor's"),
+            std::string::npos) << out;
+}
+
 TEST_F(GraphChallengeGpuTeardown, CommandExitsWithoutAFailingDriverCall) {
   std::vector<int32_t> one_based;
   for (int32_t c : truth_) one_based.push_back(c + 1);
@@ -371,14 +475,8 @@ TEST_F(GraphChallengeGpuTeardown, CommandExitsWithoutAFailingDriverCall) {
       "--inputs '{}' --categories '{}' --device cuda --ptx-only --threads 1 2>&1",
       SPARSERT_EMU_LIB, (dir_ / "cli-cache").string(), SPARSERT_CLI, weights_.string(), kLayers, images_.string(),
       truth_path.string());
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(pipe, nullptr) << cmd;
-  std::string out;
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
-  const int status = ::pclose(pipe);
-  ASSERT_TRUE(WIFEXITED(status)) << out;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+  const auto [code, out] = run_command(cmd);
+  EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("PASS"), std::string::npos) << out;
   EXPECT_NE(out.find(fmt::format("compiled {} layers for sm_90", kLayers)), std::string::npos) << out;  // on the device
   EXPECT_NE(out.find("model estimate of the layer kernels: "), std::string::npos) << out;

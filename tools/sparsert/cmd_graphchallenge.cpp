@@ -35,6 +35,11 @@ struct GraphChallengeArgs {
   std::string tiles = "model";
   std::string compaction = "fused";
   std::optional<int32_t> max_entries;
+  std::optional<uint64_t> synthetic;  // the seed of a synthetic network made in memory instead of --weights/--inputs
+  int32_t images = 60000;
+  int32_t check_sample = 256;
+  bool compact_weights = false;
+  std::optional<double> device_memory_gb;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -51,6 +56,8 @@ std::unique_ptr<graphchallenge::LayerExecutor> make_executor(const GraphChalleng
     if (a.kernel != "auto") options.kernel_kind = codegen::parse_kernel_kind(a.kernel, "--kernel");
     options.fused_compaction = a.compaction == "fused";
     options.max_entries = a.max_entries;
+    if (a.compact_weights) options.compact_weights = true;
+    if (a.device_memory_gb) options.device_memory = static_cast<size_t>(*a.device_memory_gb * 1e9);
     return std::make_unique<graphchallenge::CudaLayerExecutor>(options);
   }
   CpuExecutorOptions options;
@@ -84,14 +91,23 @@ int run(const GraphChallengeArgs& a) {
   namespace gc = graphchallenge;
   const float bias = a.bias ? *a.bias : gc::official_bias(a.neurons);
 
+  SPARSERT_USER_CHECK(a.synthetic || (!a.weights.empty() && !a.inputs.empty()), "--weights",
+                      "give --weights and --inputs (the challenge's files), or --synthetic SEED");
   const auto read_start = std::chrono::steady_clock::now();
-  gc::Network net = gc::make_network(graphchallenge::read_layers(a.weights, a.neurons, a.layers),
-                                     a.neurons, bias);
-  const CsrMatrix images = graphchallenge::read_images(a.inputs, a.neurons);
-  if (!net.layers.empty()) {
-    warn_if_narrow(net.layers.front(), a.neurons, graphchallenge::layer_path(a.weights, a.neurons, 1).string());
+  gc::Network net;
+  CsrMatrix images;
+  if (a.synthetic) {
+    net = gc::make_network({}, a.neurons, bias);  // checks the bias
+    net.layers = graphchallenge::synthetic_network(a.neurons, a.layers, *a.synthetic, a.threads).layers;
+    images = graphchallenge::generate_images(a.neurons, a.images, *a.synthetic);
+  } else {
+    net = gc::make_network(graphchallenge::read_layers(a.weights, a.neurons, a.layers), a.neurons, bias);
+    images = graphchallenge::read_images(a.inputs, a.neurons);
+    if (!net.layers.empty()) {
+      warn_if_narrow(net.layers.front(), a.neurons, graphchallenge::layer_path(a.weights, a.neurons, 1).string());
+    }
+    warn_if_narrow(images, a.neurons, a.inputs);
   }
-  warn_if_narrow(images, a.neurons, a.inputs);
   std::optional<std::vector<int32_t>> truth;
   if (!a.categories.empty()) {
     truth = gc::tile_truth(inspector::read_categories(a.categories), images.rows, a.replicate, a.categories);
@@ -99,8 +115,17 @@ int run(const GraphChallengeArgs& a) {
   DenseTensor y0 = gc::feature_major_inputs(images, a.neurons, a.replicate);
   const double read_seconds = seconds_since(read_start);
   const int64_t inputs = y0.cols();
-  fmt::print("read: {} layers ({} nonzeros), {} images x {} = {} inputs in {:.3f} s\n", a.layers, net.total_nnz(),
-             images.rows, a.replicate, inputs, read_seconds);
+  fmt::print("{}: {} layers ({} nonzeros), {} images x {} = {} inputs in {:.3f} s\n",
+             a.synthetic ? fmt::format("generated (synthetic, seed {})", *a.synthetic) : std::string("read"), a.layers,
+             net.total_nnz(), images.rows, a.replicate, inputs, read_seconds);
+  // Without a truth file, the CPU executor's categories of a sample of the inputs check the run (not for --device
+  // cpu, which would check itself).
+  std::vector<int32_t> sampled;
+  DenseTensor y_sample;
+  if (!truth && a.device != "cpu" && a.check_sample > 0) {
+    sampled = gc::strided_columns(inputs, a.check_sample, "--check-sample");
+    y_sample = gc::take_columns(y0, sampled);
+  }
 
   std::unique_ptr<gc::LayerExecutor> executor = make_executor(a);
   const auto prepare_start = std::chrono::steady_clock::now();
@@ -123,6 +148,21 @@ int run(const GraphChallengeArgs& a) {
   fmt::print("rate: {:.4g} edges/s ({} inputs x {} nonzeros / {:.4f} s)\n",
              gc::edge_rate(inputs, net.total_nnz(), result.seconds), inputs, net.total_nnz(), result.seconds);
   fmt::print("categories: {}\n", result.categories.size());
+  if (!truth && !sampled.empty()) {
+    const auto check_start = std::chrono::steady_clock::now();
+    const gc::CategoryCheck check = gc::check_sample(net, std::move(y_sample), sampled, result.categories, a.threads);
+    if (check.pass) {
+      fmt::print("PASS: the categories of {} of the inputs (evenly strided) match the CPU executor's ({:.1f} s)\n",
+                 sampled.size(), seconds_since(check_start));
+      return kOk;
+    }
+    fmt::print("FAIL: on {} sampled inputs, {} categories missing and {} unexpected against the CPU executor\n",
+               sampled.size(), check.missing, check.extra);
+    for (const std::string& d : check.first_differences) fmt::print("  {}\n", d);
+    fmt::print(stderr, "sparsert: failed: the categories of the sampled inputs do not match the CPU executor's: {} "
+               "missing, {} unexpected\n", check.missing, check.extra);
+    return kWorkFailed;
+  }
   if (!truth) {
     fmt::print("no --categories given: not checked\n");
     return kOk;
@@ -155,11 +195,32 @@ Action add_graphchallenge(CLI::App& app) {
   auto args = std::make_shared<GraphChallengeArgs>();
   CLI::App* sub = app.add_subcommand(
       "graphchallenge", "Run the Sparse DNN Graph Challenge inference on its TSV files and check the categories");
-  sub->add_option("--weights", args->weights, "Directory of the layers n{N}-l{1..L}.tsv")->required();
+  CLI::Option* weights = sub->add_option("--weights", args->weights, "Directory of the layers n{N}-l{1..L}.tsv");
   sub->add_option("--neurons", args->neurons, "Neurons per layer (N)")->required()->check(CLI::Range(1, 1 << 30));
   sub->add_option("--layers", args->layers, "Layers to run (L)")->required()->check(CLI::Range(1, 1 << 20));
-  sub->add_option("--inputs", args->inputs, "Input images (image<TAB>neuron<TAB>value, 1-based)")->required();
-  sub->add_option("--categories", args->categories, "Truth: 1-based ids of the images with a nonzero final row");
+  CLI::Option* inputs =
+      sub->add_option("--inputs", args->inputs, "Input images (image<TAB>neuron<TAB>value, 1-based)");
+  CLI::Option* categories =
+      sub->add_option("--categories", args->categories, "Truth: 1-based ids of the images with a nonzero final row");
+  sub->add_option("--synthetic", args->synthetic, "Instead of --weights and --inputs: a SYNTHETIC network of the "
+                  "official recipe made in memory from this seed (as `sparsert gen graphchallenge` writes it), with "
+                  "--images stroke images; no files")
+      ->check(unsigned_integer())
+      ->excludes(weights)
+      ->excludes(inputs)
+      ->excludes(categories);
+  sub->add_option("--images", args->images, "--synthetic: input images")
+      ->default_val(60000)
+      ->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--check-sample", args->check_sample, "Without --categories, on a GPU: compare the categories of "
+                  "this many inputs (evenly strided) with the CPU executor's (0: no check)")
+      ->default_val(256)
+      ->check(CLI::Range(0, 1 << 24));
+  sub->add_flag("--compact-weights", args->compact_weights, "cuda: stream every layer in the compact row-split "
+                "layout (the default where the ELL layout might not fit in device memory)");
+  sub->add_option("--device-memory-gb", args->device_memory_gb, "cuda: plan for this much device memory (default: "
+                  "the device's total)")
+      ->check(CLI::PositiveNumber);
   sub->add_option("--replicate", args->replicate, "Tile the inputs (and the truth) this many times")
       ->default_val(1)
       ->check(CLI::Range(1, 1 << 20));

@@ -66,6 +66,10 @@ struct CompileOptions {
   // fewer, larger entries launch fewer kernels side by side and take longer to assemble.
   std::optional<int32_t> max_entries;
   std::filesystem::path cache_dir = KernelCache::default_dir();
+  // Streamed layers are written without their weights: no arrays and no weights file (PackageLayer::arrays_at_load),
+  // so the loader packs them (GpuRunOptions::streamed_arrays). For networks too large to write twice; such a package
+  // runs only in the program that compiled it.
+  bool streamed_arrays_at_load = false;
   // The network's baked-code budget in nonzeros (codegen::KernelChoiceOptions::max_network_baked_nnz) where set.
   std::optional<int64_t> max_network_baked_nnz;
 };

@@ -45,7 +45,17 @@ struct CudaGraphChallengeOptions {
   std::optional<codegen::KernelKind> kernel_kind;  // forces every layer baked or streamed
   // The model's widths come from a CPU run over at most this many of the inputs.
   int32_t width_sample = 512;
+  // Streamed layers in the row-split layout with fixed parameters (compact_stream_params: 8 bytes a nonzero and 16 a
+  // row, no padding) instead of the model's or codegen's choice. Unset: where the ELL walk's arrays might not fit
+  // beside the activations (the 65536 x 1920 network: about 95 GB in ELL, 34 GB compact; docs/graphchallenge.md).
+  std::optional<bool> compact_weights;
+  // The device memory the plan above assumes, in bytes (a GPU shared with other work); unset: the device's total.
+  std::optional<size_t> device_memory;
 };
+
+// The row-split parameters of compact streamed weights for `n` columns: 32 rows of 4 lanes a block, 16 columns a
+// thread (fewer where n is smaller).
+codegen::StreamParams compact_stream_params(int32_t n);
 
 class CudaLayerExecutor final : public LayerExecutor {
  public:

@@ -7,6 +7,7 @@
 // nonzeros in every row and column, every value 1/16. The official networks use permutations we do not have, and the
 // inputs are synthetic strokes on a √N×√N grid rather than MNIST: the generated files are synthetic, for measuring
 // scaling, and their categories are not the official ones.
+#include "sparsert/graphchallenge/network.hpp"
 #include "sparsert/runtime/csr.hpp"
 
 #include <cstdint>
@@ -19,6 +20,12 @@ CsrMatrix generate_layer(int32_t neurons, int32_t layer, uint64_t seed);
 
 // `images` synthetic sparse images (rows) on N neurons (N a perfect square): a few thick random strokes each, values 1.
 CsrMatrix generate_images(int32_t neurons, int32_t images, uint64_t seed);
+
+// The synthetic network itself, made in memory (layers side by side on `threads`, 0: one per core) with the official
+// bias of its size: what make_network gives for the files write_network writes, without the files (the 65536 x 1920
+// network's would be about 80 GB of text). More nonzeros than this machine's memory holds is a UserError naming
+// --layers.
+Network synthetic_network(int32_t neurons, int32_t layers, uint64_t seed, int threads = 0);
 
 // Writes layers 1..layers to DIR/neuron{N}/n{N}-l{L}.tsv and the images to DIR/sparse-images-{N}.tsv (atomically);
 // returns the weights directory.

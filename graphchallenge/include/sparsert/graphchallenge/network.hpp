@@ -104,14 +104,6 @@ InferenceResult run_inference(const Network& net, DenseTensor y0, LayerExecutor&
 std::vector<int32_t> expected_layer_widths(const Network& net, const DenseTensor& y0, int32_t sample = 512,
                                            int cpu_threads = 0);
 
-// inputs × total nonzeros over all layers / seconds.
-double edge_rate(int64_t inputs, int64_t total_nnz, double seconds);
-
-// The truth (1-based image ids, as in the official files) for `images` images, tiled `replicate` times, 0-based.
-// An id past `images` is a UserError naming `what`:LINE.
-std::vector<int32_t> tile_truth(const std::vector<int32_t>& truth_one_based, int32_t images, int32_t replicate,
-                                const std::string& what);
-
 struct CategoryCheck {
   bool pass = false;
   int64_t missing = 0;  // in the truth, not found
@@ -121,5 +113,28 @@ struct CategoryCheck {
 // Both lists 0-based and increasing.
 CategoryCheck compare_categories(const std::vector<int32_t>& got, const std::vector<int32_t>& want,
                                  size_t max_reported = 10);
+
+// At most `sample` of `inputs` columns spread evenly over them (j · inputs / sample, increasing): every column when
+// there are fewer, so tiled copies of a short input set are sampled alike. A `sample` below 1 is a UserError naming
+// `field`.
+std::vector<int32_t> strided_columns(int64_t inputs, int32_t sample, const std::string& field);
+// Those columns of y0 (neurons × columns), in order.
+DenseTensor take_columns(const DenseTensor& y0, const std::vector<int32_t>& columns);
+
+// The check of a run without a truth file: the categories of the inputs `columns` (increasing) computed on the CPU
+// executor from y_sample (their columns of the inputs, take_columns), against those of `got` (every category of the
+// run, increasing) that fall among them. Differences name the inputs 1-based.
+CategoryCheck check_sample(const Network& net, DenseTensor y_sample, const std::vector<int32_t>& columns,
+                           const std::vector<int32_t>& got, int cpu_threads = 0);
+
+// inputs × total nonzeros over all layers / seconds.
+double edge_rate(int64_t inputs, int64_t total_nnz, double seconds);
+
+// The truth (1-based image ids, as in the official files) for `images` images, tiled `replicate` times, 0-based.
+// An id past `images` is a UserError naming `what`:LINE.
+std::vector<int32_t> tile_truth(const std::vector<int32_t>& truth_one_based, int32_t images, int32_t replicate,
+                                const std::string& what);
+
+
 
 }  // namespace sparsert::graphchallenge

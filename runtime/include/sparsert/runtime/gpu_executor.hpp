@@ -6,6 +6,8 @@
 #include "sparsert/runtime/package.hpp"
 #include "sparsert/runtime/tensor.hpp"
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +23,10 @@ struct GpuRunOptions {
   int device = 0;
   bool force_ptx = false;  // JIT the PTX even where a cubin for the device exists
   bool use_graph = true;   // capture the launches in a CUDA Graph where the driver supports it
+  // The arrays of each streamed layer whose package holds none (PackageLayer::arrays_at_load), in the kernel's
+  // parameter order: called once per such layer, in network order, and each result uploaded before the next call.
+  // Loading such a package without it is a UserError naming the layer.
+  std::function<std::vector<std::vector<uint32_t>>(size_t layer, const PackageLayer& l)> streamed_arrays;
 };
 
 struct GpuTimings {

@@ -48,6 +48,11 @@ struct PackageLayer {
   // after B, C and N in this order; docs/codegen.md, "The weight-streaming kernel").
   std::string kind = "baked";
   std::vector<std::string> arrays;
+  // A streamed layer whose arrays (and weights file) are not in the package: whoever loads it supplies the arrays
+  // (GpuRunOptions::streamed_arrays) from weights it holds itself, packed for `tile`; weights_file is then empty. For
+  // networks whose weights are too large to write twice (the Graph Challenge's 65536 x 1920: 4e9 nonzeros). Written
+  // to the manifest only when true.
+  bool arrays_at_load = false;
   int32_t m = 0;  // outputs (rows of A)
   int32_t k = 0;  // inputs
   std::string weights_file;
@@ -107,7 +112,8 @@ void write_manifest(const Package& p);
 // Reads and checks manifest.json: format version, fields (UserError naming the field), and every file's sha256.
 Package load_package(const std::filesystem::path& dir, bool verify_hashes = true);
 
-// Reads the layer's weights and checks they agree with the manifest.
+// Reads the layer's weights and checks they agree with the manifest (a UserError for a layer with arrays_at_load,
+// whose weights are not in the package).
 LayerWeights load_layer_weights(const Package& p, size_t layer);
 
 }  // namespace sparsert
