@@ -461,6 +461,13 @@ std::vector<std::pair<const char*, const std::vector<uint32_t>*>> StreamWeights:
   return out;
 }
 
+std::vector<std::vector<uint32_t>> StreamWeights::take_arrays() && {
+  std::vector<std::vector<uint32_t>> out;
+  // arrays() names the members of this (non-const) object: moving from them is moving from *this.
+  for (const auto& [name, data] : arrays()) out.push_back(std::move(*const_cast<std::vector<uint32_t>*>(data)));
+  return out;
+}
+
 void check_stream_plan(const CsrMatrix& a, const inspector::WorkPlan& plan, const StreamParams& p,
                        const std::vector<float>& bias) {
   SPARSERT_INTERNAL_CHECK(plan.rows == a.rows && plan.cols == a.cols && plan.nnz == a.nnz(),

@@ -242,6 +242,10 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
                       "{} is not 0 (no limit) or positive", options.max_entries.value_or(0));
   SPARSERT_USER_CHECK(!options.column_map || options.kernel_kind != codegen::KernelKind::kStreamed, "--kernel",
                       "streamed kernels do not gather their columns (column_map): they must be baked");
+  SPARSERT_USER_CHECK(!options.streamed_arrays_at_load ||
+                          std::none_of(layers.begin(), layers.end(), [](const LoadedLayer& l) { return l.conv; }),
+                      "streamed_arrays_at_load", "convolutions keep their streamed arrays in the package (their taps are "
+                      "rewritten when packing)");
   CompileReport report;
   bool assemble = options.assemble;
   std::string toolkit = "none";
@@ -507,8 +511,8 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       load_blocks[li] = static_cast<int32_t>(codegen::default_stream_plan(layers[li].a, kinds[li].stream).blocks.size());
     });
   }
-  // The files already written for a kernel (cache key, target, entry): the layers that share a streamed kernel share
-  // its files too.
+  // The files already written for a streamed kernel (cache key, target): the layers that share one share its files too.
+  // Not baked ones: two layers of the same weights share a key but not their entries' names.
   std::map<std::string, std::string> written;
   for (size_t li = 0; li < layers.size(); ++li) {
     const LoadedLayer& l = layers[li];
@@ -591,9 +595,13 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       r.model_us = kinds[li].model_us;
       for (size_t e = 0; e < k.entries.size(); ++e) {
         const CachedEntry& ce = k.entries[e];
-        const std::string id = fmt::format("{} {} {}", k.key, job.target.name(), e);
-        const auto [at, fresh] = written.emplace(id, fmt::format("layer{}.e{}.{}", li, e, job.target.name()));
-        const std::string& base = at->second;
+        std::string base = fmt::format("layer{}.e{}.{}", li, e, job.target.name());
+        bool fresh = true;
+        if (streamed) {
+          const auto at = written.emplace(fmt::format("{} {} {}", k.key, job.target.name(), e), base);
+          fresh = at.second;
+          base = at.first->second;
+        }
         if (fresh) add_file(base + ".ptx", ce.ptx, ce.ptx_sha256);
         pl.entries[e].ptx[job.target.name()] = base + ".ptx";
         if (!ce.cubin.empty()) {

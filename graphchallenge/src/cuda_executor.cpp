@@ -87,8 +87,12 @@ std::string bytes_text(double b) {
 class StreamedPacker {
  public:
   using Arrays = std::vector<std::vector<uint32_t>>;
+  // Layers packed ahead at most: each holds its arrays (up to about 50 MB in ELL for a 65536-neuron layer) until
+  // uploaded.
+  static constexpr int kMaxWindow = 8;
   StreamedPacker(const Network& net, const Package& pkg, int threads)
-      : net_(net), window_(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {
+      : net_(net), window_(std::min(kMaxWindow, threads > 0 ? threads : static_cast<int>(std::max(
+                                                                           1u, std::thread::hardware_concurrency())))) {
     for (size_t l = 0; l < pkg.layers.size(); ++l) {
       const PackageLayer& pl = pkg.layers[l];
       if (!pl.arrays_at_load) continue;
@@ -120,13 +124,10 @@ class StreamedPacker {
   Arrays pack(size_t l) const {
     const auto& [sp, blocks] = layers_.at(l);
     const CsrMatrix& a = net_.layers[l];
-    const codegen::StreamWeights w =
-        codegen::pack_stream_weights(a, codegen::default_stream_plan(a, sp), sp, {net_.bias});
+    codegen::StreamWeights w = codegen::pack_stream_weights(a, codegen::default_stream_plan(a, sp), sp, {net_.bias});
     SPARSERT_INTERNAL_CHECK(w.blocks == blocks, "layer {}: packed {} row blocks, compiled for {}", l + 1, w.blocks,
                             blocks);
-    Arrays out;
-    for (const auto& [name, data] : w.arrays()) out.push_back(*data);
-    return out;
+    return std::move(w).take_arrays();
   }
 
   const Network& net_;
@@ -372,9 +373,10 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     {
       const double needed = may_stream ? compact_bytes(net) : 0.0;
       SPARSERT_USER_CHECK(needed <= for_weights, "inputs",
-                          "{} inputs of {} neurons need {} of device memory for the activations, {} for the "
-                          "weights (streamed, compact) and {} kept for the driver: more than the {} of the {}; run "
-                          "fewer inputs", n, net.neurons, bytes_text(activation_bytes(net, n)), bytes_text(needed),
+                          "{} inputs of {} neurons need {} of device memory for the activations{} and {} kept for "
+                          "the driver: more than the {} of the {}; run fewer inputs",
+                          n, net.neurons, bytes_text(activation_bytes(net, n)),
+                          may_stream ? fmt::format(", {} for the weights (streamed, compact)", bytes_text(needed)) : "",
                           bytes_text(kDriverReserve), bytes_text(memory), dev.name);
     }
     if (compact) {

@@ -121,18 +121,16 @@ CsrMatrix generate_images(int32_t neurons, int32_t images, uint64_t seed) {
   return out;
 }
 
-Network synthetic_network(int32_t neurons, int32_t layers, uint64_t seed, int threads) {
+Network synthetic_network(int32_t neurons, int32_t layers, uint64_t seed, int threads, std::optional<float> bias) {
   radix_layers(neurons);
   SPARSERT_USER_CHECK(layers >= 1, "--layers", "{} is not positive", layers);
-  // 32 nonzeros a row, a column index and a value each, plus the generated copy of the layers being made.
+  // 32 nonzeros a row, a column index and a value each.
   const double bytes = static_cast<double>(layers) * neurons * 32.0 * 8.0;
   const double ram = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
   SPARSERT_USER_CHECK(ram <= 0 || bytes <= 0.8 * ram, "--layers",
                       "{} layers of {} neurons hold {:.1f} GB of nonzeros; this machine has {:.1f} GB of memory",
                       layers, neurons, bytes / 1e9, ram / 1e9);
-  Network net;
-  net.neurons = neurons;
-  net.bias = official_bias(neurons);
+  Network net = make_network({}, neurons, bias ? *bias : official_bias(neurons));  // checks the bias
   net.layers.resize(static_cast<size_t>(layers));
   parallel_for(layers, threads, [&](int64_t l) {
     net.layers[static_cast<size_t>(l)] = transpose(generate_layer(neurons, static_cast<int32_t>(l) + 1, seed));

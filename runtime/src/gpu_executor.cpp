@@ -32,6 +32,66 @@ struct LoadedEntry {
   unsigned grid_y = 0;
 };
 
+// What the loader checks of a layer's supplied streamed arrays (GpuRunOptions::streamed_arrays), so that arrays packed
+// for other parameters or another layer cannot send the kernel past its buffers: none is empty; the slots (the last
+// array) cover every thread slot of the launch; in the row-split layout every slot's row and entry range lie inside
+// the layer and its entries and every entry's column inside its inputs; in the ELL walk every block's stages, every
+// stage's staged rows and segments lie inside their arrays and every staged row inside the inputs. (Every word but
+// the ELL entries' own: their shared-memory offsets stay within the tile the kernel was compiled for only if packed
+// with its parameters.)
+void check_supplied_arrays(const PackageLayer& pl, const std::vector<std::vector<uint32_t>>& arrays,
+                           const std::string& where) {
+  for (const std::vector<uint32_t>& a : arrays) {
+    SPARSERT_USER_CHECK(!a.empty(), where, "layer {}: an empty streamed array supplied", pl.name);
+  }
+  const bool rows = pl.tile.is_object() && pl.tile.value("layout", "") == "rows";
+  const int64_t rows_per_block = pl.tile.is_object() ? pl.tile.value("rows_per_block", int64_t{0}) : 0;
+  const PackageEntry& e = pl.entries.front();
+  const int64_t slots = int64_t{e.block_end - e.block_begin} * rows_per_block, words = rows ? 4 : 2;
+  const std::vector<uint32_t>& s = arrays.back();
+  SPARSERT_USER_CHECK(rows_per_block > 0 && static_cast<int64_t>(s.size()) == slots * words, where,
+                      "layer {}: {} slot words supplied, its launch has {} thread slots of {} words", pl.name, s.size(),
+                      slots, words);
+  const uint64_t entries = arrays.front().size() / 2;
+  const auto m = static_cast<uint32_t>(pl.m), k = static_cast<uint32_t>(pl.k);
+  if (rows) {
+    for (size_t i = 0; i < s.size(); i += 4) {
+      SPARSERT_USER_CHECK((s[i] == 0xFFFFFFFFu || s[i] < m) && s[i + 2] <= s[i + 3] && s[i + 3] <= entries, where,
+                          "layer {}: slot {} (row {}, entries {} to {}) is outside the layer's {} rows or its {} "
+                          "entries", pl.name, i / 4, s[i], s[i + 2], s[i + 3], pl.m, entries);
+    }
+    const std::vector<uint32_t>& ell = arrays.front();
+    for (size_t i = 1; i < ell.size(); i += 2) {
+      SPARSERT_USER_CHECK(ell[i] < k, where, "layer {}: entry {} reads input {} of {}", pl.name, i / 2, ell[i], k);
+    }
+    return;
+  }
+  for (size_t i = 0; i < s.size(); i += 2) {
+    SPARSERT_USER_CHECK(s[i] == 0xFFFFFFFFu || s[i] < m, where, "layer {}: slot {} writes row {} of {}", pl.name,
+                        i / 2, s[i], pl.m);
+  }
+  const std::vector<uint32_t>&stages = arrays[1], &block_stages = arrays[2], &krows = arrays[3];
+  const uint64_t record = 2 + 2 * static_cast<uint64_t>(rows_per_block / 32);
+  // (An empty layer's stages are one word of padding: no whole record.)
+  SPARSERT_USER_CHECK(static_cast<int64_t>(block_stages.size()) == e.block_end - e.block_begin + 1, where,
+                      "layer {}: {} block offsets supplied, for {} blocks", pl.name, block_stages.size(),
+                      e.block_end - e.block_begin);
+  for (size_t b = 0; b + 1 < block_stages.size(); ++b) {
+    SPARSERT_USER_CHECK(block_stages[b] <= block_stages[b + 1] && block_stages[b + 1] <= stages.size() / record, where,
+                        "layer {}: block {} runs stages {} to {} of {}", pl.name, b, block_stages[b],
+                        block_stages[b + 1], stages.size() / record);
+  }
+  for (size_t r = 0; r + record <= stages.size(); r += record) {
+    bool inside = stages[r] <= stages[r + 1] && stages[r + 1] <= krows.size();
+    for (size_t w = r + 2; inside && w < r + record; w += 2) inside = stages[w] <= stages[w + 1] && stages[w + 1] <= entries;
+    SPARSERT_USER_CHECK(inside, where, "layer {}: stage {} reaches past the staged rows or the entries", pl.name,
+                        r / record);
+  }
+  for (const uint32_t row : krows) {
+    SPARSERT_USER_CHECK(row < k, where, "layer {}: a stage reads input {} of {}", pl.name, row, k);
+  }
+}
+
 struct LoadedLayer {
   std::vector<LoadedEntry> entries;
   std::vector<cuda::DeviceBuffer> arrays;  // a streamed layer's weights, passed after B, C and N
@@ -164,8 +224,8 @@ struct GpuNetwork::Impl {
         const size_t want = streamed_array_count(pl.tile.is_object() && pl.tile.value("layout", "") == "rows");
         SPARSERT_USER_CHECK(arrays.size() == want, p.dir.string(), "layer {}: {} streamed arrays supplied, its kernel "
                             "takes {}", pl.name, arrays.size(), want);
+        check_supplied_arrays(pl, arrays, p.dir.string());
         for (const std::vector<uint32_t>& a : arrays) {
-          SPARSERT_USER_CHECK(!a.empty(), p.dir.string(), "layer {}: an empty streamed array supplied", pl.name);
           ll.arrays.emplace_back(a.size() * 4);
           ll.arrays.back().upload(a.data(), a.size() * 4);
           ll.array_ptrs.push_back(ll.arrays.back().get());

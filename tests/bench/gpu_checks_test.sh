@@ -110,6 +110,17 @@ rc=$?
 check "ncu-gc without ncu exits 1 (got $rc)" test "$rc" -eq 1
 check "the missing ncu is named" grep -q 'ncu (Nsight Compute) is not on PATH' "$work/out6/ncu-gc.log"
 
+# 5. gc65536: the synthetic 65536-neuron networks of 120 and 1920 layers, made in memory; not part of all.
+: > "$CALLS"
+bash "$script" gc65536 "$fake" "$work/out7" > "$work/log7" 2>&1
+rc=$?
+check "gc65536 exits 0 (got $rc)" test "$rc" -eq 0
+for layers in 120 1920; do
+  check "gc65536 ran $layers layers" grep -q -E \
+    "^graphchallenge --synthetic 1 --neurons 65536 --layers $layers --images 60000 --device cuda$" "$CALLS"
+done
+check "gc65536: two sparsert calls" test "$(wc -l < "$CALLS")" -eq 2
+
 if (( errors > 0 )); then
   for f in "$work"/log*; do echo "---- $f" >&2; cat "$f" >&2; done
   exit 1

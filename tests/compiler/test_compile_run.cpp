@@ -695,6 +695,18 @@ TEST(CompileRun, StreamedArraysPackedAtLoad) {
   EXPECT_NE(user_error([&] { GpuNetwork n(pkg, short_by_one); }).find("layer layer0: 4 streamed arrays supplied, its "
                                                                      "kernel takes 5"),
             std::string::npos);
+  // Packed for other parameters (fewer rows a block): the slots do not cover the launch, which would read past them.
+  codegen::StreamParams other = o.stream_params;
+  other.rows_per_block = 64;
+  GpuRunOptions wrong_params;
+  wrong_params.streamed_arrays = [&](size_t li, const PackageLayer&) {
+    return codegen::pack_stream_weights(layers[li].a, codegen::default_stream_plan(layers[li].a, other), other,
+                                        layers[li].desc.bias)
+        .take_arrays();
+  };
+  EXPECT_NE(user_error([&] { GpuNetwork n(pkg, wrong_params); }).find("layer layer0: 2 block offsets"),
+            std::string::npos)
+      << user_error([&] { GpuNetwork n(pkg, wrong_params); });
   // Only a streamed layer with no arrays and no weights file may say so.
   std::string manifest = read_file(dir / "pkg" / "manifest.json");
   const size_t at = manifest.find("\"kind\": \"streamed\"");
@@ -703,6 +715,20 @@ TEST(CompileRun, StreamedArraysPackedAtLoad) {
   write_file_atomic(dir / "pkg" / "manifest.json", manifest);
   EXPECT_NE(user_error([&] { load_package(dir / "pkg"); }).find("layers[0].arrays_at_load: needs a streamed layer"),
             std::string::npos);
+}
+
+// Two layers with the same weights and bias share a cache key but not their kernels' names: each keeps its own files.
+TEST(CompileRun, RepeatedLayersKeepTheirOwnKernels) {
+  ScratchDir dir;
+  std::vector<LoadedLayer> layers = load_network(read_network(write_network(dir)));
+  layers.insert(layers.begin() + 2, layers[1]);
+  layers[2].desc.name = "layer1again";
+  const CompileReport r = compile_network(layers, dir / "pkg", emu_options(dir, false));
+  ASSERT_EQ(r.layers.size(), 4u);
+  const Package pkg = load_package(dir / "pkg");
+  EXPECT_NE(pkg.layers[1].entries.front().ptx.at("sm_90"), pkg.layers[2].entries.front().ptx.at("sm_90"));
+  const DenseTensor x = input(48, 20);
+  EXPECT_LE(max_relative_error(GpuNetwork(pkg).run(x), reference(layers, x)), 1e-5);
 }
 
 namespace {

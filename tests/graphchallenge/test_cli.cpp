@@ -160,6 +160,12 @@ TEST(GraphChallengeSyntheticCli, RunsWithoutFilesAndExcludesThem) {
   EXPECT_NE(neither.output.find("give --weights and --inputs (the challenge's files), or --synthetic SEED"),
             std::string::npos) << neither.output;
   EXPECT_EQ(run_cli("graphchallenge --synthetic 3 --neurons 1024 --layers 8 --images 0").code, 2);
+  const CliRun images_alone = run_cli("graphchallenge --neurons 1024 --layers 8 --images 5");
+  EXPECT_EQ(images_alone.code, 2) << images_alone.output;
+  EXPECT_NE(images_alone.output.find("--images requires --synthetic"), std::string::npos) << images_alone.output;
+  const CliRun on_cpu = run_cli("graphchallenge --synthetic 3 --neurons 1024 --layers 2 --images 5 --compact-weights");
+  EXPECT_EQ(on_cpu.code, 2) << on_cpu.output;
+  EXPECT_NE(on_cpu.output.find("--compact-weights: applies to --device cuda only"), std::string::npos) << on_cpu.output;
 }
 
 TEST(GraphChallengeGenCli, WritesTheOfficialLayout) {

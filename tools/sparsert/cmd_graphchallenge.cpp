@@ -93,12 +93,13 @@ int run(const GraphChallengeArgs& a) {
 
   SPARSERT_USER_CHECK(a.synthetic || (!a.weights.empty() && !a.inputs.empty()), "--weights",
                       "give --weights and --inputs (the challenge's files), or --synthetic SEED");
+  SPARSERT_USER_CHECK(a.device == "cuda" || (!a.compact_weights && !a.device_memory_gb),
+                      a.compact_weights ? "--compact-weights" : "--device-memory-gb", "applies to --device cuda only");
   const auto read_start = std::chrono::steady_clock::now();
   gc::Network net;
   CsrMatrix images;
   if (a.synthetic) {
-    net = gc::make_network({}, a.neurons, bias);  // checks the bias
-    net.layers = graphchallenge::synthetic_network(a.neurons, a.layers, *a.synthetic, a.threads).layers;
+    net = graphchallenge::synthetic_network(a.neurons, a.layers, *a.synthetic, a.threads, bias);
     images = graphchallenge::generate_images(a.neurons, a.images, *a.synthetic);
   } else {
     net = gc::make_network(graphchallenge::read_layers(a.weights, a.neurons, a.layers), a.neurons, bias);
@@ -211,7 +212,8 @@ Action add_graphchallenge(CLI::App& app) {
       ->excludes(categories);
   sub->add_option("--images", args->images, "--synthetic: input images")
       ->default_val(60000)
-      ->check(CLI::Range(1, 1 << 24));
+      ->check(CLI::Range(1, 1 << 24))
+      ->needs("--synthetic");
   sub->add_option("--check-sample", args->check_sample, "Without --categories, on a GPU: compare the categories of "
                   "this many inputs (evenly strided) with the CPU executor's (0: no check)")
       ->default_val(256)
@@ -220,7 +222,7 @@ Action add_graphchallenge(CLI::App& app) {
                 "layout (the default where the ELL layout might not fit in device memory)");
   sub->add_option("--device-memory-gb", args->device_memory_gb, "cuda: plan for this much device memory (default: "
                   "the device's total)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(0.001, 1e6));
   sub->add_option("--replicate", args->replicate, "Tile the inputs (and the truth) this many times")
       ->default_val(1)
       ->check(CLI::Range(1, 1 << 20));

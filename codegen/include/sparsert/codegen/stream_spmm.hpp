@@ -112,6 +112,8 @@ struct StreamWeights {
   int64_t bytes() const;  // everything that is uploaded
   // The arrays the kernel takes after B, C and N, in parameter order, with their parameter names.
   std::vector<std::pair<const char*, const std::vector<uint32_t>*>> arrays() const;
+  // The same arrays moved out, in parameter order (what runtime's GpuRunOptions::streamed_arrays returns).
+  std::vector<std::vector<uint32_t>> take_arrays() &&;
 };
 
 struct StreamKernel {

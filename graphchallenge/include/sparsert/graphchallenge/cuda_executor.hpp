@@ -47,7 +47,7 @@ struct CudaGraphChallengeOptions {
   int32_t width_sample = 512;
   // Streamed layers in the row-split layout with fixed parameters (compact_stream_params: 8 bytes a nonzero and 16 a
   // row, no padding) instead of the model's or codegen's choice. Unset: where the ELL walk's arrays might not fit
-  // beside the activations (the 65536 x 1920 network: about 95 GB in ELL, 34 GB compact; docs/graphchallenge.md).
+  // beside the activations (the 65536 x 1920 network: about 100 GB in ELL, 34 GB compact; docs/graphchallenge.md).
   std::optional<bool> compact_weights;
   // The device memory the plan above assumes, in bytes (a GPU shared with other work); unset: the device's total.
   std::optional<size_t> device_memory;

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 
 namespace sparsert::graphchallenge {
 
@@ -21,11 +22,12 @@ CsrMatrix generate_layer(int32_t neurons, int32_t layer, uint64_t seed);
 // `images` synthetic sparse images (rows) on N neurons (N a perfect square): a few thick random strokes each, values 1.
 CsrMatrix generate_images(int32_t neurons, int32_t images, uint64_t seed);
 
-// The synthetic network itself, made in memory (layers side by side on `threads`, 0: one per core) with the official
-// bias of its size: what make_network gives for the files write_network writes, without the files (the 65536 x 1920
-// network's would be about 80 GB of text). More nonzeros than this machine's memory holds is a UserError naming
-// --layers.
-Network synthetic_network(int32_t neurons, int32_t layers, uint64_t seed, int threads = 0);
+// The synthetic network itself, made in memory (layers side by side on `threads`, 0: one per core) with `bias` (unset:
+// the official one of its size): what make_network gives for the files write_network writes, without the files (the
+// 65536 x 1920 network's would be about 80 GB of text). More nonzeros than 80% of this machine's memory is a UserError
+// naming --layers; the caller's copies (the GPU executor compiles from one: twice the nonzeros in all) are its own.
+Network synthetic_network(int32_t neurons, int32_t layers, uint64_t seed, int threads = 0,
+                          std::optional<float> bias = std::nullopt);
 
 // Writes layers 1..layers to DIR/neuron{N}/n{N}-l{L}.tsv and the images to DIR/sparse-images-{N}.tsv (atomically);
 // returns the weights directory.
