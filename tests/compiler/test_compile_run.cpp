@@ -680,8 +680,11 @@ TEST(CompileRun, StreamedArraysPackedAtLoad) {
     asked.push_back(li);
     return pack(li);
   };
+  const sparsert::testing::EmulatedDriver& emu = sparsert::testing::EmulatedDriver::use(SPARSERT_EMU_LIB);
+  const int modules_before = emu.live_modules();
   GpuNetwork net(pkg, ro);
   EXPECT_EQ(asked, (std::vector<size_t>{0, 1, 2}));
+  EXPECT_EQ(emu.live_modules() - modules_before, 1) << "the three layers share one kernel, so one module";
   for (int32_t n : {20, 7}) {
     const DenseTensor x = input(48, n);
     EXPECT_LE(max_relative_error(net.run(x), reference(layers, x)), 1e-5) << "n = " << n;

@@ -53,8 +53,9 @@ class EmulatedDriver {
     set_lag_ = reinterpret_cast<void (*)(int)>(::dlsym(handle_, "sparsertEmuSetDeviceLag"));
     get_counts_ = reinterpret_cast<int (*)(int, unsigned long long*, int)>(
         ::dlsym(handle_, "sparsertEmuGetInstructionCounts"));
-    if (!get_syncs_ || !clear_syncs_ || !set_lag_ || !get_counts_) {
-      ADD_FAILURE() << path << " does not export the host-sync, device-lag and instruction-count extensions";
+    live_modules_ = reinterpret_cast<int (*)()>(::dlsym(handle_, "sparsertEmuLiveModules"));
+    if (!get_syncs_ || !clear_syncs_ || !set_lag_ || !get_counts_ || !live_modules_) {
+      ADD_FAILURE() << path << " does not export the host-sync, device-lag, instruction-count and module extensions";
     }
   }
 
@@ -125,6 +126,8 @@ class EmulatedDriver {
   void clear_host_syncs() const {
     if (clear_syncs_) clear_syncs_();
   }
+  // Modules loaded and not unloaded (in live contexts).
+  int live_modules() const { return live_modules_ ? live_modules_() : -1; }
   // On: the host sees no work complete until it synchronises (a device that never catches up on its own).
   void set_device_lag(bool on) const {
     if (set_lag_) set_lag_(on ? 1 : 0);
@@ -176,6 +179,7 @@ class EmulatedDriver {
   void (*clear_syncs_)() = nullptr;
   void (*set_lag_)(int) = nullptr;
   int (*get_counts_)(int, unsigned long long*, int) = nullptr;
+  int (*live_modules_)() = nullptr;
 };
 
 }  // namespace sparsert::testing

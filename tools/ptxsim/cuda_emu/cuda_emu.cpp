@@ -1484,6 +1484,13 @@ int sparsertEmuGetGraphNodes(CUgraph hg, char* out, size_t size) {
   write_text(text, out, size);
   return static_cast<int>(g->nodes.size());
 }
+// Modules loaded and not unloaded, in contexts not destroyed: how many distinct images a loader keeps.
+int sparsertEmuLiveModules(void) {
+  LOCK;
+  int n = 0;
+  for (const ModObj* m : st().mods) n += !m->dead;
+  return n;
+}
 // Calls that blocked the host until device work completed, since the library was loaded or the log last cleared, one
 // line each: cuStreamSynchronize, cuCtxSynchronize, cuEventSynchronize, cuMemcpyHtoD, cuMemcpyDtoH (synchronous
 // copies) or "cuMemcpyDtoHAsync to pageable memory". Returns how many; `out` and `size` as for
