@@ -115,11 +115,11 @@ check "the missing ncu is named" grep -q 'ncu (Nsight Compute) is not on PATH' "
 bash "$script" gc65536 "$fake" "$work/out7" > "$work/log7" 2>&1
 rc=$?
 check "gc65536 exits 0 (got $rc)" test "$rc" -eq 0
-for layers in 120 1920; do
-  check "gc65536 ran $layers layers" grep -q -E \
-    "^graphchallenge --synthetic 1 --neurons 65536 --layers $layers --images 60000 --device cuda$" "$CALLS"
+for args in "--layers 120" "--layers 120 --compact-weights" "--layers 1920"; do
+  check "gc65536 ran $args" grep -q -E \
+    "^graphchallenge --synthetic 1 --neurons 65536 $args --images 60000 --device cuda$" "$CALLS"
 done
-check "gc65536: two sparsert calls" test "$(wc -l < "$CALLS")" -eq 2
+check "gc65536: three sparsert calls" test "$(wc -l < "$CALLS")" -eq 3
 
 if (( errors > 0 )); then
   for f in "$work"/log*; do echo "---- $f" >&2; cat "$f" >&2; done
