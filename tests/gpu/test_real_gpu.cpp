@@ -270,5 +270,31 @@ TEST(RealGpu, GraphChallengeNarrowInputsWithFusedCompaction) {
   for (float v : y.vec()) ASSERT_EQ(v, 32.0f);
 }
 
+// The compact row-split weights, packed at load, on a synthetic 4096-neuron network at 9000 inputs (more than a CUDA
+// Graph takes, so it runs layer by layer with the filter kernel): exact against the CPU executor, and the model's
+// choice beside it.
+TEST(RealGpu, GraphChallengeSyntheticCompactWeights) {
+  REQUIRE_GPU();
+  testing::ScratchDir scratch;
+  const graphchallenge::Network net = graphchallenge::synthetic_network(4096, 24, 7);
+  const DenseTensor y0 = graphchallenge::feature_major_inputs(graphchallenge::generate_images(4096, 9000, 7), 4096);
+  graphchallenge::CpuLayerExecutor cpu;
+  cpu.prepare(net);
+  const std::vector<int32_t> want = graphchallenge::run_inference(net, y0, cpu).categories;
+  ASSERT_FALSE(want.empty());
+  for (const bool compact : {true, false}) {
+    graphchallenge::CudaGraphChallengeOptions opt;
+    opt.progress = false;
+    opt.cache_dir = scratch / "cache";
+    opt.compact_weights = compact;
+    graphchallenge::CudaLayerExecutor exec(opt);
+    exec.prepare(net);
+    const graphchallenge::InferenceResult r = graphchallenge::run_inference(net, y0, exec);
+    EXPECT_EQ(r.categories, want) << (compact ? "compact" : "as chosen");
+    std::printf("synthetic 4096x24, 9000 inputs, %s weights: %.4f s, %.3g edges/s\n", compact ? "compact" : "chosen",
+                r.seconds, graphchallenge::edge_rate(9000, net.total_nnz(), r.seconds));
+  }
+}
+
 }  // namespace
 }  // namespace sparsert
