@@ -36,9 +36,9 @@ struct LoadedEntry {
 // for other parameters or another layer cannot send the kernel past its buffers: none is empty; the slots (the last
 // array) cover every thread slot of the launch; in the row-split layout every slot's row and entry range lie inside
 // the layer and its entries and every entry's column inside its inputs; in the ELL walk every block's stages, every
-// stage's staged rows and segments lie inside their arrays and every staged row inside the inputs. (Every word but
-// the ELL entries' own: their shared-memory offsets stay within the tile the kernel was compiled for only if packed
-// with its parameters.)
+// stage's staged rows and segments lie inside their arrays, every stage fits the kernel's tile and its walk, and every
+// staged row lies inside the inputs. (Every word but the ELL entries' own: their shared-memory offsets stay within the
+// tile the kernel was compiled for only if packed with its parameters.)
 void check_supplied_arrays(const PackageLayer& pl, const std::vector<std::vector<uint32_t>>& arrays,
                            const std::string& where) {
   for (const std::vector<uint32_t>& a : arrays) {
@@ -81,11 +81,18 @@ void check_supplied_arrays(const PackageLayer& pl, const std::vector<std::vector
                         "layer {}: block {} runs stages {} to {} of {}", pl.name, b, block_stages[b],
                         block_stages[b + 1], stages.size() / record);
   }
+  // A stage stages at most stage_rows rows (the shared tile holds that many and the zero row), and a warp walks its
+  // segment in passes of 32 x unroll entries: a segment of another length would read past it.
+  const uint64_t stage_rows = static_cast<uint64_t>(pl.tile.value("stage_rows", int64_t{0}));
+  const uint64_t pass = 32 * static_cast<uint64_t>(pl.tile.value("unroll", int64_t{0}));
+  SPARSERT_USER_CHECK(stage_rows > 0 && pass > 0, where, "layer {}: its tile has no stage_rows or unroll", pl.name);
   for (size_t r = 0; r + record <= stages.size(); r += record) {
-    bool inside = stages[r] <= stages[r + 1] && stages[r + 1] <= krows.size();
-    for (size_t w = r + 2; inside && w < r + record; w += 2) inside = stages[w] <= stages[w + 1] && stages[w + 1] <= entries;
-    SPARSERT_USER_CHECK(inside, where, "layer {}: stage {} reaches past the staged rows or the entries", pl.name,
-                        r / record);
+    bool inside = stages[r] <= stages[r + 1] && stages[r + 1] <= krows.size() && stages[r + 1] - stages[r] <= stage_rows;
+    for (size_t w = r + 2; inside && w < r + record; w += 2) {
+      inside = stages[w] <= stages[w + 1] && stages[w + 1] <= entries && (stages[w + 1] - stages[w]) % pass == 0;
+    }
+    SPARSERT_USER_CHECK(inside, where, "layer {}: stage {} reaches past the staged rows or the entries, or does not fit "
+                        "the kernel's {} staged rows and passes of {} entries", pl.name, r / record, stage_rows, pass);
   }
   for (const uint32_t row : krows) {
     SPARSERT_USER_CHECK(row < k, where, "layer {}: a stage reads input {} of {}", pl.name, row, k);

@@ -240,8 +240,10 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     SPARSERT_USER_CHECK(!l.column_map || (l.live_flags && l.device_n && l.kind == "baked"), lw + ".column_map",
                         "needs a baked layer with live_flags and device_n");
     if (lj.contains("arrays_at_load")) l.arrays_at_load = json_get<bool>(lj, lw, "arrays_at_load");
-    SPARSERT_USER_CHECK(!l.arrays_at_load || (l.kind == "streamed" && l.arrays.empty() && l.weights_file.empty()),
-                        lw + ".arrays_at_load", "needs a streamed layer with no arrays and no weights file");
+    SPARSERT_USER_CHECK(!l.arrays_at_load || (l.kind == "streamed" && l.arrays.empty() && l.weights_file.empty() &&
+                                              !lj.contains("conv")),
+                        lw + ".arrays_at_load", "needs a streamed layer (not a convolution) with no arrays and no "
+                        "weights file");
     SPARSERT_USER_CHECK(l.arrays_at_load || !l.weights_file.empty(), lw + ".weights", "is empty");
     if (lj.contains("conv")) {
       l.conv = conv_layout_from_json(lj["conv"], lw + ".conv");
@@ -293,6 +295,17 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
       pe.ptx = json_get<std::map<std::string, std::string>>(entries[e], ew, "ptx");
       pe.cubin = json_get<std::map<std::string, std::string>>(entries[e], ew, "cubin");
       l.entries.push_back(std::move(pe));
+    }
+    if (l.arrays_at_load) {
+      // The loader checks supplied arrays against this launch (GpuRunOptions::streamed_arrays): it must be the one
+      // shared kernel over every row block, with the block the tile says.
+      const bool rows = l.tile.is_object() && l.tile.value("layout", "") == "rows";
+      const int64_t rpb = l.tile.is_object() ? l.tile.value("rows_per_block", int64_t{0}) : 0;
+      const int64_t lanes = rows ? l.tile.value("lanes_per_row", int64_t{0}) : 1;
+      SPARSERT_USER_CHECK(l.entries.size() == 1 && l.entries.front().block_begin == 0 && rpb > 0 &&
+                              l.block_x == rpb * lanes,
+                          lw + ".arrays_at_load", "needs one entry from block 0 and a block of rows_per_block{} "
+                          "threads", rows ? " x lanes_per_row" : "");
     }
     if (i > 0 && (l.conv || p.layers.back().conv)) {
       // A convolution chains by its buffers: it reads exactly the layout the previous layer writes.

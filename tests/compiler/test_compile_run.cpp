@@ -710,6 +710,22 @@ TEST(CompileRun, StreamedArraysPackedAtLoad) {
   EXPECT_NE(user_error([&] { GpuNetwork n(pkg, wrong_params); }).find("layer layer0: 2 block offsets"),
             std::string::npos)
       << user_error([&] { GpuNetwork n(pkg, wrong_params); });
+  // Packed with more staged rows a stage and shorter passes than the kernel takes: the stages would overrun its shared
+  // tile and the walk its segments.
+  for (const auto& [stage_rows, unroll] : {std::pair{40, 2}, std::pair{16, 1}}) {
+    codegen::StreamParams p = o.stream_params;
+    p.stage_rows = stage_rows;
+    p.unroll = unroll;
+    GpuRunOptions mismatched;
+    mismatched.streamed_arrays = [&](size_t li, const PackageLayer&) {
+      return codegen::pack_stream_weights(layers[li].a, codegen::default_stream_plan(layers[li].a, p), p,
+                                          layers[li].desc.bias)
+          .take_arrays();
+    };
+    const std::string e = user_error([&] { GpuNetwork n(pkg, mismatched); });
+    EXPECT_NE(e.find("does not fit the kernel's 16 staged rows and passes of 64 entries"), std::string::npos)
+        << stage_rows << " rows, unroll " << unroll << ": " << e;
+  }
   // Only a streamed layer with no arrays and no weights file may say so.
   std::string manifest = read_file(dir / "pkg" / "manifest.json");
   const size_t at = manifest.find("\"kind\": \"streamed\"");
