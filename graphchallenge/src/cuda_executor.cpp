@@ -81,6 +81,34 @@ std::string bytes_text(double b) {
   return fmt::format("{:.0f} kB", b / 1e3);
 }
 
+// The device-memory plan of a load_inputs of width n: the activations, 1 GB kept for the driver, then the streamed
+// weights in the ELL walk's layout where they would fit (an estimate), else in the compact row-split layout (exact,
+// and the return is true, with a note saying so), else the inputs are too many for this device (a UserError with the
+// sizes). CudaGraphChallengeOptions::compact_weights decides instead where set.
+bool compact_weights(const Network& net, int64_t n, const cuda::DeviceInfo& dev, const CudaGraphChallengeOptions& o,
+                     std::vector<std::string>& notes) {
+  const double memory = static_cast<double>(o.device_memory.value_or(dev.total_memory));
+  const double for_weights = memory - activation_bytes(net, n) - kDriverReserve;
+  const double ell = kEllBytesPerNonzero * static_cast<double>(net.total_nnz());
+  const bool may_stream = o.kernel_kind != codegen::KernelKind::kBaked;
+  const bool compact = o.compact_weights.value_or(may_stream && ell > for_weights);
+  const double needed = may_stream ? compact_bytes(net) : 0.0;
+  SPARSERT_USER_CHECK(needed <= for_weights, "inputs",
+                      "{} inputs of {} neurons need {} of device memory for the activations{} and {} kept for the "
+                      "driver: more than the {} of the {}; run fewer inputs",
+                      n, net.neurons, bytes_text(activation_bytes(net, n)),
+                      may_stream ? fmt::format(", {} for the weights (streamed, compact)", bytes_text(needed)) : "",
+                      bytes_text(kDriverReserve), bytes_text(memory), dev.name);
+  if (!compact) return false;
+  SPARSERT_USER_CHECK(may_stream, "--kernel", "baked layers have no weight arrays to make compact");
+  notes.push_back(fmt::format(
+      "every layer streamed in the compact row-split layout ({}): {} of weights{}",
+      codegen::to_json(compact_stream_params(static_cast<int32_t>(n))).dump(), bytes_text(needed),
+      o.compact_weights ? "" : fmt::format(", where the ELL walk's might take {} and {} is left beside the activations",
+                                           bytes_text(ell), bytes_text(for_weights))));
+  return true;
+}
+
 // Packs the streamed layers of a package compiled with their arrays at load (GpuRunOptions::streamed_arrays) from the
 // network's weights, each as its package layer says (parameters, row blocks), a few layers ahead of the one asked for
 // on as many threads: the loader uploads one while the next ones are packed (a layer of 2M nonzeros takes about 0.1 s).
@@ -363,37 +391,14 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     // The package never holds the streamed arrays: they are packed from the network's weights as the layers load, so
     // weights too large to write twice (the 65536 x 1920 network's 4e9 nonzeros) are never written at all.
     co.streamed_arrays_at_load = true;
-    // Device memory: the activations, then the streamed weights in the ELL walk's layout where they would fit (an
-    // estimate), else in the compact row-split layout (exact), else the inputs are too many for this device.
-    const double memory = static_cast<double>(options_.device_memory.value_or(dev.total_memory));
-    const double for_weights = memory - activation_bytes(net, n) - kDriverReserve;
-    const bool may_stream = options_.kernel_kind != codegen::KernelKind::kBaked;
-    const bool compact = options_.compact_weights.value_or(
-        may_stream && kEllBytesPerNonzero * static_cast<double>(net.total_nnz()) > for_weights);
-    {
-      const double needed = may_stream ? compact_bytes(net) : 0.0;
-      SPARSERT_USER_CHECK(needed <= for_weights, "inputs",
-                          "{} inputs of {} neurons need {} of device memory for the activations{} and {} kept for "
-                          "the driver: more than the {} of the {}; run fewer inputs",
-                          n, net.neurons, bytes_text(activation_bytes(net, n)),
-                          may_stream ? fmt::format(", {} for the weights (streamed, compact)", bytes_text(needed)) : "",
-                          bytes_text(kDriverReserve), bytes_text(memory), dev.name);
-    }
+    const bool compact = compact_weights(net, n, dev, options_, im.notes);
     if (compact) {
-      SPARSERT_USER_CHECK(options_.kernel_kind != codegen::KernelKind::kBaked, "--kernel",
-                          "baked layers have no weight arrays to make compact");
       co.kernel_kind = codegen::KernelKind::kStreamed;
       co.stream_params = compact_stream_params(n);
-      im.notes.push_back(fmt::format(
-          "every layer streamed in the compact row-split layout ({}): {} of weights{}",
-          codegen::to_json(co.stream_params).dump(), bytes_text(compact_bytes(net)),
-          options_.compact_weights ? "" : fmt::format(", where the ELL walk's might take {} and {} is left beside "
-                                                      "the activations",
-                                                      bytes_text(kEllBytesPerNonzero * static_cast<double>(net.total_nnz())),
-                                                      bytes_text(for_weights))));
     }
     const bool fused = !compact && fuses_compaction(n, net, options_);
-    if (options_.fused_compaction && runs_as_graph(n, options_) && !fused && co.kernel_kind != codegen::KernelKind::kStreamed) {
+    if (options_.fused_compaction && runs_as_graph(n, options_) && !fused &&
+        co.kernel_kind != codegen::KernelKind::kStreamed) {
       im.notes.push_back("the network is too large to bake every layer: the filter kernel runs after each layer");
     }
     co.column_map = fused;
