@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 namespace sparsert {
@@ -163,6 +164,14 @@ TEST(GraphChallengeSyntheticCli, RunsWithoutFilesAndExcludesThem) {
   const CliRun images_alone = run_cli("graphchallenge --neurons 1024 --layers 8 --images 5");
   EXPECT_EQ(images_alone.code, 2) << images_alone.output;
   EXPECT_NE(images_alone.output.find("--images requires --synthetic"), std::string::npos) << images_alone.output;
+  // Without a driver a cuda run stops before making the network (minutes at 65536 x 1920).
+  ::setenv("SPARSERT_LIBCUDA", "/nonexistent/libcuda.so", 1);
+  const CliRun no_driver =
+      run_cli("graphchallenge --synthetic 1 --neurons 65536 --layers 1920 --images 60000 --device cuda");
+  ::unsetenv("SPARSERT_LIBCUDA");
+  EXPECT_EQ(no_driver.code, 2) << no_driver.output;
+  EXPECT_EQ(no_driver.output.find("generated"), std::string::npos) << no_driver.output;
+  EXPECT_NE(no_driver.output.find("/nonexistent/libcuda.so"), std::string::npos) << no_driver.output;
   const CliRun on_cpu = run_cli("graphchallenge --synthetic 3 --neurons 1024 --layers 2 --images 5 --compact-weights");
   EXPECT_EQ(on_cpu.code, 2) << on_cpu.output;
   EXPECT_NE(on_cpu.output.find("--compact-weights: applies to --device cuda only"), std::string::npos) << on_cpu.output;

@@ -5,6 +5,7 @@
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/graphchallenge/generator.hpp"
 #include "sparsert/graphchallenge/io.hpp"
+#include "sparsert/runtime/driver.hpp"
 #include "sparsert/runtime/error.hpp"
 #include "sparsert/graphchallenge/network.hpp"
 
@@ -95,6 +96,9 @@ int run(const GraphChallengeArgs& a) {
                       "give --weights and --inputs (the challenge's files), or --synthetic SEED");
   SPARSERT_USER_CHECK(a.device == "cuda" || (!a.compact_weights && !a.device_memory_gb),
                       a.compact_weights ? "--compact-weights" : "--device-memory-gb", "applies to --device cuda only");
+  // Before reading or generating anything (minutes for the largest networks): a run that cannot reach a GPU says so
+  // at once.
+  if (a.device == "cuda") cuda::Driver::get();
   const auto read_start = std::chrono::steady_clock::now();
   gc::Network net;
   CsrMatrix images;
