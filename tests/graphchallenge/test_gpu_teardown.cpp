@@ -448,7 +448,7 @@ TEST(GraphChallengeGpuGraph, NarrowInputsRunAsOneGraphPerRun) {
 
 // The program as a user runs it: the emulated driver prints the calls that failed in teardown at exit.
 // A synthetic network made in memory (no files), run on the device with compact weights, and checked against the CPU
-// executor on a sample of the inputs: what `gpu_checks.sh gc65536` runs at 65536 x 1920.
+// executor on a sample of the inputs: what `gpu_checks.sh gc65536-1920` runs at 65536 x 1920.
 TEST(GraphChallengeGpuCli, SyntheticNetworkInMemoryIsCheckedOnASample) {
   emu();
   testing::ScratchDir dir;
