@@ -465,6 +465,24 @@ TEST(GraphChallengeGpuCli, SyntheticNetworkInMemoryIsCheckedOnASample) {
             std::string::npos) << out;
 }
 
+// The largest size, 65536 neurons (2M nonzeros a layer, above the baked cap), through the whole path: made in memory,
+// compact weights packed at load, the filter over 4097 row groups, and the sampled check. Two images keep it to a few
+// seconds in the emulator; with seed 2 two of three survive the 3 layers (one dies in the first), as on the CPU.
+TEST(GraphChallengeGpuCli, LargestSizeRunsCompactFromMemory) {
+  emu();
+  testing::ScratchDir dir;
+  const auto [code, out] = run_command(fmt::format(
+      "SPARSERT_LIBCUDA='{}' SPARSERT_CACHE_DIR='{}' '{}' graphchallenge --synthetic 2 --neurons 65536 --layers 3 "
+      "--images 3 --compact-weights --device cuda --ptx-only --threads 2 2>&1",
+      SPARSERT_EMU_LIB, (dir / "cache").string(), SPARSERT_CLI));
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("3 layers (6291456 nonzeros)"), std::string::npos) << out;
+  EXPECT_NE(out.find("53.5 MB of weights"), std::string::npos) << out;  // 8 bytes a nonzero and 16 a row
+  EXPECT_NE(out.find("live inputs after layer: 1:2 3:2"), std::string::npos) << out;
+  EXPECT_NE(out.find("categories: 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("PASS: the categories of 3 of the inputs"), std::string::npos) << out;
+}
+
 TEST_F(GraphChallengeGpuTeardown, CommandExitsWithoutAFailingDriverCall) {
   std::vector<int32_t> one_based;
   for (int32_t c : truth_) one_based.push_back(c + 1);
