@@ -130,10 +130,11 @@ case $stage in
         --inputs "$gc/sparse-images-1024-first1200.tsv" --categories "$gc/neuron1024-l120-categories-first1200.tsv" \
         --replicate 1 --device cuda --compaction "$compaction"
     done
-    # One kernel a layer: each layer in one entry (32768 fmas) instead of two side by side.
+    # The fused runs above are one kernel a layer (one entry of 32768 fmas, the default there); for the comparison,
+    # each layer as the tile splits it, two entries side by side.
     step "$sparsert" graphchallenge --weights "$tmp/neuron1024" --neurons 1024 --layers 120 \
       --inputs "$gc/sparse-images-1024-first1200.tsv" --categories "$gc/neuron1024-l120-categories-first1200.tsv" \
-      --replicate 1 --device cuda --max-entries 1
+      --replicate 1 --device cuda --max-entries 8
     ;;
   tune)
     # Every core assembles (the default is 2 threads): a device call has 10 minutes, and the candidates of a run are

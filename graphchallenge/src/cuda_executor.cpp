@@ -402,7 +402,7 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
       im.notes.push_back("the network is too large to bake every layer: the filter kernel runs after each layer");
     }
     co.column_map = fused;
-    co.max_entries = options_.max_entries;
+    co.max_entries = options_.max_entries ? options_.max_entries : fused ? std::optional<int32_t>(1) : std::nullopt;
     if (options_.model_tiles && !compact) {
       const auto w0 = std::chrono::steady_clock::now();
       compiler::ModelTileOptions mo;

@@ -200,23 +200,28 @@ TEST_F(GraphChallengeGpuTeardown, EachLayerLaunchesOnlyItsEntriesWithFusedCompac
                           [](const std::string& n) { return n.find("no filter kernel") != std::string::npos; }));
 }
 
-// One kernel a layer: with CudaGraphChallengeOptions::max_entries = 1 (--max-entries 1) every layer is one entry, and
-// with the fused compaction that one launch is the whole layer; exact against the CPU executor.
+// One kernel a layer: with the fused compaction every layer is one entry by default (CudaGraphChallengeOptions::
+// max_entries unset, or 1), so that one launch is the whole layer; with max_entries = 8 the tile's split (two entries
+// of 16384 fmas for these 32768-nonzero layers) launches side by side. Exact against the CPU executor either way.
 TEST_F(GraphChallengeGpuTeardown, OneEntryPerLayerIsOneLaunchPerLayer) {
-  graphchallenge::CudaGraphChallengeOptions opt = emu_options(dir_ / "cache");
-  opt.max_entries = 1;
-  graphchallenge::CudaLayerExecutor exec(opt);
-  exec.prepare(net_);
-  gc::CpuLayerExecutor cpu(CpuExecutorOptions{1, 64});
-  cpu.prepare(net_);
-  exec.load_inputs(inputs(1));
-  cpu.load_inputs(inputs(1));
-  for (int32_t l = 0; l < kLayers; ++l) {
-    emu().clear_launches();
-    EXPECT_EQ(exec.run_layer(l), cpu.run_layer(l)) << "layer " << l + 1;
-    const std::vector<testing::EmulatedDriver::Launch> launches = emu().launches();
-    ASSERT_EQ(launches.size(), 1u) << "layer " << l + 1;
-    EXPECT_EQ(launches.front().kernel, fmt::format("sparsert_l{}_e0", l + 1));
+  for (const std::optional<int32_t> max_entries : {std::optional<int32_t>(), std::optional<int32_t>(1),
+                                                   std::optional<int32_t>(8)}) {
+    graphchallenge::CudaGraphChallengeOptions opt = emu_options(dir_ / "cache");
+    opt.max_entries = max_entries;
+    graphchallenge::CudaLayerExecutor exec(opt);
+    exec.prepare(net_);
+    gc::CpuLayerExecutor cpu(CpuExecutorOptions{1, 64});
+    cpu.prepare(net_);
+    exec.load_inputs(inputs(1));
+    cpu.load_inputs(inputs(1));
+    const size_t want = max_entries.value_or(1) == 1 ? 1 : 2;
+    for (int32_t l = 0; l < kLayers; ++l) {
+      emu().clear_launches();
+      EXPECT_EQ(exec.run_layer(l), cpu.run_layer(l)) << "layer " << l + 1;
+      const std::vector<testing::EmulatedDriver::Launch> launches = emu().launches();
+      ASSERT_EQ(launches.size(), want) << "layer " << l + 1 << ", max_entries " << max_entries.value_or(0);
+      EXPECT_EQ(launches.front().kernel, fmt::format("sparsert_l{}_e0", l + 1));
+    }
   }
 }
 
