@@ -102,8 +102,8 @@ std::vector<LayerKernel> choose_kernels(const std::vector<LoadedLayer>& layers, 
     order[li] = li;
     const TunedKernel* t = tuned[li].empty() || !tuned[li].front() ? nullptr : &*tuned[li].front();
     // A gain that is not a number would break the sort's ordering: such a layer counts as having none.
-    if (t && t->baked_gain_us && std::isfinite(*t->baked_gain_us) && layers[li].a.nnz() > 0)
-      priority[li] = *t->baked_gain_us / static_cast<double>(layers[li].a.nnz());
+    if (t && t->baked_gain_us && std::isfinite(*t->baked_gain_us) && layers[li].matrix().nnz() > 0)
+      priority[li] = *t->baked_gain_us / static_cast<double>(layers[li].matrix().nnz());
   }
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return priority[x] > priority[y]; });
   std::vector<LayerKernel> kinds(layers.size());
@@ -117,7 +117,7 @@ std::vector<LayerKernel> choose_kernels(const std::vector<LoadedLayer>& layers, 
     ko.network_baked_nnz = baked_nnz;
     if (options.max_network_baked_nnz) ko.max_network_baked_nnz = *options.max_network_baked_nnz;
     LayerKernel k;
-    k.choice = codegen::choose_kernel_kind(l.a, l.desc.n, options.targets.front(), ko);
+    k.choice = codegen::choose_kernel_kind(l.matrix(), l.desc.n, options.targets.front(), ko);
     if (!forced && ts) {
       k.choice.reason = tuned[li].front()->source == "model" ? "streamed by the model (fastest estimate)"
                                                              : "tuned streamed (tuning database)";
@@ -145,7 +145,7 @@ std::vector<LayerKernel> choose_kernels(const std::vector<LoadedLayer>& layers, 
         k.model_us = per_target.front()->fallback_model_us;
       }
     }
-    if (k.choice.kind == codegen::KernelKind::kBaked) baked_nnz += l.a.nnz();
+    if (k.choice.kind == codegen::KernelKind::kBaked) baked_nnz += l.matrix().nnz();
     kinds[li] = k;
   }
   return kinds;
@@ -287,7 +287,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
   std::vector<Job> jobs;
   auto baked_key = [&](const Job& job) {
     const LoadedLayer& l = layers[job.layer];
-    return conv_key(kernel_cache_key(l.a, epilogue_of(l.desc), job.tile, l.desc.n, job.target, toolkit,
+    return conv_key(kernel_cache_key(l.matrix(), epilogue_of(l.desc), job.tile, l.desc.n, job.target, toolkit,
                                      options.live_flags, options.device_n, options.column_map),
                     l.conv);
   };
@@ -310,7 +310,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       }
       const std::optional<TunedKernel>& rec = tuned[li][ti];
       const bool baked_record = rec && rec->kind == codegen::KernelKind::kBaked;
-      job.tile = baked_record ? rec->tile : codegen::default_tile_params(layers[li].a, layers[li].desc.n, target);
+      job.tile = baked_record ? rec->tile : codegen::default_tile_params(layers[li].matrix(), layers[li].desc.n, target);
       if (baked_record) job.tile_source = rec->source;
       if (layers[li].conv) job.tile.cols_per_thread = 1;  // a convolution's columns are not adjacent in memory
       if (options.column_map) job.tile = codegen::column_map_tile(job.tile);
@@ -343,7 +343,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     for (const Job& job : jobs) {
       if (job.layer != li || job.streamed) continue;
       const int32_t m = job.tile.plan.m_blocks;
-      if (std::min({layers[li].a.rows, m * 2, kMaxRowBlocks}) <= m) return false;
+      if (std::min({layers[li].matrix().rows, m * 2, kMaxRowBlocks}) <= m) return false;
     }
     return true;
   };
@@ -352,7 +352,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     bool spilled = false;
     for (Job& job : jobs) {
       if (job.layer != li || job.streamed) continue;
-      job.tile.plan.m_blocks = std::min({layers[li].a.rows, job.tile.plan.m_blocks * 2, kMaxRowBlocks});
+      job.tile.plan.m_blocks = std::min({layers[li].matrix().rows, job.tile.plan.m_blocks * 2, kMaxRowBlocks});
       const bool again = job.tile_source.find("doubled after a spill") != std::string::npos;
       job.tile_source += again ? ", and again" : ", row blocks doubled after a spill";
       job.key = baked_key(job);
@@ -388,7 +388,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     opt.device_n = options.device_n;
     opt.column_map = options.column_map;
     opt.conv = l.conv;
-    job.kernel = codegen::emit_spmm(l.a, inspector::make_plan(l.a, job.tile.plan), job.target, opt);
+    job.kernel = codegen::emit_spmm(l.matrix(), inspector::make_plan(l.matrix(), job.tile.plan), job.target, opt);
     job.emit_seconds += since(te);
     job.built = CachedKernel{};
     job.built.key = job.key;
@@ -508,7 +508,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     parallel_for(static_cast<int64_t>(layers.size()), options.threads, [&](int64_t i) {
       const auto li = static_cast<size_t>(i);
       if (kinds[li].choice.kind != codegen::KernelKind::kStreamed) return;
-      load_blocks[li] = static_cast<int32_t>(codegen::default_stream_plan(layers[li].a, kinds[li].stream).blocks.size());
+      load_blocks[li] = static_cast<int32_t>(codegen::default_stream_plan(layers[li].matrix(), kinds[li].stream).blocks.size());
     });
   }
   // The files already written for a streamed kernel (cache key, target): the layers that share one share its files too.
@@ -518,8 +518,8 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     const LoadedLayer& l = layers[li];
     PackageLayer pl;
     pl.name = l.desc.name;
-    pl.m = l.a.rows;
-    pl.k = l.a.cols;
+    pl.m = l.matrix().rows;
+    pl.k = l.matrix().cols;
     pl.activation = l.desc.activation;
     pl.clamp = l.desc.clamp;
     pl.live_flags = options.live_flags;
@@ -531,7 +531,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     pl.arrays_at_load = streamed && options.streamed_arrays_at_load;
     if (!pl.arrays_at_load) {
       pl.weights_file = fmt::format("layer{}.csr", li);
-      write_layer_weights(tmp / pl.weights_file, LayerWeights{l.a, l.desc.bias});
+      write_layer_weights(tmp / pl.weights_file, LayerWeights{l.matrix(), l.desc.bias});
       pkg.sha256[pl.weights_file] = sha256_hex(read_file(tmp / pl.weights_file));
     }
     std::optional<codegen::StreamWeights> stream_weights;
@@ -540,7 +540,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     } else if (streamed) {
       // The weights travel in arrays the kernel streams; they depend on the layer, not the target.
       pl.kind = "streamed";
-      stream_weights = codegen::pack_stream_weights(l.a, codegen::default_stream_plan(l.a, sp), sp, l.desc.bias);
+      stream_weights = codegen::pack_stream_weights(l.matrix(), codegen::default_stream_plan(l.matrix(), sp), sp, l.desc.bias);
       if (l.conv) codegen::conv_tap_rows(*l.conv, *stream_weights);
       for (const auto& [what, data] : stream_weights->arrays()) {
         const std::string file = fmt::format("layer{}.{}.u32", li, what);
@@ -613,7 +613,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
         r.max_registers = std::max(r.max_registers, ce.resources.registers);
       }
       for (const auto& e : job.kernel.entries) r.fmas += e.fmas;
-      if (streamed) r.fmas = l.a.nnz();
+      if (streamed) r.fmas = l.matrix().nnz();
       report.hits += hit;
       report.misses += !hit;
       report.layers.push_back(std::move(r));

@@ -28,14 +28,14 @@ TileSource database_tile_source(std::shared_ptr<const autotune::TuningDatabase> 
                                 const codegen::Target& primary) {
   return [db, toolkit, primary](const LoadedLayer& l, const codegen::Target& target) -> std::optional<TunedKernel> {
     const Epilogue ep{l.desc.bias, l.desc.activation, l.desc.clamp};
-    const auto rec = db->find(autotune::tuning_key(l.a, ep, l.desc.n, primary, toolkit));
+    const auto rec = db->find(autotune::tuning_key(l.matrix(), ep, l.desc.n, primary, toolkit));
     if (!rec) return std::nullopt;
     autotune::Candidate c;
     c.kind = rec->kind;
     c.tile = rec->tile;
     c.stream = rec->stream;
     try {
-      autotune::check_candidate(c, l.a, l.desc.n, target);
+      autotune::check_candidate(c, l.matrix(), l.desc.n, target);
     } catch (const inspector::InvalidTileParams& e) {
       // A record from an older generator, or edited by hand: compile goes on with the next source, and says so.
       fmt::print(stderr, "sparsert: warning: layer {}: the tuning record's parameters are not valid for {} ({}); "
@@ -71,10 +71,10 @@ TileSource model_tile_source(const std::vector<LoadedLayer>& layers, const std::
         };
       }
       const autotune::ModelChoice c = autotune::choose_by_model(
-          l.a, n, Epilogue{l.desc.bias, l.desc.activation, l.desc.clamp}, primary,
+          l.matrix(), n, Epilogue{l.desc.bias, l.desc.activation, l.desc.clamp}, primary,
           options.column_map ? autotune::KindSet{codegen::KernelKind::kBaked} : kinds, accept);
       // Ranked at the width the layer runs on, built for the width it is compiled for.
-      for (const codegen::Target& t : targets) autotune::check_candidate(c.candidate, l.a, l.desc.n, t);
+      for (const codegen::Target& t : targets) autotune::check_candidate(c.candidate, l.matrix(), l.desc.n, t);
       pick = TunedKernel{c.candidate.kind, c.candidate.tile, c.candidate.stream, "model"};
       pick->model_us = c.estimate.microseconds;
       if (std::isfinite(c.best_baked_us) && std::isfinite(c.best_streamed_us))
@@ -86,7 +86,7 @@ TileSource model_tile_source(const std::vector<LoadedLayer>& layers, const std::
             autotune::Candidate s;
             s.kind = codegen::KernelKind::kStreamed;
             s.stream = *c.best_stream;
-            autotune::check_candidate(s, l.a, l.desc.n, t);
+            autotune::check_candidate(s, l.matrix(), l.desc.n, t);
           } catch (const inspector::InvalidTileParams&) {
             valid_everywhere = false;
           }

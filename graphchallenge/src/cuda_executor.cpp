@@ -371,7 +371,10 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
       d.activation = Activation::kRelu;
       d.clamp = net.clamp;
       d.n = n;
-      layers.push_back({std::move(d), net.layers[l], std::nullopt});
+      // The network's own matrix, not a copy: the 65536 x 1920 network's are 32 GB.
+      LoadedLayer layer{std::move(d), CsrMatrix{}, std::nullopt};
+      layer.borrowed = &net.layers[l];
+      layers.push_back(std::move(layer));
     }
     std::random_device rd;
     im.release_device();

@@ -736,6 +736,34 @@ TEST(CompileRun, StreamedArraysPackedAtLoad) {
             std::string::npos);
 }
 
+// Layers that borrow their matrices (LoadedLayer::borrowed, `a` left empty) compile to the package owned ones give:
+// the same kernels (cache keys), the same kinds, and a run that matches the reference.
+TEST(CompileRun, BorrowedMatricesCompileAsOwnedOnes) {
+  ScratchDir dir;
+  const std::vector<LoadedLayer> owned = load_network(read_network(write_network(dir)));
+  std::vector<LoadedLayer> borrowing;
+  for (const LoadedLayer& l : owned) {
+    LoadedLayer b{l.desc, CsrMatrix{}, l.conv};
+    b.borrowed = &l.a;
+    borrowing.push_back(std::move(b));
+  }
+  CompileOptions o = emu_options(dir, false);
+  o.stream_params = emu_options(dir, true).stream_params;
+  o.max_network_baked_nnz = owned[0].a.nnz();  // the first layer baked, the others streamed
+  const CompileReport want = compile_network(owned, dir / "owned", o);
+  const CompileReport got = compile_network(borrowing, dir / "borrowed", o);
+  ASSERT_EQ(got.layers.size(), want.layers.size());
+  EXPECT_EQ(got.layers[0].kind, "baked");
+  EXPECT_EQ(got.layers[1].kind, "streamed");
+  const Package a = load_package(dir / "owned"), b = load_package(dir / "borrowed");
+  for (size_t li = 0; li < owned.size(); ++li) {
+    EXPECT_EQ(got.layers[li].kind, want.layers[li].kind) << li;
+    EXPECT_EQ(b.layers[li].cache_key, a.layers[li].cache_key) << li;
+  }
+  const DenseTensor x = input(48, 20);
+  EXPECT_LE(max_relative_error(GpuNetwork(b).run(x), reference(owned, x)), 1e-5);
+}
+
 // Two layers with the same weights and bias share a cache key but not their kernels' names: each keeps its own files.
 TEST(CompileRun, RepeatedLayersKeepTheirOwnKernels) {
   ScratchDir dir;

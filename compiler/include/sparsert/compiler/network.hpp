@@ -60,6 +60,11 @@ struct LoadedLayer {
   // A convolution: its full shape, and the borders of its input (its padding) and output (the next layer's padding)
   // buffers, so that no layer pays for padding at run time.
   std::optional<ConvLayout> conv;
+  // Where set, the layer's matrix instead of `a` (left empty), owned by the caller for as long as the layer is used:
+  // the Graph Challenge executor compiles from its network's matrices without copying them (32 GB at 65536 x 1920).
+  // The compiler reads matrix().
+  const CsrMatrix* borrowed = nullptr;
+  const CsrMatrix& matrix() const { return borrowed ? *borrowed : a; }
 };
 
 // Reads every layer's weights and checks that shapes chain and biases fit; errors name the layer and field.

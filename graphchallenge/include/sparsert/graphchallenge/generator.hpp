@@ -25,7 +25,7 @@ CsrMatrix generate_images(int32_t neurons, int32_t images, uint64_t seed);
 // The synthetic network itself, made in memory (layers side by side on `threads`, 0: one per core) with `bias` (unset:
 // the official one of its size): what make_network gives for the files write_network writes, without the files (the
 // 65536 x 1920 network's would be about 80 GB of text). More nonzeros than 80% of this machine's memory is a UserError
-// naming --layers; the caller's copies (the GPU executor compiles from one: twice the nonzeros in all) are its own.
+// naming --layers (the GPU executor compiles from these matrices without copying them).
 Network synthetic_network(int32_t neurons, int32_t layers, uint64_t seed, int threads = 0,
                           std::optional<float> bias = std::nullopt);
 
