@@ -461,6 +461,10 @@ std::vector<std::pair<const char*, const std::vector<uint32_t>*>> StreamWeights:
   return out;
 }
 
+StreamWeights pack_default_stream_weights(const CsrMatrix& a, const StreamParams& p, const std::vector<float>& bias) {
+  return pack_stream_weights(a, default_stream_plan(a, p), p, bias);
+}
+
 std::vector<std::vector<uint32_t>> StreamWeights::take_arrays() && {
   std::vector<std::vector<uint32_t>> out;
   // arrays() names the members of this (non-const) object: moving from them is moving from *this.

@@ -508,7 +508,8 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     parallel_for(static_cast<int64_t>(layers.size()), options.threads, [&](int64_t i) {
       const auto li = static_cast<size_t>(i);
       if (kinds[li].choice.kind != codegen::KernelKind::kStreamed) return;
-      load_blocks[li] = static_cast<int32_t>(codegen::default_stream_plan(layers[li].matrix(), kinds[li].stream).blocks.size());
+      const codegen::StreamParams& sp = kinds[li].stream;
+      load_blocks[li] = static_cast<int32_t>(codegen::default_stream_plan(layers[li].matrix(), sp).blocks.size());
     });
   }
   // The files already written for a streamed kernel (cache key, target): the layers that share one share its files too.
@@ -540,7 +541,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     } else if (streamed) {
       // The weights travel in arrays the kernel streams; they depend on the layer, not the target.
       pl.kind = "streamed";
-      stream_weights = codegen::pack_stream_weights(l.matrix(), codegen::default_stream_plan(l.matrix(), sp), sp, l.desc.bias);
+      stream_weights = codegen::pack_default_stream_weights(l.matrix(), sp, l.desc.bias);
       if (l.conv) codegen::conv_tap_rows(*l.conv, *stream_weights);
       for (const auto& [what, data] : stream_weights->arrays()) {
         const std::string file = fmt::format("layer{}.{}.u32", li, what);

@@ -151,8 +151,7 @@ class StreamedPacker {
  private:
   Arrays pack(size_t l) const {
     const auto& [sp, blocks] = layers_.at(l);
-    const CsrMatrix& a = net_.layers[l];
-    codegen::StreamWeights w = codegen::pack_stream_weights(a, codegen::default_stream_plan(a, sp), sp, {net_.bias});
+    codegen::StreamWeights w = codegen::pack_default_stream_weights(net_.layers[l], sp, {net_.bias});
     SPARSERT_INTERNAL_CHECK(w.blocks == blocks, "layer {}: packed {} row blocks, compiled for {}", l + 1, w.blocks,
                             blocks);
     return std::move(w).take_arrays();

@@ -44,7 +44,7 @@ void check_supplied_arrays(const PackageLayer& pl, const std::vector<std::vector
   for (const std::vector<uint32_t>& a : arrays) {
     SPARSERT_USER_CHECK(!a.empty(), where, "layer {}: an empty streamed array supplied", pl.name);
   }
-  const bool rows = pl.tile.is_object() && pl.tile.value("layout", "") == "rows";
+  const bool rows = pl.row_split();
   const int64_t rows_per_block = pl.tile.is_object() ? pl.tile.value("rows_per_block", int64_t{0}) : 0;
   const PackageEntry& e = pl.entries.front();
   const int64_t slots = int64_t{e.block_end - e.block_begin} * rows_per_block, words = rows ? 4 : 2;
@@ -87,9 +87,11 @@ void check_supplied_arrays(const PackageLayer& pl, const std::vector<std::vector
   const uint64_t pass = 32 * static_cast<uint64_t>(pl.tile.value("unroll", int64_t{0}));
   SPARSERT_USER_CHECK(stage_rows > 0 && pass > 0, where, "layer {}: its tile has no stage_rows or unroll", pl.name);
   for (size_t r = 0; r + record <= stages.size(); r += record) {
-    bool inside = stages[r] <= stages[r + 1] && stages[r + 1] <= krows.size() && stages[r + 1] - stages[r] <= stage_rows;
+    bool inside =
+        stages[r] <= stages[r + 1] && stages[r + 1] <= krows.size() && stages[r + 1] - stages[r] <= stage_rows;
     for (size_t w = r + 2; inside && w < r + record; w += 2) {
-      inside = stages[w] <= stages[w + 1] && stages[w + 1] <= entries && (stages[w + 1] - stages[w]) % pass == 0;
+      inside =
+          stages[w] <= stages[w + 1] && stages[w + 1] <= entries && (stages[w + 1] - stages[w]) % pass == 0;
     }
     SPARSERT_USER_CHECK(inside, where, "layer {}: stage {} reaches past the staged rows or the entries, or does not fit "
                         "the kernel's {} staged rows and passes of {} entries", pl.name, r / record, stage_rows, pass);
@@ -228,7 +230,7 @@ struct GpuNetwork::Impl {
                             "layer {}: its streamed arrays are not in the package (arrays_at_load); only the program "
                             "that compiled it can load it", pl.name);
         const std::vector<std::vector<uint32_t>> arrays = o.streamed_arrays(li, pl);
-        const size_t want = streamed_array_count(pl.tile.is_object() && pl.tile.value("layout", "") == "rows");
+        const size_t want = streamed_array_count(pl.row_split());
         SPARSERT_USER_CHECK(arrays.size() == want, p.dir.string(), "layer {}: {} streamed arrays supplied, its kernel "
                             "takes {}", pl.name, arrays.size(), want);
         check_supplied_arrays(pl, arrays, p.dir.string());

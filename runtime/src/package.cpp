@@ -265,7 +265,7 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     SPARSERT_USER_CHECK(l.n_tile >= 1, lw + ".launch.n_tile", "{} is not a column tile", l.n_tile);
     l.tile = json_field(lj, lw, "tile");
     if (l.kind == "streamed" && !l.arrays_at_load) {
-      const bool rows = l.tile.is_object() && l.tile.value("layout", "") == "rows";
+      const bool rows = l.row_split();
       const size_t want = streamed_array_count(rows);
       SPARSERT_USER_CHECK(l.arrays.size() == want, lw + ".arrays", "{} arrays; a streamed layer of layout '{}' takes {}",
                           l.arrays.size(), rows ? "rows" : "ell", want);
@@ -299,7 +299,7 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     if (l.arrays_at_load) {
       // The loader checks supplied arrays against this launch (GpuRunOptions::streamed_arrays): it must be the one
       // shared kernel over every row block, with the block the tile says.
-      const bool rows = l.tile.is_object() && l.tile.value("layout", "") == "rows";
+      const bool rows = l.row_split();
       const int64_t rpb = l.tile.is_object() ? l.tile.value("rows_per_block", int64_t{0}) : 0;
       const int64_t lanes = rows ? l.tile.value("lanes_per_row", int64_t{0}) : 1;
       SPARSERT_USER_CHECK(l.entries.size() == 1 && l.entries.front().block_begin == 0 && rpb > 0 &&

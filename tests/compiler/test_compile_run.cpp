@@ -668,11 +668,7 @@ TEST(CompileRun, StreamedArraysPackedAtLoad) {
             std::string::npos);
 
   auto pack = [&](size_t li) {
-    const codegen::StreamWeights w = codegen::pack_stream_weights(
-        layers[li].a, codegen::default_stream_plan(layers[li].a, o.stream_params), o.stream_params, layers[li].desc.bias);
-    std::vector<std::vector<uint32_t>> out;
-    for (const auto& [name, data] : w.arrays()) out.push_back(*data);
-    return out;
+    return codegen::pack_default_stream_weights(layers[li].a, o.stream_params, layers[li].desc.bias).take_arrays();
   };
   GpuRunOptions ro;
   std::vector<size_t> asked;
@@ -703,9 +699,7 @@ TEST(CompileRun, StreamedArraysPackedAtLoad) {
   other.rows_per_block = 64;
   GpuRunOptions wrong_params;
   wrong_params.streamed_arrays = [&](size_t li, const PackageLayer&) {
-    return codegen::pack_stream_weights(layers[li].a, codegen::default_stream_plan(layers[li].a, other), other,
-                                        layers[li].desc.bias)
-        .take_arrays();
+    return codegen::pack_default_stream_weights(layers[li].a, other, layers[li].desc.bias).take_arrays();
   };
   EXPECT_NE(user_error([&] { GpuNetwork n(pkg, wrong_params); }).find("layer layer0: 2 block offsets"),
             std::string::npos)
@@ -718,9 +712,7 @@ TEST(CompileRun, StreamedArraysPackedAtLoad) {
     p.unroll = unroll;
     GpuRunOptions mismatched;
     mismatched.streamed_arrays = [&](size_t li, const PackageLayer&) {
-      return codegen::pack_stream_weights(layers[li].a, codegen::default_stream_plan(layers[li].a, p), p,
-                                          layers[li].desc.bias)
-          .take_arrays();
+      return codegen::pack_default_stream_weights(layers[li].a, p, layers[li].desc.bias).take_arrays();
     };
     const std::string e = user_error([&] { GpuNetwork n(pkg, mismatched); });
     EXPECT_NE(e.find("does not fit the kernel's 16 staged rows and passes of 64 entries"), std::string::npos)

@@ -145,6 +145,9 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
 // is honoured through the slots' row field. bias: empty, one value, or one per row of A (UserError otherwise).
 StreamWeights pack_stream_weights(const CsrMatrix& a, const inspector::WorkPlan& plan, const StreamParams& p,
                                   const std::vector<float>& bias);
+// pack_stream_weights with default_stream_plan (below): the packing compile writes into a package and a loader packing
+// at load time (runtime's GpuRunOptions::streamed_arrays) must make alike, row blocks included.
+StreamWeights pack_default_stream_weights(const CsrMatrix& a, const StreamParams& p, const std::vector<float>& bias);
 // Rewrites packed krows (rows of the im2col matrix) as the tap offsets a convolution kernel reads.
 void conv_tap_rows(const ConvLayout& conv, StreamWeights& w);
 

@@ -73,6 +73,8 @@ struct PackageLayer {
   int32_t block_x = 0, block_y = 0, n_tile = 0;
   std::vector<PackageEntry> entries;
   nlohmann::json tile;  // the tile parameters used, for reports
+  // A streamed layer in the row-split layout (its tile says "layout": "rows"), whose kernel takes two arrays.
+  bool row_split() const { return tile.is_object() && tile.value("layout", "") == "rows"; }
   // Who chose the kernel: "tuned" (tuning database), "model" (the static model's fastest estimate), "heuristic"
   // (codegen's rules), "streamed" (compile's stream parameters); empty in packages written before it was recorded.
   std::string tile_source;
