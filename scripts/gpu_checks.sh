@@ -96,14 +96,15 @@ case $stage in
     done
     ;;
   bench-entries)
-    # What an entry costs, on the layers that lose: the model's tiles split into at most 4 and 2 entries instead of 8
-    # (each forked entry cost 1.6 us on the H100 on 2026-11-24; docs/gpu-h100.md). Compare with bench-rn50's files.
-    for e in 4 2; do
+    # What an entry costs, on the layers that lost: the model's tiles in at most 8 entries (the default until
+    # 2026-11-25) and 2, against bench-rn50's and bench-rest's files (one entry a layer; each forked entry cost 1.6 us
+    # on the H100 on 2026-11-24; docs/gpu-h100.md).
+    for e in 8 2; do
       step "$sparsert" bench --suite rn50-0.9 --device cuda --repeats 20 --max-entries "$e" --data "$data" \
         -o "$out/rn50-0.9-cuda-e$e.json"
     done
-    step "$sparsert" bench --suite transformer --device cuda --repeats 20 --max-entries 4 --data "$data" \
-      -o "$out/transformer-cuda-e4.json"
+    step "$sparsert" bench --suite transformer --device cuda --repeats 20 --max-entries 8 --data "$data" \
+      -o "$out/transformer-cuda-e8.json"
     ;;
   graphchallenge)
     gc=$data/graphchallenge

@@ -6,7 +6,8 @@
 namespace sparsert::autotune {
 
 ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilogue, const codegen::Target& target,
-                            const KindSet& kinds, const std::function<bool(const Candidate&)>& accept) {
+                            const KindSet& kinds, const std::function<bool(const Candidate&)>& accept,
+                            std::optional<int32_t> max_entries) {
   ModelChoice best;
   double best_us = std::numeric_limits<double>::infinity();
   auto model = [&](const Candidate& c) -> std::optional<Estimate> {
@@ -16,8 +17,9 @@ ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilo
       return std::nullopt;  // e.g. occupancy: not even one block fits
     }
   };
-  for (const Candidate& c : enumerate_candidates(a, n, target, kinds)) {
+  for (Candidate c : enumerate_candidates(a, n, target, kinds)) {
     if (!c.valid() || (accept && !accept(c))) continue;
+    if (max_entries && !c.streamed()) c.tile.max_entries = *max_entries;
     const std::optional<Estimate> e = model(c);
     if (!e) continue;
     ++best.ranked;

@@ -1,5 +1,6 @@
 #include "sparsert/codegen/assembler.hpp"
 
+#include "sparsert/codegen/assembly_memory.hpp"
 #include "sparsert/runtime/file_io.hpp"
 
 #include <dlfcn.h>
@@ -178,6 +179,9 @@ ResourceUsage parse_resource_report(const std::string& log, const std::string& e
 
 Assembled Assembler::assemble(const std::string& ptx, const Target& target, const std::string& entry,
                               int opt_level) const {
+  // Waits for memory first, so that the time reported is the assembly's own.
+  const AssemblyMemoryGate::Ticket memory =
+      AssemblyMemoryGate::instance().acquire(AssemblyMemoryGate::estimate_bytes(ptx.size()));
   const auto t0 = std::chrono::steady_clock::now();
   const std::string arch = fmt::format("-arch={}", target.name());
   const std::string opt = fmt::format("-O{}", opt_level);

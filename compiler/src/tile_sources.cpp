@@ -72,7 +72,7 @@ TileSource model_tile_source(const std::vector<LoadedLayer>& layers, const std::
       }
       const autotune::ModelChoice c = autotune::choose_by_model(
           l.matrix(), n, Epilogue{l.desc.bias, l.desc.activation, l.desc.clamp}, primary,
-          options.column_map ? autotune::KindSet{codegen::KernelKind::kBaked} : kinds, accept);
+          options.column_map ? autotune::KindSet{codegen::KernelKind::kBaked} : kinds, accept, options.max_entries);
       // Ranked at the width the layer runs on, built for the width it is compiled for.
       for (const codegen::Target& t : targets) autotune::check_candidate(c.candidate, l.matrix(), l.desc.n, t);
       pick = TunedKernel{c.candidate.kind, c.candidate.tile, c.candidate.stream, "model"};

@@ -404,12 +404,13 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
       im.notes.push_back("the network is too large to bake every layer: the filter kernel runs after each layer");
     }
     co.column_map = fused;
-    co.max_entries = options_.max_entries ? options_.max_entries : fused ? std::optional<int32_t>(1) : std::nullopt;
+    co.max_entries = options_.max_entries ? options_.max_entries : std::optional<int32_t>(fused ? 1 : 8);
     if (options_.model_tiles && !compact) {
       const auto w0 = std::chrono::steady_clock::now();
       compiler::ModelTileOptions mo;
       mo.forced = options_.kernel_kind;
       mo.column_map = fused;  // baked kernels that gather their columns only
+      mo.max_entries = co.max_entries;  // ranked as they will be split
       mo.threads = options_.threads;
       // Layer by layer, each grid covers the columns live a few layers earlier, which fall from 60000 to 950 over
       // the official network's first 14 layers: the model ranks the kernels at the width each layer runs on. A graph

@@ -1,9 +1,11 @@
 // The autotuner on small random layers: the search space and its typed rejections, model-mode ranking and reports,
 // the tuning database, sharing between similar layers, and gpu mode through ptxsim's emulated driver.
+#include "sparsert/autotune/choose.hpp"
 #include "sparsert/autotune/database.hpp"
 #include "sparsert/autotune/tuner.hpp"
 #include "sparsert/codegen/assembler.hpp"
 #include "sparsert/codegen/heuristic.hpp"
+#include "sparsert/codegen/spmm.hpp"
 #include "sparsert/inspector/generate.hpp"
 #include "sparsert/runtime/file_io.hpp"
 #include "emulated_driver.hpp"
@@ -183,14 +185,49 @@ TEST(Model, EntriesBeyondTheStreamsWaitOnTheirStream) {
   // 32 entries on 8 streams: four one after another on each.
   EXPECT_STREQ(many.bound, "stream order");
   EXPECT_GT(many.microseconds, eight.microseconds + 3 * 1.0) << "three dependent starts of a kernel at least";
-  // With the default max_entries (8, the runtime's streams) the same cap gives larger entries instead: no queue.
+  // With max_entries 8 (the runtime's streams) the same cap gives larger entries instead: no queue.
   codegen::TileParams capped;
   capped.plan.m_blocks = 32;
   capped.max_fmas_per_entry = 1;
+  capped.max_entries = 8;
   const Estimate at_most_eight = estimate_candidate(a, 196, Epilogue{}, codegen::KernelKind::kBaked, capped, {},
                                                     target, std::nullopt, false, KernelVersion{});
   EXPECT_STRNE(at_most_eight.bound, "stream order");
   EXPECT_LT(at_most_eight.microseconds, many.microseconds);
+}
+
+// A baked layer is one entry by default (one launch; each further entry side by side cost about 1.6 us on the H100),
+// and the model ranks every baked candidate in the entries it will be built in: with a limit of 8 the winner carries
+// that limit, and costs no less than the same tile in one entry.
+TEST(Model, ChoiceIsRankedInTheEntriesItWillBeBuiltIn) {
+  const codegen::Target target = codegen::Target::parse("sm_90");
+  const CsrMatrix a = inspector::generate_pruned_gaussian(1024, 512, 0.9, 11);  // 52 429 nonzeros
+  const int32_t n = 49;
+  codegen::SpmmOptions so;
+  so.ld = n;
+  so.tile.plan.m_blocks = 64;
+  const codegen::SpmmKernel one = codegen::emit_spmm(a, inspector::make_plan(a, so.tile.plan), target, so);
+  EXPECT_EQ(one.entries.size(), 1u) << "the default tile is one entry, whatever its size";
+  so.tile.max_entries = 8;
+  EXPECT_EQ(codegen::emit_spmm(a, inspector::make_plan(a, so.tile.plan), target, so).entries.size(), 4u)
+      << "52 429 fmas at 16 384 an entry";
+  const ModelChoice by_default = choose_by_model(a, n, Epilogue{}, target, {codegen::KernelKind::kBaked});
+  EXPECT_EQ(by_default.candidate.tile.max_entries, 1);
+  const ModelChoice split = choose_by_model(a, n, Epilogue{}, target, {codegen::KernelKind::kBaked}, {}, 8);
+  ASSERT_EQ(split.candidate.tile.max_entries, 8);
+  const Estimate again = estimate_candidate(a, n, Epilogue{}, codegen::KernelKind::kBaked, split.candidate.tile, {},
+                                            target, std::nullopt, false);
+  EXPECT_DOUBLE_EQ(again.microseconds, split.estimate.microseconds) << "the estimate is of the tile it returns";
+  codegen::TileParams joined = split.candidate.tile;
+  joined.max_entries = 1;
+  const Estimate in_one = estimate_candidate(a, n, Epilogue{}, codegen::KernelKind::kBaked, joined, {}, target,
+                                             std::nullopt, false);
+  EXPECT_LE(in_one.microseconds, split.estimate.microseconds);
+  EXPECT_LE(by_default.estimate.microseconds, in_one.microseconds) << "the default choice is the best in one entry";
+  // A limit never reaches streamed candidates (they have no entries to split).
+  const ModelChoice streamed = choose_by_model(a, n, Epilogue{}, target, {codegen::KernelKind::kStreamed}, {}, 8);
+  EXPECT_TRUE(streamed.candidate.streamed());
+  EXPECT_EQ(streamed.candidate.tile, codegen::TileParams{});
 }
 
 TEST(Database, RoundTripAndBadInput) {
@@ -221,12 +258,12 @@ TEST(Database, RoundTripAndBadInput) {
 }
 
 // Tile records from before max_entries (the tuning database, the H100 measurement files) ran with no limit on the
-// count: they read as 0, while a record written now keeps its 8.
+// count: they read as 0, while a record written now keeps its count (the default, 1).
 TEST(Database, TileRecordsWithoutMaxEntriesReadAsUnlimited) {
   codegen::TileParams t;
   t.plan.m_blocks = 7;
   nlohmann::json j = codegen::to_json(t);
-  EXPECT_EQ(tile_from_json(j, "now").max_entries, 8);
+  EXPECT_EQ(tile_from_json(j, "now").max_entries, 1);
   EXPECT_EQ(tile_from_json(j, "now"), t);
   j.erase("max_entries");
   EXPECT_EQ(tile_from_json(j, "then").max_entries, 0);

@@ -58,8 +58,8 @@ for call in 'bench --suite rn50-0.9 ' 'bench --suite rn50-0.95 ' 'bench --suite 
   'graphchallenge .*--replicate 1 --device cuda --compaction fused' \
   'graphchallenge .*--replicate 1 --device cuda --compaction kernel' \
   'graphchallenge .*--replicate 1 --device cuda --max-entries 8' 'tune .*n1024-l100\.tsv --n 950 --mode gpu' \
-  'tune .*n1024-l100\.tsv --n 60000 --mode gpu' 'bench --suite rn50-0\.9 .*--max-entries 4 ' \
-  'bench --suite rn50-0\.9 .*--max-entries 2 ' 'bench --suite transformer .*--max-entries 4 '; do
+  'tune .*n1024-l100\.tsv --n 60000 --mode gpu' 'bench --suite rn50-0\.9 .*--max-entries 8 ' \
+  'bench --suite rn50-0\.9 .*--max-entries 2 ' 'bench --suite transformer .*--max-entries 8 '; do
   check "ran: $call" grep -q -E "^$call" "$CALLS"
 done
 check "twenty-one sparsert calls" test "$(wc -l < "$CALLS")" -eq 21

@@ -116,6 +116,8 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
       {"", "", "bench --suite rn50-conv3x3-0.9 --device cuda --max-entries 4 -o " + (dir / "b.json").string(),
        "--max-entries: applies to"},
       {"", "", "bench --report x.json --max-entries 4 -o " + (dir / "b.md").string(), "--max-entries: applies to a run"},
+      {"", "", "check-model x.json --max-entries 2", "--max-entries: applies to --predict only"},
+      {"", "", "compile x.json --max-entries -1 -o " + (dir / "pkg").string(), "--max-entries"},
       // The sidecar would overwrite a .json output; a NaN clamp clamps nothing; below 0 after a ReLU, everything.
       {"ok7.mtx", mtx + "3 3 2\n1 1 1.0\n2 2 2.0\n", "emit {} --n 8 -o " + (dir / "k.json").string(), "sidecar"},
       {"ok8.mtx", mtx + "3 3 2\n1 1 1.0\n2 2 2.0\n", "emit {} --n 8 --clamp nan -o " + (dir / "k.ptx").string(),

@@ -111,6 +111,7 @@ TEST(CodegenColumnMap, GathersTheMappedColumnsAndTheLastBlockCompactsTheMap) {
     t.plan = {c.m_blocks, c.gy, inspector::Balance::kNonzeros, false};
     t.n_tile = c.n_tile;
     t.max_fmas_per_entry = 60;  // several entries: the last block is counted over all of them
+    t.max_entries = 0;
     const DenseTensor b = make_b(c.k, c.ld, seed);
     // The map: n distinct columns in a shuffled order (compaction keeps the map's order, not the columns').
     std::vector<uint32_t> cols(static_cast<size_t>(c.ld));

@@ -154,6 +154,7 @@ TEST(CodegenLiveFlags, BakedFlagsMatchTheReferencesNonzeroColumns) {
     t.cols_per_thread = c.cpt;
     t.weights = c.w;
     t.max_fmas_per_entry = 2000;  // several entries, each setting its own rows' flags
+    t.max_entries = 0;
     const DenseTensor b = make_b(c.k, c.ld, seed);
     for (const Epilogue& ep : epilogues(c.m, empty_rows)) {
       check_baked(a, t, c.ld, c.n, ep, b,

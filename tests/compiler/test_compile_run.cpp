@@ -291,6 +291,7 @@ CompileOptions multi_entry_options(const ScratchDir& dir) {
     k.tile = codegen::default_tile_params(l.a, l.desc.n, t);
     k.tile.plan.m_blocks = 5;
     k.tile.max_fmas_per_entry = 1;  // an entry takes at least one block, and no second
+    k.tile.max_entries = 0;
     return std::optional<TunedKernel>(k);
   };
   return o;
@@ -1019,6 +1020,50 @@ TEST(CompileRun, ModelChoosesKernelsWithoutATuningRecord) {
     EXPECT_LE(max_relative_error(GpuNetwork(pkg).run(x), reference(layers, x)), 1e-5) << tiles;
   }
   EXPECT_NE(cli(fmt::format("compile {} -o {} --tiles fastest -q", net, (dir / "bad").string())), 0);
+}
+
+// A baked layer is one entry (one launch) unless `compile --max-entries` allows more; the model ranks the tiles in
+// the entries they will be built in, and the package's estimate is of that build. 0: no limit (entries of at most
+// 16 384 fmas). Each package runs to the reference on the emulated driver.
+TEST(CompileRun, MaxEntriesFromTheCliRanksAndSplits) {
+  ScratchDir dir;
+  const CacheDir cache_dir(dir / "cache");
+  CsrMatrix a = inspector::generate_pruned_gaussian(512, 160, 0.7, 31);  // about 24 600 nonzeros
+  for (float& v : a.values) v *= 0.1f;
+  inspector::save_matrix(dir / "w.mtx", a);
+  const std::string net =
+      dir.write("net.json", R"({"format": "sparsert-network/1", "layers": [{"weights": "w.mtx", "n": 8}]})").string();
+  const auto layers = load_network(read_network(net));
+  const DenseTensor x = input(160, 8);
+  for (const std::optional<int32_t> limit : {std::optional<int32_t>(), std::optional<int32_t>(0),
+                                             std::optional<int32_t>(2)}) {
+    const std::string what = limit ? fmt::format("--max-entries {}", *limit) : std::string("default");
+    const std::filesystem::path out = dir / fmt::format("pkg{}", limit.value_or(-1));
+    std::string err;
+    ASSERT_EQ(cli(fmt::format("compile {} -o {} --target sm_90 --ptx-only --no-tuning-db --kernel baked -q {}", net,
+                              out.string(), limit ? what : std::string()),
+                  &err),
+              0)
+        << err;
+    const Package pkg = load_package(out);
+    ASSERT_EQ(pkg.layers.size(), 1u);
+    const PackageLayer& l = pkg.layers[0];
+    const int64_t nnz = a.nnz();
+    const size_t split = static_cast<size_t>((nnz + 16383) / 16384);  // at least this many at 16 384 fmas each
+    if (!limit) {
+      EXPECT_EQ(l.entries.size(), 1u) << what;
+    } else if (*limit == 0) {
+      EXPECT_GE(l.entries.size(), split) << what;
+    } else {
+      EXPECT_LE(l.entries.size(), 2u) << what;
+      EXPECT_GE(l.entries.size(), 2u) << what;
+    }
+    const autotune::ModelChoice c = autotune::choose_by_model(
+        layers[0].a, 8, Epilogue{}, codegen::Target::parse("sm_90"), {codegen::KernelKind::kBaked}, {}, limit);
+    ASSERT_TRUE(l.model_us.has_value()) << what;
+    EXPECT_DOUBLE_EQ(*l.model_us, c.estimate.microseconds) << what;
+    EXPECT_LE(max_relative_error(GpuNetwork(pkg).run(x), reference(layers, x)), 1e-5) << what;
+  }
 }
 
 // At N = 1 (a sparse GEMV, like ResNet-50's final layer at batch 1) the model picks the row-split layout of the

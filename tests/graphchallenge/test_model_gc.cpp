@@ -42,6 +42,7 @@ autotune::Estimate as_run_then(int layer, int32_t n) {
   tile.n_tile = 64;
   tile.cols_per_thread = 1;
   tile.max_fmas_per_entry = 16384;  // 32 768 nonzeros: two entries
+  tile.max_entries = 8;
   autotune::KernelVersion serial;
   serial.serial_entries = true;
   return autotune::estimate_candidate(transpose(graphchallenge::generate_layer(1024, layer, 1)), n,

@@ -149,7 +149,7 @@ Action add_bench(CLI::App& app) {
       ->default_val(12)
       ->check(CLI::Range(1, 120));
   sub->add_option("--max-entries", args->max_entries,
-                  "cuda: split sparsert's baked kernels into at most this many entries (0: the tile's default, 8)")
+                  "cuda: split sparsert's baked kernels into at most this many entries (0: the tile's default, 1)")
       ->default_val(0)
       ->check(CLI::Range(0, 64));
   sub->add_option("--report", args->report, "Results files to turn into the Markdown report (-o)")->expected(1, -1);

@@ -16,6 +16,7 @@ struct CheckModelArgs {
   std::vector<std::string> files;
   std::string data, output;
   bool simulate = false, quiet = false, predict = false;
+  std::optional<int32_t> max_entries;
 };
 }  // namespace
 
@@ -31,11 +32,16 @@ Action add_check_model(CLI::App& app) {
   sub->add_flag("-q,--quiet", args->quiet, "Only the summary line of each group");
   sub->add_flag("--predict", args->predict, "Bench results only: the model's estimate for the kernel compile builds "
                 "today on each problem, beside the vendors' measured medians (estimates, not measurements)");
+  sub->add_option("--max-entries", args->max_entries, "--predict: baked kernels in at most this many entries, as "
+                  "`bench --max-entries` builds them (0: no limit; default: the tile's, 1)")
+      ->check(CLI::Range(0, 1 << 20));
   return [args] {
+    SPARSERT_USER_CHECK(!args->max_entries || args->predict, "--max-entries", "applies to --predict only");
     if (!args->output.empty()) check_output_path(args->output);
     bench::ModelCheckOptions o;
     o.data_dir = args->data.empty() ? bench::default_data_dir() : std::filesystem::path(args->data);
     o.simulate = args->simulate;
+    o.max_entries = args->max_entries;
     nlohmann::json out = nlohmann::json::array();
     if (args->predict) {
       for (const std::string& f : args->files) {

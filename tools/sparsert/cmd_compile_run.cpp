@@ -43,6 +43,7 @@ struct CompileArgs {
   int32_t gc_neurons = 1024, gc_layers = 120, gc_n = 1200;
   bool no_tuning_db = false;
   std::string tuning_db;
+  std::optional<int32_t> max_entries;
 };
 
 struct RunArgs {
@@ -181,6 +182,10 @@ Action add_compile(CLI::App& app) {
   sub->add_option("--tiles", args->tiles, "Kernels of layers without a tuning record: model (the static model's "
                   "fastest estimate over the tuner's grid, analytic counts) or heuristic (codegen's rules)")
       ->check(CLI::IsMember({"model", "heuristic"}))->default_val("model");
+  sub->add_option("--max-entries", args->max_entries,
+                  "Every baked layer in at most this many kernels launched side by side (each one beyond the first "
+                  "cost about 1.6 us on an H100; fewer take longer to assemble; 0: no limit; default: the tile's, 1)")
+      ->check(CLI::Range(0, 1 << 20));
   return [args] {
     SPARSERT_USER_CHECK(!args->network.empty() || !args->gc_dir.empty(), "compile",
                         "give a network description (.json) or --graphchallenge DIR");
@@ -195,6 +200,7 @@ Action add_compile(CLI::App& app) {
     opt.assemble = !args->ptx_only;
     opt.progress = !args->quiet;
     if (args->kernel != "auto") opt.kernel_kind = codegen::parse_kernel_kind(args->kernel, "--kernel");
+    opt.max_entries = args->max_entries;
     SPARSERT_USER_CHECK(!(args->tune && args->no_tuning_db), "--tune", "cannot be combined with --no-tuning-db");
     if (!args->no_tuning_db) {
       const std::filesystem::path db_path =
@@ -225,6 +231,7 @@ Action add_compile(CLI::App& app) {
     if (args->tiles == "model") {
       compiler::ModelTileOptions mo;
       mo.forced = opt.kernel_kind;
+      mo.max_entries = opt.max_entries;
       opt.tiles = compiler::model_tile_source(layers, opt.targets, mo, opt.tiles);
     }
     const compiler::CompileReport r = compiler::compile_network(layers, args->output, opt);

@@ -51,7 +51,7 @@ Action add_emit(CLI::App& app) {
   sub->add_option("--max-fmas-per-entry", args->max_fmas_per_entry,
                   "Split the layer into entries of at most this many fmas (default 16384)...");
   sub->add_option("--max-entries", args->max_entries,
-                  "...but into at most this many entries, larger ones where needed (default 8; 0: no limit)");
+                  "...but into at most this many entries, larger ones where needed (default 1; 0: no limit)");
   sub->add_option("--max-registers", args->max_registers,
                   "Register budget per thread (.maxnreg; default: none, ptxas chooses)");
   sub->add_option("--weights", args->weights, "imm (immediates) or const (constant bank)")->default_val("imm");

@@ -163,6 +163,7 @@ nlohmann::json run_suite(const std::vector<Problem>& problems, MethodSet& set, c
   for (const Unavailable& u : set.unavailable) unavailable.push_back({{"method", u.method}, {"reason", u.reason}});
   out["unavailable"] = unavailable;
 
+  for (const std::unique_ptr<Method>& m : set.methods) m->prebuild(problems);
   bool all_verified = true, subject_verified = true;
   nlohmann::json rows = nlohmann::json::array();
   for (size_t pi = 0; pi < problems.size(); ++pi) {

@@ -336,7 +336,8 @@ PredictionSet predict_unchecked(const std::filesystem::path& file, const ModelCh
     SPARSERT_USER_CHECK(it != problems.end(), where, "problem {} is not in suite '{}'", name, j.value("suite", ""));
     Prediction pr;
     pr.problem = fmt::format("{} ({})", name, family);
-    const autotune::ModelChoice c = autotune::choose_by_model(it->a, it->n, Epilogue{}, target);
+    const autotune::ModelChoice c =
+        autotune::choose_by_model(it->a, it->n, Epilogue{}, target, autotune::all_kinds(), {}, o.max_entries);
     pr.choice = autotune::describe(c.candidate);
     pr.predicted_us = c.estimate.microseconds;
     const json& r = p.value("results", json::object());

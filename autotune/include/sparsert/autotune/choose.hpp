@@ -24,9 +24,11 @@ struct ModelChoice {
 };
 
 // Throws InvalidTileParams when no candidate of `kinds` (and of `accept`, where given) is valid for this layer and
-// target.
+// target. `max_entries`, where set, splits every baked candidate into at most that many entries before it is ranked
+// (TileParams::max_entries; 0: no limit), so that the choice is the one for the kernels that will be built.
 ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilogue, const codegen::Target& target,
                             const KindSet& kinds = all_kinds(),
-                            const std::function<bool(const Candidate&)>& accept = {});
+                            const std::function<bool(const Candidate&)>& accept = {},
+                            std::optional<int32_t> max_entries = std::nullopt);
 
 }  // namespace sparsert::autotune

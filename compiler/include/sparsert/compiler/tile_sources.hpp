@@ -34,6 +34,9 @@ struct ModelTileOptions {
   int threads = 0;  // layers ranked side by side (0: one thread per core)
   // Only baked kernels that gather their columns (CompileOptions::column_map): one column per thread, whole warps.
   bool column_map = false;
+  // Every baked candidate split into at most this many entries before it is ranked (CompileOptions::max_entries,
+  // which compile then applies to what it builds); unset: the tile's own limit.
+  std::optional<int32_t> max_entries;
 };
 
 // `first` (the database) where it has a record; else the kernel the static model ranks fastest for the primary target

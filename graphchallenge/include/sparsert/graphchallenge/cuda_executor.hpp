@@ -36,8 +36,9 @@ struct CudaGraphChallengeOptions {
   // Where set, every baked layer in at most this many entries (compiler::CompileOptions::max_entries). Unset: one
   // entry a layer where the compaction is fused, so that a layer is one launch (each entry beyond the first cost
   // about 1.6 us side by side on the H100, docs/gpu-h100.md; 120 layers of two entries would spend about 0.2 ms of
-  // the 1200 inputs' 2 ms on them); elsewhere the tile's split (the official network's layers: 2 entries of 16384
-  // fmas).
+  // the 1200 inputs' 2 ms on them); elsewhere up to 8 entries of 16384 fmas (the official network's layers: 2),
+  // which assemble in half the time of one (compile's goal is 20 s on 16 cores) and whose extra launch is lost in
+  // a layer of thousands of columns.
   std::optional<int32_t> max_entries;
   // Each layer's kernel: the static model's fastest estimate (compiler::model_tile_source) ranked at the width the
   // layer is expected to run on (expected_layer_widths; the full width where the run is one CUDA Graph), with the

@@ -78,6 +78,9 @@ class Method {
     (void)p;
     return kFp32Tolerance;
   }
+  // Once before the suite's first problem: work for every problem that needs neither the device nor the timing
+  // (sparsert-gpu compiles every kernel side by side). Failures are prepare()'s to meet and record.
+  virtual void prebuild(const std::vector<Problem>& problems) { (void)problems; }
   // `reference` is reference_spmm(a, b), for methods that choose among variants by checking them (cuSPARSE).
   virtual void prepare(const Problem& p, const DenseTensor& b, const DenseTensor& reference) = 0;
   virtual void run() = 0;

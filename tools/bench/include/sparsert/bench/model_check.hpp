@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,9 @@ struct ModelGroup {
 struct ModelCheckOptions {
   std::filesystem::path data_dir;  // ../shared/data: the DLMC matrices and the suites' inputs
   bool simulate = false;           // instruction counts from ptxsim instead of the analytic counts
+  // predict_against_vendors: baked kernels split into at most this many entries (as `bench --max-entries` builds
+  // them); unset: the tile's default.
+  std::optional<int32_t> max_entries;
 };
 
 // Reads `file` (format sparsert-tune-report/1 or sparsert-bench/1 with device cuda) and predicts each measured
