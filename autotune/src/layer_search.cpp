@@ -57,7 +57,7 @@ struct LayerContext {
       std::variant<Probe, std::string> v;
       try {
         v = simulate ? run_probe(layer.a, plan(t.plan), t, opt.target, layer.epilogue)
-                     : analytic_probe(layer.a, plan(t.plan), t);
+                     : analytic_probe(layer.a, plan(t.plan), t, opt.target);
       } catch (const std::exception& e) {
         v = fmt::format("probe: {}", e.what());
       }
@@ -299,6 +299,7 @@ std::vector<size_t> rank_candidates(LayerContext& ctx, LayerResult& lr) {
   for (Candidate& c : enumerate_candidates(layer.a, layer.n, options.target, options.kinds)) {
     CandidateResult r;
     r.cand = std::move(c);
+    if (options.max_entries && !r.cand.streamed()) r.cand.tile.max_entries = *options.max_entries;
     if (!r.cand.valid()) {
       r.status = "rejected";
       r.reason = fmt::format("{}: {}", r.cand.rejected_field, r.cand.rejected_reason);

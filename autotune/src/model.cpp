@@ -94,7 +94,8 @@ Probe run_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, const codeg
   return p;
 }
 
-Probe analytic_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, const codegen::TileParams& tile) {
+Probe analytic_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, const codegen::TileParams& tile,
+                     const codegen::Target& target) {
   using C = ptxsim::InstrClass;
   auto add = [](ptxsim::InstrCounts& c, C k, double v) {
     c.by_class[static_cast<size_t>(k)] += static_cast<uint64_t>(std::llround(std::max(v, 0.0)));
@@ -103,20 +104,29 @@ Probe analytic_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, const 
   const double dispatch = 2.0 * (std::log2(std::max<size_t>(plan.blocks.size(), 1)) + std::log2(std::max(gy, 1)));
   Probe p;
   ProbeEntry cur;
-  int64_t cur_fmas = 0;
+  int64_t cur_fmas = 0, cur_nnz = 0;
   const int64_t entry_limit = codegen::entry_fma_limit(tile, plan);
+  // One constant load per weight, where the entry's weights fit the bank (known when the entry closes).
+  auto close = [&] {
+    if (codegen::entry_uses_constant_bank(tile, cur_nnz, target)) {
+      add(cur.counts, C::LdConst, static_cast<double>(cur_nnz));
+    }
+    p.entries.push_back(cur);
+  };
   std::vector<int32_t> seen(static_cast<size_t>(a.cols), -1);
   for (size_t b = 0; b < plan.blocks.size(); ++b) {
     const inspector::BlockPlan& bp = plan.blocks[b];
     const int64_t fmas = bp.nnz * cpt;
     if (static_cast<int32_t>(b) > cur.block_begin && cur_fmas + fmas > entry_limit) {  // as emit_spmm splits
       cur.block_end = static_cast<int32_t>(b);
-      p.entries.push_back(cur);
+      close();
       cur = ProbeEntry{};
       cur.block_begin = static_cast<int32_t>(b);
       cur_fmas = 0;
+      cur_nnz = 0;
     }
     cur_fmas += fmas;
+    cur_nnz += bp.nnz;
     const int32_t rows = bp.row_end - bp.row_begin;
     // Distinct columns with work per group: each is one (vector) load of a row of B.
     for (size_t g = 0; g < bp.groups.size(); ++g) {
@@ -135,7 +145,6 @@ Probe analytic_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, const 
       }
       add(cur.counts, C::Fma, static_cast<double>(gr.nnz * cpt));
       add(cur.counts, C::LdGlobal, static_cast<double>(ks));
-      if (tile.weights == codegen::WeightPlacement::kConstBank) add(cur.counts, C::LdConst, static_cast<double>(gr.nnz));
       const double own_rows = gy > 1 ? std::ceil(static_cast<double>(rows) / gy) : rows;
       if (gy > 1) {
         const double slots = static_cast<double>(std::min<int64_t>(gr.nnz, rows));
@@ -154,7 +163,7 @@ Probe analytic_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, const 
     }
   }
   cur.block_end = static_cast<int32_t>(plan.blocks.size());
-  p.entries.push_back(cur);
+  close();
   return p;
 }
 
@@ -771,7 +780,7 @@ Estimate estimate_candidate(const CsrMatrix& a, int32_t n, const Epilogue& epilo
   }
   const inspector::WorkPlan plan = inspector::make_plan(a, tile.plan);
   const codegen::ResourceEstimate res = codegen::estimate_resources(tile, plan);
-  const Probe probe = simulate ? run_probe(a, plan, tile, target, epilogue) : analytic_probe(a, plan, tile);
+  const Probe probe = simulate ? run_probe(a, plan, tile, target, epilogue) : analytic_probe(a, plan, tile, target);
   return estimate(probe, plan, tile, n, registers.value_or(res.registers), res.shared_bytes, m);
 }
 

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 
 namespace sparsert::codegen {
 
@@ -29,13 +30,46 @@ int64_t mem_available_bytes() {
   return 0;
 }
 
+// One number from a cgroup file; 0 where it is absent, unreadable or "max".
+int64_t read_bytes(const std::string& path) {
+  std::ifstream in(path);
+  long long v = 0;
+  return in >> v && v > 0 ? static_cast<int64_t>(v) : 0;
+}
+
+// What the process's memory cgroup still allows (limit minus usage; cgroup v2, else v1), or 0 where there is no
+// limit: inside a container MemAvailable is the host's.
+int64_t cgroup_room_bytes() {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line, v2_path, v1_path;
+  while (std::getline(in, line)) {
+    if (line.rfind("0::", 0) == 0) v2_path = line.substr(3);
+    const size_t at = line.find(":memory:");
+    if (at != std::string::npos) v1_path = line.substr(at + 8);
+  }
+  const std::pair<std::string, std::string> files[] = {
+      {"/sys/fs/cgroup" + v2_path + "/memory.max", "/sys/fs/cgroup" + v2_path + "/memory.current"},
+      {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+      {"/sys/fs/cgroup/memory" + v1_path + "/memory.limit_in_bytes",
+       "/sys/fs/cgroup/memory" + v1_path + "/memory.usage_in_bytes"},
+      {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
+  for (const auto& [limit_file, usage_file] : files) {
+    const int64_t limit = read_bytes(limit_file);
+    if (limit <= 0 || limit >= (int64_t{1} << 60)) continue;  // none here, or "no limit" written as a huge number
+    return std::max<int64_t>(limit - read_bytes(usage_file), 1);
+  }
+  return 0;
+}
+
 int64_t default_budget() {
   if (const char* env = std::getenv("SPARSERT_ASSEMBLY_MEMORY_MB"); env && *env) {
     char* end = nullptr;
     const long long mb = std::strtoll(env, &end, 10);
-    if (end && *end == '\0' && mb > 0) return static_cast<int64_t>(mb) * kMiB;
+    if (end && *end == '\0' && mb >= 0) return static_cast<int64_t>(mb) * kMiB;  // 0: no limit
   }
-  return mem_available_bytes() / 4 * 3;
+  int64_t room = mem_available_bytes();
+  if (const int64_t cg = cgroup_room_bytes(); cg > 0) room = room > 0 ? std::min(room, cg) : cg;
+  return room / 4 * 3;
 }
 }  // namespace
 

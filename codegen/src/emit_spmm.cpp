@@ -922,8 +922,7 @@ SpmmKernel emit_spmm(const CsrMatrix& a, const inspector::WorkPlan& plan, const 
     // The constant bank holds 64 KB per module; past that the weights stay immediates.
     int64_t entry_nnz = 0;
     for (int32_t b = begin; b < end; ++b) entry_nnz += plan.blocks[b].nnz;
-    const bool use_const =
-        tile.weights == WeightPlacement::kConstBank && entry_nnz > 0 && entry_nnz * 4 <= target.constant_bank_bytes();
+    const bool use_const = entry_uses_constant_bank(tile, entry_nnz, target);
     if (use_const) {
       // Number the weights in the order the body reads them; only this entry's blocks are copied.
       std::vector<std::vector<GroupWork>> entry_work(work.size());

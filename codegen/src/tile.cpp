@@ -52,6 +52,10 @@ int64_t entry_fma_limit(const TileParams& t, const inspector::WorkPlan& plan) {
   return std::max(t.max_fmas_per_entry, (total + t.max_entries - 1) / t.max_entries + largest_block);
 }
 
+bool entry_uses_constant_bank(const TileParams& t, int64_t entry_nnz, const Target& target) {
+  return t.weights == WeightPlacement::kConstBank && entry_nnz > 0 && entry_nnz * 4 <= target.constant_bank_bytes();
+}
+
 int32_t block_threads_x(const TileParams& t) {
   if (t.cols_per_thread <= 0) return 0;
   const int32_t x = t.n_tile / t.cols_per_thread;

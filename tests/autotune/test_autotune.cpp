@@ -116,6 +116,24 @@ TEST(Model, RanksAndReportsEstimatesPlainly) {
   EXPECT_GE(count(html, "class=\"bar\""), 4u);
 }
 
+// `tune --max-entries` (and `compile --tune --max-entries`): the tuner ranks every baked candidate in the entries
+// compile will build, and the winner's record carries the count.
+TEST(Model, TunerRanksInTheEntriesCompileWillBuild) {
+  const TuneLayer l = small_layer("fc", 5);
+  TuneOptions o = model_options();
+  o.max_entries = 3;
+  const TuneReport r = tune({l}, o);
+  ASSERT_EQ(r.layers.size(), 1u);
+  int baked = 0;
+  for (const CandidateResult& c : r.layers[0].candidates) {
+    if (c.cand.streamed()) continue;
+    EXPECT_EQ(c.cand.tile.max_entries, 3);
+    ++baked;
+  }
+  EXPECT_GT(baked, 0);
+  if (r.layers[0].winner_kind == codegen::KernelKind::kBaked) EXPECT_EQ(r.layers[0].winner_tile.max_entries, 3);
+}
+
 TEST(Model, ImbalanceCostsTime) {
   // Rows 0..7 hold almost everything: balancing by rows puts them in one block, by nonzeros spreads them.
   const CsrMatrix a = inspector::generate_pruned_gaussian(256, 256, 0.97, 9);
@@ -228,6 +246,37 @@ TEST(Model, ChoiceIsRankedInTheEntriesItWillBeBuiltIn) {
   const ModelChoice streamed = choose_by_model(a, n, Epilogue{}, target, {codegen::KernelKind::kStreamed}, {}, 8);
   EXPECT_TRUE(streamed.candidate.streamed());
   EXPECT_EQ(streamed.candidate.tile, codegen::TileParams{});
+}
+
+// The constant bank holds 64 KB a module: an entry of more weights keeps its immediates (codegen), and the model
+// charges constant loads only where an entry's weights fit (codegen::entry_uses_constant_bank), so a one-entry const
+// tile of a large layer is priced as its imm twin, while split into small entries it loads every weight from the bank.
+TEST(Model, ConstantLoadsOnlyWhereTheEntryFitsTheBank) {
+  const codegen::Target target = codegen::Target::parse("sm_90");
+  const CsrMatrix a = inspector::generate_pruned_gaussian(1024, 256, 0.9, 13);  // about 26 200 weights: 105 KB
+  codegen::TileParams t;
+  t.plan.m_blocks = 32;
+  t.weights = codegen::WeightPlacement::kConstBank;
+  const inspector::WorkPlan plan = inspector::make_plan(a, t.plan);
+  auto const_loads = [&](const codegen::TileParams& tile) {
+    uint64_t n = 0;
+    for (const ProbeEntry& e : analytic_probe(a, plan, tile, target).entries) {
+      n += e.counts.by_class[static_cast<size_t>(ptxsim::InstrClass::LdConst)];
+    }
+    return n;
+  };
+  EXPECT_EQ(const_loads(t), 0u) << "one entry of 105 KB of weights: immediates";
+  codegen::TileParams split = t;
+  split.max_entries = 0;
+  split.max_fmas_per_entry = 8192;
+  EXPECT_EQ(const_loads(split), static_cast<uint64_t>(a.nnz())) << "entries of at most 32 KB: every weight from the bank";
+  // As built: the one-entry const kernel is the imm kernel, instruction for instruction.
+  codegen::SpmmOptions so;
+  so.ld = 32;
+  so.tile = t;
+  const std::string as_const = codegen::emit_spmm(a, plan, target, so).entries.at(0).ptx;
+  so.tile.weights = codegen::WeightPlacement::kImmediate;
+  EXPECT_EQ(codegen::emit_spmm(a, plan, target, so).entries.at(0).ptx, as_const);
 }
 
 TEST(Database, RoundTripAndBadInput) {

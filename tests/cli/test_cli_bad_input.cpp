@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -312,4 +313,14 @@ TEST(CliBadInput, HelpAndSuccessExitZero) {
     EXPECT_EQ(run(fmt::format("emit {} --n 16 --relu {} -o {}", tall, plan, (dir / "t.ptx").string()), dir).code, 0)
         << plan;
   }
+  // One entry by default; an entry size alone splits as it says; with a count, at most that many.
+  auto entries = [&](const std::string& opts, const std::string& name) {
+    EXPECT_EQ(run(fmt::format("emit {} --n 16 --m-blocks 8 {} -o {}", tall, opts, (dir / (name + ".ptx")).string()),
+                  dir).code, 0) << opts;
+    const nlohmann::json j = nlohmann::json::parse(sparsert::read_file(dir / (name + ".json")));
+    return j.at("entries").size();
+  };
+  EXPECT_EQ(entries("", "one"), 1u);
+  EXPECT_EQ(entries("--max-fmas-per-entry 1", "each"), 8u);
+  EXPECT_EQ(entries("--max-fmas-per-entry 1 --max-entries 2", "two"), 2u);
 }

@@ -27,7 +27,7 @@ struct BenchArgs {
   double min_sample_ms = 2.0;
   std::string data;
   int gc_layers = 12;
-  int max_entries = 0;
+  std::optional<int32_t> max_entries;
   std::vector<std::string> report;
   std::string output;
 };
@@ -81,7 +81,7 @@ int run_bench(const BenchArgs& a) {
     }
   } cleanup{scratch};
   const bool conv = bench::is_conv_suite(a.suite);
-  SPARSERT_USER_CHECK(a.max_entries == 0 || (a.device == "cuda" && !conv), "--max-entries",
+  SPARSERT_USER_CHECK(!a.max_entries || (a.device == "cuda" && !conv), "--max-entries",
                       "applies to sparsert's baked SpMM kernels on the GPU (--device cuda, not a convolution suite)");
   bench::MethodSet methods =
       a.device == "cuda" ? (conv ? bench::conv_gpu_methods(scratch) : bench::gpu_methods(scratch, a.max_entries))
@@ -149,9 +149,9 @@ Action add_bench(CLI::App& app) {
       ->default_val(12)
       ->check(CLI::Range(1, 120));
   sub->add_option("--max-entries", args->max_entries,
-                  "cuda: split sparsert's baked kernels into at most this many entries (0: the tile's default, 1)")
-      ->default_val(0)
-      ->check(CLI::Range(0, 64));
+                  "cuda: sparsert's baked kernels ranked and built in at most this many entries (0: no limit; "
+                  "default: the tile's, 1)")
+      ->check(CLI::Range(0, 1 << 20));
   sub->add_option("--report", args->report, "Results files to turn into the Markdown report (-o)")->expected(1, -1);
   sub->add_option("-o,--output", args->output, "results.json, or with --report the Markdown file")->required();
   return [args, sub] {
@@ -159,7 +159,7 @@ Action add_bench(CLI::App& app) {
     check_output_path(args->output);  // a suite takes minutes: say it at the start
     if (!args->report.empty()) {
       SPARSERT_USER_CHECK(args->suite.empty(), "--report", "cannot be combined with --suite");
-      SPARSERT_USER_CHECK(args->max_entries == 0, "--max-entries", "applies to a run (--suite), not to --report");
+      SPARSERT_USER_CHECK(!args->max_entries, "--max-entries", "applies to a run (--suite), not to --report");
       return report(*args);
     }
     return run_bench(*args);

@@ -218,6 +218,7 @@ Action add_compile(CLI::App& app) {
           to.target = target;
           to.progress = !args->quiet;
           to.asm_cache_dir = autotune::default_asm_cache_dir();
+          to.max_entries = opt.max_entries;  // ranked as compile will build them
           const autotune::TuneReport rep = autotune::tune(missing, to);
           record_results(rep, missing, *db);
           db->save();

@@ -49,9 +49,11 @@ Action add_emit(CLI::App& app) {
   sub->add_option("--gy", args->gy, "Thread groups splitting the K axis");
   sub->add_option("--cols-per-thread", args->cols_per_thread, "1, 2 or 4");
   sub->add_option("--max-fmas-per-entry", args->max_fmas_per_entry,
-                  "Split the layer into entries of at most this many fmas (default 16384)...");
+                  "Split the layer into entries of at most this many fmas (default 16384; given alone: as many "
+                  "entries as that makes)...");
   sub->add_option("--max-entries", args->max_entries,
-                  "...but into at most this many entries, larger ones where needed (default 1; 0: no limit)");
+                  "...but into at most this many entries, larger ones where needed (default 1, one entry, unless "
+                  "--max-fmas-per-entry is given; 0: no limit)");
   sub->add_option("--max-registers", args->max_registers,
                   "Register budget per thread (.maxnreg; default: none, ptxas chooses)");
   sub->add_option("--weights", args->weights, "imm (immediates) or const (constant bank)")->default_val("imm");
@@ -74,6 +76,8 @@ Action add_emit(CLI::App& app) {
     if (args->n_tile) tile.n_tile = *args->n_tile;
     if (args->cols_per_thread) tile.cols_per_thread = *args->cols_per_thread;
     if (args->max_fmas_per_entry) tile.max_fmas_per_entry = *args->max_fmas_per_entry;
+    // An entry size alone asks for the split it gives: no limit on the count, which would otherwise be the default 1.
+    if (args->max_fmas_per_entry && !args->max_entries) tile.max_entries = 0;
     if (args->max_entries) tile.max_entries = *args->max_entries;
     if (args->max_registers) tile.max_registers = *args->max_registers;
     tile.plan.balance = inspector::parse_balance(args->balance);

@@ -53,6 +53,7 @@ struct TuneArgs {
   double budget = 0;
   int top = 1, threads = 2;
   bool quiet = false, no_share = false, no_db = false;
+  std::optional<int32_t> max_entries;
   MatrixOptions matrix;
 };
 
@@ -91,6 +92,9 @@ Action add_tune(CLI::App& app) {
   sub->add_flag("--no-db", args->no_db, "Do not write the tuning database");
   sub->add_flag("--no-share", args->no_share, "Tune every layer, even when an earlier one has its shape and pattern");
   sub->add_flag("-q,--quiet", args->quiet, "No progress output");
+  sub->add_option("--max-entries", args->max_entries, "Baked candidates in at most this many kernels, as `compile "
+                  "--max-entries` builds them (0: no limit; default: the tile's, 1)")
+      ->check(CLI::Range(0, 1 << 20));
   add_matrix_options(*sub, args->matrix);
   return [args] {
     // CLI11's range check lets a NaN through (every comparison with it is false).
@@ -112,6 +116,7 @@ Action add_tune(CLI::App& app) {
     opt.assemble_top = args->top;
     opt.measure_top = 8 * args->top;
     opt.threads = args->threads;
+    opt.max_entries = args->max_entries;
     opt.share = !args->no_share;
     opt.progress = !args->quiet;
     opt.asm_cache_dir = autotune::default_asm_cache_dir();

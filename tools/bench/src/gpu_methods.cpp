@@ -563,7 +563,7 @@ class Cudnn final : public GpuMethod {
 #if SPARSERT_BENCH_HAVE_COMPILER
 class SparsertGpu final : public GpuMethod {
  public:
-  SparsertGpu(std::shared_ptr<Gpu> gpu, std::filesystem::path scratch, int32_t max_entries = 0)
+  SparsertGpu(std::shared_ptr<Gpu> gpu, std::filesystem::path scratch, std::optional<int32_t> max_entries = {})
       : GpuMethod(std::move(gpu)), scratch_(std::move(scratch)),
         target_(codegen::Target::newest_for(gpu_->info.sm(), gpu_->info.name)), max_entries_(max_entries) {}
   static constexpr int kIsolatedRuns = 50;
@@ -574,18 +574,20 @@ class SparsertGpu final : public GpuMethod {
   // one problem after another the rn50 suites spent minutes of a lent GPU's time on it. A failure is left for
   // prepare() to meet again and record against its problem.
   void prebuild(const std::vector<Problem>& problems) override {
-    std::filesystem::create_directories(scratch_);
     const std::filesystem::path root = scratch_ / fmt::format("prebuild-{}", counter_++);
-    std::filesystem::create_directories(root);
-    parallel_for(static_cast<int64_t>(problems.size()), 0, [&](int64_t i) {
-      const Problem& p = problems[static_cast<size_t>(i)];
-      try {
-        compiler::CompileOptions o = compile_options(p);
-        o.threads = 1;
-        compiler::compile_network({layer_of(p)}, root / std::to_string(i), o);
-      } catch (const std::exception&) {
-      }
-    });
+    try {
+      std::filesystem::create_directories(root);
+      parallel_for(static_cast<int64_t>(problems.size()), 0, [&](int64_t i) {
+        const Problem& p = problems[static_cast<size_t>(i)];
+        try {
+          compiler::CompileOptions o = compile_options(p);
+          o.threads = 1;
+          compiler::compile_network({layer_of(p)}, root / std::to_string(i), o);
+        } catch (const std::exception&) {
+        }
+      });
+    } catch (const std::exception&) {
+    }
     std::error_code ec;
     std::filesystem::remove_all(root, ec);
   }
@@ -626,7 +628,7 @@ class SparsertGpu final : public GpuMethod {
       // --max-entries: every baked candidate ranked and built in at most that many entries.
       const autotune::ModelChoice c = autotune::choose_by_model(
           p.a, p.n, Epilogue{}, target_, autotune::all_kinds(), {},
-          max_entries_ > 0 ? std::optional<int32_t>(max_entries_) : std::nullopt);
+          max_entries_);
       compiler::TunedKernel pick{c.candidate.kind, c.candidate.tile, c.candidate.stream, "model"};
       o.tiles = [pick](const compiler::LoadedLayer&, const codegen::Target&) { return pick; };
     } catch (const inspector::InvalidTileParams&) {
@@ -661,7 +663,7 @@ class SparsertGpu final : public GpuMethod {
  private:
   std::filesystem::path scratch_;
   codegen::Target target_;
-  int32_t max_entries_ = 0;
+  std::optional<int32_t> max_entries_;
   std::filesystem::path dir_;
   int counter_ = 0;
   std::unique_ptr<GpuNetwork> net_;
@@ -718,7 +720,7 @@ std::string resolve_cusparse(const std::string& path) { return resolve<CusparseA
 std::string resolve_cudnn(const std::string& path) { return resolve<CudnnApi>(path, bind_cudnn); }
 }  // namespace vendor
 
-MethodSet gpu_methods(const std::filesystem::path& scratch_dir, int32_t max_entries) {
+MethodSet gpu_methods(const std::filesystem::path& scratch_dir, std::optional<int32_t> max_entries) {
   std::string why;
   if (!cuda::Driver::available(&why)) throw cuda::DriverUnavailable("--device cuda", why);
   auto gpu = std::make_shared<Gpu>();

@@ -67,10 +67,11 @@ struct Probe {
 };
 
 // The probe's counts derived from the plan without emitting code: per thread group one fma per nonzero and column,
-// one load of B per column with work, one constant load per nonzero when weights sit in the constant bank, partial
-// sums through shared memory when gy > 1, stores, and the dispatch branches. Cheap (linear in nonzeros); it ranks
-// every candidate so that only the best few are emitted and simulated.
-Probe analytic_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, const codegen::TileParams& tile);
+// one load of B per column with work, one constant load per nonzero where the entry's weights sit in the constant
+// bank (codegen::entry_uses_constant_bank), partial sums through shared memory when gy > 1, stores, and the dispatch
+// branches. Cheap (linear in nonzeros); it ranks every candidate so that only the best few are emitted and simulated.
+Probe analytic_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, const codegen::TileParams& tile,
+                     const codegen::Target& target);
 
 // Emits the candidate's code with n_tile = cols_per_thread and runs it in ptxsim on N = cols_per_thread.
 // Throws what emission or simulation throws.

@@ -40,6 +40,9 @@ struct TuneOptions {
   bool share = true;             // reuse the result of an earlier layer of the same shape and similar pattern
   bool progress = true;          // a bar with time left on a terminal, plain lines otherwise
   std::filesystem::path asm_cache_dir;  // assembled-result cache (the commands: default_asm_cache_dir()); empty: none
+  // Every baked candidate in at most this many entries (TileParams::max_entries; 0: no limit), as compile will build
+  // it; unset: the tile's default (1). A record keeps the count it was tuned with.
+  std::optional<int32_t> max_entries;
 };
 
 // tune-asm/ in the cache directory (runtime's default_cache_dir()).

@@ -13,8 +13,10 @@ namespace sparsert::codegen {
 
 class AssemblyMemoryGate {
  public:
-  // The process's gate: three quarters of MemAvailable (/proc/meminfo) when first used, or
-  // $SPARSERT_ASSEMBLY_MEMORY_MB; no limit where neither can be read.
+  // The process's gate: three quarters of what is free when first used, MemAvailable (/proc/meminfo) or the memory
+  // cgroup's room (limit minus usage) where that is less; or $SPARSERT_ASSEMBLY_MEMORY_MB (0: no limit). No limit
+  // where none can be read. Per process: compiles running side by side each take their own. Not first come, first
+  // served: a large assembly may wait while smaller ones that fit go first.
   static AssemblyMemoryGate& instance();
   explicit AssemblyMemoryGate(int64_t budget_bytes);  // <= 0: no limit
 

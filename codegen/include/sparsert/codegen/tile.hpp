@@ -75,6 +75,11 @@ TileParams column_map_tile(TileParams t);
 // probe, split the same way).
 int64_t entry_fma_limit(const TileParams& t, const inspector::WorkPlan& plan);
 
+// Whether an entry of `entry_nnz` weights holds them in the constant bank: asked for (kConstBank) and within the
+// bank's 64 KB a module; past that they stay immediates. codegen emits, and the model prices, by this one rule (with
+// one entry a layer by default, most large layers' const tiles are built as their imm twins).
+bool entry_uses_constant_bank(const TileParams& t, int64_t entry_nnz, const Target& target);
+
 // What a plan needs of the hardware, estimated before emission (the assembler's report confirms it after).
 struct ResourceEstimate {
   int32_t registers = 0;     // per thread
