@@ -176,13 +176,22 @@ std::vector<Candidate> baked_grid(const CsrMatrix& a, int32_t n, int32_t sms) {
   };
   using W = codegen::WeightPlacement;
   using B = inspector::Balance;
-  // Layers too short for a wave at 16 rows a block (512 rows at N = 49 give 32 × 2 blocks for 132 SMs) also get 8
-  // and 4 rows a block: more blocks, each with less code to fetch.
+  // Where N <= 256, also tiles as wide as N: a row block's code is fetched once by the SM that runs it, so a block
+  // that spans every column shares each fetch among all its warps, where 64-column tiles fetch the same code on up
+  // to four SMs (the model: the transformer's 256-column layers 1.41x to 1.96x over the faster vendor, rn50's
+  // 196-column ones alike; not measured, 2026-11-25). Wider N keeps the tiles the H100 measured (up to 128 columns).
+  // Layers too short for a wave at 16 rows a block (512 rows at N = 49, or at N = 256 with one tile, give 32 blocks
+  // for 132 SMs) also get 8 and 4 rows a block: more blocks, each with less code.
+  const bool spanning = n <= 256;
+  std::vector<Shape> shapes = {{32, 1}, {64, 1}, {64, 2}, {128, 2}, {128, 4}};
+  if (spanning) shapes.insert(shapes.end(), {{256, 2}, {256, 4}});
   std::vector<int32_t> rows_per_block = {16, 32, 64, 128};
-  if (int64_t{blocks_for(a.rows, 16)} * ((std::max(n, 1) + 31) / 32) < sms) rows_per_block.insert(rows_per_block.begin(), {4, 8});
+  if (int64_t{blocks_for(a.rows, 16)} * (spanning ? 1 : (std::max(n, 1) + 31) / 32) < sms) {
+    rows_per_block.insert(rows_per_block.begin(), {4, 8});
+  }
   for (int32_t rpb : rows_per_block)
     for (int32_t gy : {1, 2, 4, 8})
-      for (Shape s : {Shape{32, 1}, Shape{64, 1}, Shape{64, 2}, Shape{128, 2}, Shape{128, 4}})
+      for (Shape s : shapes)
         add(rpb, gy, s, W::kImmediate, B::kNonzeros, false);
   for (int32_t rpb : {32, 64})
     for (int32_t gy : {2, 4})

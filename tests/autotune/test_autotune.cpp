@@ -505,6 +505,25 @@ TEST(Space, ShortLayersGetBlocksForAFullWave) {
   EXPECT_EQ(most_blocks(4096, 1), 256);
 }
 
+// Where N <= 256 the grid has tiles as wide as N (one block spans every column, so a row block's code is fetched
+// on one SM); wider N keeps the tiles the H100 measured, at most 128 columns.
+TEST(Space, TilesAsWideAsNOnlyWhereNIsAtMost256) {
+  const codegen::Target t = codegen::Target::parse("sm_90");
+  const CsrMatrix a = inspector::generate_pruned_gaussian(256, 128, 0.9, 6);
+  auto widest = [&](int32_t n) {
+    int32_t w = 0;
+    for (const Candidate& c : enumerate_candidates(a, n, t, {codegen::KernelKind::kBaked})) {
+      if (c.valid()) w = std::max(w, c.tile.n_tile);
+    }
+    return w;
+  };
+  EXPECT_EQ(widest(196), 196);
+  EXPECT_EQ(widest(256), 256);
+  EXPECT_EQ(widest(49), 49);
+  EXPECT_EQ(widest(384), 128);
+  EXPECT_EQ(widest(3136), 128);
+}
+
 TEST(Space, LayerAboveThePerLayerCapIsNotTunedBaked) {
   const CsrMatrix a = inspector::generate_random(600, 600, 0.75, 21);  // 270K nonzeros > 262144
   ASSERT_GT(a.nnz(), codegen::KernelChoiceOptions{}.max_baked_nnz);

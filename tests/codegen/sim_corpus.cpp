@@ -79,6 +79,10 @@ TEST(SimCorpus, RandomShapesAndTileParameters) {
       {64, 2000, 0.99, 3, 3, 1, 8, 3, 1, imm, B::kNonzeros, false},
       {300, 200, 0.95, 64, 50, 12, 1, 64, 4, cst, B::kNonzeros, true},
       {1, 1, 0.0, 1, 1, 1, 1, 1, 1, imm, B::kNonzeros, false},
+      // The widest tiles of the tuner's grid: a block spans every column (256 at 2 a thread: 4 groups of 4 warps;
+      // 196 at 4 a thread: 49 threads padded to 64), blocks of 4 rows.
+      {96, 120, 0.8, 256, 250, 24, 4, 256, 2, imm, B::kNonzeros, false},
+      {64, 96, 0.85, 196, 196, 16, 2, 196, 4, imm, B::kNonzeros, false},
   };
   const Epilogue eps[] = {{}, {{0.25f}, Activation::kRelu, std::nullopt}, {{-30.0f}, Activation::kRelu, 2.5f}};
   uint64_t seed = 5;

@@ -340,6 +340,7 @@ PredictionSet predict_unchecked(const std::filesystem::path& file, const ModelCh
         autotune::choose_by_model(it->a, it->n, Epilogue{}, target, autotune::all_kinds(), {}, o.max_entries);
     pr.choice = autotune::describe(c.candidate);
     pr.predicted_us = c.estimate.microseconds;
+    pr.estimate = c.estimate;
     const json& r = p.value("results", json::object());
     auto median_us = [&](const std::string& m) -> double {
       if (!r.contains(m) || !r[m].value("verified", false) || !r[m].contains("median_ms")) return 0.0;
@@ -373,6 +374,7 @@ json to_json(const PredictionSet& p) {
     rows.push_back({{"problem", r.problem},
                     {"choice", r.choice},
                     {"predicted_us", r.predicted_us},
+                    {"estimate", autotune::to_json(r.estimate)},
                     {"measured_us", r.measured_us},
                     {"vendor_us", r.vendor_us},
                     {"vendor", r.vendor}});

@@ -57,6 +57,7 @@ struct Prediction {
   std::string problem;
   std::string choice;         // describe() of the model's pick
   double predicted_us = 0.0;
+  autotune::Estimate estimate;  // the pick's, whole (its bound and terms)
   double measured_us = 0.0;   // sparsert's measured median in the file (its kernels then), 0 when absent
   double vendor_us = 0.0;     // the faster of the verified cuBLAS fp32 and cuSPARSE medians, 0 when neither
   std::string vendor;         // which
