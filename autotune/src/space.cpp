@@ -178,13 +178,13 @@ std::vector<Candidate> baked_grid(const CsrMatrix& a, int32_t n, int32_t sms) {
   using B = inspector::Balance;
   // Where N <= 256, also tiles as wide as N: a row block's code is fetched once by the SM that runs it, so a block
   // that spans every column shares each fetch among all its warps, where 64-column tiles fetch the same code on up
-  // to four SMs (the model: the transformer's 256-column layers 1.41x to 1.96x over the faster vendor, rn50's
+  // to four SMs (the model: the transformer's 256-column layers 1.41x to 2.36x over the faster vendor, rn50's
   // 196-column ones alike; not measured, 2026-11-25). Wider N keeps the tiles the H100 measured (up to 128 columns).
   // Layers too short for a wave at 16 rows a block (512 rows at N = 49, or at N = 256 with one tile, give 32 blocks
   // for 132 SMs) also get 8 and 4 rows a block: more blocks, each with less code.
   const bool spanning = n <= 256;
   std::vector<Shape> shapes = {{32, 1}, {64, 1}, {64, 2}, {128, 2}, {128, 4}};
-  if (spanning) shapes.insert(shapes.end(), {{256, 2}, {256, 4}});
+  if (spanning) shapes.insert(shapes.end(), {{256, 1}, {256, 2}, {256, 4}});  // (256, 1): odd N
   std::vector<int32_t> rows_per_block = {16, 32, 64, 128};
   if (int64_t{blocks_for(a.rows, 16)} * (spanning ? 1 : (std::max(n, 1) + 31) / 32) < sms) {
     rows_per_block.insert(rows_per_block.begin(), {4, 8});

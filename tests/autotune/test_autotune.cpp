@@ -520,6 +520,7 @@ TEST(Space, TilesAsWideAsNOnlyWhereNIsAtMost256) {
   EXPECT_EQ(widest(196), 196);
   EXPECT_EQ(widest(256), 256);
   EXPECT_EQ(widest(49), 49);
+  EXPECT_EQ(widest(147), 147) << "odd N: one column a thread";
   EXPECT_EQ(widest(384), 128);
   EXPECT_EQ(widest(3136), 128);
 }

@@ -83,6 +83,9 @@ TEST(SimCorpus, RandomShapesAndTileParameters) {
       // 196 at 4 a thread: 49 threads padded to 64), blocks of 4 rows.
       {96, 120, 0.8, 256, 250, 24, 4, 256, 2, imm, B::kNonzeros, false},
       {64, 96, 0.85, 196, 196, 16, 2, 196, 4, imm, B::kNonzeros, false},
+      {48, 80, 0.9, 256, 256, 16, 8, 256, 2, imm, B::kNonzeros, false},   // 1024 threads
+      {40, 64, 0.85, 196, 150, 10, 4, 196, 2, imm, B::kNonzeros, false},  // 98 threads a group, padded to 128
+      {40, 64, 0.85, 147, 147, 10, 2, 147, 1, imm, B::kNonzeros, false},  // odd N: one column a thread
   };
   const Epilogue eps[] = {{}, {{0.25f}, Activation::kRelu, std::nullopt}, {{-30.0f}, Activation::kRelu, 2.5f}};
   uint64_t seed = 5;

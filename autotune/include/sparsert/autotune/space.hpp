@@ -36,8 +36,8 @@ KindSet all_kinds();
 Candidate default_candidate(const CsrMatrix& a, int32_t n, const codegen::Target& target, const KindSet& kinds);
 
 // The grid (docs/autotune.md). Baked: rows per block {16, 32, 64, 128} (and 4, 8 where 16 gives less than a wave)
-// × gy {1, 2, 4, 8} × (n_tile, cols_per_thread) {(32,1), (64,1), (64,2), (128,2), (128,4)}, and (256,2), (256,4)
-// where N <= 256 (n_tile capped at N), with immediates, nonzero balance and no reordering;
+// × gy {1, 2, 4, 8} × (n_tile, cols_per_thread) {(32,1), (64,1), (64,2), (128,2), (128,4)}, and (256,1), (256,2),
+// (256,4) where N <= 256 (n_tile capped at N), with immediates, nonzero balance and no reordering;
 // then every combination of weights {imm, const} × balance {nnz, rows} × reorder {off, on} around the middle of the
 // grid (rows per block {32, 64} × gy {2, 4} × {(64,1), (128,2)}). Streamed: rows per block {32, 64, 128, 256} × (n_tile,
 // cols_per_thread) {(32,16), (32,8), (64,16)}, 256 staged rows (128 for the 64-column tile, which would not fit the
