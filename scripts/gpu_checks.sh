@@ -141,9 +141,10 @@ case $stage in
     # Every core assembles (the default is 2 threads): a device call has 10 minutes, and the candidates of a run are
     # assembled before they are timed.
     jobs=$(nproc)
-    # The model's ranking against measured times on one DLMC layer (docs/autotune.md).
+    # The model's ranking against measured times on one DLMC layer (docs/autotune.md). 24 candidates (--top 3): the
+    # tiles as wide as N (196 columns here, never timed on a GPU) beside the narrower ones the H100 measured.
     layer=$data/dlmc/rn50/magnitude_pruning/0.9/bottleneck_2_block_group3_2_1.smtx
-    step "$sparsert" tune "$layer" --n 196 --mode gpu -o "$out/tune-gpu.json" --no-db -j "$jobs"
+    step "$sparsert" tune "$layer" --n 196 --mode gpu --top 3 -o "$out/tune-gpu.json" --no-db -j "$jobs"
     step "$sparsert" tune "$layer" --n 196 --mode model -o "$out/tune-model.json" --no-db -j "$jobs"
     # The row-split streamed kernel (N <= 16) has not run on a GPU: time its candidates at N = 1 on ResNet-50's final
     # layer, so that `sparsert check-model tune-gemv-gpu.json` can calibrate its terms (docs/autotune.md).
