@@ -269,7 +269,8 @@ TEST(Model, ConstantLoadsOnlyWhereTheEntryFitsTheBank) {
   codegen::TileParams split = t;
   split.max_entries = 0;
   split.max_fmas_per_entry = 8192;
-  EXPECT_EQ(const_loads(split), static_cast<uint64_t>(a.nnz())) << "entries of at most 32 KB: every weight from the bank";
+  EXPECT_EQ(const_loads(split), static_cast<uint64_t>(a.nnz()))
+      << "entries of at most 32 KB: every weight from the bank";
   // As built: the one-entry const kernel is the imm kernel, instruction for instruction.
   codegen::SpmmOptions so;
   so.ld = 32;
