@@ -17,9 +17,8 @@ ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilo
       return std::nullopt;  // e.g. occupancy: not even one block fits
     }
   };
-  for (Candidate c : enumerate_candidates(a, n, target, kinds)) {
+  for (const Candidate& c : enumerate_candidates(a, n, target, kinds, max_entries)) {
     if (!c.valid() || (accept && !accept(c))) continue;
-    if (max_entries && !c.streamed()) c.tile.max_entries = *max_entries;
     const std::optional<Estimate> e = model(c);
     if (!e) continue;
     ++best.ranked;

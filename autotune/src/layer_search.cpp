@@ -296,10 +296,9 @@ std::vector<size_t> rank_candidates(LayerContext& ctx, LayerResult& lr) {
   const TuneLayer& layer = ctx.layer;
   const TuneOptions& options = ctx.opt;
   // 1. Candidates, checked by the shared validity check.
-  for (Candidate& c : enumerate_candidates(layer.a, layer.n, options.target, options.kinds)) {
+  for (Candidate& c : enumerate_candidates(layer.a, layer.n, options.target, options.kinds, options.max_entries)) {
     CandidateResult r;
     r.cand = std::move(c);
-    if (options.max_entries && !r.cand.streamed()) r.cand.tile.max_entries = *options.max_entries;
     if (!r.cand.valid()) {
       r.status = "rejected";
       r.reason = fmt::format("{}: {}", r.cand.rejected_field, r.cand.rejected_reason);

@@ -282,9 +282,10 @@ void check_candidate(const Candidate& c, const CsrMatrix& a, int32_t n, const co
 }
 
 std::vector<Candidate> enumerate_candidates(const CsrMatrix& a, int32_t n, const codegen::Target& target,
-                                            const KindSet& kinds) {
+                                            const KindSet& kinds, std::optional<int32_t> max_entries) {
   std::vector<Candidate> grid;
   if (wants(kinds, codegen::KernelKind::kBaked)) grid = baked_grid(a, n, MachineModel::for_target(target).sms);
+
   if (wants(kinds, codegen::KernelKind::kStreamed)) {
     for (Candidate& c : streamed_grid(n)) grid.push_back(std::move(c));
   }
@@ -292,6 +293,11 @@ std::vector<Candidate> enumerate_candidates(const CsrMatrix& a, int32_t n, const
     grid.push_back(default_candidate(a, n, target, kinds));
   } catch (const inspector::InvalidTileParams&) {
     // No baked parameters fit this matrix at all; every baked candidate below is rejected with its own reason.
+  }
+  if (max_entries) {
+    for (Candidate& c : grid) {
+      if (!c.streamed()) c.tile.max_entries = *max_entries;
+    }
   }
 
   std::vector<Candidate> out;

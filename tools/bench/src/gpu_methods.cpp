@@ -612,6 +612,7 @@ class SparsertGpu final : public GpuMethod {
     layer.desc.name = "layer0";
     layer.desc.n = p.n;
     layer.a = p.a;
+    // A convolution: the input buffer's border is the padding, the output has none (NCHW in, NCHW out).
     if (p.conv) layer.conv = ConvLayout{*p.conv, p.conv->pad, 0};
     return layer;
   }
@@ -620,15 +621,11 @@ class SparsertGpu final : public GpuMethod {
     compiler::CompileOptions o;
     o.targets = {target_};
     o.progress = false;
-    if (p.conv) {
-      // A convolution: the input buffer's border is the padding, the output has none (NCHW in, NCHW out; layer_of);
-      // compile takes codegen's rules (the model ranks plain SpMM kernels).
-    } else try {
-      // What `sparsert compile` builds without a tuning record: the kernel the static model ranks fastest.
-      // --max-entries: every baked candidate ranked and built in at most that many entries.
-      const autotune::ModelChoice c = autotune::choose_by_model(
-          p.a, p.n, Epilogue{}, target_, autotune::all_kinds(), {},
-          max_entries_);
+    // A convolution takes codegen's rules (the model ranks plain SpMM kernels); anything else the kernel the static
+    // model ranks fastest, every baked candidate ranked and built in at most --max-entries entries.
+    if (!p.conv) try {
+      const autotune::ModelChoice c =
+          autotune::choose_by_model(p.a, p.n, Epilogue{}, target_, autotune::all_kinds(), {}, max_entries_);
       compiler::TunedKernel pick{c.candidate.kind, c.candidate.tile, c.candidate.stream, "model"};
       o.tiles = [pick](const compiler::LoadedLayer&, const codegen::Target&) { return pick; };
     } catch (const inspector::InvalidTileParams&) {

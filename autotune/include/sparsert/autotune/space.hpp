@@ -8,6 +8,7 @@
 #include "sparsert/runtime/csr.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,8 +47,11 @@ Candidate default_candidate(const CsrMatrix& a, int32_t n, const codegen::Target
 // cols_per_thread with it) and duplicates are dropped, so small layers get fewer candidates. Each is checked against
 // the matrix and target; rejected ones stay in the list with the typed reason. Baked candidates of a layer above
 // choose_kernel_kind's per-layer cap are rejected (field "kernel"): compile streams such a layer whatever the tuning.
+// `max_entries`, where set, is every baked candidate's TileParams::max_entries (0: no limit), so that what is ranked
+// is split as compile will build it; unset: the tile's default.
 std::vector<Candidate> enumerate_candidates(const CsrMatrix& a, int32_t n, const codegen::Target& target,
-                                            const KindSet& kinds = all_kinds());
+                                            const KindSet& kinds = all_kinds(),
+                                            std::optional<int32_t> max_entries = std::nullopt);
 
 // Runs the shared validity check of the candidate's kind for this matrix, N and target; throws InvalidTileParams.
 void check_candidate(const Candidate& c, const CsrMatrix& a, int32_t n, const codegen::Target& target);
