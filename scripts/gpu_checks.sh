@@ -97,7 +97,7 @@ case $stage in
     ;;
   bench-entries)
     # What an entry costs, on the layers that lost: the model's tiles in at most 8 entries (the default until
-    # 2026-11-25) and 2, against bench-rn50's and bench-rest's files (one entry a layer; each forked entry cost 1.6 us
+    # 2026-11-24) and 2, against bench-rn50's and bench-rest's files (one entry a layer; each forked entry cost 1.6 us
     # on the H100 on 2026-11-24; docs/gpu-h100.md).
     for e in 8 2; do
       step "$sparsert" bench --suite rn50-0.9 --device cuda --repeats 20 --max-entries "$e" --data "$data" \

@@ -179,7 +179,7 @@ std::vector<Candidate> baked_grid(const CsrMatrix& a, int32_t n, int32_t sms) {
   // Where N <= 256, also tiles as wide as N: a row block's code is fetched once by the SM that runs it, so a block
   // that spans every column shares each fetch among all its warps, where 64-column tiles fetch the same code on up
   // to four SMs (the model: the transformer's 256-column layers 1.41x to 2.36x over the faster vendor, rn50's
-  // 196-column ones alike; not measured, 2026-11-25). Wider N keeps the tiles the H100 measured (up to 128 columns).
+  // 196-column ones alike; not measured, 2026-11-24). Wider N keeps the tiles the H100 measured (up to 128 columns).
   // Layers too short for a wave at 16 rows a block (512 rows at N = 49, or at N = 256 with one tile, give 32 blocks
   // for 132 SMs) also get 8 and 4 rows a block: more blocks, each with less code.
   const bool spanning = n <= 256;

@@ -1,6 +1,6 @@
 #pragma once
 // ptxas, inside nvJitLink, holds about 160 bytes of memory for each byte of PTX while it assembles a baked entry
-// (2.0 GB for the demo's 12.8 MB entries, 1.19 GB for 7.3 MB, 0.23 GB for 1.1 MB; measured 2026-11-25). Since a
+// (2.0 GB for the demo's 12.8 MB entries, 1.19 GB for 7.3 MB, 0.23 GB for 1.1 MB; measured 2026-11-24). Since a
 // baked layer is one entry by default, a compile that assembles one large layer per core can ask for more memory
 // than the machine has. Every assembly therefore waits here until its estimate fits a budget; one runs whatever its
 // size, so nothing waits forever.

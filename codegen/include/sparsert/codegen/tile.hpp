@@ -28,9 +28,9 @@ struct TileParams {
   // faster than the entry: up to 2.2x for twice the fmas, docs/codegen.md) and launched side by side...
   int64_t max_fmas_per_entry = 16384;
   // ...but into at most this many (0: no limit): a layer that would need more gets larger entries. By default one
-  // (since 2026-11-25; 8 before): each entry beyond the first cost about 1.6 us side by side on the H100
-  // (docs/gpu-h100.md), where one entry of the same blocks is one launch; the price is assembly, about 1.7x the CPU
-  // time and 3x the memory of 8 entries on rn50's suites (docs/codegen.md). The runtime runs 8 side by side
+  // (since the eighth session of 2026-11-24; 8 before): each entry beyond the first cost about 1.6 us side by side
+  // on the H100 (docs/gpu-h100.md), where one entry of the same blocks is one launch; the price is assembly, about
+  // 1.7x the CPU time and 3x the memory of 8 entries on rn50's suites (docs/codegen.md). The runtime runs 8 side by side
   // (cuda::kMaxConcurrentStreams); a 9th waits on its stream for the 1st. Tile records written before this field
   // (2026-11-24) read as 0, as they ran.
   int32_t max_entries = 1;
