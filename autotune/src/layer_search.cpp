@@ -206,7 +206,7 @@ struct LayerContext {
     bool all_reused = true;
     for (const AsmResult& a : b.asm_results) {
       regs = std::max(regs, a.usage.registers);
-      spill += a.usage.spill_store_bytes + a.usage.spill_load_bytes + a.usage.stack_bytes;
+      spill += a.usage.spill_store_bytes + a.usage.spill_load_bytes;
       r.assemble_seconds += a.seconds;
       all_reused = all_reused && a.reused;
     }
@@ -216,7 +216,7 @@ struct LayerContext {
     r.registers = regs;
     if (spill > 0) {
       r.status = "rejected";
-      r.reason = fmt::format("spills: the assembler reports {} bytes of spills and stack", spill);
+      r.reason = fmt::format("spills: the assembler reports {} bytes of spill stores and loads", spill);
       return;
     }
     r.status = "assembled";

@@ -136,7 +136,7 @@ std::string Assembler::version() const {
 }
 
 ResourceUsage parse_resource_report(const std::string& log, const std::string& entry) {
-  // ptxas prints, per entry:
+  // ptxas prints, per function (the entry, and the block functions it calls: SpmmOptions::block_functions):
   //   ptxas info    : Compiling entry function 'NAME' for 'sm_90'
   //   ptxas info    : Function properties for NAME
   //       0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
@@ -145,6 +145,10 @@ ResourceUsage parse_resource_report(const std::string& log, const std::string& e
   // H100 machine's nvJitLink did for a streamed Graph Challenge kernel on 2026-11-24):
   //   info    : Function properties for 'NAME':
   //   info    : used 88 registers, used 1 barriers, 0 stack, 38032 bytes smem, 608 bytes cmem[0], 0 bytes lmem
+  // The summary is of the linked kernel, its callees included: ptxas's count for an entry that calls functions is of
+  // the entry alone, so registers and stack come from the summary where there is one; shared memory and constants
+  // from ptxas's lines (the summary's shared memory includes the 1 KB the system reserves on sm_90). Spills are ptxas's, summed over
+  // every function of the module; without ptxas's lines, the summary's local memory is what spilled.
   ResourceUsage u;
   std::smatch m;
   auto section = [&](const std::string& header) -> std::optional<std::string> {
@@ -156,24 +160,35 @@ ResourceUsage parse_resource_report(const std::string& log, const std::string& e
   auto find_int = [&](const std::string& part, const char* pattern, int& out) {
     if (std::regex_search(part, m, std::regex(pattern))) out = std::stoi(m[1]);
   };
-  std::optional<std::string> part = section(fmt::format("Function properties for {}\n", entry));
-  const bool from_ptxas = part.has_value();
-  if (!from_ptxas) part = section(fmt::format("Function properties for '{}':", entry));
-  SPARSERT_INTERNAL_CHECK(part.has_value(), "no resource report for {} in the assembler log:\n{}", entry, log);
-  find_int(*part, R"([Uu]sed (\d+) registers)", u.registers);
-  find_int(*part, R"((\d+) bytes smem)", u.shared_bytes);
-  find_int(*part, R"((\d+) bytes cmem\[3\])", u.constant_bytes);
-  if (from_ptxas) {
-    find_int(*part, R"((\d+) bytes stack frame)", u.stack_bytes);
-    find_int(*part, R"((\d+) bytes spill stores)", u.spill_store_bytes);
-    find_int(*part, R"((\d+) bytes spill loads)", u.spill_load_bytes);
+  const std::optional<std::string> ptxas = section(fmt::format("Function properties for {}\n", entry));
+  const std::optional<std::string> summary = section(fmt::format("Function properties for '{}':", entry));
+  SPARSERT_INTERNAL_CHECK(ptxas || summary, "no resource report for {} in the assembler log:\n{}", entry, log);
+  const std::string& part = summary ? *summary : *ptxas;
+  find_int(part, R"([Uu]sed (\d+) registers)", u.registers);
+  // Shared memory and the constant bank as the module declares them (the summary adds what the system reserves).
+  find_int(ptxas ? *ptxas : part, R"((\d+) bytes smem)", u.shared_bytes);
+  find_int(ptxas ? *ptxas : part, R"((\d+) bytes cmem\[3\])", u.constant_bytes);
+  if (summary) {
+    find_int(part, R"((\d+) stack)", u.stack_bytes);
   } else {
-    find_int(*part, R"((\d+) stack)", u.stack_bytes);
-    // The summary has no spill counts. Our kernels keep nothing in local memory but spills, so local memory is what
-    // spilled (counted once, as stores: what is stored is loaded again).
-    find_int(*part, R"((\d+) bytes lmem)", u.spill_store_bytes);
+    find_int(part, R"((\d+) bytes stack frame)", u.stack_bytes);
   }
-  SPARSERT_INTERNAL_CHECK(u.registers > 0, "no register count for {} in the assembler log:\n{}", entry, *part);
+  if (ptxas) {
+    // The entry's and its block functions' (ENTRY_b<block>, codegen's names) spills.
+    const std::regex spills(R"(Function properties for (\S+)\n\s*\d+ bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
+    const std::regex callee(fmt::format("{}_b[0-9]+", entry));
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), spills); it != std::sregex_iterator(); ++it) {
+      const std::string name = (*it)[1];
+      if (name != entry && !std::regex_match(name, callee)) continue;
+      u.spill_store_bytes += std::stoi((*it)[2]);
+      u.spill_load_bytes += std::stoi((*it)[3]);
+    }
+  } else {
+    // Our kernels keep nothing in local memory but spills, so local memory is what spilled (counted once, as
+    // stores: what is stored is loaded again).
+    find_int(part, R"((\d+) bytes lmem)", u.spill_store_bytes);
+  }
+  SPARSERT_INTERNAL_CHECK(u.registers > 0, "no register count for {} in the assembler log:\n{}", entry, part);
   return u;
 }
 

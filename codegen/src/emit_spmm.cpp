@@ -121,7 +121,17 @@ class EntryEmitter {
     // The preamble addresses `partials` whenever gy > 1, so it is declared even when no group has work.
     e.shared_bytes = gy_ > 1 ? std::max(16, count_slots() * slot_bytes()) : 0;
     e.weights = use_const_ ? WeightPlacement::kConstBank : WeightPlacement::kImmediate;
+    e.block_functions = opt_.block_functions.value_or(nnz * cpt_ > kBlockFunctionFmas);
     const std::string preamble_text = b_.take_body();
+    // A block's function receives the preamble's registers it reads; a predicate travels as a .b32 (0 or 1), set in
+    // a register of its own before the dispatch.
+    std::vector<Reg> preamble_regs, pred_words;
+    if (e.block_functions) {
+      preamble_regs = ptx::registers_in(preamble_text);
+      for (const Reg r : preamble_regs) {
+        if (r.cls == RegClass::kPred) pred_words.push_back(b_.reg(RegClass::kB32));
+      }
+    }
     // The compaction's registers must be declared with the others, before the body: written now, placed at $done.
     std::string compaction_text;
     if (opt_.column_map) {
@@ -129,15 +139,74 @@ class EntryEmitter {
       compaction_text = b_.take_body();
     }
     b_.reserve(static_cast<size_t>(nnz * cpt_ * 60) + preamble_text.size() + const_values_.size() * 12 + 8192);
-    b_.raw(module_header(e));
-    b_.raw(preamble_text);
-
     std::vector<int32_t> ids(static_cast<size_t>(block_end_ - block_begin_));
     std::iota(ids.begin(), ids.end(), 0);
-    if (skips_idle_warps() && gy_ == 1) b_.inst("bra.uni", {Symbol{"$done"}}, Guard{idle_});
-    b_.comment("dispatch on the row block");
-    dispatch(block_reg_, ids, [&](int32_t local) { return block_label(local); });
-    for (int32_t local = 0; local < block_end_ - block_begin_; ++local) emit_block(local);
+    if (!e.block_functions) {
+      b_.raw(module_header());
+      b_.raw(entry_header(e));
+      b_.raw(preamble_text);
+      if (skips_idle_warps() && gy_ == 1) b_.inst("bra.uni", {Symbol{"$done"}}, Guard{idle_});
+      b_.comment("dispatch on the row block");
+      dispatch(block_reg_, ids, [&](int32_t local) { return block_label(local); });
+      for (int32_t local = 0; local < block_end_ - block_begin_; ++local) emit_block(local);
+    } else {
+      // Each row block's code in a function of its own, called by the entry's dispatch: the assembler compiles a
+      // function at a time, which for an entry of hundreds of thousands of fmas is several times faster and needs a
+      // fifth of the memory (docs/codegen.md, "Block functions").
+      std::string out = module_header();
+      std::vector<std::vector<Reg>> args(ids.size());
+      const std::string declarations = b_.declarations();
+      done_ = "$return";
+      for (int32_t local = 0; local < block_end_ - block_begin_; ++local) {
+        b_.take_body();
+        emit_block(local);
+        const std::string region = b_.take_body();
+        std::vector<Reg>& in = args[static_cast<size_t>(local)];
+        std::ranges::set_intersection(ptx::registers_in(region), preamble_regs, std::back_inserter(in),
+                                      [](Reg a, Reg b) { return std::pair(a.cls, a.id) < std::pair(b.cls, b.id); });
+        out += ptx::function_signature(block_function(local), in);
+        out += declarations;
+        for (size_t i = 0; i < in.size(); ++i) {
+          if (in[i].cls == RegClass::kPred) {
+            b_.inst("setp.ne.u32", {in[i], Symbol{ptx::function_param(i)}, IntImm{0}});
+          } else {
+            b_.inst(in[i].cls == RegClass::kB64 ? "mov.b64" : in[i].cls == RegClass::kF32 ? "mov.f32" : "mov.b32",
+                    {in[i], Symbol{ptx::function_param(i)}});
+          }
+        }
+        out += b_.take_body();
+        out += region;
+        out += "$return:\n\tret;\n}\n\n";
+      }
+      done_ = "$done";
+      out += entry_header(e);
+      out += preamble_text;
+      b_.raw(out);
+      out = std::string{};
+      size_t next_word = 0;
+      std::vector<Reg> word_of(preamble_regs.size());
+      for (size_t i = 0; i < preamble_regs.size(); ++i) {
+        if (preamble_regs[i].cls != RegClass::kPred) continue;
+        word_of[i] = pred_words[next_word++];
+        b_.inst("selp.b32", {word_of[i], IntImm{1}, IntImm{0}, preamble_regs[i]});
+      }
+      if (skips_idle_warps() && gy_ == 1) b_.inst("bra.uni", {Symbol{"$done"}}, Guard{idle_});
+      b_.comment("dispatch on the row block");
+      dispatch(block_reg_, ids, [&](int32_t local) { return block_label(local); });
+      for (int32_t local = 0; local < block_end_ - block_begin_; ++local) {
+        b_.label(block_label(local));
+        std::string call = fmt::format("call.uni {}, (", block_function(local));
+        const std::vector<Reg>& in = args[static_cast<size_t>(local)];
+        for (size_t i = 0; i < in.size(); ++i) {
+          const auto at = std::ranges::find(preamble_regs, in[i]);
+          const Reg passed = in[i].cls == RegClass::kPred ? word_of[static_cast<size_t>(at - preamble_regs.begin())]
+                                                          : in[i];
+          call += (i > 0 ? ", " : "") + ptx::to_string(passed);
+        }
+        b_.line(call + ");");
+        b_.inst("bra.uni", {Symbol{"$done"}});
+      }
+    }
     b_.label("$done");
     b_.raw(compaction_text);
     b_.inst("ret", {});
@@ -185,6 +254,7 @@ class EntryEmitter {
   }
 
   std::string block_label(int32_t local) const { return fmt::format("$b{}", block_begin_ + local); }
+  std::string block_function(int32_t local) const { return fmt::format("{}_b{}", name_, block_begin_ + local); }
 
   void preamble() {
     const Reg param_b = b_.reg(RegClass::kB64), param_c = b_.reg(RegClass::kB64);
@@ -378,7 +448,7 @@ class EntryEmitter {
     b_.comment(fmt::format("block {}: rows [{}, {}) in plan order, {} nonzeros", bi, block.row_begin, block.row_end,
                            block.nnz));
     if (rows == 0) {
-      b_.inst("bra.uni", {Symbol{"$done"}});
+      b_.inst("bra.uni", {Symbol{done_}});
       return;
     }
     // Accumulators are numbered over the block's rows with nonzeros, in row order.
@@ -437,13 +507,13 @@ class EntryEmitter {
     if (gy_ == 1) {
       std::vector<char> any = touched[0];
       emit_epilogue(bi, block, 0, 1, any, {});
-      b_.inst("bra.uni", {Symbol{"$done"}});
+      b_.inst("bra.uni", {Symbol{done_}});
       return;
     }
     b_.label(after);
     b_.inst("bar.sync", {IntImm{0}});
     // Past the block's only barrier an idle warp has nothing left: its epilogue would read partial sums nobody wrote.
-    if (skips_idle_warps()) b_.inst("bra.uni", {Symbol{"$done"}}, Guard{idle_});
+    if (skips_idle_warps()) b_.inst("bra.uni", {Symbol{done_}}, Guard{idle_});
     std::vector<int32_t> all(static_cast<size_t>(gy_));
     std::iota(all.begin(), all.end(), 0);
     b_.comment("each group finishes the rows m = group (mod gy)");
@@ -452,7 +522,7 @@ class EntryEmitter {
       b_.label(fmt::format("$b{}_e{}", bi, g));
       std::vector<char> any(static_cast<size_t>(rows), 0);
       emit_epilogue(bi, block, g, gy_, any, slot);
-      b_.inst("bra.uni", {Symbol{"$done"}});
+      b_.inst("bra.uni", {Symbol{done_}});
     }
   }
 
@@ -746,7 +816,7 @@ class EntryEmitter {
     b_.label("$leave");
   }
 
-  std::string module_header(const SpmmEntry& e) {
+  std::string module_header() {
     std::string out;
     out += fmt::format("//\n// Generated by sparsert ({}). Do not edit.\n//\n", kGeneratorVersion);
     out += fmt::format(".version {}\n.target {}\n.address_size 64\n\n", target_.ptx_version(), target_.name());
@@ -759,6 +829,12 @@ class EntryEmitter {
       }
       out += "\n};\n\n";
     }
+    return out;
+  }
+
+  // The launch configuration, the entry's signature, its register declarations and its shared memory.
+  std::string entry_header(const SpmmEntry& e) {
+    std::string out;
     out += fmt::format(
         "// launch: grid = (ceil(N / {}), {}, 1), block = ({}, {}, 1), static shared = {} bytes\n"
         "// computes rows of plan blocks [{}, {}) of C[{} x N] = act(A[{} x {}] * B[{} x N] + bias), ld = {}\n"
@@ -776,6 +852,9 @@ class EntryEmitter {
              "arrivals.\n// The last block compacts M to the live columns and writes their count to NP[1]\n";
     }
     if (opt_.conv) out += conv_header_comment(*opt_.conv);
+    if (e.block_functions) {
+      out += fmt::format("// each row block's code is the function {}_b<block> above, called from the dispatch\n", name_);
+    }
     std::vector<ptx::EntryParam> params = {
         {name_ + "_param_B", "u64"}, {name_ + "_param_C", "u64"}, {name_ + "_param_N", "u32"}};
     if (opt_.live_flags) params.push_back({name_ + "_param_F", "u64"});
@@ -817,6 +896,7 @@ class EntryEmitter {
   int32_t shared_slots_ = 0;
   int64_t fmas_ = 0;
   int next_label_ = 0;
+  std::string_view done_ = "$done";  // where a block's code goes when it is finished: the entry's end, or a return
 };
 
 }  // namespace
@@ -958,6 +1038,7 @@ nlohmann::json SpmmKernel::sidecar() const {
                             {"blocks", {e.block_begin, e.block_end}},
                             {"grid_y", e.block_end - e.block_begin},
                             {"fmas", e.fmas},
+                            {"block_functions", e.block_functions},
                             {"shared_bytes", e.shared_bytes},
                             {"weights", to_string(e.weights)}});
   }

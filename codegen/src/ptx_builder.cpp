@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include <bit>
+#include <cctype>
 #include <charconv>
 #include <cstring>
 
@@ -121,6 +122,48 @@ std::string ptx_identifier(std::string_view text) {
   if (text.empty() || (text[0] >= '0' && text[0] <= '9')) out.push_back('_');
   for (char c : text) out.push_back(is_ident_char(c) && c != '$' ? c : '_');
   if (out == "_") out.push_back('_');  // a lone _ is not an identifier
+  return out;
+}
+
+std::string function_signature(std::string_view name, std::span<const Reg> params) {
+  SPARSERT_INTERNAL_CHECK(is_identifier(name), "function name '{}' is not a PTX identifier", name);
+  std::string out = ".func ";
+  out.append(name).append("(");
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (i > 0) out.append(", ");
+    out.append(".reg ").append(params[i].cls == RegClass::kPred ? ".b32" : kDeclType[static_cast<int>(params[i].cls)]);
+    out.append(" ").append(function_param(i));
+  }
+  out.append(")\n{\n");
+  return out;
+}
+
+std::string function_param(size_t i) { return "%in" + std::to_string(i); }
+
+std::vector<Reg> registers_in(std::string_view text) {
+  std::vector<Reg> out;
+  auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$'; };
+  for (size_t i = text.find('%'); i != std::string_view::npos; i = text.find('%', i + 1)) {
+    if (i > 0 && ident(text[i - 1])) continue;
+    size_t j = i + 1;
+    RegClass cls;
+    if (text.substr(j, 2) == "rd") {
+      cls = RegClass::kB64;
+      j += 2;
+    } else if (j < text.size() && (text[j] == 'p' || text[j] == 'r' || text[j] == 'f')) {
+      cls = text[j] == 'p' ? RegClass::kPred : text[j] == 'r' ? RegClass::kB32 : RegClass::kF32;
+      ++j;
+    } else {
+      continue;
+    }
+    const size_t digits = j;
+    uint32_t id = 0;
+    while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) id = id * 10 + (text[j++] - '0');
+    if (j == digits || (j < text.size() && ident(text[j]))) continue;
+    out.push_back(Reg{cls, id});
+  }
+  std::sort(out.begin(), out.end(), [](Reg a, Reg b) { return std::pair(a.cls, a.id) < std::pair(b.cls, b.id); });
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 

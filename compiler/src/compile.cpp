@@ -453,7 +453,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
                       a.usage.constant_bytes};
       ce.assemble_seconds = a.seconds;
       progress.step(what);
-      if (a.usage.spill_store_bytes > 0 || a.usage.stack_bytes > 0) {
+      if (a.usage.spills()) {
         const size_t j = tasks[static_cast<size_t>(i)].job;
         spilled[j] = true;
         const std::lock_guard<std::mutex> lock(spill_mutex);

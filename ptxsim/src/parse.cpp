@@ -261,7 +261,8 @@ void Parser::parse_toplevel() {
     if (is_extern) err(d.line, ".extern .entry declarations are not supported", ErrorKind::Unsupported);
     parse_entry();
   } else if (d.text == ".func") {
-    err(d.line, ".func (device functions and calls) is not supported; inline the callee", ErrorKind::Unsupported);
+    if (is_extern) err(d.line, ".extern .func declarations are not supported", ErrorKind::Unsupported);
+    parse_func();
   } else if (d.text == ".global" || d.text == ".const" || d.text == ".shared") {
     parse_var(true, is_extern);
   } else {
@@ -479,6 +480,122 @@ void Parser::parse_entry() {
   k_ = nullptr;
 }
 
+// .func NAME(.reg .TYPE %a, ...) { ... }: only recorded here; each call parses the body again (inline_call).
+void Parser::parse_func() {
+  const uint32_t line = next().line;  // .func
+  if (is_punct(peek(), '('))
+    err(line, ".func with a return value is not supported", ErrorKind::Unsupported);
+  const std::string name = expect_ident();
+  if (funcs_.count(name)) err(line, fmt::format("duplicate function '{}'", name));
+  FuncDef f;
+  f.line = line;
+  expect('(');
+  if (!accept(')')) {
+    do {
+      const Token& pt = next();
+      if (pt.text != ".reg")
+        err(pt.line, fmt::format("function parameter '{}': only .reg parameters are supported", pt.text),
+            ErrorKind::Unsupported);
+      Ty ty = Ty::None;
+      while (peek().kind == Tk::Dir) {
+        const Token& m = next();
+        auto t = ty_from(m.text.substr(1));
+        if (!t) err(m.line, fmt::format("unknown parameter type '{}'", m.text));
+        ty = *t;
+      }
+      if (ty == Ty::None) err(pt.line, "parameter without a type");
+      // As the call ABI: no 1-bit (or 8- and 16-bit) parameters.
+      if (ty == Ty::Pred || ty_bytes(ty) < 4)
+        err(pt.line, fmt::format("a .{} function parameter is not supported (the call ABI passes 32 and 64 bits)",
+                                 ty_name(ty)), ErrorKind::Unsupported);
+      const std::string pname = expect_ident();
+      for (const auto& [other, _] : f.params)
+        if (other == pname) err(pt.line, fmt::format("duplicate parameter '{}'", pname));
+      f.params.emplace_back(pname, ty);
+    } while (accept(','));
+    expect(')');
+  }
+  if (peek().kind == Tk::Dir)
+    err(peek().line, fmt::format("directive '{}' on .func is not supported", peek().text), ErrorKind::Unsupported);
+  expect('{');
+  f.body = p_;
+  for (int depth = 1; depth > 0;) {
+    const Token& t = next();
+    if (t.kind == Tk::End) err(t.line, fmt::format("unexpected end of file inside function '{}'", name));
+    if (is_punct(t, '{')) ++depth;
+    if (is_punct(t, '}')) --depth;
+  }
+  funcs_.emplace(name, std::move(f));
+}
+
+// call[.uni] NAME, (ARGS); with register (or immediate) arguments and no return value. The body is parsed again here,
+// in a scope that sees only its parameters, each a fresh register set from its argument by a mov (so an unset
+// argument is reported where the callee reads it); its ret branches to the end of the body. The call itself is one
+// control instruction in the counts.
+void Parser::inline_call(uint32_t line, std::string_view opcode) {
+  if (opcode != "call" && opcode != "call.uni")
+    err(line, fmt::format("unsupported form '{}' (call or call.uni)", opcode), ErrorKind::Unsupported);
+  if (is_punct(peek(), '('))
+    err(line, "a call with a return value is not supported", ErrorKind::Unsupported);
+  const Token& ft = next();
+  if (ft.kind != Tk::Ident) err(line, fmt::format("call needs a function name, found '{}'", ft.text));
+  const std::string name(ft.text);
+  const auto fit = funcs_.find(name);
+  if (fit == funcs_.end()) err(line, fmt::format("call to undefined function '{}' (define it before the caller)", name));
+  const FuncDef& f = fit->second;
+  if (std::find(inlining_.begin(), inlining_.end(), name) != inlining_.end())
+    err(line, fmt::format("recursive call to '{}' is not supported", name), ErrorKind::Unsupported);
+  std::vector<Opnd> args;
+  if (accept(',')) {
+    expect('(');
+    if (!accept(')')) {
+      do {
+        const auto& [pname, pty] = f.params.size() > args.size() ? f.params[args.size()] : f.params.back();
+        (void)pname;
+        Opnd o = parse_value(line);
+        if (o.kind == OK::Imm) o = fix_imm(o, pty, line);
+        else check_reg_width(o, pty, line);
+        args.push_back(o);
+        if (args.size() > f.params.size()) break;
+      } while (accept(','));
+      expect(')');
+    }
+  }
+  expect_semicolon();
+  if (args.size() != f.params.size())
+    err(line, fmt::format("call to '{}' passes {} arguments for {} parameters", name, args.size(), f.params.size()));
+  Inst call{};
+  call.op = Op::Nop;
+  call.cls = InstrClass::Control;
+  call.line = line;
+  k_->code.push_back(call);
+  auto saved_scopes = std::move(reg_scopes_);
+  const std::string saved_prefix = label_prefix_;
+  const size_t saved_p = p_;
+  reg_scopes_.assign(1, {});
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto& [pname, pty] = f.params[i];
+    add_reg(pname, pty, f.line);
+    Inst mov{};
+    mov.op = Op::Mov;
+    mov.cls = InstrClass::Move;
+    mov.ty = pty;
+    mov.line = line;
+    mov.o[0] = {OK::Reg, reg_scopes_.back().at(pname), 0};
+    mov.o[1] = args[i];
+    k_->code.push_back(mov);
+  }
+  label_prefix_ = fmt::format("{}{}#{}:", saved_prefix, name, ++inline_count_);
+  inlining_.push_back(name);
+  p_ = f.body;
+  parse_body();  // pops the parameters' scope at the closing brace
+  labels_[label_prefix_ + InstrCtx::kReturnLabel] = k_->code.size();
+  inlining_.pop_back();
+  p_ = saved_p;
+  label_prefix_ = saved_prefix;
+  reg_scopes_ = std::move(saved_scopes);
+}
+
 void Parser::parse_pragma(uint32_t line) {
   const Token& s = next();
   if (s.kind != Tk::Str) err(line, ".pragma expects a string");
@@ -507,8 +624,8 @@ void Parser::parse_body() {
       continue;
     }
     if (t.kind == Tk::Ident && is_punct(peek(1), ':')) {
-      std::string l(t.text);
-      if (labels_.count(l)) err(t.line, fmt::format("duplicate label '{}'", l));
+      std::string l = label_prefix_ + std::string(t.text);
+      if (labels_.count(l)) err(t.line, fmt::format("duplicate label '{}'", t.text));
       labels_[l] = k_->code.size();
       next();
       next();
@@ -598,6 +715,10 @@ void Parser::parse_instruction() {
   std::string_view opcode = opt.text;
   auto parts = split_dots(opcode);
   std::string_view base = parts[0];
+  if (base == "call") {
+    if (in.guard >= 0) err(line, "a guarded call is not supported", ErrorKind::Unsupported);
+    return inline_call(line, opcode);
+  }
   parts.erase(parts.begin());
   Mods m(parts, src_, line, opcode);
   auto it = opcode_table().find(base);

@@ -20,7 +20,12 @@ void parse_bra(InstrCtx& c) {
 void parse_ret_exit(InstrCtx& c) {
   c.in.op = c.base == "ret" ? Op::Ret : Op::Exit;
   c.in.cls = InstrClass::Control;
-  c.m.take("uni");
+  if (c.m.take("uni")) c.in.flags |= kUni;
+  if (c.in.op == Op::Ret && c.inlined()) {
+    // The end of the inlined body: a branch, as the call's return is.
+    c.in.op = Op::Bra;
+    c.branch_to(InstrCtx::kReturnLabel);
+  }
   c.finish();
 }
 

@@ -104,6 +104,18 @@ class Parser {
   Program prog_;
   std::unordered_map<std::string, uint32_t> module_syms_;
 
+  // Device functions (.func with register parameters), inlined at each call: the body's tokens, parsed again in a
+  // scope of its own with fresh registers and its labels under a prefix unique to the call.
+  struct FuncDef {
+    std::vector<std::pair<std::string, Ty>> params;
+    size_t body = 0;  // token index just past the opening brace
+    uint32_t line = 0;
+  };
+  std::unordered_map<std::string, FuncDef> funcs_;
+  std::string label_prefix_;          // of the call being inlined ("" in the kernel's own body)
+  std::vector<std::string> inlining_;  // the calls being inlined, innermost last: a recursive call is refused
+  uint32_t inline_count_ = 0;
+
   // per-kernel state
   KernelCode* k_ = nullptr;
   std::vector<std::unordered_map<std::string, uint32_t>> reg_scopes_;
@@ -141,6 +153,8 @@ class Parser {
   uint32_t parse_var(bool module_scope, bool is_extern);
   std::optional<Dim3> parse_dims();
   void parse_entry();
+  void parse_func();
+  void inline_call(uint32_t line, std::string_view opcode);
   void parse_pragma(uint32_t line);
   void parse_body();
   void parse_reg();
@@ -209,7 +223,10 @@ class InstrCtx {
 
   // the kernel under construction
   size_t pc() const { return p_.k_->code.size(); }
-  void branch_to(std::string label) { p_.branches_.push_back({pc(), std::move(label), line}); }
+  void branch_to(std::string label) { p_.branches_.push_back({pc(), p_.label_prefix_ + label, line}); }
+  // Inside an inlined function a ret goes to the end of its body, whose label is this.
+  bool inlined() const { return !p_.inlining_.empty(); }
+  static constexpr const char* kReturnLabel = "$ptxsim_return";
   void uses_warp_ops() { p_.k_->uses_warp_ops = true; }
 
   // Rejects leftover modifiers, then appends the instruction.

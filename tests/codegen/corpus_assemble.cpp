@@ -1,5 +1,6 @@
-// Every kernel of the corpus assembles through nvJitLink for sm_80 and sm_90 with no spills and no stack:
-// random matrices of odd shapes at 50-99% sparsity, every DLMC rn50 0.9 layer at its real N, a Graph Challenge layer.
+// Every kernel of the corpus assembles through nvJitLink for sm_80 and sm_90 with no spills, and no stack but the
+// frames of block functions: random matrices of odd shapes at 50-99% sparsity, every DLMC rn50 0.9 layer at its
+// real N, a Graph Challenge layer.
 #include "sparsert/codegen/assembler.hpp"
 #include "sparsert/codegen/heuristic.hpp"
 #include "sparsert/codegen/spmm.hpp"
@@ -22,6 +23,7 @@ struct Result {
   std::string entry;
   ResourceUsage usage;
   double seconds;
+  bool block_functions;  // the entry calls its row blocks' functions: its stack is their frames
 };
 
 // Emits with the default heuristic and assembles every entry for both targets, two at a time (the machine's cores).
@@ -46,7 +48,7 @@ std::vector<Result> assemble_all(const CsrMatrix& a, int32_t n, const std::strin
       const auto& [target, e] = work[i];
       Assembled r = Assembler::instance().assemble(e.ptx, target, e.name);
       std::lock_guard<std::mutex> lock(mu);
-      out.push_back({e.name + "@" + target.name(), r.usage, r.seconds});
+      out.push_back({e.name + "@" + target.name(), r.usage, r.seconds, e.block_functions});
     }
   };
   std::vector<std::thread> threads;
@@ -61,7 +63,7 @@ void expect_clean(const std::vector<Result>& results, const std::string& what) {
   for (const Result& r : results) {
     EXPECT_EQ(r.usage.spill_store_bytes, 0) << what << " " << r.entry;
     EXPECT_EQ(r.usage.spill_load_bytes, 0) << what << " " << r.entry;
-    EXPECT_EQ(r.usage.stack_bytes, 0) << what << " " << r.entry;
+    if (!r.block_functions) EXPECT_EQ(r.usage.stack_bytes, 0) << what << " " << r.entry;
     EXPECT_GT(r.usage.registers, 0) << what << " " << r.entry;
     EXPECT_LE(r.usage.registers, 255) << what << " " << r.entry;
   }

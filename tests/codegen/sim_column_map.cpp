@@ -15,6 +15,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -76,11 +78,13 @@ MapResult run_mapped(const SpmmKernel& k, const DenseTensor& b, const std::vecto
   return r;
 }
 
-SpmmKernel emit_mapped(const CsrMatrix& a, const TileParams& t, int32_t ld, const Epilogue& ep) {
+SpmmKernel emit_mapped(const CsrMatrix& a, const TileParams& t, int32_t ld, const Epilogue& ep,
+                       std::optional<bool> block_functions = std::nullopt) {
   SpmmOptions opt;
   opt.tile = t;
   opt.ld = ld;
   opt.epilogue = ep;
+  opt.block_functions = block_functions;
   opt.live_flags = opt.device_n = opt.column_map = true;
   return emit_spmm(a, inspector::make_plan(a, t.plan), Target::parse("sm_90"), opt);
 }
@@ -121,8 +125,11 @@ TEST(CodegenColumnMap, GathersTheMappedColumnsAndTheLastBlockCompactsTheMap) {
     for (const Epilogue& ep : epilogues) {
       const std::string what = fmt::format("{}x{} n={}/{} mb={} gy={} tile={} bias={}", c.m, c.k, c.n, c.ld,
                                            c.m_blocks, c.gy, c.n_tile, ep.bias.empty() ? 0.0f : ep.bias[0]);
-      const SpmmKernel k = emit_mapped(a, t, c.ld, ep);
+      // The second epilogue with each row block in a function: the compaction stays in the entry, after the calls.
+      const bool functions = &ep == &epilogues[1];
+      const SpmmKernel k = emit_mapped(a, t, c.ld, ep, functions ? std::optional<bool>(true) : std::nullopt);
       ASSERT_GE(k.entries.size(), 2u) << what;
+      for (const SpmmEntry& e : k.entries) EXPECT_EQ(e.block_functions, functions) << what;
       MapResult r;
       try {
         r = run_mapped(k, b, map);

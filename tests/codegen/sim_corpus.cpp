@@ -12,6 +12,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <optional>
 
 using namespace sparsert;
 using namespace sparsert::codegen;
@@ -33,12 +34,19 @@ DenseTensor random_b(int32_t k, int32_t ld, uint64_t seed) {
 
 // Emits with `tile`, runs n columns in ptxsim, compares with the reference; returns the instruction counts.
 ptxsim::InstrCounts check(const CsrMatrix& a, const TileParams& tile, int32_t ld, int32_t n, const Epilogue& ep,
-                          const std::string& what, const Target& target = Target::parse("sm_90")) {
+                          const std::string& what, const Target& target = Target::parse("sm_90"),
+                          std::optional<bool> block_functions = std::nullopt) {
   SpmmOptions opt;
   opt.tile = tile;
   opt.ld = ld;
   opt.epilogue = ep;
+  opt.block_functions = block_functions;
   const SpmmKernel k = emit_spmm(a, inspector::make_plan(a, tile.plan), target, opt);
+  for (const SpmmEntry& e : k.entries) {
+    if (!block_functions) continue;
+    EXPECT_EQ(e.block_functions, *block_functions) << what;
+    EXPECT_EQ(e.ptx.find("call.uni") != std::string::npos, *block_functions) << what;
+  }
   const DenseTensor b = random_b(a.cols, ld, 99);
   try {
     sparsert::testing::SimResult r = run_in_ptxsim(k, b, n);
@@ -98,11 +106,12 @@ TEST(SimCorpus, RandomShapesAndTileParameters) {
     t.weights = c.w;
     t.max_fmas_per_entry = 2000;  // the larger layers in several entries
     t.max_entries = 0;
-    for (const Epilogue& ep : eps) {
-      check(a, t, c.ld, c.n, ep,
-            fmt::format("{}x{} s={} n={}/{} mb={} gy={} tile={}x{} {}", c.m, c.k, c.sparsity, c.n, c.ld, c.m_blocks,
-                        c.gy, c.n_tile, c.cpt, to_string(c.w)));
-    }
+    const std::string what = fmt::format("{}x{} s={} n={}/{} mb={} gy={} tile={}x{} {}", c.m, c.k, c.sparsity, c.n,
+                                         c.ld, c.m_blocks, c.gy, c.n_tile, c.cpt, to_string(c.w));
+    for (const Epilogue& ep : eps) check(a, t, c.ld, c.n, ep, what);
+    // Each row block's code in a function of its own (what entries above kBlockFunctionFmas get): the same results,
+    // the preamble's registers passed in, predicates as words, returns from every exit of the block's code.
+    check(a, t, c.ld, c.n, eps[2], what + " block functions", Target::parse("sm_90"), true);
   }
 }
 

@@ -281,3 +281,56 @@ CHECK-NOT: ret;
     EXPECT_EQ(filecheck(ptx, patterns), "") << target.name() << "\n" << ptx;
   }
 }
+
+// SpmmOptions::block_functions: each row block's code is a .func before the entry, taking the preamble's registers
+// it reads (a predicate as a .b32 word); the entry's dispatch calls it and goes to $done. Every target.
+TEST(EmitGolden, BlockFunctionsAreCalledFromTheDispatch) {
+  for (const Target& target : Target::all()) {
+    TileParams t = single_block();
+    t.plan.m_blocks = 2;
+    SpmmOptions opt;
+    opt.tile = t;
+    opt.ld = 40;
+    opt.epilogue = {{0.5f, -1.0f, 0.0f}, Activation::kRelu, 32.0f};
+    opt.name = "tiny";
+    opt.block_functions = true;
+    const CsrMatrix a = tiny();
+    const SpmmKernel k = emit_spmm(a, inspector::make_plan(a, t.plan), target, opt);
+    ASSERT_EQ(k.entries.size(), 1u);
+    EXPECT_TRUE(k.entries[0].block_functions);
+    const std::string& ptx = k.entries[0].ptx;
+    const std::string patterns = R"(
+CHECK: .address_size 64
+CHECK-NOT: .entry
+CHECK: .func tiny_e0_b0(.reg .b32 %in0, .reg .b64 %in1, .reg .b64 %in2)
+CHECK-NEXT: {
+CHECK: setp.ne.u32 %p2, %in0, 0;
+CHECK-NEXT: mov.b64 %rd8, %in1;
+CHECK-NEXT: mov.b64 %rd9, %in2;
+CHECK: // block 0: rows
+CHECK: fma.rn.f32
+CHECK: bra.uni $return;
+CHECK: $return:
+CHECK-NEXT: ret;
+CHECK-NEXT: }
+CHECK: .func tiny_e0_b1(
+CHECK: $return:
+CHECK-NEXT: ret;
+CHECK: // launch: grid = (ceil(N / 32), 2, 1), block = (32, 1, 1), static shared = 0 bytes
+CHECK: // each row block's code is the function tiny_e0_b<block> above, called from the dispatch
+CHECK-NEXT: .visible .entry tiny_e0(
+CHECK-NOT: fma.rn.f32
+CHECK: , 1, 0, %p2;
+CHECK: // dispatch on the row block
+CHECK: $b0:
+CHECK-NEXT: call.uni tiny_e0_b0, (%r
+CHECK-NEXT: bra.uni $done;
+CHECK: $b1:
+CHECK-NEXT: call.uni tiny_e0_b1, (
+CHECK-NEXT: bra.uni $done;
+CHECK: $done:
+CHECK-NEXT: ret;
+)";
+    EXPECT_EQ(filecheck(ptx, patterns), "") << target.name() << "\n" << ptx;
+  }
+}

@@ -30,7 +30,7 @@ const char* const kLinkerOnly =
 
 TEST(ResourceReport, PtxasReportIsReadForTheNamedEntryOnly) {
   const ResourceUsage a = parse_resource_report(kPtxasAndLinker, "sparsert_l1_e1");
-  EXPECT_EQ(a.registers, 40);
+  EXPECT_EQ(a.registers, 41);  // the linked kernel's, from the summary
   EXPECT_EQ(a.stack_bytes, 8);
   EXPECT_EQ(a.spill_store_bytes, 4);
   EXPECT_EQ(a.spill_load_bytes, 12);
@@ -60,6 +60,38 @@ TEST(ResourceReport, LocalMemoryInTheSummaryCountsAsSpills) {
   EXPECT_EQ(u.registers, 255);
   EXPECT_EQ(u.spill_store_bytes, 16);
   EXPECT_EQ(u.spill_load_bytes, 0);
+}
+
+// An entry that calls its row blocks' functions (SpmmOptions::block_functions), as this machine's nvJitLink 13.0
+// reported it: ptxas's count for the entry is of the entry alone (24), the summary's of the linked kernel (62), whose
+// stack is the calls' frames; spills are every function's of this entry (sparsert_l3_e0_b<block>) and no other's.
+const char* const kBlockFunctions =
+    "ptxas info    : 0 bytes gmem\n"
+    "ptxas info    : Compiling entry function 'sparsert_l3_e0' for 'sm_90'\n"
+    "ptxas info    : Function properties for sparsert_l3_e0\n"
+    "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+    "ptxas info    : Used 24 registers, used 0 barriers, 7056 bytes smem\n"
+    "ptxas info    : Function properties for sparsert_l3_e0_b0\n"
+    "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+    "ptxas info    : Function properties for sparsert_l3_e0_b17\n"
+    "    0 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n"
+    "ptxas info    : Function properties for sparsert_l3_e0_bias\n"
+    "    0 bytes stack frame, 100 bytes spill stores, 100 bytes spill loads\n"
+    "info    : 0 bytes gmem\n"
+    "info    : Function properties for 'sparsert_l3_e0':\n"
+    "info    : used 62 registers, used 1 barriers, 64 stack, 8080 bytes smem, 548 bytes cmem[0], 0 bytes lmem\n";
+
+TEST(ResourceReport, BlockFunctionsCountInTheLinkedKernel) {
+  const ResourceUsage u = parse_resource_report(kBlockFunctions, "sparsert_l3_e0");
+  EXPECT_EQ(u.registers, 62);
+  EXPECT_EQ(u.stack_bytes, 64);
+  EXPECT_EQ(u.spill_store_bytes, 8);
+  EXPECT_EQ(u.spill_load_bytes, 4);
+  EXPECT_TRUE(u.spills());
+  // The same log without b17's spills: a call stack alone is not a spill.
+  std::string clean = kBlockFunctions;
+  clean.replace(clean.find("8 bytes spill stores, 4 bytes"), 29, "0 bytes spill stores, 0 bytes");
+  EXPECT_FALSE(parse_resource_report(clean, "sparsert_l3_e0").spills());
 }
 
 TEST(ResourceReport, AbsentEntryIsAnInternalError) {

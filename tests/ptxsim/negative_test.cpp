@@ -158,7 +158,13 @@ TEST(PtxsimNegative, UnknownModifier) {
 TEST(PtxsimNegative, UnknownDirectiveAndUnsupportedFeatures) {
   DeviceMemory mem;
   expect_sim_error([&] { Module(mem, kernel(".weird 3;\nret;"), "dir.ptx"); }, ErrorKind::Unsupported, 8);
-  expect_sim_error([&] { Module(mem, ".version 8.0\n.target sm_90\n.address_size 64\n.func f()\n{\nret;\n}\n", "func.ptx"); },
+  // Device functions are inlined; a return value, .param parameters and predicate parameters are not supported.
+  const std::string module = ".version 8.0\n.target sm_90\n.address_size 64\n";
+  expect_sim_error([&] { Module(mem, module + ".func (.param .b32 r) f()\n{\nret;\n}\n", "func.ptx"); },
+                   ErrorKind::Unsupported, 4);
+  expect_sim_error([&] { Module(mem, module + ".func f(.param .b32 a)\n{\nret;\n}\n", "func.ptx"); },
+                   ErrorKind::Unsupported, 4);
+  expect_sim_error([&] { Module(mem, module + ".func f(.reg .pred %a)\n{\nret;\n}\n", "func.ptx"); },
                    ErrorKind::Unsupported, 4);
   expect_sim_error([&] { Module(mem, ".version 6.4\n.target sm_90\n.address_size 64\n", "old.ptx"); },
                    ErrorKind::Unsupported, 1);

@@ -16,9 +16,12 @@ struct ResourceUsage {
   int registers = 0;
   int spill_store_bytes = 0;
   int spill_load_bytes = 0;
+  // The linked kernel's call stack: the frames of the block functions it calls (SpmmOptions::block_functions), which
+  // save registers the call convention asks them to keep; 0 for a kernel without calls. Not a spill.
   int stack_bytes = 0;
   int shared_bytes = 0;
   int constant_bytes = 0;  // user constant bank (bank 3 on recent targets)
+  bool spills() const { return spill_store_bytes + spill_load_bytes > 0; }
   bool operator==(const ResourceUsage&) const = default;
 };
 

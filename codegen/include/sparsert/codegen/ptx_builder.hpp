@@ -72,6 +72,15 @@ struct ThreadCount {
 // Throws InternalError unless `name` is a PTX identifier (letters, digits, _ and $, not starting with a digit).
 std::string entry_signature(std::string_view name, std::span<const EntryParam> params, ThreadCount threads);
 
+// The signature of a device function whose parameters are registers, up to and including the brace that opens its
+// body: `.func NAME(.reg .b64 %in0, .reg .b32 %in1, ...)\n{\n`, one per entry of `params` in order, named %in0,
+// %in1, ... A predicate cannot be passed (the call ABI has no 1-bit parameters): it is a .b32 parameter, 0 or 1.
+std::string function_signature(std::string_view name, std::span<const Reg> params);
+// The name of function parameter i ("%in3").
+std::string function_param(size_t i);
+// The builder's registers named in PTX text (%p, %r, %rd, %f and a number), each once, by class and number.
+std::vector<Reg> registers_in(std::string_view text);
+
 // `text` as a PTX identifier: every character other than an ASCII letter, digit or _ becomes _, and a leading digit
 // gets a _ before it ("conv1-1/a.b" -> "conv1_1_a_b", "1x1" -> "_1x1", "" -> "__"). Layer names come from users;
 // kernel symbols must assemble.

@@ -10,13 +10,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace sparsert::codegen {
 
 // Bumped whenever the generated code changes: it is part of every cache key.
-inline constexpr const char* kGeneratorVersion = "sparsert-spmm/3";
+inline constexpr const char* kGeneratorVersion = "sparsert-spmm/4";
+
+// Entries with more fmas than this put each row block's code in a function of its own (SpmmOptions::block_functions):
+// nvJitLink's time grows faster than linearly with the size of a function (a 205K-fma entry: 44 s and 2.1 GB as one
+// function, 14 s and 0.37 GB as 128). Smaller entries, such as the Graph Challenge's, stay one function as measured.
+inline constexpr int64_t kBlockFunctionFmas = 32768;
 
 struct SpmmOptions {
   TileParams tile;
@@ -43,6 +50,10 @@ struct SpmmOptions {
   // A convolution (virtual im2col, runtime/conv.hpp): A is the im2col weight matrix, column n of B and C is output
   // pixel n, B and C are the layer's bordered NCHW buffers and ld is the pixel count. Needs cols_per_thread = 1.
   std::optional<ConvLayout> conv;
+  // Each row block's code in a .func of its own, called from the entry's dispatch with the preamble's registers it
+  // reads: the same instructions, assembled a function at a time. Unset: where the entry has more than
+  // kBlockFunctionFmas fmas.
+  std::optional<bool> block_functions;
 };
 
 // One .entry in its own PTX module: a contiguous range of the plan's row blocks.
@@ -54,6 +65,7 @@ struct SpmmEntry {
   int64_t fmas = 0;         // fma/mul instructions in the body (nonzeros × cols_per_thread)
   int32_t shared_bytes = 0;
   WeightPlacement weights = WeightPlacement::kImmediate;  // what this entry actually uses
+  bool block_functions = false;  // each row block's code is a function (SpmmOptions::block_functions)
 };
 
 struct SpmmKernel {
