@@ -3,7 +3,7 @@
 #
 #   bash scripts/gpu_checks.sh STAGE [BUILD_DIR] [OUT_DIR]
 #
-# STAGE: info | tests | bench-rn50 | bench-rest | bench-entries | graphchallenge | tune | tune-gc | ncu-gc | gc65536 |
+# STAGE: info | tests | bench-rn50 | bench-rest | bench-entries | bench-functions | graphchallenge | tune | tune-gc | ncu-gc | gc65536 |
 #   gc65536-1920 | all
 #   (not part of all: ncu-gc, Nsight Compute's kernel times of the 1200-input Graph Challenge run; gc65536 and
 #   gc65536-1920, the synthetic 65536-neuron networks of 120 and 1920 layers, each in a device call of its own)
@@ -20,7 +20,7 @@
 # (`sparsert bench` itself fails only when sparsert misses the reference; a baseline that misses is noted and passes.)
 set -euo pipefail
 
-stage=${1:?usage: gpu_checks.sh info|tests|bench-rn50|bench-rest|bench-entries|graphchallenge|tune|tune-gc|ncu-gc|gc65536|gc65536-1920|all [BUILD_DIR] [OUT_DIR]}
+stage=${1:?usage: gpu_checks.sh info|tests|bench-rn50|bench-rest|bench-entries|bench-functions|graphchallenge|tune|tune-gc|ncu-gc|gc65536|gc65536-1920|all [BUILD_DIR] [OUT_DIR]}
 build=${2:-build}
 out=${3:-${OUT:-gpu-results}}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -105,6 +105,15 @@ case $stage in
     done
     step "$sparsert" bench --suite transformer --device cuda --repeats 20 --max-entries 8 --data "$data" \
       -o "$out/transformer-cuda-e8.json"
+    ;;
+  bench-functions)
+    # What a function per row block costs at run time (since 2026-11-25 every entry above 32768 fmas has them, for a
+    # compile several times faster; docs/codegen.md, "Block functions"): the same kernels as one function each,
+    # against bench-rn50's and bench-rest's files. rn50's N = 49 layers and the transformer's are the ones cut.
+    step "$sparsert" bench --suite rn50-0.9 --device cuda --repeats 20 --block-functions off --data "$data" \
+      -o "$out/rn50-0.9-cuda-nofunc.json"
+    step "$sparsert" bench --suite transformer --device cuda --repeats 20 --block-functions off --data "$data" \
+      -o "$out/transformer-cuda-nofunc.json"
     ;;
   graphchallenge)
     gc=$data/graphchallenge
@@ -211,7 +220,7 @@ case $stage in
     ;;
   all)
     # Each stage in its own process and log; a failed one is listed, and the next one runs.
-    for s in info tests bench-rn50 bench-rest bench-entries graphchallenge tune tune-gc; do
+    for s in info tests bench-rn50 bench-rest bench-entries bench-functions graphchallenge tune tune-gc; do
       rc=0
       bash "$0" "$s" "$build" "$out" || rc=$?
       (( rc == 0 )) || failed+=("$s (exit $rc, see $out/$s.log)")

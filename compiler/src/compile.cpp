@@ -288,7 +288,8 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
   auto baked_key = [&](const Job& job) {
     const LoadedLayer& l = layers[job.layer];
     return conv_key(kernel_cache_key(l.matrix(), epilogue_of(l.desc), job.tile, l.desc.n, job.target, toolkit,
-                                     options.live_flags, options.device_n, options.column_map),
+                                     options.live_flags, options.device_n, options.column_map,
+                                     options.block_functions),
                     l.conv);
   };
   for (size_t li = 0; li < layers.size(); ++li) {
@@ -387,6 +388,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     opt.live_flags = options.live_flags;
     opt.device_n = options.device_n;
     opt.column_map = options.column_map;
+    opt.block_functions = options.block_functions;
     opt.conv = l.conv;
     job.kernel = codegen::emit_spmm(l.matrix(), inspector::make_plan(l.matrix(), job.tile.plan), job.target, opt);
     job.emit_seconds += since(te);

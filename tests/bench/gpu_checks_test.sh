@@ -59,10 +59,11 @@ for call in 'bench --suite rn50-0.9 ' 'bench --suite rn50-0.95 ' 'bench --suite 
   'graphchallenge .*--replicate 1 --device cuda --compaction kernel' \
   'graphchallenge .*--replicate 1 --device cuda --max-entries 8' 'tune .*n1024-l100\.tsv --n 950 --mode gpu' \
   'tune .*n1024-l100\.tsv --n 60000 --mode gpu' 'bench --suite rn50-0\.9 .*--max-entries 8 ' \
-  'bench --suite rn50-0\.9 .*--max-entries 2 ' 'bench --suite transformer .*--max-entries 8 '; do
+  'bench --suite rn50-0\.9 .*--max-entries 2 ' 'bench --suite transformer .*--max-entries 8 ' \
+  'bench --suite rn50-0\.9 .*--block-functions off ' 'bench --suite transformer .*--block-functions off '; do
   check "ran: $call" grep -q -E "^$call" "$CALLS"
 done
-check "twenty-one sparsert calls" test "$(wc -l < "$CALLS")" -eq 21
+check "twenty-three sparsert calls" test "$(wc -l < "$CALLS")" -eq 23
 check "all.log names bench-rn50" grep -q -E '^  - bench-rn50 \(exit 1' "$out/all.log"
 check "all.log names graphchallenge" grep -q -E '^  - graphchallenge \(exit 1' "$out/all.log"
 check "all.log names only the two failed stages" test "$(grep -c '^  - ' "$out/all.log")" -eq 2

@@ -1066,6 +1066,45 @@ TEST(CompileRun, MaxEntriesFromTheCliRanksAndSplits) {
   }
 }
 
+// `compile --block-functions on|off|auto`: each row block of a baked entry in a function of its own, or not; auto
+// follows codegen's rule (this layer's one entry is below kBlockFunctionFmas, so none). Each setting is its own cache
+// entry (else "on" after "auto" would find auto's kernel), and every package runs to the reference through the
+// emulated driver.
+TEST(CompileRun, BlockFunctionsFromTheCliAreBuiltCachedApartAndRun) {
+  ScratchDir dir;
+  const CacheDir cache_dir(dir / "cache");
+  CsrMatrix a = inspector::generate_pruned_gaussian(512, 160, 0.7, 31);  // about 24 600 nonzeros
+  for (float& v : a.values) v *= 0.1f;
+  inspector::save_matrix(dir / "w.mtx", a);
+  const std::string net =
+      dir.write("net.json", R"({"format": "sparsert-network/1", "layers": [{"weights": "w.mtx", "n": 8}]})").string();
+  const auto layers = load_network(read_network(net));
+  const DenseTensor x = input(160, 8);
+  ASSERT_LT(a.nnz(), codegen::kBlockFunctionFmas);
+  for (const std::string setting : {"auto", "on", "off", "on"}) {
+    const std::filesystem::path out = dir / ("pkg-" + setting);
+    std::filesystem::remove_all(out);
+    std::string err;
+    ASSERT_EQ(cli(fmt::format("compile {} -o {} --target sm_90 --ptx-only --no-tuning-db --kernel baked -q "
+                              "--block-functions {}", net, out.string(), setting),
+                  &err),
+              0)
+        << err;
+    const Package pkg = load_package(out);
+    ASSERT_EQ(pkg.layers.size(), 1u);
+    for (const PackageEntry& e : pkg.layers[0].entries) {
+      std::ifstream in(out / e.ptx.at("sm_90"));
+      const std::string ptx((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      ASSERT_FALSE(ptx.empty()) << setting;
+      EXPECT_EQ(ptx.find("call.uni") != std::string::npos, setting == "on") << setting;
+    }
+    EXPECT_LE(max_relative_error(GpuNetwork(pkg).run(x), reference(layers, x)), 1e-5) << setting;
+  }
+  std::string err;
+  EXPECT_EQ(cli(fmt::format("compile {} -o {} --block-functions sometimes", net, (dir / "bad").string()), &err), 2);
+  EXPECT_NE(err.find("--block-functions"), std::string::npos) << err;
+}
+
 // At N = 1 (a sparse GEMV, like ResNet-50's final layer at batch 1) the model picks the row-split layout of the
 // streamed kernel; the package records it in the layer's tile, passes its two arrays, and runs to the reference.
 TEST(CompileRun, ModelStreamsGemvLayersRowSplit) {

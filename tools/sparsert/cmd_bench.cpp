@@ -28,6 +28,7 @@ struct BenchArgs {
   std::string data;
   int gc_layers = 12;
   std::optional<int32_t> max_entries;
+  std::string block_functions = "auto";
   std::vector<std::string> report;
   std::string output;
 };
@@ -83,8 +84,13 @@ int run_bench(const BenchArgs& a) {
   const bool conv = bench::is_conv_suite(a.suite);
   SPARSERT_USER_CHECK(!a.max_entries || (a.device == "cuda" && !conv), "--max-entries",
                       "applies to sparsert's baked SpMM kernels on the GPU (--device cuda, not a convolution suite)");
+  SPARSERT_USER_CHECK(a.block_functions == "auto" || (a.device == "cuda" && !conv), "--block-functions",
+                      "applies to sparsert's baked SpMM kernels on the GPU (--device cuda, not a convolution suite)");
+  const std::optional<bool> block_functions =
+      a.block_functions == "auto" ? std::nullopt : std::optional<bool>(a.block_functions == "on");
   bench::MethodSet methods =
-      a.device == "cuda" ? (conv ? bench::conv_gpu_methods(scratch) : bench::gpu_methods(scratch, a.max_entries))
+      a.device == "cuda" ? (conv ? bench::conv_gpu_methods(scratch)
+                                 : bench::gpu_methods(scratch, a.max_entries, block_functions))
                          : (conv ? bench::conv_cpu_methods(a.threads) : bench::cpu_methods(a.threads));
   for (const auto& u : methods.unavailable) fmt::print("note: {} not measured: {}\n", u.method, u.reason);
 
@@ -152,6 +158,11 @@ Action add_bench(CLI::App& app) {
                   "cuda: sparsert's baked kernels ranked and built in at most this many entries (0: no limit; "
                   "default: the tile's, 1)")
       ->check(CLI::Range(0, 1 << 20));
+  sub->add_option("--block-functions", args->block_functions,
+                  "cuda: sparsert's baked entries with a function per row block (on), without (off), or by codegen's "
+                  "rule (auto: entries above 32768 fmas)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->default_val("auto");
   sub->add_option("--report", args->report, "Results files to turn into the Markdown report (-o)")->expected(1, -1);
   sub->add_option("-o,--output", args->output, "results.json, or with --report the Markdown file")->required();
   return [args, sub] {
@@ -160,6 +171,8 @@ Action add_bench(CLI::App& app) {
     if (!args->report.empty()) {
       SPARSERT_USER_CHECK(args->suite.empty(), "--report", "cannot be combined with --suite");
       SPARSERT_USER_CHECK(!args->max_entries, "--max-entries", "applies to a run (--suite), not to --report");
+      SPARSERT_USER_CHECK(args->block_functions == "auto", "--block-functions",
+                          "applies to a run (--suite), not to --report");
       return report(*args);
     }
     return run_bench(*args);

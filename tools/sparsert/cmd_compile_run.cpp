@@ -44,6 +44,7 @@ struct CompileArgs {
   bool no_tuning_db = false;
   std::string tuning_db;
   std::optional<int32_t> max_entries;
+  std::string block_functions = "auto";
 };
 
 struct RunArgs {
@@ -186,6 +187,11 @@ Action add_compile(CLI::App& app) {
                   "Every baked layer in at most this many kernels launched side by side (each one beyond the first "
                   "cost about 1.6 us on an H100; fewer take longer to assemble; 0: no limit; default: the tile's, 1)")
       ->check(CLI::Range(0, 1 << 20));
+  sub->add_option("--block-functions", args->block_functions,
+                  "Each row block of a baked entry in a function of its own, which assembles several times faster: "
+                  "auto (entries above 32768 fmas), on or off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->default_val("auto");
   return [args] {
     SPARSERT_USER_CHECK(!args->network.empty() || !args->gc_dir.empty(), "compile",
                         "give a network description (.json) or --graphchallenge DIR");
@@ -201,6 +207,7 @@ Action add_compile(CLI::App& app) {
     opt.progress = !args->quiet;
     if (args->kernel != "auto") opt.kernel_kind = codegen::parse_kernel_kind(args->kernel, "--kernel");
     opt.max_entries = args->max_entries;
+    if (args->block_functions != "auto") opt.block_functions = args->block_functions == "on";
     SPARSERT_USER_CHECK(!(args->tune && args->no_tuning_db), "--tune", "cannot be combined with --no-tuning-db");
     if (!args->no_tuning_db) {
       const std::filesystem::path db_path =

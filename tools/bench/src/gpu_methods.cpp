@@ -563,9 +563,11 @@ class Cudnn final : public GpuMethod {
 #if SPARSERT_BENCH_HAVE_COMPILER
 class SparsertGpu final : public GpuMethod {
  public:
-  SparsertGpu(std::shared_ptr<Gpu> gpu, std::filesystem::path scratch, std::optional<int32_t> max_entries = {})
+  SparsertGpu(std::shared_ptr<Gpu> gpu, std::filesystem::path scratch, std::optional<int32_t> max_entries = {},
+              std::optional<bool> block_functions = {})
       : GpuMethod(std::move(gpu)), scratch_(std::move(scratch)),
-        target_(codegen::Target::newest_for(gpu_->info.sm(), gpu_->info.name)), max_entries_(max_entries) {}
+        target_(codegen::Target::newest_for(gpu_->info.sm(), gpu_->info.name)), max_entries_(max_entries),
+        block_functions_(block_functions) {}
   static constexpr int kIsolatedRuns = 50;
   std::string name() const override { return "sparsert-gpu"; }
   std::string detail() const override { return detail_; }
@@ -621,6 +623,7 @@ class SparsertGpu final : public GpuMethod {
     compiler::CompileOptions o;
     o.targets = {target_};
     o.progress = false;
+    o.block_functions = block_functions_;
     // A convolution takes codegen's rules (the model ranks plain SpMM kernels); anything else the kernel the static
     // model ranks fastest, every baked candidate ranked and built in at most --max-entries entries.
     if (!p.conv) try {
@@ -661,6 +664,7 @@ class SparsertGpu final : public GpuMethod {
   std::filesystem::path scratch_;
   codegen::Target target_;
   std::optional<int32_t> max_entries_;
+  std::optional<bool> block_functions_;
   std::filesystem::path dir_;
   int counter_ = 0;
   std::unique_ptr<GpuNetwork> net_;
@@ -717,19 +721,21 @@ std::string resolve_cusparse(const std::string& path) { return resolve<CusparseA
 std::string resolve_cudnn(const std::string& path) { return resolve<CudnnApi>(path, bind_cudnn); }
 }  // namespace vendor
 
-MethodSet gpu_methods(const std::filesystem::path& scratch_dir, std::optional<int32_t> max_entries) {
+MethodSet gpu_methods(const std::filesystem::path& scratch_dir, std::optional<int32_t> max_entries,
+                      std::optional<bool> block_functions) {
   std::string why;
   if (!cuda::Driver::available(&why)) throw cuda::DriverUnavailable("--device cuda", why);
   auto gpu = std::make_shared<Gpu>();
   MethodSet set;
 #if SPARSERT_BENCH_HAVE_COMPILER
-  set.methods.push_back(std::make_unique<SparsertGpu>(gpu, scratch_dir, max_entries));
+  set.methods.push_back(std::make_unique<SparsertGpu>(gpu, scratch_dir, max_entries, block_functions));
   set.subject = "sparsert-gpu";
   set.notes["sparsert-gpu"] = fmt::format("compile_network + GpuNetwork (CUDA Graph replay) on {} (sm_{}), driver {}",
                                           gpu->info.name, gpu->info.sm(), cuda::Driver::get().library());
 #else
   (void)scratch_dir;
   (void)max_entries;
+  (void)block_functions;
   throw UserError("--device cuda", "this sparsert was built without the compiler layer");
 #endif
   std::string cublas_why;

@@ -65,6 +65,9 @@ struct CompileOptions {
   // Where set, every baked kernel in at most this many entries (TileParams::max_entries), whatever its tile says:
   // fewer, larger entries launch fewer kernels side by side and take longer to assemble.
   std::optional<int32_t> max_entries;
+  // Where set, every baked entry with (true) or without (false) a function per row block
+  // (codegen::SpmmOptions::block_functions); unset: codegen's rule, by the entry's size. In the cache key when set.
+  std::optional<bool> block_functions;
   std::filesystem::path cache_dir = KernelCache::default_dir();
   // Streamed layers are written without their weights: no arrays and no weights file (PackageLayer::arrays_at_load),
   // so the loader packs them (GpuRunOptions::streamed_arrays). For networks too large to write twice; such a package

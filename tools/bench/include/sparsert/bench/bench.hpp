@@ -117,8 +117,10 @@ MethodSet cpu_methods(int threads);
 // generated kernels through compile_network and GpuNetwork. Throws cuda::DriverUnavailable (a UserError) when no
 // driver can be loaded; a missing cuBLAS or cuSPARSE only makes that baseline unavailable. max_entries, where set:
 // sparsert's baked kernels ranked and built in at most that many entries (TileParams::max_entries; 0: no limit),
-// else the tile's own (1).
-MethodSet gpu_methods(const std::filesystem::path& scratch_dir, std::optional<int32_t> max_entries = std::nullopt);
+// else the tile's own (1); block_functions, where set: every baked entry with or without a function per row block
+// (compiler::CompileOptions::block_functions), else codegen's rule.
+MethodSet gpu_methods(const std::filesystem::path& scratch_dir, std::optional<int32_t> max_entries = std::nullopt,
+                      std::optional<bool> block_functions = std::nullopt);
 
 // Convolutions on the CPU: sparsert's CpuConv (virtual im2col, runtime/src/cpu_conv.cpp) against an explicit im2col
 // followed by OpenBLAS SGEMM on the dense A and by Eigen's sparse × dense product, every step on `threads` threads.
