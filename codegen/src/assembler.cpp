@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
@@ -135,7 +136,7 @@ std::string Assembler::version() const {
   return fmt::format("{}.{}", major, minor);
 }
 
-ResourceUsage parse_resource_report(const std::string& log, const std::string& entry) {
+ResourceUsage parse_resource_report(const std::string& log, const std::string& entry, bool calls) {
   // ptxas prints, per function (the entry, and the block functions it calls: SpmmOptions::block_functions):
   //   ptxas info    : Compiling entry function 'NAME' for 'sm_90'
   //   ptxas info    : Function properties for NAME
@@ -176,17 +177,24 @@ ResourceUsage parse_resource_report(const std::string& log, const std::string& e
   if (ptxas) {
     // The entry's and its block functions' (ENTRY_b<block>, codegen's names) spills.
     const std::regex spills(R"(Function properties for (\S+)\n\s*\d+ bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
-    const std::regex callee(fmt::format("{}_b[0-9]+", entry));
+    auto callee = [&](const std::string& name) {
+      const std::string prefix = entry + "_b";
+      return name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
+             std::all_of(name.begin() + static_cast<std::ptrdiff_t>(prefix.size()), name.end(),
+                         [](char c) { return c >= '0' && c <= '9'; });
+    };
     for (auto it = std::sregex_iterator(log.begin(), log.end(), spills); it != std::sregex_iterator(); ++it) {
       const std::string name = (*it)[1];
-      if (name != entry && !std::regex_match(name, callee)) continue;
+      if (name != entry && !callee(name)) continue;
       u.spill_store_bytes += std::stoi((*it)[2]);
       u.spill_load_bytes += std::stoi((*it)[3]);
     }
   } else {
     // Our kernels keep nothing in local memory but spills, so local memory is what spilled (counted once, as
-    // stores: what is stored is loaded again).
+    // stores: what is stored is loaded again). ptxas keeps spills in the stack frame too, so without calls a stack
+    // is spills; with them it is the calls' frames.
     find_int(part, R"((\d+) bytes lmem)", u.spill_store_bytes);
+    if (!calls) u.spill_store_bytes = std::max(u.spill_store_bytes, u.stack_bytes);
   }
   SPARSERT_INTERNAL_CHECK(u.registers > 0, "no register count for {} in the assembler log:\n{}", entry, part);
   return u;
@@ -244,7 +252,7 @@ Assembled Assembler::assemble(const std::string& ptx, const Target& target, cons
   if (r != 0) fail("nvJitLinkGetLinkedCubin", r);
   out.info_log = logs(false);
   api_->destroy(&h);
-  out.usage = parse_resource_report(out.info_log, entry);
+  out.usage = parse_resource_report(out.info_log, entry, ptx.find("\tcall.uni ") != std::string::npos);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out.toolkit_version = version();
   return out;

@@ -550,13 +550,20 @@ void Parser::inline_call(uint32_t line, std::string_view opcode) {
     expect('(');
     if (!accept(')')) {
       do {
-        const auto& [pname, pty] = f.params.size() > args.size() ? f.params[args.size()] : f.params.back();
-        (void)pname;
+        if (args.size() == f.params.size())
+          err(line, fmt::format("call to '{}' passes more than its {} arguments", name, f.params.size()));
+        const Ty pty = f.params[args.size()].second;
         Opnd o = parse_value(line);
-        if (o.kind == OK::Imm) o = fix_imm(o, pty, line);
-        else check_reg_width(o, pty, line);
+        if (o.kind == OK::Imm) {
+          o = fix_imm(o, pty, line);
+        } else if (o.kind == OK::Reg && ty_bytes(reg_types_[o.idx]) != ty_bytes(pty)) {
+          // The call ABI passes each argument at its parameter's width: no wider or narrower register.
+          err(line, fmt::format("argument '{}' of type .{} passed for a .{} parameter of '{}'",
+                                k_->reg_names[o.idx], ty_name(reg_types_[o.idx]), ty_name(pty), name));
+        } else {
+          check_reg_width(o, pty, line);
+        }
         args.push_back(o);
-        if (args.size() > f.params.size()) break;
       } while (accept(','));
       expect(')');
     }
@@ -570,6 +577,9 @@ void Parser::inline_call(uint32_t line, std::string_view opcode) {
   call.line = line;
   k_->code.push_back(call);
   auto saved_scopes = std::move(reg_scopes_);
+  // The callee sees module symbols, not the caller's (its .shared and .param variables are the entry's own).
+  auto saved_syms = std::move(kernel_syms_);
+  kernel_syms_.clear();
   const std::string saved_prefix = label_prefix_;
   const size_t saved_p = p_;
   reg_scopes_.assign(1, {});
@@ -594,6 +604,7 @@ void Parser::inline_call(uint32_t line, std::string_view opcode) {
   p_ = saved_p;
   label_prefix_ = saved_prefix;
   reg_scopes_ = std::move(saved_scopes);
+  kernel_syms_ = std::move(saved_syms);
 }
 
 void Parser::parse_pragma(uint32_t line) {

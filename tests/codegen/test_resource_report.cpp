@@ -94,6 +94,18 @@ TEST(ResourceReport, BlockFunctionsCountInTheLinkedKernel) {
   EXPECT_FALSE(parse_resource_report(clean, "sparsert_l3_e0").spills());
 }
 
+// The summary alone: ptxas keeps spills in the stack frame, so a stack with no local memory is still spills, unless
+// the kernel calls functions (then it is their frames).
+TEST(ResourceReport, AStackInTheSummaryIsSpillsUnlessTheKernelCalls) {
+  const std::string log =
+      "info    : Function properties for 'k':\n"
+      "info    : used 255 registers, used 0 barriers, 24 stack, 0 bytes smem, 372 bytes cmem[0], 0 bytes lmem\n";
+  EXPECT_EQ(parse_resource_report(log, "k").spill_store_bytes, 24);
+  EXPECT_TRUE(parse_resource_report(log, "k").spills());
+  EXPECT_FALSE(parse_resource_report(log, "k", /*calls=*/true).spills());
+  EXPECT_EQ(parse_resource_report(log, "k", true).stack_bytes, 24);
+}
+
 TEST(ResourceReport, AbsentEntryIsAnInternalError) {
   EXPECT_THROW(parse_resource_report(kLinkerOnly, "sparsert_l2_e0"), InternalError);
   EXPECT_THROW(parse_resource_report("info    : Function properties for 'k':\n", "k"), InternalError);

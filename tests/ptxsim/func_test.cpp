@@ -104,6 +104,17 @@ TEST(PtxsimFunctions, BadCallsAreOneLineErrors) {
   expect_sim_error([&] { Module(mem, with_call("call.uni g, (%r1);"), "undef.ptx"); }, ErrorKind::Parse, 12);
   expect_sim_error([&] { Module(mem, with_call("call.uni f, (%r1, %r1);"), "args.ptx"); }, ErrorKind::Parse, 12);
   expect_sim_error([&] { Module(mem, with_call("call.uni f;"), "none.ptx"); }, ErrorKind::Parse, 12);
+  // At its parameter's width only (the ABI), and a function without parameters takes no arguments.
+  const std::string wide = std::string(kHeader) + ".func f(.reg .b32 %a)\n{\n\tret;\n}\n" +
+                           ".visible .entry k()\n{\n\t.reg .b64 %rd<2>;\n\tmov.u64 %rd1, 1;\n\tcall.uni f, (%rd1);\n}\n";
+  expect_sim_error([&] { Module(mem, wide, "wide.ptx"); }, ErrorKind::Parse, 12);
+  const std::string none = std::string(kHeader) + ".func g()\n{\n\tret;\n}\n" +
+                           ".visible .entry k()\n{\n\t.reg .b32 %r<2>;\n\tmov.u32 %r1, 1;\n\tcall.uni g, (%r1);\n}\n";
+  expect_sim_error([&] { Module(mem, none, "extra.ptx"); }, ErrorKind::Parse, 12);
+  // The caller's own variables are not the callee's.
+  const std::string shared = std::string(kHeader) + ".func h()\n{\n\t.reg .b64 %rd<2>;\n\tmov.u64 %rd1, sh;\n\tret;\n}\n" +
+                             ".visible .entry k()\n{\n\t.shared .b32 sh[4];\n\tcall.uni h;\n}\n";
+  expect_sim_error([&] { Module(mem, shared, "scope.ptx"); }, ErrorKind::Parse, 7);
   const std::string recursive = std::string(kHeader) + ".func f(.reg .b32 %a)\n{\n\tcall.uni f, (%a);\n\tret;\n}\n" +
                                 ".visible .entry k()\n{\n\t.reg .b32 %r<2>;\n\tmov.u32 %r1, 1;\n\tcall.uni f, (%r1);\n}\n";
   expect_sim_error([&] { Module(mem, recursive, "rec.ptx"); }, ErrorKind::Unsupported, 6);

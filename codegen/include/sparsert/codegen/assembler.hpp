@@ -26,7 +26,10 @@ struct ResourceUsage {
 };
 
 // Parses the "ptxas info" lines of a verbose assembler log for `entry`; throws InternalError if they are absent.
-ResourceUsage parse_resource_report(const std::string& log, const std::string& entry);
+// `calls`: the entry calls functions (SpmmOptions::block_functions), so a stack is their frames, not spills. (A log
+// with ptxas's lines but no linker summary gives such an entry's registers without its callees'; nvJitLink 13 always
+// prints the summary.)
+ResourceUsage parse_resource_report(const std::string& log, const std::string& entry, bool calls = false);
 
 struct Assembled {
   std::vector<char> cubin;
