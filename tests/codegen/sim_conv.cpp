@@ -14,6 +14,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -86,7 +88,10 @@ void check_baked(const CsrMatrix& a, const ConvCase& c, const TileParams& tile, 
   opt.ld = static_cast<int32_t>(c.shape.columns());
   opt.conv = layout;
   opt.name = "conv";
+  // The two-block tiles with each row block in a function of its own (the im2col addressing is in the preamble).
+  if (tile.plan.m_blocks == 2) opt.block_functions = true;
   const SpmmKernel k = emit_spmm(a, inspector::make_plan(a, tile.plan), Target::parse("sm_90"), opt);
+  for (const SpmmEntry& e : k.entries) EXPECT_EQ(e.block_functions, tile.plan.m_blocks == 2) << what;
   Buffers buf(layout, input);
   const int32_t n = opt.ld;
   try {

@@ -16,6 +16,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <cmath>
 #include <random>
 
@@ -77,16 +79,21 @@ void check_baked(const CsrMatrix& a, const TileParams& tile, int32_t ld, int32_t
   opt.epilogue = ep;
   opt.live_flags = true;
   const inspector::WorkPlan plan = inspector::make_plan(a, tile.plan);
-  const SpmmKernel k = emit_spmm(a, plan, Target::parse("sm_90"), opt);
-  ASSERT_TRUE(k.live_flags);
-  try {
-    const sparsert::testing::SimResult r = sparsert::testing::run_in_ptxsim(k, b, n);
-    const DenseTensor want = reference_spmm(a, first_columns(b, n), ep);
-    EXPECT_LE(max_relative_error(first_columns(r.c, n), want), 1e-5) << what;
-    const int ld_count = check_flags(r.flags, want, n, ld, what);
-    if (ld_count / 1000 > 0 && ld_count % 1000 > 0) ++counted.live_and_dead_cases;
-  } catch (const ptxsim::SimError& e) {
-    ADD_FAILURE() << what << ": " << e.what();
+  // As emitted for this size, then with each row block in a function of its own (the flags are set in the functions).
+  for (const bool functions : {false, true}) {
+    opt.block_functions = functions ? std::optional<bool>(true) : std::nullopt;
+    const std::string how = what + (functions ? " block functions" : "");
+    const SpmmKernel k = emit_spmm(a, plan, Target::parse("sm_90"), opt);
+    ASSERT_TRUE(k.live_flags);
+    try {
+      const sparsert::testing::SimResult r = sparsert::testing::run_in_ptxsim(k, b, n);
+      const DenseTensor want = reference_spmm(a, first_columns(b, n), ep);
+      EXPECT_LE(max_relative_error(first_columns(r.c, n), want), 1e-5) << how;
+      const int ld_count = check_flags(r.flags, want, n, ld, how);
+      if (!functions && ld_count / 1000 > 0 && ld_count % 1000 > 0) ++counted.live_and_dead_cases;
+    } catch (const ptxsim::SimError& e) {
+      ADD_FAILURE() << how << ": " << e.what();
+    }
   }
 }
 
