@@ -203,8 +203,9 @@ ResourceUsage parse_resource_report(const std::string& log, const std::string& e
 Assembled Assembler::assemble(const std::string& ptx, const Target& target, const std::string& entry,
                               int opt_level) const {
   // Waits for memory first, so that the time reported is the assembly's own.
+  const bool calls = ptx.find("\tcall.uni ") != std::string::npos;
   const AssemblyMemoryGate::Ticket memory =
-      AssemblyMemoryGate::instance().acquire(AssemblyMemoryGate::estimate_bytes(ptx.size()));
+      AssemblyMemoryGate::instance().acquire(AssemblyMemoryGate::estimate_bytes(ptx.size(), calls));
   const auto t0 = std::chrono::steady_clock::now();
   const std::string arch = fmt::format("-arch={}", target.name());
   const std::string opt = fmt::format("-O{}", opt_level);
@@ -252,7 +253,7 @@ Assembled Assembler::assemble(const std::string& ptx, const Target& target, cons
   if (r != 0) fail("nvJitLinkGetLinkedCubin", r);
   out.info_log = logs(false);
   api_->destroy(&h);
-  out.usage = parse_resource_report(out.info_log, entry, ptx.find("\tcall.uni ") != std::string::npos);
+  out.usage = parse_resource_report(out.info_log, entry, calls);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out.toolkit_version = version();
   return out;

@@ -15,6 +15,7 @@ constexpr int64_t kMiB = int64_t{1} << 20;
 // fixed part and about 160 bytes per byte of PTX.
 constexpr int64_t kFixedBytes = 64 * kMiB;
 constexpr int64_t kBytesPerPtxByte = 160;
+constexpr int64_t kBytesPerPtxByteWithCalls = 24;
 
 int64_t mem_available_bytes() {
   std::ifstream in("/proc/meminfo");
@@ -80,8 +81,8 @@ AssemblyMemoryGate& AssemblyMemoryGate::instance() {
 
 AssemblyMemoryGate::AssemblyMemoryGate(int64_t budget_bytes) : budget_(std::max<int64_t>(budget_bytes, 0)) {}
 
-int64_t AssemblyMemoryGate::estimate_bytes(size_t ptx_bytes) {
-  return kFixedBytes + kBytesPerPtxByte * static_cast<int64_t>(ptx_bytes);
+int64_t AssemblyMemoryGate::estimate_bytes(size_t ptx_bytes, bool calls) {
+  return kFixedBytes + (calls ? kBytesPerPtxByteWithCalls : kBytesPerPtxByte) * static_cast<int64_t>(ptx_bytes);
 }
 
 AssemblyMemoryGate::Ticket AssemblyMemoryGate::acquire(int64_t bytes) {

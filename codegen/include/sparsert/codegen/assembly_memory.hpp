@@ -20,8 +20,9 @@ class AssemblyMemoryGate {
   static AssemblyMemoryGate& instance();
   explicit AssemblyMemoryGate(int64_t budget_bytes);  // <= 0: no limit
 
-  // What assembling `ptx_bytes` of PTX is expected to hold at its peak.
-  static int64_t estimate_bytes(size_t ptx_bytes);
+  // What assembling `ptx_bytes` of PTX is expected to hold at its peak; `calls`: the entry calls its row blocks'
+  // functions (SpmmOptions::block_functions), which nvJitLink compiles one at a time, in about a sixth of the memory.
+  static int64_t estimate_bytes(size_t ptx_bytes, bool calls = false);
 
   // Held while the assembly runs; releases its bytes when destroyed.
   class Ticket {
