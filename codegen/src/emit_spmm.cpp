@@ -124,13 +124,11 @@ class EntryEmitter {
     e.block_functions = opt_.block_functions.value_or(nnz * cpt_ > kBlockFunctionFmas);
     const std::string preamble_text = b_.take_body();
     // A block's function receives the preamble's registers it reads; a predicate travels as a .b32 (0 or 1), set in
-    // a register of its own before the dispatch.
-    std::vector<Reg> preamble_regs, pred_words;
+    // a register of its own (word_of, at the predicate's index in preamble_regs) before the dispatch.
+    std::vector<Reg> preamble_regs, word_of;
     if (e.block_functions) {
       preamble_regs = ptx::registers_in(preamble_text);
-      for (const Reg r : preamble_regs) {
-        if (r.cls == RegClass::kPred) pred_words.push_back(b_.reg(RegClass::kB32));
-      }
+      for (const Reg r : preamble_regs) word_of.push_back(r.cls == RegClass::kPred ? b_.reg(RegClass::kB32) : r);
     }
     // The compaction's registers must be declared with the others, before the body: written now, placed at $done.
     std::string compaction_text;
@@ -138,74 +136,67 @@ class EntryEmitter {
       emit_compaction();
       compaction_text = b_.take_body();
     }
-    b_.reserve(static_cast<size_t>(nnz * cpt_ * 60) + preamble_text.size() + const_values_.size() * 12 + 8192);
+    const size_t body_bytes = static_cast<size_t>(nnz * cpt_ * 60) + preamble_text.size() + const_values_.size() * 12;
     std::vector<int32_t> ids(static_cast<size_t>(block_end_ - block_begin_));
     std::iota(ids.begin(), ids.end(), 0);
-    if (!e.block_functions) {
-      b_.raw(module_header());
-      b_.raw(entry_header(e));
-      b_.raw(preamble_text);
-      if (skips_idle_warps() && gy_ == 1) b_.inst("bra.uni", {Symbol{"$done"}}, Guard{idle_});
-      b_.comment("dispatch on the row block");
-      dispatch(block_reg_, ids, [&](int32_t local) { return block_label(local); });
-      for (int32_t local = 0; local < block_end_ - block_begin_; ++local) emit_block(local);
-    } else {
-      // Each row block's code in a function of its own, called by the entry's dispatch: the assembler compiles a
-      // function at a time, which for an entry of hundreds of thousands of fmas is several times faster and needs a
-      // fifth of the memory (docs/codegen.md, "Block functions").
-      std::string out = module_header();
-      std::vector<std::vector<Reg>> args(ids.size());
+    // Each row block's code in a function of its own, called by the entry's dispatch: the assembler compiles a
+    // function at a time, which for an entry of hundreds of thousands of fmas is several times faster and needs a
+    // fifth of the memory (docs/codegen.md, "Block functions"). The functions come first, then the entry.
+    std::string functions;
+    std::vector<std::vector<Reg>> args(ids.size());
+    if (e.block_functions) {
+      functions.reserve(body_bytes);
       const std::string declarations = b_.declarations();
       done_ = "$return";
-      for (int32_t local = 0; local < block_end_ - block_begin_; ++local) {
-        b_.take_body();
+      for (const int32_t local : ids) {
         emit_block(local);
         const std::string region = b_.take_body();
         std::vector<Reg>& in = args[static_cast<size_t>(local)];
-        std::ranges::set_intersection(ptx::registers_in(region), preamble_regs, std::back_inserter(in),
-                                      [](Reg a, Reg b) { return std::pair(a.cls, a.id) < std::pair(b.cls, b.id); });
-        out += ptx::function_signature(block_function(local), in);
-        out += declarations;
+        std::ranges::set_intersection(ptx::registers_in(region), preamble_regs, std::back_inserter(in));
+        functions += ptx::function_signature(block_function(local), in);
+        functions += declarations;
         for (size_t i = 0; i < in.size(); ++i) {
+          const Symbol param{ptx::function_param(i)};
           if (in[i].cls == RegClass::kPred) {
-            b_.inst("setp.ne.u32", {in[i], Symbol{ptx::function_param(i)}, IntImm{0}});
+            b_.inst("setp.ne.u32", {in[i], param, IntImm{0}});
           } else {
             b_.inst(in[i].cls == RegClass::kB64 ? "mov.b64" : in[i].cls == RegClass::kF32 ? "mov.f32" : "mov.b32",
-                    {in[i], Symbol{ptx::function_param(i)}});
+                    {in[i], param});
           }
         }
-        out += b_.take_body();
-        out += region;
-        out += "$return:\n\tret;\n}\n\n";
+        functions += b_.take_body();
+        functions += region;
+        functions += "$return:\n\tret;\n}\n\n";
       }
       done_ = "$done";
-      out += entry_header(e);
-      out += preamble_text;
-      b_.raw(out);
-      out = std::string{};
-      size_t next_word = 0;
-      std::vector<Reg> word_of(preamble_regs.size());
-      for (size_t i = 0; i < preamble_regs.size(); ++i) {
-        if (preamble_regs[i].cls != RegClass::kPred) continue;
-        word_of[i] = pred_words[next_word++];
-        b_.inst("selp.b32", {word_of[i], IntImm{1}, IntImm{0}, preamble_regs[i]});
+    }
+    b_.reserve(body_bytes + functions.size() + 8192);
+    b_.raw(module_header());
+    b_.raw(functions);
+    functions = std::string{};
+    b_.raw(entry_header(e));
+    b_.raw(preamble_text);
+    for (size_t i = 0; i < preamble_regs.size(); ++i) {
+      if (preamble_regs[i].cls != RegClass::kPred) continue;
+      b_.inst("selp.b32", {word_of[i], IntImm{1}, IntImm{0}, preamble_regs[i]});
+    }
+    if (skips_idle_warps() && gy_ == 1) b_.inst("bra.uni", {Symbol{"$done"}}, Guard{idle_});
+    b_.comment("dispatch on the row block");
+    dispatch(block_reg_, ids, [&](int32_t local) { return block_label(local); });
+    for (const int32_t local : ids) {
+      if (!e.block_functions) {
+        emit_block(local);
+        continue;
       }
-      if (skips_idle_warps() && gy_ == 1) b_.inst("bra.uni", {Symbol{"$done"}}, Guard{idle_});
-      b_.comment("dispatch on the row block");
-      dispatch(block_reg_, ids, [&](int32_t local) { return block_label(local); });
-      for (int32_t local = 0; local < block_end_ - block_begin_; ++local) {
-        b_.label(block_label(local));
-        std::string call = fmt::format("call.uni {}, (", block_function(local));
-        const std::vector<Reg>& in = args[static_cast<size_t>(local)];
-        for (size_t i = 0; i < in.size(); ++i) {
-          const auto at = std::ranges::find(preamble_regs, in[i]);
-          const Reg passed = in[i].cls == RegClass::kPred ? word_of[static_cast<size_t>(at - preamble_regs.begin())]
-                                                          : in[i];
-          call += (i > 0 ? ", " : "") + ptx::to_string(passed);
-        }
-        b_.line(call + ");");
-        b_.inst("bra.uni", {Symbol{"$done"}});
+      b_.label(block_label(local));
+      std::string call = fmt::format("call.uni {}, (", block_function(local));
+      const std::vector<Reg>& in = args[static_cast<size_t>(local)];
+      for (size_t i = 0; i < in.size(); ++i) {
+        const size_t at = static_cast<size_t>(std::ranges::lower_bound(preamble_regs, in[i]) - preamble_regs.begin());
+        call += (i > 0 ? ", " : "") + ptx::to_string(word_of[at]);
       }
+      b_.line(call + ");");
+      b_.inst("bra.uni", {Symbol{"$done"}});
     }
     b_.label("$done");
     b_.raw(compaction_text);

@@ -162,7 +162,7 @@ std::vector<Reg> registers_in(std::string_view text) {
     if (j == digits || (j < text.size() && ident(text[j]))) continue;
     out.push_back(Reg{cls, id});
   }
-  std::sort(out.begin(), out.end(), [](Reg a, Reg b) { return std::pair(a.cls, a.id) < std::pair(b.cls, b.id); });
+  std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }

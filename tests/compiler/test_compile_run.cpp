@@ -1025,14 +1025,22 @@ TEST(CompileRun, ModelChoosesKernelsWithoutATuningRecord) {
 // A baked layer is one entry (one launch) unless `compile --max-entries` allows more; the model ranks the tiles in
 // the entries they will be built in, and the package's estimate is of that build. 0: no limit (entries of at most
 // 16 384 fmas). Each package runs to the reference on the emulated driver.
+// One 512 x 160 layer of about 24 600 nonzeros at N = 8, written to DIR/w.mtx and DIR/net.json; returns the
+// matrix and the network's path.
+namespace {
+std::pair<CsrMatrix, std::string> one_layer_network(const ScratchDir& dir) {
+  CsrMatrix a = inspector::generate_pruned_gaussian(512, 160, 0.7, 31);
+  for (float& v : a.values) v *= 0.1f;
+  inspector::save_matrix(dir / "w.mtx", a);
+  return {a, dir.write("net.json", R"({"format": "sparsert-network/1", "layers": [{"weights": "w.mtx", "n": 8}]})")
+                 .string()};
+}
+}  // namespace
+
 TEST(CompileRun, MaxEntriesFromTheCliRanksAndSplits) {
   ScratchDir dir;
   const CacheDir cache_dir(dir / "cache");
-  CsrMatrix a = inspector::generate_pruned_gaussian(512, 160, 0.7, 31);  // about 24 600 nonzeros
-  for (float& v : a.values) v *= 0.1f;
-  inspector::save_matrix(dir / "w.mtx", a);
-  const std::string net =
-      dir.write("net.json", R"({"format": "sparsert-network/1", "layers": [{"weights": "w.mtx", "n": 8}]})").string();
+  const auto [a, net] = one_layer_network(dir);
   const auto layers = load_network(read_network(net));
   const DenseTensor x = input(160, 8);
   for (const std::optional<int32_t> limit : {std::optional<int32_t>(), std::optional<int32_t>(0),
@@ -1073,11 +1081,7 @@ TEST(CompileRun, MaxEntriesFromTheCliRanksAndSplits) {
 TEST(CompileRun, BlockFunctionsFromTheCliAreBuiltCachedApartAndRun) {
   ScratchDir dir;
   const CacheDir cache_dir(dir / "cache");
-  CsrMatrix a = inspector::generate_pruned_gaussian(512, 160, 0.7, 31);  // about 24 600 nonzeros
-  for (float& v : a.values) v *= 0.1f;
-  inspector::save_matrix(dir / "w.mtx", a);
-  const std::string net =
-      dir.write("net.json", R"({"format": "sparsert-network/1", "layers": [{"weights": "w.mtx", "n": 8}]})").string();
+  const auto [a, net] = one_layer_network(dir);
   const auto layers = load_network(read_network(net));
   const DenseTensor x = input(160, 8);
   ASSERT_LT(a.nnz(), codegen::kBlockFunctionFmas);

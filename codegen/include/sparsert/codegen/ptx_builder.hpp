@@ -18,7 +18,7 @@ enum class RegClass : uint8_t { kPred, kB32, kB64, kF32 };  // %p, %r, %rd, %f
 struct Reg {
   RegClass cls = RegClass::kB32;
   uint32_t id = 0;
-  bool operator==(const Reg&) const = default;
+  auto operator<=>(const Reg&) const = default;  // by class, then number
 };
 
 struct F32Imm {  // printed as 0fXXXXXXXX, the exact bit pattern
