@@ -156,7 +156,9 @@ class EntryEmitter {
         functions += ptx::function_signature(block_function(local), in);
         functions += declarations;
         for (size_t i = 0; i < in.size(); ++i) {
-          const Symbol param{ptx::function_param(i)};
+          // Symbol views its name: the string must outlive the instruction.
+          const std::string name = ptx::function_param(i);
+          const Symbol param{name};
           if (in[i].cls == RegClass::kPred) {
             b_.inst("setp.ne.u32", {in[i], param, IntImm{0}});
           } else {
