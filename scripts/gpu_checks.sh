@@ -145,6 +145,11 @@ case $stage in
     step "$sparsert" graphchallenge --weights "$tmp/neuron1024" --neurons 1024 --layers 120 \
       --inputs "$gc/sparse-images-1024-first1200.tsv" --categories "$gc/neuron1024-l120-categories-first1200.tsv" \
       --replicate 1 --device cuda --max-entries 8
+    # The fused runs above launch each layer as a programmatic dependent of the one before (sm_90); without it, for the
+    # comparison (the same kernels: the wait at their start does nothing in an ordinary launch).
+    step "$sparsert" graphchallenge --weights "$tmp/neuron1024" --neurons 1024 --layers 120 \
+      --inputs "$gc/sparse-images-1024-first1200.tsv" --categories "$gc/neuron1024-l120-categories-first1200.tsv" \
+      --replicate 1 --device cuda --dependent-launch off
     ;;
   tune)
     # Every core assembles (the default is 2 threads): a device call has 10 minutes, and the candidates of a run are

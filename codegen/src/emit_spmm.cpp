@@ -250,6 +250,12 @@ class EntryEmitter {
   std::string block_function(int32_t local) const { return fmt::format("{}_b{}", name_, block_begin_ + local); }
 
   void preamble() {
+    if (opt_.dependent_launch) {
+      b_.comment("programmatic dependent launch: the next kernel may start now; nothing global is touched until the "
+                 "kernel before this one has completed");
+      b_.inst("griddepcontrol.launch_dependents", {});
+      b_.inst("griddepcontrol.wait", {});
+    }
     const Reg param_b = b_.reg(RegClass::kB64), param_c = b_.reg(RegClass::kB64);
     n_reg_ = b_.reg(RegClass::kB32);
     dispatch_pred_ = b_.reg(RegClass::kPred);
@@ -917,6 +923,8 @@ SpmmKernel emit_spmm(const CsrMatrix& a, const inspector::WorkPlan& plan, const 
     SPARSERT_USER_CHECK(!options.live_flags, "live_flags", "are not supported for convolutions");
     SPARSERT_USER_CHECK(!options.device_n, "device_n", "is not supported for convolutions");
   }
+  SPARSERT_USER_CHECK(!options.dependent_launch || target.sm() >= 90, "dependent_launch",
+                      "needs sm_90 or newer (griddepcontrol), not {}", target.name());
   if (options.column_map) {
     SPARSERT_USER_CHECK(!options.conv, "column_map", "is not supported for convolutions");
     SPARSERT_USER_CHECK(options.live_flags && options.device_n, "column_map",
@@ -980,6 +988,7 @@ SpmmKernel emit_spmm(const CsrMatrix& a, const inspector::WorkPlan& plan, const 
   kernel.live_flags = options.live_flags;
   kernel.device_n = options.device_n;
   kernel.column_map = options.column_map;
+  kernel.dependent_launch = options.dependent_launch;
 
   // Entries: consecutive blocks until the fma budget of one entry is reached.
   const int64_t entry_limit = entry_fma_limit(tile, plan);
@@ -1050,7 +1059,7 @@ nlohmann::json SpmmKernel::sidecar() const {
         {{"name", "M"}, {"type", "u64"}, {"what", "global u32*, ld words: the columns, compacted to the live ones"}});
     params_json.push_back({{"name", "K"}, {"type", "u64"}, {"what", "global u32*, block arrivals, 0 between launches"}});
   }
-  return {{"format", "sparsert-kernel/1"},
+  nlohmann::json out = {{"format", "sparsert-kernel/1"},
           {"generator", kGeneratorVersion},
           {"target", target.name()},
           {"ptx_version", target.ptx_version()},
@@ -1062,6 +1071,8 @@ nlohmann::json SpmmKernel::sidecar() const {
             {"grid_x", fmt::format("ceil(N / {})", tile.n_tile)},
             {"n_tile", tile.n_tile}}},
           {"entries", std::move(entries_json)}};
+  if (dependent_launch) out["dependent_launch"] = true;
+  return out;
 }
 
 }  // namespace sparsert::codegen

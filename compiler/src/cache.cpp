@@ -9,7 +9,8 @@ namespace sparsert::compiler {
 
 std::string kernel_cache_key(const CsrMatrix& a, const Epilogue& ep, const codegen::TileParams& tile, int32_t n,
                              const codegen::Target& target, const std::string& toolkit, bool live_flags,
-                             bool device_n, bool column_map, std::optional<bool> block_functions) {
+                             bool device_n, bool column_map, std::optional<bool> block_functions,
+                             bool dependent_launch) {
   Sha256 h;
   h.field(codegen::kGeneratorVersion);
   hash_layer(h, a, ep);
@@ -20,6 +21,7 @@ std::string kernel_cache_key(const CsrMatrix& a, const Epilogue& ep, const codeg
   if (device_n) h.field("device_n");
   if (column_map) h.field("column_map");
   if (block_functions) h.field(*block_functions ? "block_functions" : "no_block_functions");
+  if (dependent_launch) h.field("dependent_launch");
   return h.hex();
 }
 

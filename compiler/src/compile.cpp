@@ -47,6 +47,11 @@ struct Job {
 
 Epilogue epilogue_of(const LayerDesc& d) { return Epilogue{d.bias, d.activation, d.clamp}; }
 
+// griddepcontrol exists from sm_90 on: older targets' kernels are built as without the option.
+bool waits_for_the_grid_before(const CompileOptions& o, const codegen::Target& t) {
+  return o.dependent_launch && t.sm() >= 90;
+}
+
 // A convolution's kernels also depend on its shape and buffer borders: its key extends the SpMM key with them.
 std::string conv_key(std::string key, const std::optional<ConvLayout>& conv) {
   if (!conv) return key;
@@ -289,7 +294,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     const LoadedLayer& l = layers[job.layer];
     return conv_key(kernel_cache_key(l.matrix(), epilogue_of(l.desc), job.tile, l.desc.n, job.target, toolkit,
                                      options.live_flags, options.device_n, options.column_map,
-                                     options.block_functions),
+                                     options.block_functions, waits_for_the_grid_before(options, job.target)),
                     l.conv);
   };
   for (size_t li = 0; li < layers.size(); ++li) {
@@ -389,6 +394,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     opt.device_n = options.device_n;
     opt.column_map = options.column_map;
     opt.block_functions = options.block_functions;
+    opt.dependent_launch = waits_for_the_grid_before(options, job.target);
     opt.conv = l.conv;
     job.kernel = codegen::emit_spmm(l.matrix(), inspector::make_plan(l.matrix(), job.tile.plan), job.target, opt);
     job.emit_seconds += since(te);
@@ -537,6 +543,8 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       write_layer_weights(tmp / pl.weights_file, LayerWeights{l.matrix(), l.desc.bias});
       pkg.sha256[pl.weights_file] = sha256_hex(read_file(tmp / pl.weights_file));
     }
+    // Its sm_90+ kernels wait for the grid before them; the loader launches them as dependents only on such a device.
+    pl.dependent_launch = options.dependent_launch && !streamed;
     std::optional<codegen::StreamWeights> stream_weights;
     if (pl.arrays_at_load) {
       pl.kind = "streamed";

@@ -237,8 +237,9 @@ struct CudaLayerExecutor::Impl {
   uint32_t* host_counts() const { return static_cast<uint32_t*>(counts_host.get()); }
 
   // Enqueues layer `layer` as step `step` (its count is counts[step], the new one counts[step + 1]) with grids for
-  // `bound` >= counts[step] columns: the layer's kernels, then the filter. No host wait.
-  void enqueue(int32_t layer, int32_t step, uint32_t bound) {
+  // `bound` >= counts[step] columns: the layer's kernels, then the filter. No host wait. after_kernel: the last work on
+  // the stream is the step before, with nothing after it (GpuNetwork::launch_layer).
+  void enqueue(int32_t layer, int32_t step, uint32_t bound, bool after_kernel) {
     SPARSERT_INTERNAL_CHECK(bound >= 1 && bound <= static_cast<uint32_t>(ld), "bound {} of {}", bound, ld);
     const cuda::Stream& s = gpu->stream();
     CUdeviceptr data = act[1 - cur].get();
@@ -250,12 +251,12 @@ struct CudaLayerExecutor::Impl {
       // Columns ids[0..counts[step]) of act[cur] into the same columns of act[1 - cur]; the layer's last block leaves
       // the live ones at the front of ids and their count in counts[step + 1].
       gpu->launch_layer(static_cast<size_t>(layer), act[cur].get(), data, bound, flags[0].get(), n_in, ids.get(),
-                        arrivals.get());
+                        arrivals.get(), after_kernel);
       cur = 1 - cur;
       return;
     }
     auto rows = static_cast<uint32_t>(net->neurons), width = static_cast<uint32_t>(ld);
-    gpu->launch_layer(static_cast<size_t>(layer), act[cur].get(), data, bound, f, n_in);
+    gpu->launch_layer(static_cast<size_t>(layer), act[cur].get(), data, bound, f, n_in, 0, 0, after_kernel);
     // The filter's epoch: status and read_done are zeroed by load_inputs, and each step of a run has its own epoch,
     // so a word written by an earlier layer never passes for this one's. Static per step, so a captured graph's
     // launches keep theirs.
@@ -273,7 +274,7 @@ struct CudaLayerExecutor::Impl {
     if (!graph.ready()) {
       try {
         graph.capture(s, [&] {
-          for (int32_t l = 0; l < layers; ++l) enqueue(l, l, static_cast<uint32_t>(ld));
+          for (int32_t l = 0; l < layers; ++l) enqueue(l, l, static_cast<uint32_t>(ld), l > 0);
         });
       } catch (...) {
         cur = 0;
@@ -404,6 +405,7 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
       im.notes.push_back("the network is too large to bake every layer: the filter kernel runs after each layer");
     }
     co.column_map = fused;
+    co.dependent_launch = options_.dependent_launch;
     co.max_entries = options_.max_entries ? options_.max_entries : std::optional<int32_t>(fused ? 1 : 8);
     if (options_.model_tiles && !compact) {
       const auto w0 = std::chrono::steady_clock::now();
@@ -460,6 +462,7 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     const Package pkg = load_package(im.package_dir, /*verify_hashes=*/false);
     StreamedPacker packer(net, pkg, options_.threads);
     GpuRunOptions ro;
+    ro.dependent_launch = options_.dependent_launch;
     ro.streamed_arrays = [&](size_t layer, const PackageLayer&) { return packer(layer); };
     im.gpu = std::make_unique<GpuNetwork>(pkg, ro);
     for (const std::string& note : im.gpu->load_notes()) {
@@ -525,7 +528,7 @@ std::vector<int32_t> CudaLayerExecutor::run_layer(int32_t layer) {
   if (im.live == 0) return {};
   SPARSERT_INTERNAL_CHECK(static_cast<size_t>(im.steps) < im.net->layers.size(), "run_layer: {} layers run already",
                           im.steps);
-  im.enqueue(layer, im.steps, im.live);
+  im.enqueue(layer, im.steps, im.live, false);  // after the copies of the step before
   ++im.steps;
   // On the stream (into pageable memory: returns once copied), after the layer: a plain download runs on the NULL
   // stream, which does not wait for the network's stream.
@@ -588,7 +591,7 @@ LiveColumns CudaLayerExecutor::run_layers(int32_t layers, int64_t inputs) {
     }
     const uint32_t bound = known[seen];
     if (bound == 0) break;  // every column is dead: the remaining layers would do nothing
-    im.enqueue(l, l, bound);
+    im.enqueue(l, l, bound, l > 0 && l % kCountBatch != 0);  // not after copy_counts
     enqueued = l + 1;
     if (enqueued % kCountBatch == 0) copy_counts(enqueued);
   }

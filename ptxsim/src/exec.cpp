@@ -33,6 +33,7 @@ struct Thread {
   uint32_t tx = 0, ty = 0, tz = 0;
   uint32_t bar_id = 0;
   uint32_t stop_line = 0;
+  bool waited = false;  // passed griddepcontrol.wait
 };
 
 inline float as_f32(uint64_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v)); }
@@ -362,6 +363,12 @@ class Runner {
       else if (a - kLocalWindow < kWindowSize) sp = Space::Local, a -= kLocalWindow;
       else sp = Space::Global;
     }
+    if (sp == Space::Global && opt_.dependent_launch && !threads_[t].waited) [[unlikely]]
+      fail(ErrorKind::DependentLaunch, in, t,
+           fmt::format("global {} at 0x{:x} before griddepcontrol.wait in a programmatic dependent launch: the grid "
+                       "before it may still be running",
+                       write ? "store" : "load", a),
+           a);
     switch (sp) {
       case Space::Global:
       case Space::Const: {
@@ -1082,6 +1089,9 @@ void Runner::run_thread(uint32_t t) {
         if (!(in.flags & kAtomRed) && in.o[0].kind == OK::Reg) set(in.o[0], old);
         break;
       }
+      case Op::GridDepWait:
+        th.waited = true;
+        break;
       case Op::Nop:
         if (in.o[0].kind != OK::None) (void)V(in.o[0], in);  // nanosleep's operand: read, so an unset one shows
         break;

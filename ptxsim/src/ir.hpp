@@ -41,6 +41,7 @@ enum class Op : uint8_t {
   Fma, Rcp, Sqrt, Rsqrt, Ex2, Lg2, Sin, Cos,
   Setp, Selp,
   Bra, Bar, BarWarp, Shfl, Atom, Nop, Ret, Exit,
+  GridDepWait,  // griddepcontrol.wait (griddepcontrol.launch_dependents is a Nop)
 };
 
 enum class Cmp : uint8_t { Eq, Ne, Lt, Le, Gt, Ge, Lo, Ls, Hi, Hs, Equ, Neu, Ltu, Leu, Gtu, Geu, Num, Nan };
@@ -109,6 +110,7 @@ struct KernelCode {
 struct Program {
   std::string source_name;
   uint32_t ptx_version = 0;
+  uint32_t target_sm = 0;  // 90 for sm_90 and sm_90a
   std::vector<std::string> lines;  // source text, for error messages
   std::vector<Symbol> symbols;   // module-scope and kernel-scope variables, and kernel parameters
   std::vector<KernelCode> kernels;

@@ -227,6 +227,7 @@ void Parser::parse_header() {
       if (!ok.count(tg.text))
         err(tg.line, fmt::format("target '{}' is outside the supported sm_75..sm_90a", tg.text),
             ErrorKind::Unsupported);
+      prog_.target_sm = static_cast<uint32_t>(std::stoul(std::string(tg.text.substr(3, 2))));
       while (accept(',')) {
         const Token& extra = next();
         if (extra.text != "debug")

@@ -69,6 +69,24 @@ void parse_nanosleep(InstrCtx& c) {
   c.finish();
 }
 
+// Programmatic dependent launch (sm_90): .wait holds the thread until the grids this one depends on have completed and
+// their memory is visible. Launches run one after another here, so it has nothing to wait for; the executor still
+// records that the thread passed it, to catch global memory touched before it in a dependent launch.
+// .launch_dependents only lets the next grid start early: a hint with no effect on a sequential run.
+void parse_griddepcontrol(InstrCtx& c) {
+  if (c.target_sm() < 90) c.err("griddepcontrol needs sm_90 or newer");
+  if (c.ptx_version() < 78) c.err("griddepcontrol needs PTX ISA 7.8 or newer");
+  c.in.cls = InstrClass::Sync;
+  if (c.m.take("wait")) {
+    c.in.op = Op::GridDepWait;
+  } else if (c.m.take("launch_dependents")) {
+    c.in.op = Op::Nop;
+  } else {
+    c.err("griddepcontrol needs .wait or .launch_dependents");
+  }
+  c.finish();
+}
+
 void parse_shfl(InstrCtx& c) {
   c.in.op = Op::Shfl;
   c.in.cls = InstrClass::Warp;
@@ -92,7 +110,7 @@ std::span<const OpcodeEntry> control_opcodes() {
   static constexpr OpcodeEntry table[] = {
       {"bra", parse_bra}, {"ret", parse_ret_exit}, {"exit", parse_ret_exit},
       {"bar", parse_bar}, {"barrier", parse_bar}, {"membar", parse_fence}, {"fence", parse_fence},
-      {"nanosleep", parse_nanosleep}, {"shfl", parse_shfl}};
+      {"nanosleep", parse_nanosleep}, {"shfl", parse_shfl}, {"griddepcontrol", parse_griddepcontrol}};
   return table;
 }
 

@@ -228,6 +228,8 @@ class InstrCtx {
   bool inlined() const { return !p_.inlining_.empty(); }
   static constexpr const char* kReturnLabel = "$ptxsim_return";
   void uses_warp_ops() { p_.k_->uses_warp_ops = true; }
+  uint32_t target_sm() const { return p_.prog_.target_sm; }
+  uint32_t ptx_version() const { return p_.prog_.ptx_version; }
 
   // Rejects leftover modifiers, then appends the instruction.
   void finish();

@@ -23,7 +23,7 @@ struct LoadState {
 // Entry points that older drivers lack; the wrapper falls back to the older name or does without.
 bool optional_symbol(std::string_view name) {
   return name.rfind("cuGraph", 0) == 0 || (name.rfind("cuStream", 0) == 0 && name.find("Capture") != name.npos) ||
-         name == "cuEventElapsedTime_v2";
+         name == "cuEventElapsedTime_v2" || name == "cuLaunchKernelEx";
 }
 }  // namespace
 
@@ -433,14 +433,28 @@ CUfunction Module::function(const std::string& name) const {
   return f;
 }
 
+bool dependent_launch_supported() { return Driver::get().api().cuLaunchKernelEx != nullptr; }
+
 void launch(CUfunction f, std::string_view kernel, unsigned gx, unsigned gy, unsigned bx, unsigned by,
-            const Stream& stream, void** params, unsigned shared_bytes) {
-  const CUresult r = Driver::get().api().cuLaunchKernel(f, gx, gy, 1, bx, by, 1, shared_bytes, stream.get(), params,
-                                                        nullptr);
+            const Stream& stream, void** params, unsigned shared_bytes, bool dependent) {
+  const Api& api = Driver::get().api();
+  CUresult r;
+  const char* call = "cuLaunchKernel";
+  if (dependent && api.cuLaunchKernelEx) {
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config{gx, gy, 1, bx, by, 1, shared_bytes, stream.get(), &attr, 1};
+    r = api.cuLaunchKernelEx(&config, f, params, nullptr);
+    call = "cuLaunchKernelEx";
+  } else {
+    r = api.cuLaunchKernel(f, gx, gy, 1, bx, by, 1, shared_bytes, stream.get(), params, nullptr);
+  }
   if (r != CUDA_SUCCESS) {
-    Driver::get().check(r, "cuLaunchKernel",
-                        fmt::format("kernel {}, grid ({}, {}, 1), block ({}, {}, 1), {} bytes dynamic shared", kernel,
-                                    gx, gy, bx, by, shared_bytes));
+    Driver::get().check(r, call,
+                        fmt::format("kernel {}, grid ({}, {}, 1), block ({}, {}, 1), {} bytes dynamic shared{}", kernel,
+                                    gx, gy, bx, by, shared_bytes,
+                                    call == std::string_view("cuLaunchKernelEx") ? ", programmatic dependent" : ""));
   }
 }
 

@@ -30,6 +30,7 @@ struct LoadedEntry {
   CUfunction fn = nullptr;
   std::string name;
   unsigned grid_y = 0;
+  bool waits = false;  // its image holds every thread at griddepcontrol.wait first (PackageLayer::dependent_launch)
 };
 
 // What the loader checks of a layer's supplied streamed arrays (GpuRunOptions::streamed_arrays), so that arrays packed
@@ -110,6 +111,8 @@ struct LoadedLayer {
   bool live_flags = false;  // the kernels take the live-column flags after their other parameters
   bool device_n = false;    // the kernels take a pointer to their column count last
   bool column_map = false;  // ... then the column map and the arrival counter
+  // One entry whose image waits for the grid before it: it may be launched as a programmatic dependent.
+  bool dependent = false;
   std::string name;
   std::optional<ConvLayout> conv;
 };
@@ -123,6 +126,7 @@ struct GpuNetwork::Impl {
   std::unique_ptr<cuda::Stream> stream;
   std::unique_ptr<cuda::ConcurrentLauncher> side;  // a baked layer's entries run side by side on forked streams
   std::vector<cuda::KernelLaunch> launches;        // the current layer's, reused
+  bool tail_is_one_kernel = false;                 // the last launch_layer put one kernel on the stream, last
   std::vector<LoadedLayer> layers;
   std::vector<std::string> notes;
   cuda::DeviceBuffer ping, pong;
@@ -265,8 +269,12 @@ struct GpuNetwork::Impl {
           if (note.empty()) note = fmt::format("layer {}: PTX for {} JIT-compiled by the driver", pl.name, jit_target);
         }
         le.fn = le.module->function(e.name);
+        // Only sm_90+ images were built with the wait; a loaded image is never for a newer target than the device.
+        le.waits = pl.dependent_launch && sm_of(loaded ? dev_target : jit_target) >= 90;
         ll.entries.push_back(std::move(le));
       }
+      ll.dependent = ll.entries.size() == 1 && ll.entries.front().waits && o.dependent_launch &&
+                     cuda::dependent_launch_supported();
       notes.push_back(note);
       layers.push_back(std::move(ll));
     }
@@ -296,8 +304,11 @@ struct GpuNetwork::Impl {
   }
 
   void launch_layer(size_t li, CUdeviceptr in, CUdeviceptr out, uint32_t n, CUdeviceptr flags = 0,
-                    CUdeviceptr n_ptr = 0, CUdeviceptr map = 0, CUdeviceptr arrivals = 0) {
+                    CUdeviceptr n_ptr = 0, CUdeviceptr map = 0, CUdeviceptr arrivals = 0, bool after_kernel = false) {
     const LoadedLayer& l = layers[li];
+    // A programmatic dependent only of a kernel on this stream: not of a join of side streams, nor of a memset.
+    bool dependent = l.dependent && after_kernel && tail_is_one_kernel;
+    tail_is_one_kernel = false;
     SPARSERT_USER_CHECK(!l.column_map || (map && arrivals && flags && n_ptr), pkg.dir.string(),
                         "layer {} gathers its columns through a map (column_map): only an executor that keeps the map "
                         "on the device (the Graph Challenge's) runs it", l.name);
@@ -315,12 +326,19 @@ struct GpuNetwork::Impl {
         const cuda::Driver& d = cuda::Driver::get();
         d.check(d.api().cuMemsetD32Async(scratch_n.get(), n, 1, stream->get()), "cuMemsetD32Async");
         n_ptr = scratch_n.get();
+        dependent = false;
       }
       params.push_back(&n_ptr);
     }
     if (l.column_map) {
       params.push_back(&map);
       params.push_back(&arrivals);
+    }
+    if (l.entries.size() == 1) {
+      const LoadedEntry& e = l.entries.front();
+      cuda::launch(e.fn, e.name, gx, e.grid_y, l.block_x, l.block_y, *stream, params.data(), 0, dependent);
+      tail_is_one_kernel = true;
+      return;
     }
     launches.clear();
     for (const LoadedEntry& e : l.entries) {
@@ -338,7 +356,8 @@ struct GpuNetwork::Impl {
       if (marks) (*marks)[0].record(*stream);
       for (size_t li = 0; li < layers.size(); ++li) {
         const ConvShape& s = layers[li].conv->shape;
-        launch_layer(li, acts[li].get(), acts[li + 1].get(), n * static_cast<uint32_t>(s.out_h() * s.out_w()));
+        launch_layer(li, acts[li].get(), acts[li + 1].get(), n * static_cast<uint32_t>(s.out_h() * s.out_w()), 0, 0,
+                     0, 0, li > 0 && !marks);
         if (marks) (*marks)[li + 1].record(*stream);
       }
       return acts.back();
@@ -347,7 +366,7 @@ struct GpuNetwork::Impl {
     cuda::DeviceBuffer* out = &pong;
     if (marks) (*marks)[0].record(*stream);
     for (size_t li = 0; li < layers.size(); ++li) {
-      launch_layer(li, in->get(), out->get(), n);
+      launch_layer(li, in->get(), out->get(), n, 0, 0, 0, 0, li > 0 && !marks);
       if (marks) (*marks)[li + 1].record(*stream);
       std::swap(in, out);
     }
@@ -425,12 +444,16 @@ const cuda::DeviceInfo& GpuNetwork::device() const { return impl_->info; }
 const cuda::Stream& GpuNetwork::stream() const { return *impl_->stream; }
 
 void GpuNetwork::launch_layer(size_t layer, CUdeviceptr in, CUdeviceptr out, uint32_t n, CUdeviceptr flags,
-                              CUdeviceptr n_ptr, CUdeviceptr map, CUdeviceptr arrivals) {
+                              CUdeviceptr n_ptr, CUdeviceptr map, CUdeviceptr arrivals, bool after_kernel) {
   SPARSERT_INTERNAL_CHECK(layer < impl_->layers.size() && n >= 1 && n <= static_cast<uint32_t>(impl_->pkg.n),
                           "launch_layer({}, n = {}) for {} layers of width {}", layer, n, impl_->layers.size(),
                           impl_->pkg.n);
   impl_->ctx->make_current();
-  impl_->launch_layer(layer, in, out, n, flags, n_ptr, map, arrivals);
+  impl_->launch_layer(layer, in, out, n, flags, n_ptr, map, arrivals, after_kernel);
+}
+bool GpuNetwork::layer_launches_dependent(size_t layer) const {
+  SPARSERT_INTERNAL_CHECK(layer < impl_->layers.size(), "layer {} of {}", layer, impl_->layers.size());
+  return impl_->layers[layer].dependent;
 }
 bool GpuNetwork::layer_has_column_map(size_t layer) const {
   SPARSERT_INTERNAL_CHECK(layer < impl_->layers.size(), "layer {} of {}", layer, impl_->layers.size());

@@ -173,6 +173,7 @@ nlohmann::json manifest_json(const Package& p) {
     if (l.live_flags) lj["live_flags"] = true;
     if (l.device_n) lj["device_n"] = true;
     if (l.column_map) lj["column_map"] = true;
+    if (l.dependent_launch) lj["dependent_launch"] = true;
     if (l.arrays_at_load) lj["arrays_at_load"] = true;
     if (l.conv) lj["conv"] = conv_layout_json(*l.conv);
     layers.push_back(std::move(lj));
@@ -239,6 +240,8 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     if (lj.contains("column_map")) l.column_map = json_get<bool>(lj, lw, "column_map");  // absent: columns in place
     SPARSERT_USER_CHECK(!l.column_map || (l.live_flags && l.device_n && l.kind == "baked"), lw + ".column_map",
                         "needs a baked layer with live_flags and device_n");
+    if (lj.contains("dependent_launch")) l.dependent_launch = json_get<bool>(lj, lw, "dependent_launch");
+    SPARSERT_USER_CHECK(!l.dependent_launch || l.kind == "baked", lw + ".dependent_launch", "needs a baked layer");
     if (lj.contains("arrays_at_load")) l.arrays_at_load = json_get<bool>(lj, lw, "arrays_at_load");
     SPARSERT_USER_CHECK(!l.arrays_at_load || (l.kind == "streamed" && l.arrays.empty() && l.weights_file.empty() &&
                                               !lj.contains("conv")),

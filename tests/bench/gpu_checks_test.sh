@@ -57,13 +57,14 @@ for call in 'bench --suite rn50-0.9 ' 'bench --suite rn50-0.95 ' 'bench --suite 
   'tune .*final_dense\.smtx --n 1 --mode gpu --kernel streamed' \
   'graphchallenge .*--replicate 1 --device cuda --compaction fused' \
   'graphchallenge .*--replicate 1 --device cuda --compaction kernel' \
-  'graphchallenge .*--replicate 1 --device cuda --max-entries 8' 'tune .*n1024-l100\.tsv --n 950 --mode gpu' \
+  'graphchallenge .*--replicate 1 --device cuda --max-entries 8' \
+  'graphchallenge .*--replicate 1 --device cuda --dependent-launch off' 'tune .*n1024-l100\.tsv --n 950 --mode gpu' \
   'tune .*n1024-l100\.tsv --n 60000 --mode gpu' 'bench --suite rn50-0\.9 .*--max-entries 8 ' \
   'bench --suite rn50-0\.9 .*--max-entries 2 ' 'bench --suite transformer .*--max-entries 8 ' \
   'bench --suite rn50-0\.9 .*--block-functions off ' 'bench --suite transformer .*--block-functions off '; do
   check "ran: $call" grep -q -E "^$call" "$CALLS"
 done
-check "twenty-three sparsert calls" test "$(wc -l < "$CALLS")" -eq 23
+check "twenty-four sparsert calls" test "$(wc -l < "$CALLS")" -eq 24
 check "all.log names bench-rn50" grep -q -E '^  - bench-rn50 \(exit 1' "$out/all.log"
 check "all.log names graphchallenge" grep -q -E '^  - graphchallenge \(exit 1' "$out/all.log"
 check "all.log names only the two failed stages" test "$(grep -c '^  - ' "$out/all.log")" -eq 2

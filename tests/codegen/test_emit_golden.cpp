@@ -284,18 +284,25 @@ CHECK-NOT: ret;
 
 // SpmmOptions::block_functions: each row block's code is a .func before the entry, taking the preamble's registers
 // it reads (a predicate as a .b32 word); the entry's dispatch calls it and goes to $done. Every target.
+namespace {
+// tiny() in two row blocks, with a bias per row, ReLU and a clamp.
+SpmmOptions two_blocks() {
+  SpmmOptions opt;
+  opt.tile = single_block();
+  opt.tile.plan.m_blocks = 2;
+  opt.ld = 40;
+  opt.epilogue = {{0.5f, -1.0f, 0.0f}, Activation::kRelu, 32.0f};
+  opt.name = "tiny";
+  return opt;
+}
+}  // namespace
+
 TEST(EmitGolden, BlockFunctionsAreCalledFromTheDispatch) {
   for (const Target& target : Target::all()) {
-    TileParams t = single_block();
-    t.plan.m_blocks = 2;
-    SpmmOptions opt;
-    opt.tile = t;
-    opt.ld = 40;
-    opt.epilogue = {{0.5f, -1.0f, 0.0f}, Activation::kRelu, 32.0f};
-    opt.name = "tiny";
+    SpmmOptions opt = two_blocks();
     opt.block_functions = true;
     const CsrMatrix a = tiny();
-    const SpmmKernel k = emit_spmm(a, inspector::make_plan(a, t.plan), target, opt);
+    const SpmmKernel k = emit_spmm(a, inspector::make_plan(a, opt.tile.plan), target, opt);
     ASSERT_EQ(k.entries.size(), 1u);
     EXPECT_TRUE(k.entries[0].block_functions);
     const std::string& ptx = k.entries[0].ptx;
@@ -333,4 +340,53 @@ CHECK-NEXT: ret;
 )";
     EXPECT_EQ(filecheck(ptx, patterns), "") << target.name() << "\n" << ptx;
   }
+}
+
+// The wait comes before the first global access (the column count on the device, with device_n) and the trigger
+// before it; the option off is the same PTX as before, and a target without griddepcontrol is a user error.
+TEST(EmitGolden, DependentLaunchWaitsBeforeAnyGlobalAccess) {
+  const CsrMatrix a = tiny();
+  for (const bool functions : {false, true}) {
+    SpmmOptions opt = two_blocks();
+    const TileParams t = opt.tile;
+    opt.device_n = true;
+    opt.block_functions = functions;
+    const SpmmKernel plain = emit_spmm(a, inspector::make_plan(a, t.plan), Target::parse("sm_90", "t"), opt);
+    opt.dependent_launch = true;
+    const SpmmKernel k = emit_spmm(a, inspector::make_plan(a, t.plan), Target::parse("sm_90", "t"), opt);
+    ASSERT_EQ(k.entries.size(), 1u);
+    EXPECT_TRUE(k.dependent_launch);
+    EXPECT_EQ(k.sidecar().value("dependent_launch", false), true);
+    EXPECT_FALSE(plain.sidecar().contains("dependent_launch"));
+    const std::string& ptx = k.entries[0].ptx;
+    const std::string patterns = R"(
+CHECK: .visible .entry tiny_e0(
+CHECK-NOT: ld.global
+CHECK-NOT: st.global
+CHECK: // programmatic dependent launch: the next kernel may start now
+CHECK-NEXT: griddepcontrol.launch_dependents;
+CHECK-NEXT: griddepcontrol.wait;
+CHECK-NEXT: ld.param.u64
+CHECK: ld.global.u32
+CHECK-NOT: griddepcontrol
+CHECK: ret;
+)";
+    EXPECT_EQ(filecheck(ptx, patterns), "") << functions << "\n" << ptx;
+    // Two instructions and their comment, nothing else.
+    std::string stripped = ptx;
+    for (const char* line : {"\t// programmatic dependent launch: the next kernel may start now; nothing global is "
+                             "touched until the kernel before this one has completed\n",
+                             "\tgriddepcontrol.launch_dependents;\n", "\tgriddepcontrol.wait;\n"}) {
+      const size_t at = stripped.find(line);
+      ASSERT_NE(at, std::string::npos) << line;
+      stripped.erase(at, std::string(line).size());
+    }
+    EXPECT_EQ(stripped, plain.entries[0].ptx);
+  }
+  SpmmOptions opt;
+  opt.tile = single_block();
+  opt.ld = 40;
+  opt.dependent_launch = true;
+  EXPECT_THROW(emit_spmm(a, inspector::make_plan(a, opt.tile.plan), Target::parse("sm_89", "t"), opt),
+               sparsert::UserError);
 }

@@ -1357,3 +1357,86 @@ TEST(CompileRun, ASpilledKernelSendsEveryTargetOfItsLayerToTwiceTheRowBlocks) {
   EXPECT_EQ(again.misses, 0);
   EXPECT_EQ(load_package(dir / "p3").layers[1].tile.at("m_blocks").get<int>(), doubled);
 }
+
+// Baked kernels compiled to wait for the grid before them (CompileOptions::dependent_launch): on the emulated sm_90
+// device each layer of one entry after the first launches as a programmatic dependent of the layer before (ptxsim
+// fails any global access before the wait in such a launch), plain and captured; never across the per-layer timing
+// events, nor with GpuRunOptions::dependent_launch off, nor where the image was built for a target without
+// griddepcontrol.
+TEST(CompileRun, OneEntryLayersLaunchAsProgrammaticDependentsOfTheLayerBefore) {
+  const sparsert::testing::EmulatedDriver& emu = sparsert::testing::EmulatedDriver::use(SPARSERT_EMU_LIB);
+  ScratchDir dir;
+  const auto layers = load_network(read_network(write_network(dir)));
+  const DenseTensor x = input(48, 20);
+  const DenseTensor want = reference(layers, x);
+  CompileOptions o = emu_options(dir, false);
+  o.max_entries = 1;
+  compile_network(layers, dir / "plain", o);
+  o.dependent_launch = true;
+  compile_network(layers, dir / "pkg", o);
+  const Package plain = load_package(dir / "plain");
+  const Package pkg = load_package(dir / "pkg");
+  ASSERT_EQ(pkg.layers.size(), 3u);
+  for (size_t i = 0; i < pkg.layers.size(); ++i) {
+    const PackageLayer& l = pkg.layers[i];
+    EXPECT_TRUE(l.dependent_launch) << l.name;
+    EXPECT_FALSE(plain.layers[i].dependent_launch) << l.name;
+    EXPECT_NE(l.cache_key, plain.layers[i].cache_key) << l.name << ": the option is in the key";
+    ASSERT_EQ(l.entries.size(), 1u) << l.name;
+    std::ifstream in(pkg.dir / l.entries[0].ptx.at("sm_90"));
+    const std::string ptx((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(ptx.find("griddepcontrol.wait;"), std::string::npos) << l.name;
+  }
+
+  GpuNetwork net(pkg);
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(net.layer_launches_dependent(i)) << i;
+  emu.clear_launches();
+  EXPECT_LE(max_relative_error(net.run(x), want), 1e-5);
+  auto log = emu.launches();
+  ASSERT_EQ(log.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(log[i].dependent, i > 0) << i;
+
+  // time(): the warm-up run as run() does; the two per-layer runs between events plainly; the captured whole-network
+  // run (replayed for the totals) with dependents.
+  emu.clear_launches();
+  (void)net.time(x, 2);
+  size_t uncaptured = 0, plain_dependent = 0, captured_dependent = 0;
+  for (const auto& l : emu.launches()) {
+    uncaptured += !l.captured;
+    plain_dependent += !l.captured && l.dependent;
+    captured_dependent += l.captured && l.dependent;
+  }
+  EXPECT_EQ(uncaptured, 9u) << "the warm-up and two timed runs";
+  EXPECT_EQ(plain_dependent, 2u) << "a layer timed between events was launched as a dependent";
+  EXPECT_EQ(captured_dependent, 2u);
+  EXPECT_LE(max_relative_error(net.run(x), want), 1e-5) << "after the graph";
+
+  GpuRunOptions off;
+  off.dependent_launch = false;
+  GpuNetwork net_off(pkg, off);
+  emu.clear_launches();
+  EXPECT_LE(max_relative_error(net_off.run(x), want), 1e-5);
+  for (const auto& l : emu.launches()) EXPECT_FALSE(l.dependent) << l.kernel;
+
+  // sm_80's PTX has no griddepcontrol: JIT-compiled on the sm_90 device, it is launched as before.
+  CompileOptions old = emu_options(dir, false);
+  old.targets = {codegen::Target::parse("sm_80")};
+  old.max_entries = 1;
+  old.dependent_launch = true;
+  compile_network(layers, dir / "sm80", old);
+  const Package p80 = load_package(dir / "sm80");
+  std::ifstream in(p80.dir / p80.layers[1].entries[0].ptx.at("sm_80"));
+  const std::string ptx80((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(ptx80.find("griddepcontrol"), std::string::npos);
+  GpuNetwork net80(p80);
+  for (size_t i = 0; i < 3; ++i) EXPECT_FALSE(net80.layer_launches_dependent(i)) << i;
+  emu.clear_launches();
+  EXPECT_LE(max_relative_error(net80.run(x), want), 1e-5);
+  for (const auto& l : emu.launches()) EXPECT_FALSE(l.dependent) << l.kernel;
+
+  // The manifest refuses the flag on a streamed layer.
+  nlohmann::json m = nlohmann::json::parse(read_file(dir / "pkg" / "manifest.json"));
+  m["layers"][0]["kind"] = "streamed";
+  std::ofstream(dir / "pkg" / "manifest.json") << m.dump();
+  EXPECT_NE(user_error([&] { (void)load_package(dir / "pkg", false); }).find("dependent_launch"), std::string::npos);
+}

@@ -377,8 +377,9 @@ TEST(GraphChallengeGpuHostSyncs, OneWaitPerRunWhateverTheLayerCount) {
   }
 }
 
-// The body of NarrowInputsRunAsOneGraphPerRun, with the compaction fused or the filter kernel after each layer.
-void narrow_inputs_as_one_graph(bool fused) {
+// The body of NarrowInputsRunAsOneGraphPerRun, with the compaction fused or the filter kernel after each layer, and
+// the layers launched as programmatic dependents of the kernel before them (the emulated device is sm_90) or not.
+void narrow_inputs_as_one_graph(bool fused, bool dependent = true) {
   testing::ScratchDir dir;
   constexpr int32_t kLayers = 12;
   const auto weights = graphchallenge::write_network(dir.path(), 1024, kLayers, 40, 6);
@@ -389,6 +390,7 @@ void narrow_inputs_as_one_graph(bool fused) {
   cpu.prepare(net);
   graphchallenge::CudaGraphChallengeOptions opt = emu_options(dir / "cache");
   opt.fused_compaction = fused;
+  opt.dependent_launch = dependent;
   graphchallenge::CudaLayerExecutor exec(opt);
   exec.prepare(net);
   // Three runs of the same width on different inputs: the images, the same images in reverse column order, zeros.
@@ -412,10 +414,12 @@ void narrow_inputs_as_one_graph(bool fused) {
     ASSERT_EQ(syncs.size(), 1u);
     EXPECT_EQ(syncs.front(), "cuStreamSynchronize");
     const std::vector<testing::EmulatedDriver::Launch> launches = emu().launches();
-    int filters = 0, layer_kernels = 0;
+    int filters = 0, layer_kernels = 0, dependents = 0;
     for (const auto& launch : launches) {
       EXPECT_TRUE(launch.captured) << launch.kernel << " was launched outside the graph";
+      dependents += launch.dependent;
       if (launch.kernel == gc::kLiveFilterKernel) {
+        EXPECT_FALSE(launch.dependent) << "the filter kernel does not wait for the grid before it";
         ++filters;
         EXPECT_EQ(launch.grid[0], 1u) << "the filter's grid covers all 160 columns: one chunk";
       } else {
@@ -425,6 +429,13 @@ void narrow_inputs_as_one_graph(bool fused) {
     if (run == 0) {
       EXPECT_EQ(filters, fused ? 0 : kLayers);
       EXPECT_GE(layer_kernels, kLayers);
+      // Fused, a layer is one kernel: every one after the first follows the kernel of the layer before.
+      if (fused) {
+        EXPECT_EQ(dependents, dependent ? kLayers - 1 : 0);
+      }
+      if (!dependent) {
+        EXPECT_EQ(dependents, 0);
+      }
     } else {
       EXPECT_TRUE(launches.empty()) << "a later run captured again";
     }
@@ -449,6 +460,8 @@ TEST(GraphChallengeGpuGraph, NarrowInputsRunAsOneGraphPerRun) {
     SCOPED_TRACE(fused ? "fused compaction" : "filter kernel");
     narrow_inputs_as_one_graph(fused);
   }
+  SCOPED_TRACE("fused compaction, ordinary launches");
+  narrow_inputs_as_one_graph(true, false);
 }
 
 // The program as a user runs it: the emulated driver prints the calls that failed in teardown at exit.

@@ -581,6 +581,65 @@ TEST_F(DriverApi, MisuseReturnsRealErrorCodes) {
   }
 }
 
+// cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: a kernel that waits (griddepcontrol,
+// sm_90) runs right after the kernel before it on the stream, on a GPU and emulated. The emulated driver also fails
+// a dependent launch of a kernel that reads global memory without waiting, and refuses attributes it does not model.
+TEST_F(DriverApi, LaunchKernelExRunsProgrammaticDependents) {
+  if (!drv().cuLaunchKernelEx) GTEST_SKIP() << "the driver has no cuLaunchKernelEx";
+  std::string waits = read_kernel("vadd.ptx");
+  waits.replace(waits.find(".target sm_80"), 13, ".target sm_90");
+  const std::string last_param = "ld.param.u32 \t%r2, [vadd_n];\n";
+  ASSERT_NE(waits.find(last_param), std::string::npos);
+  waits.insert(waits.find(last_param) + last_param.size(), "\tgriddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;\n");
+  CUmodule plain_mod, wait_mod;
+  CU_OK(drv().cuModuleLoadData(&plain_mod, read_kernel("vadd.ptx").c_str()));
+  CU_OK(drv().cuModuleLoadData(&wait_mod, waits.c_str()));
+  CUfunction plain, wait;
+  CU_OK(drv().cuModuleGetFunction(&plain, plain_mod, "vadd"));
+  CU_OK(drv().cuModuleGetFunction(&wait, wait_mod, "vadd"));
+  const unsigned n = 300;
+  std::vector<float> a(n), b(n, 2.0f), c(n);
+  for (unsigned i = 0; i < n; ++i) a[i] = static_cast<float>(i);
+  CUdeviceptr da, db, dc;
+  CU_OK(drv().cuMemAlloc_v2(&da, n * 4));
+  CU_OK(drv().cuMemAlloc_v2(&db, n * 4));
+  CU_OK(drv().cuMemAlloc_v2(&dc, n * 4));
+  CU_OK(drv().cuMemcpyHtoD_v2(da, a.data(), n * 4));
+  CU_OK(drv().cuMemcpyHtoD_v2(db, b.data(), n * 4));
+  CUstream stream;
+  CU_OK(drv().cuStreamCreate(&stream, 0));
+  unsigned nn = n;
+  void* first[] = {&da, &db, &dc, &nn};   // c = a + 2.5 b
+  void* second[] = {&dc, &db, &da, &nn};  // a = c + 2.5 b, reading what the first wrote
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig config{(n + 255) / 256, 1, 1, 256, 1, 1, 0, stream, &attr, 1};
+  CU_OK(drv().cuLaunchKernel(plain, config.gridDimX, 1, 1, 256, 1, 1, 0, stream, first, nullptr));
+  CU_OK(drv().cuLaunchKernelEx(&config, wait, second, nullptr));
+  CU_OK(drv().cuMemcpyDtoHAsync_v2(c.data(), da, n * 4, stream));
+  CU_OK(drv().cuStreamSynchronize(stream));
+  for (unsigned i = 0; i < n; ++i) ASSERT_EQ(c[i], static_cast<float>(i) + 10.0f) << i;
+  if (drv().emulated) {
+    EXPECT_EQ(drv().cuLaunchKernelEx(&config, plain, first, nullptr), CUDA_ERROR_LAUNCH_FAILED);
+    EXPECT_NE(std::string(drv().last_message()).find("before griddepcontrol.wait"), std::string::npos)
+        << drv().last_message();
+    attr.value.programmaticStreamSerializationAllowed = 0;  // an ordinary launch after all
+    CU_OK(drv().cuLaunchKernelEx(&config, plain, first, nullptr));
+    attr.id = static_cast<CUlaunchAttributeID>(2);  // CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+    EXPECT_EQ(drv().cuLaunchKernelEx(&config, plain, first, nullptr), CUDA_ERROR_NOT_SUPPORTED);
+    EXPECT_NE(std::string(drv().last_message()).find("attribute 2"), std::string::npos) << drv().last_message();
+    EXPECT_EQ(drv().cuLaunchKernelEx(nullptr, plain, first, nullptr), CUDA_ERROR_INVALID_VALUE);
+  }
+  CU_OK(drv().cuStreamSynchronize(stream));
+  CU_OK(drv().cuStreamDestroy_v2(stream));
+  CU_OK(drv().cuMemFree_v2(da));
+  CU_OK(drv().cuMemFree_v2(db));
+  CU_OK(drv().cuMemFree_v2(dc));
+  CU_OK(drv().cuModuleUnload(plain_mod));
+  CU_OK(drv().cuModuleUnload(wait_mod));
+}
+
 TEST_F(DriverApi, OutOfBoundsKernelIsIllegalAddress) {
   if (!drv().emulated) GTEST_SKIP() << "an illegal address poisons a real context";
   std::string ptx = read_kernel("vadd.ptx");

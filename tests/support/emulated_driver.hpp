@@ -89,6 +89,7 @@ class EmulatedDriver {
     unsigned stream = 0;
     bool captured = false;
     unsigned grid[3] = {0, 0, 0};
+    bool dependent = false;  // a programmatic dependent launch (cuLaunchKernelEx)
   };
   // The launches since the log was last cleared.
   std::vector<Launch> launches() const {
@@ -97,11 +98,14 @@ class EmulatedDriver {
     const int n = get_launches_(nullptr, 0);
     std::string text(static_cast<size_t>(n) * 256 + 1, '\0');
     get_launches_(text.data(), text.size());
-    std::istringstream in(text.c_str());
-    std::string word, how, grid;
-    Launch l;
-    while (in >> l.kernel >> word >> l.stream >> how >> grid >> l.grid[0] >> l.grid[1] >> l.grid[2]) {
+    std::istringstream lines(text.c_str());
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream in(line);
+      std::string word, how, grid, tail;
+      Launch l;
+      if (!(in >> l.kernel >> word >> l.stream >> how >> grid >> l.grid[0] >> l.grid[1] >> l.grid[2])) continue;
       l.captured = how == "captured";
+      l.dependent = (in >> tail) && tail == "dependent";
       out.push_back(l);
     }
     return out;
@@ -146,6 +150,7 @@ class EmulatedDriver {
     std::string kind, kernel;
     unsigned stream = 0;
     std::vector<size_t> deps;
+    bool dependent = false;  // captured from a programmatic dependent launch
   };
   // The nodes of `graph` in capture order (a node's dependencies come before it); empty for an unknown graph.
   std::vector<Node> graph_nodes(CUgraph graph) const {
@@ -155,14 +160,16 @@ class EmulatedDriver {
     if (n <= 0) return out;
     std::string text(static_cast<size_t>(n) * 512 + 1, '\0');
     get_nodes_(graph, text.data(), text.size());
-    std::istringstream in(text.c_str());
-    size_t index = 0;
-    std::string word, deps;
-    Node node;
-    while (in >> index >> node.kind >> node.kernel >> word >> node.stream >> word >> deps) {
-      node.deps.clear();
+    std::istringstream lines(text.c_str());
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream in(line);
+      size_t index = 0;
+      std::string word, deps, tail;
+      Node node;
+      if (!(in >> index >> node.kind >> node.kernel >> word >> node.stream >> word >> deps)) continue;
       std::istringstream d(deps == "-" ? "" : deps);
       for (std::string item; std::getline(d, item, ',');) node.deps.push_back(std::stoul(item));
+      node.dependent = (in >> tail) && tail == "dependent";
       out.push_back(node);
     }
     return out;

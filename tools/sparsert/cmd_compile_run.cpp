@@ -45,6 +45,7 @@ struct CompileArgs {
   std::string tuning_db;
   std::optional<int32_t> max_entries;
   std::string block_functions = "auto";
+  std::string dependent_launch = "on";
 };
 
 struct RunArgs {
@@ -57,6 +58,7 @@ struct RunArgs {
   int threads = 0;
   bool force_ptx = false;
   bool check = false;
+  std::string dependent_launch = "on";
 };
 
 DenseTensor transpose_dense(const DenseTensor& x) {
@@ -192,6 +194,11 @@ Action add_compile(CLI::App& app) {
                   "auto (entries above 32768 fmas), on or off")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->default_val("auto");
+  sub->add_option("--dependent-launch", args->dependent_launch,
+                  "Baked kernels for sm_90 and newer wait for the kernel before them (griddepcontrol), so that `run` "
+                  "can overlap each layer's launch with the end of the one before: on or off")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->default_val("on");
   return [args] {
     SPARSERT_USER_CHECK(!args->network.empty() || !args->gc_dir.empty(), "compile",
                         "give a network description (.json) or --graphchallenge DIR");
@@ -208,6 +215,7 @@ Action add_compile(CLI::App& app) {
     if (args->kernel != "auto") opt.kernel_kind = codegen::parse_kernel_kind(args->kernel, "--kernel");
     opt.max_entries = args->max_entries;
     if (args->block_functions != "auto") opt.block_functions = args->block_functions == "on";
+    opt.dependent_launch = args->dependent_launch == "on";
     SPARSERT_USER_CHECK(!(args->tune && args->no_tuning_db), "--tune", "cannot be combined with --no-tuning-db");
     if (!args->no_tuning_db) {
       const std::filesystem::path db_path =
@@ -284,6 +292,11 @@ Action add_run(CLI::App& app) {
       ->check(CLI::Range(0, 1024));
   sub->add_flag("--ptx", args->force_ptx, "JIT the PTX even where a cubin for the device exists");
   sub->add_flag("--check", args->check, "Compare the output with the double-precision reference (exit 1 if off)");
+  sub->add_option("--dependent-launch", args->dependent_launch,
+                  "cuda: launch each layer whose kernel waits for the one before (compiled with --dependent-launch "
+                  "on, sm_90 and newer) as its programmatic dependent: on or off")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->default_val("on");
   return [args] {
     if (!args->output.empty()) check_output_path(args->output);  // before the run, not after it
     const Package pkg = load_package(args->package);
@@ -315,6 +328,7 @@ Action add_run(CLI::App& app) {
     if (device == "cuda") {
       GpuRunOptions go;
       go.force_ptx = args->force_ptx;
+      go.dependent_launch = args->dependent_launch == "on";
       GpuNetwork net(pkg, go);
       fmt::print("device: {} (sm_{}), driver {}\n", net.device().name, net.device().sm(),
                  cuda::Driver::get().library());

@@ -36,6 +36,7 @@ struct GraphChallengeArgs {
   std::string tiles = "model";
   std::string compaction = "fused";
   std::optional<int32_t> max_entries;
+  std::string dependent_launch = "on";
   std::optional<uint64_t> synthetic;  // the seed of a synthetic network made in memory instead of --weights/--inputs
   int32_t images = 60000;
   int32_t check_sample = 256;
@@ -57,6 +58,7 @@ std::unique_ptr<graphchallenge::LayerExecutor> make_executor(const GraphChalleng
     if (a.kernel != "auto") options.kernel_kind = codegen::parse_kernel_kind(a.kernel, "--kernel");
     options.fused_compaction = a.compaction == "fused";
     options.max_entries = a.max_entries;
+    options.dependent_launch = a.dependent_launch == "on";
     if (a.compact_weights) options.compact_weights = true;
     if (a.device_memory_gb) options.device_memory = static_cast<size_t>(*a.device_memory_gb * 1e9);
     return std::make_unique<graphchallenge::CudaLayerExecutor>(options);
@@ -247,6 +249,11 @@ Action add_graphchallenge(CLI::App& app) {
                   "is one CUDA Graph), or codegen's heuristic")
       ->default_val("model")
       ->check(CLI::IsMember({"model", "heuristic"}));
+  sub->add_option("--dependent-launch", args->dependent_launch,
+                  "cuda, sm_90 and newer: each layer's kernel waits for the one before (griddepcontrol) and launches "
+                  "as its programmatic dependent, overlapping its launch with the end of the layer before: on or off")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->default_val("on");
   sub->add_option("--compaction", args->compaction, "cuda, where the run is one CUDA Graph (at most 8192 inputs): "
                   "fused (each layer's last block compacts a map of the live columns; every layer baked) or kernel "
                   "(the filter kernel after each layer moves them)")

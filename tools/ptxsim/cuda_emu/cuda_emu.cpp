@@ -98,6 +98,10 @@ struct Node {
   void* hdst = nullptr;
   size_t bytes = 0;
   unsigned value = 0;
+  // A kernel launched as a programmatic dependent (cuLaunchKernelEx): it runs after the work before it, as every
+  // launch here does, but ptxsim fails any global access a thread makes before its griddepcontrol.wait, which on a GPU
+  // could overlap the kernel before it.
+  bool dependent = false;
 };
 struct GraphObj : Owned {
   std::vector<Node> nodes;  // in capture order: a node's dependencies come before it
@@ -126,6 +130,7 @@ struct LaunchRecord {
   unsigned stream = 0;
   bool captured = false;
   ps::Dim3 grid;
+  bool dependent = false;
 };
 // Page-locked host memory from cuMemHostAlloc. The destruction of its context frees it: the record stays (dead), and
 // so does the memory, so that the pointer is still recognised (and never handed out again).
@@ -335,6 +340,7 @@ CUresult run_node(const Node& n) {
       case Node::Kernel: {
         ps::LaunchOptions opt;
         opt.dynamic_shared_bytes = n.shared;
+        opt.dependent_launch = n.dependent;
         s.last_counts = n.func->mod->mod->launch_packed(n.func->name, n.grid, n.block, n.params, opt);
         s.total_counts += s.last_counts;
         break;
@@ -368,7 +374,7 @@ CUresult submit(CUstream hs, Node n) {
   const bool captured = so && so->capture;
   if (captured && so->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   if (n.kind == Node::Kernel && st().launch_log.size() < kLaunchLogLimit)
-    st().launch_log.push_back({n.func->name, n.stream, captured, n.grid});
+    st().launch_log.push_back({n.func->name, n.stream, captured, n.grid, n.dependent});
   if (captured) {
     std::vector<Node>& nodes = so->capture->graph->nodes;
     n.deps = so->tail;
@@ -1228,35 +1234,64 @@ CUresult cuEventDestroy_v2(CUevent h) {
 }
 
 // ---- launch ----
-CUresult cuLaunchKernel(CUfunction hf, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                        unsigned shared, CUstream s, void** params, void** extra) {
-  LOCK;
-  REQUIRE_CTX;
+// `call` names the entry point in errors and teardown failures.
+static CUresult launch_kernel(const char* call, CUfunction hf, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                              unsigned by, unsigned bz, unsigned shared, CUstream s, void** params, void** extra,
+                              bool dependent) {
+  REQUIRE_INIT;
+  if (!tl_current || !st().ctxs.count(tl_current)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!tl_current->alive) return destroyed(call, "the context current to this thread");
   FuncObj* f = lookup(st().funcs, hf);
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
-  REQUIRE_LIVE(f->mod, "the function's module");
+  if (f->mod->dead) return destroyed(call, "the function's module's context");
   StreamObj* so;
-  if (stream_ok(s, &so) && so) REQUIRE_LIVE(so, "the stream");
-  if (extra) return fail_with(CUDA_ERROR_NOT_SUPPORTED, "cuLaunchKernel: the 'extra' parameter form is not supported; use kernelParams");
+  if (stream_ok(s, &so) && so && so->dead) return destroyed(call, "the stream's context");
+  if (extra) return fail_with(CUDA_ERROR_NOT_SUPPORTED, std::string(call) + ": the 'extra' parameter form is not supported; use kernelParams");
   const ps::KernelInfo& k = f->mod->mod->kernel(f->name);
   if (!params && !k.params.empty()) return CUDA_ERROR_INVALID_VALUE;
   if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0) return CUDA_ERROR_INVALID_VALUE;
   if (uint64_t(bx) * by * bz > k.max_threads_per_block() || bx > 1024 || by > 1024 || bz > 64)
-    return fail_with(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel: block exceeds the kernel's thread limit");
+    return fail_with(CUDA_ERROR_INVALID_VALUE, std::string(call) + ": block exceeds the kernel's thread limit");
   if (gx > 0x7fffffffu || gy > 65535 || gz > 65535) return CUDA_ERROR_INVALID_VALUE;
   if (shared > static_cast<unsigned>(f->max_dynamic_shared))
-    return fail_with(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel: dynamic shared memory above the function's maximum");
+    return fail_with(CUDA_ERROR_INVALID_VALUE, std::string(call) + ": dynamic shared memory above the function's maximum");
   Node n(Node::Kernel);
   n.func = f;
   n.grid = {gx, gy, gz};
   n.block = {bx, by, bz};
   n.shared = shared;
+  n.dependent = dependent;
   try {
     n.params = f->mod->mod->pack_args(f->name, params);
   } catch (const ps::SimError& e) {
     return sim_error(e);
   }
   return submit(s, std::move(n));
+}
+
+CUresult cuLaunchKernel(CUfunction hf, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, CUstream s, void** params, void** extra) {
+  LOCK;
+  return launch_kernel("cuLaunchKernel", hf, gx, gy, gz, bx, by, bz, shared, s, params, extra, false);
+}
+
+// The one attribute sparsert sets; any other is refused by name, so that a caller relying on one ptxsim does not
+// model cannot pass here and fail on a GPU.
+CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction hf, void** params, void** extra) {
+  LOCK;
+  if (!c) return fail_with(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernelEx: no launch configuration");
+  if (c->numAttrs > 0 && !c->attrs) return fail_with(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernelEx: numAttrs > 0 and no attrs");
+  bool dependent = false;
+  for (unsigned i = 0; i < c->numAttrs; ++i) {
+    const CUlaunchAttribute& a = c->attrs[i];
+    if (a.id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+      return fail_with(CUDA_ERROR_NOT_SUPPORTED,
+                       "cuLaunchKernelEx: launch attribute " + std::to_string(static_cast<int>(a.id)) +
+                           " is not emulated (only CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)");
+    dependent = a.value.programmaticStreamSerializationAllowed != 0;
+  }
+  return launch_kernel("cuLaunchKernelEx", hf, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ,
+                       c->sharedMemBytes, c->hStream, params, extra, dependent);
 }
 
 // ---- graphs ----
@@ -1447,7 +1482,8 @@ void sparsertEmuClearTeardownFailures(void) {
 }
 // Kernel launches submitted since the library was loaded or the log last cleared (the first 65536 of them), one line
 // each: "KERNEL stream S run grid X Y Z" (run at once) or "KERNEL stream S captured grid X Y Z" (captured into a
-// graph), where S numbers the streams 1, 2, ... in creation order (0: the NULL stream) and X Y Z is the grid. Returns
+// graph), where S numbers the streams 1, 2, ... in creation order (0: the NULL stream) and X Y Z is the grid, followed
+// by " dependent" for a programmatic dependent launch (cuLaunchKernelEx with the attribute set). Returns
 // how many; when `out` is not null, writes the lines, NUL-terminated and cut to `size` bytes. Graph replays are not
 // logged.
 int sparsertEmuGetLaunchLog(char* out, size_t size) {
@@ -1455,7 +1491,8 @@ int sparsertEmuGetLaunchLog(char* out, size_t size) {
   std::string text;
   for (const LaunchRecord& r : st().launch_log)
     text += r.kernel + " stream " + std::to_string(r.stream) + (r.captured ? " captured" : " run") + " grid " +
-            std::to_string(r.grid.x) + " " + std::to_string(r.grid.y) + " " + std::to_string(r.grid.z) + "\n";
+            std::to_string(r.grid.x) + " " + std::to_string(r.grid.y) + " " + std::to_string(r.grid.z) +
+            (r.dependent ? " dependent" : "") + "\n";
   write_text(text, out, size);
   return static_cast<int>(st().launch_log.size());
 }
@@ -1466,7 +1503,7 @@ void sparsertEmuClearLaunchLog(void) {
 // The nodes of a graph made by cuStreamEndCapture, in capture order, one line each: "I KIND NAME stream S deps D"
 // where I is the node's index, KIND one of kernel, memcpyHtoD, memcpyDtoH, memcpyDtoD, memset8, memset32, NAME the
 // kernel's name ("-" for others), S the stream it was captured from and D the indices of the nodes it depends on,
-// comma-separated ("-" for none). Returns the number of nodes, or -1 for a handle that is not a live graph; `out` and
+// comma-separated ("-" for none), then " dependent" for a kernel captured as a programmatic dependent. Returns the number of nodes, or -1 for a handle that is not a live graph; `out` and
 // `size` as for sparsertEmuGetLaunchLog.
 int sparsertEmuGetGraphNodes(CUgraph hg, char* out, size_t size) {
   LOCK;
@@ -1479,7 +1516,8 @@ int sparsertEmuGetGraphNodes(CUgraph hg, char* out, size_t size) {
     std::string deps;
     for (size_t d : n.deps) deps += (deps.empty() ? "" : ",") + std::to_string(d);
     text += std::to_string(i) + " " + kinds[n.kind] + " " + kernel_name(n) +
-            " stream " + std::to_string(n.stream) + " deps " + (deps.empty() ? "-" : deps) + "\n";
+            " stream " + std::to_string(n.stream) + " deps " + (deps.empty() ? "-" : deps) +
+            (n.dependent ? " dependent" : "") + "\n";
   }
   write_text(text, out, size);
   return static_cast<int>(g->nodes.size());

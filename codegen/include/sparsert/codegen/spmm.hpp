@@ -54,6 +54,12 @@ struct SpmmOptions {
   // reads: the same instructions, assembled a function at a time. Unset: where the entry has more than
   // kBlockFunctionFmas fmas.
   std::optional<bool> block_functions;
+  // Programmatic dependent launch (sm_90 and newer): every entry starts with griddepcontrol.launch_dependents, so the
+  // next kernel on the stream may be scheduled while this one runs, and griddepcontrol.wait, which holds each thread
+  // until the kernel before it on the stream has completed and its memory is visible, before any global memory is
+  // touched. The runtime may then launch the entries as programmatic dependents of the kernel before them. Without
+  // such a launch both instructions do nothing. Off: the PTX is exactly as without it.
+  bool dependent_launch = false;
 };
 
 // One .entry in its own PTX module: a contiguous range of the plan's row blocks.
@@ -78,6 +84,7 @@ struct SpmmKernel {
   bool live_flags = false;  // the entries take F after N (SpmmOptions::live_flags)
   bool device_n = false;    // the entries take NP last (SpmmOptions::device_n)
   bool column_map = false;  // the entries take M and K after NP (SpmmOptions::column_map)
+  bool dependent_launch = false;  // the entries wait for the grid before them (SpmmOptions::dependent_launch)
 
   // grid = (ceil(n / n_tile), entry blocks, 1) for an active column count n.
   int32_t grid_x(int32_t n) const { return (n + tile.n_tile - 1) / tile.n_tile; }

@@ -37,11 +37,13 @@ struct CachedKernel {
 // live_flags: the kernel fuses live-column detection (SpmmOptions::live_flags); device_n: it reads its column count
 // from device memory (SpmmOptions::device_n); column_map: it gathers its columns and compacts them
 // (SpmmOptions::column_map); block_functions, where set, forces functions per row block on or off
-// (SpmmOptions::block_functions). Its code differs, so does its key; off (unset), none is hashed.
+// (SpmmOptions::block_functions); dependent_launch: it waits for the grid before it (SpmmOptions::dependent_launch).
+// Its code differs, so does its key; off (unset), none is hashed.
 std::string kernel_cache_key(const CsrMatrix& a, const Epilogue& ep, const codegen::TileParams& tile, int32_t n,
                              const codegen::Target& target, const std::string& toolkit, bool live_flags = false,
                              bool device_n = false, bool column_map = false,
-                             std::optional<bool> block_functions = std::nullopt);
+                             std::optional<bool> block_functions = std::nullopt,
+                             bool dependent_launch = false);
 // The weight-streaming kernel's code does not depend on the matrix or the bias (they travel in arrays), so its key
 // leaves them out and every layer with the same parameters shares one entry.
 std::string stream_cache_key(const codegen::StreamParams& p, const codegen::StreamEpilogueKind& ep, int32_t n,

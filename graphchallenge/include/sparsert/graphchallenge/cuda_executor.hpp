@@ -55,6 +55,10 @@ struct CudaGraphChallengeOptions {
   std::optional<bool> compact_weights;
   // The device memory the plan above assumes, in bytes (a GPU shared with other work); unset: the device's total.
   std::optional<size_t> device_memory;
+  // On sm_90 and newer, baked layers wait for the grid before them and launch as its programmatic dependents, so each
+  // layer's launch overlaps the end of the one before (GpuRunOptions::dependent_launch); false: ordinary launches, for
+  // comparison.
+  bool dependent_launch = true;
 };
 
 // The row-split parameters of compact streamed weights for `n` columns: 32 rows of 4 lanes a block, 16 columns a

@@ -76,6 +76,7 @@ enum class ErrorKind {
   WarpSync,       // shfl.sync / bar.warp.sync whose member lanes do not all arrive
   Arithmetic,     // integer division by zero
   Memory,         // host-side memory API misuse (bad free, bad copy)
+  DependentLaunch,  // global memory touched before griddepcontrol.wait in a programmatic dependent launch
 };
 
 // Where a run-time error happened; absent for parse/load errors.
@@ -167,6 +168,10 @@ struct Kernel;
 struct LaunchOptions {
   uint32_t dynamic_shared_bytes = 0;
   bool check_races = true;  // shared-memory race detection
+  // Launched as a programmatic dependent (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION): on a GPU the grid may
+  // start before the one before it has finished, so every thread must pass griddepcontrol.wait before it touches
+  // global memory; a load or store before that is an error (ErrorKind::DependentLaunch).
+  bool dependent_launch = false;
 };
 
 class Module {

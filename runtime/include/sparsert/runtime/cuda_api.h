@@ -158,6 +158,32 @@ typedef enum CUjit_option_enum {
   CU_JIT_CACHE_MODE = 14
 } CUjit_option;
 
+/* cuLaunchKernelEx's configuration (CUDA 12.0+), with the one attribute sparsert sets. Layouts as in cuda.h: the
+   attribute's id is padded to 8 bytes, its value is a 64-byte union. */
+typedef enum CUlaunchAttributeID_enum {
+  CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+} CUlaunchAttributeID;
+typedef union CUlaunchAttributeValue_union {
+  char pad[64];
+  int programmaticStreamSerializationAllowed;
+} CUlaunchAttributeValue;
+typedef struct CUlaunchAttribute_st {
+  CUlaunchAttributeID id;
+  char pad[8 - sizeof(CUlaunchAttributeID)];
+  CUlaunchAttributeValue value;
+} CUlaunchAttribute;
+typedef struct CUlaunchConfig_st {
+  unsigned int gridDimX;
+  unsigned int gridDimY;
+  unsigned int gridDimZ;
+  unsigned int blockDimX;
+  unsigned int blockDimY;
+  unsigned int blockDimZ;
+  unsigned int sharedMemBytes;
+  CUstream hStream;
+  CUlaunchAttribute* attrs;
+  unsigned int numAttrs;
+} CUlaunchConfig;
 #ifndef CUDAAPI
 #define CUDAAPI
 #endif
@@ -217,6 +243,7 @@ typedef enum CUjit_option_enum {
     (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX,  \
      unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,              \
      void** kernelParams, void** extra))                                                                         \
+  X(cuLaunchKernelEx, (const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra))           \
   X(cuStreamBeginCapture_v2, (CUstream hStream, CUstreamCaptureMode mode))                                       \
   X(cuStreamEndCapture, (CUstream hStream, CUgraph * phGraph))                                                   \
   X(cuStreamIsCapturing, (CUstream hStream, CUstreamCaptureStatus * captureStatus))                              \

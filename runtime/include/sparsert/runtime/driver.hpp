@@ -233,8 +233,14 @@ class Module {
 
 // Kernel launch; the error names the kernel and the launch dimensions. Independent kernels that may run side by side
 // (a baked layer's entries) go through ConcurrentLauncher (concurrent_launch.hpp) instead.
+// dependent: launch as a programmatic dependent of the kernel before it on the stream
+// (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, sm_90 and newer): the grid may be scheduled before that
+// kernel has finished, so the kernel must hold every thread at griddepcontrol.wait before it touches global memory
+// (codegen's SpmmOptions::dependent_launch). Where the driver lacks cuLaunchKernelEx it is an ordinary launch.
 void launch(CUfunction f, std::string_view kernel, unsigned gx, unsigned gy, unsigned bx, unsigned by,
-            const Stream& stream, void** params, unsigned shared_bytes = 0);
+            const Stream& stream, void** params, unsigned shared_bytes = 0, bool dependent = false);
+// The driver has cuLaunchKernelEx, which dependent launches need.
+bool dependent_launch_supported();
 
 // A stream capture turned into an executable graph, replayed with launch(). Move-only.
 class Graph {

@@ -27,6 +27,11 @@ struct GpuRunOptions {
   // parameter order: called once per such layer, in network order, and each result uploaded before the next call.
   // Loading such a package without it is a UserError naming the layer.
   std::function<std::vector<std::vector<uint32_t>>(size_t layer, const PackageLayer& l)> streamed_arrays;
+  // Layers of one kernel that waits for the grid before it (PackageLayer::dependent_launch, loaded for sm_90 or newer)
+  // launch as programmatic dependents of the layer before them when that was one kernel too, so their launch overlaps
+  // its end (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION). Never across a timing event: per-layer times stay
+  // per layer.
+  bool dependent_launch = true;
 };
 
 struct GpuTimings {
@@ -69,8 +74,15 @@ class GpuNetwork {
   // map, arrivals: a layer compiled with a column map (PackageLayer::column_map; it needs flags and n_ptr too) runs
   // on columns map[0..*n_ptr) of in and out, and its last block compacts map to the live ones and writes their count
   // to n_ptr[1] (codegen's SpmmOptions::column_map); arrivals is a u32, 0 before and after. Other layers ignore both.
+  // after_kernel: the caller's last work on stream() was this layer before it, launched by launch_layer with nothing
+  // after it, or a kernel of its own: a layer whose kernel waits for the grid before it (PackageLayer::dependent_launch)
+  // is then launched as a programmatic dependent of it (GpuRunOptions::dependent_launch). Where the layer before was
+  // several entries side by side, or a count is written first, it is an ordinary launch.
   void launch_layer(size_t layer, CUdeviceptr in, CUdeviceptr out, uint32_t n, CUdeviceptr flags = 0,
-                    CUdeviceptr n_ptr = 0, CUdeviceptr map = 0, CUdeviceptr arrivals = 0);
+                    CUdeviceptr n_ptr = 0, CUdeviceptr map = 0, CUdeviceptr arrivals = 0, bool after_kernel = false);
+  // Whether launch_layer(layer, ..., after_kernel = true) would launch it as a programmatic dependent (given a layer
+  // of one kernel before it).
+  bool layer_launches_dependent(size_t layer) const;
   bool layer_has_live_flags(size_t layer) const;
   bool layer_has_device_n(size_t layer) const;
   bool layer_has_column_map(size_t layer) const;

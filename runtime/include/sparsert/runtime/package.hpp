@@ -67,6 +67,11 @@ struct PackageLayer {
   // The kernels gather their columns through a map and compact it themselves (codegen's SpmmOptions::column_map): they
   // take M and K (u64 each) after NP. Written to the manifest only when true.
   bool column_map = false;
+  // Its kernels for sm_90 and newer hold every thread at griddepcontrol.wait before it touches global memory
+  // (codegen's SpmmOptions::dependent_launch), so a loader may launch them as programmatic dependents of the kernel
+  // before them on the stream. Kernels for older targets are built as without it. Written to the manifest only when
+  // true.
+  bool dependent_launch = false;
   // A convolution (virtual im2col): its shape and the borders of its input and output buffers; the kernels' N is its
   // output pixels (runtime/conv.hpp). Written to the manifest only when set.
   std::optional<ConvLayout> conv;
