@@ -201,6 +201,7 @@ struct CudaLayerExecutor::Impl {
                                  // (fused: the column map, where the columns stay)
   cuda::DeviceBuffer arrivals;   // fused: u32, the layer kernels' block arrivals, 0 between launches
   bool fused = false;            // the layers compact their own columns (fuses_compaction); no filter kernel
+  bool dependents = true;        // layers may launch as programmatic dependents (false once a capture refused them)
   uint32_t row_groups = 0;       // the filter's grid.y
   cuda::Graph graph;             // every layer at full width, captured on the first run_layers in graph mode
   cuda::HostBuffer counts_host, ids_host;  // page-locked: asynchronous copies into them do not block the host
@@ -251,12 +252,12 @@ struct CudaLayerExecutor::Impl {
       // Columns ids[0..counts[step]) of act[cur] into the same columns of act[1 - cur]; the layer's last block leaves
       // the live ones at the front of ids and their count in counts[step + 1].
       gpu->launch_layer(static_cast<size_t>(layer), act[cur].get(), data, bound, flags[0].get(), n_in, ids.get(),
-                        arrivals.get(), after_kernel);
+                        arrivals.get(), after_kernel && dependents);
       cur = 1 - cur;
       return;
     }
     auto rows = static_cast<uint32_t>(net->neurons), width = static_cast<uint32_t>(ld);
-    gpu->launch_layer(static_cast<size_t>(layer), act[cur].get(), data, bound, f, n_in, 0, 0, after_kernel);
+    gpu->launch_layer(static_cast<size_t>(layer), act[cur].get(), data, bound, f, n_in, 0, 0, after_kernel && dependents);
     // The filter's epoch: status and read_done are zeroed by load_inputs, and each step of a run has its own epoch,
     // so a word written by an earlier layer never passes for this one's. Static per step, so a captured graph's
     // launches keep theirs.
@@ -272,15 +273,30 @@ struct CudaLayerExecutor::Impl {
   LiveColumns run_graph(int32_t layers) {
     const cuda::Stream& s = gpu->stream();
     if (!graph.ready()) {
+      auto capture = [&] {
+        try {
+          graph.capture(s, [&] {
+            for (int32_t l = 0; l < layers; ++l) enqueue(l, l, static_cast<uint32_t>(ld), l > 0);
+          });
+        } catch (...) {
+          cur = 0;
+          throw;
+        }
+        cur = 0;  // captured, not run: the buffers alternate when the graph runs
+      };
       try {
-        graph.capture(s, [&] {
-          for (int32_t l = 0; l < layers; ++l) enqueue(l, l, static_cast<uint32_t>(ld), l > 0);
-        });
-      } catch (...) {
-        cur = 0;
-        throw;
+        capture();
+      } catch (const cuda::CudaError& e) {
+        // A driver that takes dependent launches on a stream may still refuse them in a graph: capture again with
+        // ordinary launches rather than fail the run.
+        bool any = false;
+        for (int32_t l = 1; l < layers; ++l) any = any || gpu->layer_launches_dependent(static_cast<size_t>(l));
+        if (!dependents || !any) throw;
+        dependents = false;
+        notes.push_back(fmt::format("the graph capture failed with the layers launched as programmatic dependents "
+                                    "({}); captured again with ordinary launches", e.what()));
+        capture();
       }
-      cur = 0;  // captured, not run: the buffers alternate when the graph runs
     }
     uint32_t* known = host_counts();
     graph.launch(s);

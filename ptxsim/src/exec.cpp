@@ -367,7 +367,7 @@ class Runner {
       fail(ErrorKind::DependentLaunch, in, t,
            fmt::format("global {} at 0x{:x} before griddepcontrol.wait in a programmatic dependent launch: the grid "
                        "before it may still be running",
-                       write ? "store" : "load", a),
+                       atomic ? "atomic" : write ? "store" : "load", a),
            a);
     switch (sp) {
       case Space::Global:

@@ -143,7 +143,18 @@ struct GpuNetwork::Impl {
   void prepare_timed_run(uint32_t n) {
     if (!opt.use_graph || !cuda::Graph::supported() || (timing_graph.ready() && timing_n == n)) return;
     timing_n = 0;
-    timing_graph.capture(*stream, [&] { launch_all(n); });
+    try {
+      timing_graph.capture(*stream, [&] { launch_all(n); });
+    } catch (const cuda::CudaError& e) {
+      // A driver that takes dependent launches on a stream may still refuse them in a graph: capture again with
+      // ordinary launches rather than fail.
+      const bool any = std::any_of(layers.begin(), layers.end(), [](const LoadedLayer& l) { return l.dependent; });
+      if (!any) throw;
+      for (LoadedLayer& l : layers) l.dependent = false;
+      notes.push_back(fmt::format("the timing graph's capture failed with the layers launched as programmatic "
+                                  "dependents ({}); they launch as ordinary kernels from now on", e.what()));
+      timing_graph.capture(*stream, [&] { launch_all(n); });
+    }
     timing_n = n;
   }
   void timed_run(uint32_t n) {
@@ -266,6 +277,12 @@ struct GpuNetwork::Impl {
           SPARSERT_USER_CHECK(!jit_target.empty() && e.ptx.count(jit_target), p.dir.string(),
                               "layer {} entry {} has no PTX for {}", pl.name, e.name, jit_target);
           le.module = load_module(e.ptx.at(jit_target), true);
+          // The manifest's word is not enough to launch a kernel early: its PTX must hold the wait.
+          SPARSERT_USER_CHECK(!pl.dependent_launch || sm_of(jit_target) < 90 ||
+                                  read_file(p.dir / e.ptx.at(jit_target)).find("griddepcontrol.wait;") !=
+                                      std::string::npos,
+                              (p.dir / e.ptx.at(jit_target)).string(),
+                              "layer {} is marked dependent_launch, but its PTX has no griddepcontrol.wait", pl.name);
           if (note.empty()) note = fmt::format("layer {}: PTX for {} JIT-compiled by the driver", pl.name, jit_target);
         }
         le.fn = le.module->function(e.name);

@@ -1411,6 +1411,30 @@ TEST(CompileRun, OneEntryLayersLaunchAsProgrammaticDependentsOfTheLayerBefore) {
   EXPECT_EQ(captured_dependent, 2u);
   EXPECT_LE(max_relative_error(net.run(x), want), 1e-5) << "after the graph";
 
+  // A driver that refuses them in a capture: the timing graph is captured again with ordinary launches, and so are
+  // the runs after it.
+  {
+    GpuNetwork refused(pkg);
+    emu.set_refuse_dependent_capture(true);
+    GpuTimings t;
+    try {
+      t = refused.time(x, 1);
+    } catch (...) {
+      emu.set_refuse_dependent_capture(false);
+      throw;
+    }
+    emu.set_refuse_dependent_capture(false);
+    EXPECT_EQ(t.layer_ms.size(), 3u);
+    const std::vector<std::string>& notes = refused.load_notes();
+    EXPECT_TRUE(std::any_of(notes.begin(), notes.end(), [](const std::string& n) {
+      return n.find("launch as ordinary kernels from now on") != n.npos;
+    }));
+    EXPECT_FALSE(refused.layer_launches_dependent(1));
+    emu.clear_launches();
+    EXPECT_LE(max_relative_error(refused.run(x), want), 1e-5);
+    for (const auto& l : emu.launches()) EXPECT_FALSE(l.dependent) << l.kernel;
+  }
+
   GpuRunOptions off;
   off.dependent_launch = false;
   GpuNetwork net_off(pkg, off);
@@ -1433,6 +1457,16 @@ TEST(CompileRun, OneEntryLayersLaunchAsProgrammaticDependentsOfTheLayerBefore) {
   emu.clear_launches();
   EXPECT_LE(max_relative_error(net80.run(x), want), 1e-5);
   for (const auto& l : emu.launches()) EXPECT_FALSE(l.dependent) << l.kernel;
+
+  // PTX marked dependent_launch without the wait is refused at load: launched early it would race.
+  {
+    std::filesystem::copy(dir / "plain", dir / "forged", std::filesystem::copy_options::recursive);
+    nlohmann::json m = nlohmann::json::parse(read_file(dir / "forged" / "manifest.json"));
+    m["layers"][1]["dependent_launch"] = true;
+    std::ofstream(dir / "forged" / "manifest.json") << m.dump();
+    const std::string msg = user_error([&] { GpuNetwork forged(load_package(dir / "forged")); });
+    EXPECT_NE(msg.find("has no griddepcontrol.wait"), std::string::npos) << msg;
+  }
 
   // The manifest refuses the flag on a streamed layer.
   nlohmann::json m = nlohmann::json::parse(read_file(dir / "pkg" / "manifest.json"));

@@ -48,23 +48,36 @@ TEST(RealGpu, CompiledNetworkMatchesTheReference) {
     d.n = 256;
     layers.push_back({d, std::move(a), std::nullopt});
   }
-  compiler::CompileOptions opt;
-  opt.targets = {codegen::Target::newest_for(dev.sm(), dev.name)};
-  opt.progress = false;
-  opt.cache_dir = dir / "cache";
-  compiler::compile_network(layers, dir / "pkg", opt);
-  GpuNetwork net(load_package(dir / "pkg"));
-  for (const std::string& note : net.load_notes()) std::printf("%s\n", note.c_str());
   std::vector<float> x(512 * 256);
   inspector::fill_values(x, {inspector::ValueFill::Distribution::kUniform, 1, 1.0f});
-  for (int32_t n : {256, 77}) {
-    DenseTensor in({512, n}, std::vector<float>(x.begin(), x.begin() + 512 * n));
-    DenseTensor want = in;
-    for (const auto& l : layers) want = reference_spmm(l.a, want, {l.desc.bias, l.desc.activation, l.desc.clamp});
-    EXPECT_LE(max_relative_error(net.run(in), want), 1e-5) << "n = " << n;
+  // Ordinary launches, then (sm_90 and newer) each layer a programmatic dependent of the one before: plain, and in
+  // the timing graph's replays, after which the network runs again.
+  for (const bool dependent : {false, true}) {
+    compiler::CompileOptions opt;
+    opt.targets = {codegen::Target::newest_for(dev.sm(), dev.name)};
+    opt.progress = false;
+    opt.cache_dir = dir / "cache";
+    opt.max_entries = 1;
+    opt.dependent_launch = dependent;
+    const std::filesystem::path pkg = dir / (dependent ? "dependent" : "ordinary");
+    compiler::compile_network(layers, pkg, opt);
+    GpuNetwork net(load_package(pkg));
+    for (const std::string& note : net.load_notes()) std::printf("%s\n", note.c_str());
+    EXPECT_EQ(net.layer_launches_dependent(1), dependent && dev.sm() >= 90 && cuda::dependent_launch_supported());
+    auto check = [&](const char* when) {
+      for (int32_t n : {256, 77}) {
+        DenseTensor in({512, n}, std::vector<float>(x.begin(), x.begin() + 512 * n));
+        DenseTensor want = in;
+        for (const auto& l : layers) want = reference_spmm(l.a, want, {l.desc.bias, l.desc.activation, l.desc.clamp});
+        EXPECT_LE(max_relative_error(net.run(in), want), 1e-5) << "n = " << n << ", " << when;
+      }
+    };
+    check("before timing");
+    const GpuTimings t = net.time(DenseTensor({512, 256}, std::vector<float>(x.begin(), x.end())), 20);
+    std::printf("4 layers 512x512 at 90%%, N = 256, %s launches: %.4f ms per network (graph replay), %.4f back to "
+                "back\n", dependent ? "dependent" : "ordinary", t.total_ms, t.back_to_back_ms);
+    check("after timing");
   }
-  const GpuTimings t = net.time(DenseTensor({512, 256}, std::vector<float>(x.begin(), x.end())), 20);
-  std::printf("4 layers 512x512 at 90%%, N = 256: %.4f ms per network (graph replay)\n", t.total_ms);
 }
 
 // Layers split into more entries than there are streams (max_fmas_per_entry made small), launched side by side on

@@ -464,6 +464,45 @@ TEST(GraphChallengeGpuGraph, NarrowInputsRunAsOneGraphPerRun) {
   narrow_inputs_as_one_graph(true, false);
 }
 
+// A driver that refuses programmatic dependent launches in a capture (the emulated driver told to): the executor
+// captures the graph again with ordinary launches, says so in a note, and the run is exact.
+TEST(GraphChallengeGpuGraph, ARefusedDependentLaunchInACaptureFallsBackToOrdinaryLaunches) {
+  emu();
+  if (!cuda::Graph::supported()) GTEST_SKIP() << "the driver has no graph API";
+  testing::ScratchDir dir;
+  constexpr int32_t kLayers = 4;
+  const auto weights = graphchallenge::write_network(dir.path(), 1024, kLayers, 40, 6);
+  const gc::Network net =
+      gc::make_network(graphchallenge::read_layers(weights, 1024, kLayers), 1024, gc::official_bias(1024));
+  const DenseTensor y = gc::feature_major_inputs(graphchallenge::read_images(dir / "sparse-images-1024.tsv", 1024),
+                                                 1024, 1);
+  gc::CpuLayerExecutor cpu(CpuExecutorOptions{1, 64});
+  cpu.prepare(net);
+  const gc::InferenceResult truth = gc::run_inference(net, y, cpu);
+  graphchallenge::CudaLayerExecutor exec(emu_options(dir / "cache"));
+  exec.prepare(net);
+  exec.load_inputs(y);
+  emu().set_refuse_dependent_capture(true);
+  emu().clear_launches();
+  gc::LiveColumns r;
+  try {
+    r = exec.run_layers(kLayers, y.cols());
+  } catch (...) {
+    emu().set_refuse_dependent_capture(false);
+    throw;
+  }
+  emu().set_refuse_dependent_capture(false);
+  EXPECT_EQ(r.survivors, truth.categories);
+  EXPECT_EQ(r.live_after_layer, truth.live_after_layer);
+  size_t dependent = 0, ordinary = 0;
+  for (const auto& l : emu().launches()) (l.dependent ? dependent : ordinary) += l.captured;
+  EXPECT_EQ(dependent, 0u) << "the refused launch is not submitted";
+  EXPECT_EQ(ordinary, static_cast<size_t>(kLayers) + 1) << "the first layer of the refused capture, then every layer";
+  bool noted = false;
+  for (const std::string& n : exec.notes()) noted = noted || n.find("captured again with ordinary launches") != n.npos;
+  EXPECT_TRUE(noted);
+}
+
 // The program as a user runs it: the emulated driver prints the calls that failed in teardown at exit.
 // A synthetic network made in memory (no files), run on the device with compact weights, and checked against the CPU
 // executor on a sample of the inputs: what `gpu_checks.sh gc65536-1920` runs at 65536 x 1920.

@@ -51,10 +51,11 @@ class EmulatedDriver {
     get_syncs_ = reinterpret_cast<int (*)(char*, size_t)>(::dlsym(handle_, "sparsertEmuGetHostSyncs"));
     clear_syncs_ = reinterpret_cast<void (*)()>(::dlsym(handle_, "sparsertEmuClearHostSyncs"));
     set_lag_ = reinterpret_cast<void (*)(int)>(::dlsym(handle_, "sparsertEmuSetDeviceLag"));
+    refuse_dependent_ = reinterpret_cast<void (*)(int)>(::dlsym(handle_, "sparsertEmuSetRefuseDependentCapture"));
     get_counts_ = reinterpret_cast<int (*)(int, unsigned long long*, int)>(
         ::dlsym(handle_, "sparsertEmuGetInstructionCounts"));
     live_modules_ = reinterpret_cast<int (*)()>(::dlsym(handle_, "sparsertEmuLiveModules"));
-    if (!get_syncs_ || !clear_syncs_ || !set_lag_ || !get_counts_ || !live_modules_) {
+    if (!get_syncs_ || !clear_syncs_ || !set_lag_ || !get_counts_ || !live_modules_ || !refuse_dependent_) {
       ADD_FAILURE() << path << " does not export the host-sync, device-lag, instruction-count and module extensions";
     }
   }
@@ -136,6 +137,11 @@ class EmulatedDriver {
   void set_device_lag(bool on) const {
     if (set_lag_) set_lag_(on ? 1 : 0);
   }
+  // On: programmatic dependent launches on a capturing stream fail (CUDA_ERROR_NOT_SUPPORTED) and invalidate the
+  // capture, as on a driver without programmatic edges in graphs.
+  void set_refuse_dependent_capture(bool on) const {
+    if (refuse_dependent_) refuse_dependent_(on ? 1 : 0);
+  }
   // Instructions executed per ptxsim::InstrClass by the last kernel launch (which = 0) or all launches (which = 1).
   std::vector<unsigned long long> instruction_counts(int which) const {
     std::vector<unsigned long long> out(64, 0);
@@ -185,6 +191,7 @@ class EmulatedDriver {
   int (*get_syncs_)(char*, size_t) = nullptr;
   void (*clear_syncs_)() = nullptr;
   void (*set_lag_)(int) = nullptr;
+  void (*refuse_dependent_)(int) = nullptr;
   int (*get_counts_)(int, unsigned long long*, int) = nullptr;
   int (*live_modules_)() = nullptr;
 };

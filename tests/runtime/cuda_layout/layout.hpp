@@ -1,6 +1,7 @@
 #pragma once
 // The launch configuration of cuLaunchKernelEx as one header declares it: sizes and offsets, compared between
-// runtime/include/sparsert/runtime/cuda_api.h (what sparsert passes to the driver) and the toolkit's cuda.h.
+// runtime/include/sparsert/runtime/cuda_api.h (what sparsert passes to the driver) and the toolkit's cuda.h. The two
+// headers define the same C types, so each is read in a translation unit of its own and only these numbers cross.
 #include <cstddef>
 
 struct LaunchLayout {

@@ -171,6 +171,7 @@ struct State {
   std::map<const std::byte*, HostAlloc> host_allocs;  // by start address, dead ones included
   std::vector<std::string> host_syncs;                 // calls that blocked the host, since the last clear
   bool device_lag = false;
+  bool refuse_dependent_capture = false;  // sparsertEmuSetRefuseDependentCapture: a driver without PDL in graphs
   uint64_t record_serial = 0;     // events recorded outside capture so far
   uint64_t completed_serial = 0;  // device-lag mode: events with a serial up to this one have completed
   std::vector<PendingCopy> pending_copies;
@@ -373,6 +374,10 @@ CUresult submit(CUstream hs, Node n) {
   n.stream = so ? so->serial : 0;
   const bool captured = so && so->capture;
   if (captured && so->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  if (captured && n.dependent && st().refuse_dependent_capture)
+    return invalidate(so->capture.get(), CUDA_ERROR_NOT_SUPPORTED,
+                      "cuLaunchKernelEx: programmatic dependent launches are refused in a capture "
+                      "(sparsertEmuSetRefuseDependentCapture)");
   if (n.kind == Node::Kernel && st().launch_log.size() < kLaunchLogLimit)
     st().launch_log.push_back({n.func->name, n.stream, captured, n.grid, n.dependent});
   if (captured) {
@@ -1279,14 +1284,17 @@ CUresult cuLaunchKernel(CUfunction hf, unsigned gx, unsigned gy, unsigned gz, un
 // model cannot pass here and fail on a GPU.
 CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction hf, void** params, void** extra) {
   LOCK;
+  REQUIRE_CTX;
   if (!c) return fail_with(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernelEx: no launch configuration");
   if (c->numAttrs > 0 && !c->attrs) return fail_with(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernelEx: numAttrs > 0 and no attrs");
   bool dependent = false;
   for (unsigned i = 0; i < c->numAttrs; ++i) {
     const CUlaunchAttribute& a = c->attrs[i];
-    if (a.id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+    unsigned id = 0;  // as an integer: cuda_api.h's enum names only the attribute taken here
+    std::memcpy(&id, &a.id, sizeof id);
+    if (id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
       return fail_with(CUDA_ERROR_NOT_SUPPORTED,
-                       "cuLaunchKernelEx: launch attribute " + std::to_string(static_cast<int>(a.id)) +
+                       "cuLaunchKernelEx: launch attribute " + std::to_string(id) +
                            " is not emulated (only CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)");
     dependent = a.value.programmaticStreamSerializationAllowed != 0;
   }
@@ -1557,6 +1565,12 @@ void sparsertEmuSetDeviceLag(int on) {
     s.completed_serial = s.record_serial;
   }
   s.device_lag = on != 0;
+}
+// Refuse (1) or take (0) programmatic dependent launches on a capturing stream, as a driver without programmatic
+// edges in graphs would: the launch fails with CUDA_ERROR_NOT_SUPPORTED and invalidates the capture.
+void sparsertEmuSetRefuseDependentCapture(int on) {
+  LOCK;
+  st().refuse_dependent_capture = on != 0;
 }
 // Instruction counts per ptxsim::InstrClass of the last kernel launch (which = 0) or of all launches (which = 1).
 // Returns the number of classes written (at most n).
