@@ -87,6 +87,7 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
   const int64_t step_bytes = int64_t{lanes} * kEntryBytes;
 
   Builder b;
+  if (epilogue.dependent_launch) ptx::wait_for_the_grid_before(b);
   const char* pnames[] = {"B", "C", "N", "ell", "slots", "F"};
   const int nparams = epilogue.live_flags ? 6 : 5;
   auto param = [&](int i) { return fmt::format("{}_param_{}", name, pnames[i]); };

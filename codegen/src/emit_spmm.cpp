@@ -250,12 +250,7 @@ class EntryEmitter {
   std::string block_function(int32_t local) const { return fmt::format("{}_b{}", name_, block_begin_ + local); }
 
   void preamble() {
-    if (opt_.dependent_launch) {
-      b_.comment("programmatic dependent launch: the next kernel may start now; nothing global is touched until the "
-                 "kernel before this one has completed");
-      b_.inst("griddepcontrol.launch_dependents", {});
-      b_.inst("griddepcontrol.wait", {});
-    }
+    if (opt_.dependent_launch) ptx::wait_for_the_grid_before(b_);
     const Reg param_b = b_.reg(RegClass::kB64), param_c = b_.reg(RegClass::kB64);
     n_reg_ = b_.reg(RegClass::kB32);
     dispatch_pred_ = b_.reg(RegClass::kPred);

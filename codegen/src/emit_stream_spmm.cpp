@@ -173,6 +173,8 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
                                  const StreamEpilogueKind& epilogue, const std::string& name,
                                  const std::optional<ConvLayout>& conv) {
   check_stream_params(p, ld, target);
+  SPARSERT_USER_CHECK(!epilogue.dependent_launch || target.sm() >= 90, "dependent_launch",
+                      "needs sm_90 or newer (griddepcontrol), not {}", target.name());
   if (conv) {
     SPARSERT_USER_CHECK(ld == conv->shape.columns(), "n", "{} columns, but the convolution has {} output pixels", ld,
                         conv->shape.columns());
@@ -193,6 +195,7 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
   const int32_t record_bytes = stage_record_words(p) * 4;
 
   Builder b;
+  if (epilogue.dependent_launch) ptx::wait_for_the_grid_before(b);
   const char* pnames[] = {"B", "C", "N", "ell", "stages", "block_stages", "krows", "slots", "F"};
   const int nparams = epilogue.live_flags ? 9 : 8;
   auto param = [&](int i) { return fmt::format("{}_param_{}", name, pnames[i]); };
@@ -617,7 +620,8 @@ StreamKernel emit_stream_spmm(const CsrMatrix& a, const inspector::WorkPlan& pla
   k.target = target;
   k.ld = options.ld;
   k.epilogue =
-      StreamEpilogueKind{options.epilogue.activation, options.epilogue.clamp, options.live_flags, options.device_n};
+      StreamEpilogueKind{options.epilogue.activation, options.epilogue.clamp, options.live_flags, options.device_n,
+                         options.dependent_launch};
   k.name = options.name;
   if (options.conv) check_conv_layout(*options.conv, a.rows, a.cols, "conv");
   k.ptx = emit_stream_spmm_ptx(options.params, target, options.ld, k.epilogue, options.name, options.conv);

@@ -334,6 +334,13 @@ std::string Builder::declarations() const {
   return out;
 }
 
+void wait_for_the_grid_before(Builder& b) {
+  b.comment("programmatic dependent launch: the next kernel may start now; nothing global is touched until the "
+            "kernel before this one has completed");
+  b.inst("griddepcontrol.launch_dependents", {});
+  b.inst("griddepcontrol.wait", {});
+}
+
 Reg global_param(Builder& b, std::string_view symbol) {
   const Reg raw = b.reg(RegClass::kB64), g = b.reg(RegClass::kB64);
   b.inst("ld.param.u64", {raw, SymbolAddress{symbol}});

@@ -34,6 +34,7 @@ std::string stream_cache_key(const codegen::StreamParams& p, const codegen::Stre
   h.field(std::to_string(n)).field(target.name()).field(toolkit);
   if (ep.live_flags) h.field("live_flags");
   if (ep.device_n) h.field("device_n");
+  if (ep.dependent_launch) h.field("dependent_launch");
   return h.hex();
 }
 

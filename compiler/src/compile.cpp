@@ -307,7 +307,8 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
         job.streamed = true;
         job.stream = kinds[li].stream;
         job.tile_source = kinds[li].stream_tuned ? tuned[li].front()->source : "streamed";
-        job.key = conv_key(stream_cache_key(job.stream, {d.activation, d.clamp, options.live_flags, options.device_n},
+        job.key = conv_key(stream_cache_key(job.stream, {d.activation, d.clamp, options.live_flags, options.device_n,
+                                                    waits_for_the_grid_before(options, target)},
                                             d.n, target, toolkit),
                            layers[li].conv);
         job.cached = cache.find(job.key);
@@ -423,7 +424,8 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       CachedEntry ce;
       ce.name = "sparsert_stream";  // shared by every layer with these parameters, so it names none of them
       ce.ptx = codegen::emit_stream_spmm_ptx(sp, job.target, l.desc.n,
-                                             {l.desc.activation, l.desc.clamp, options.live_flags, options.device_n},
+                                             {l.desc.activation, l.desc.clamp, options.live_flags, options.device_n,
+                                              waits_for_the_grid_before(options, job.target)},
                                              ce.name, l.conv);
       ce.resources.shared_bytes = codegen::stream_shared_bytes(sp);
       job.emit_seconds = since(te);
@@ -544,7 +546,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       pkg.sha256[pl.weights_file] = sha256_hex(read_file(tmp / pl.weights_file));
     }
     // Its sm_90+ kernels wait for the grid before them; the loader launches them as dependents only on such a device.
-    pl.dependent_launch = options.dependent_launch && !streamed;
+    pl.dependent_launch = options.dependent_launch;
     std::optional<codegen::StreamWeights> stream_weights;
     if (pl.arrays_at_load) {
       pl.kind = "streamed";

@@ -202,6 +202,7 @@ struct CudaLayerExecutor::Impl {
   cuda::DeviceBuffer arrivals;   // fused: u32, the layer kernels' block arrivals, 0 between launches
   bool fused = false;            // the layers compact their own columns (fuses_compaction); no filter kernel
   bool dependents = true;        // layers may launch as programmatic dependents (false once a capture refused them)
+  bool filter_waits = false;     // the filter kernel waits for the grid before it (filter_kernels_ptx)
   uint32_t row_groups = 0;       // the filter's grid.y
   cuda::Graph graph;             // every layer at full width, captured on the first run_layers in graph mode
   cuda::HostBuffer counts_host, ids_host;  // page-locked: asynchronous copies into them do not block the host
@@ -263,8 +264,10 @@ struct CudaLayerExecutor::Impl {
     // launches keep theirs.
     uint32_t e = static_cast<uint32_t>(step) + 1;
     void* params[] = {&f, &next, &data, &rows, &width, &id, &dp, &op, &sp, &rp, &t, &n_in, &n_out, &e};
+    // A dependent of the layer where the layer was one kernel, last on the stream (n_in is on the device: no memset).
+    const bool dependent = filter_waits && dependents && gpu->layer_entries(static_cast<size_t>(layer)) == 1;
     cuda::launch(filter_fn, kLiveFilterKernel, (bound + kLiveBlock - 1) / kLiveBlock, row_groups, kLiveBlock, 1, s,
-                 params);
+                 params, 0, dependent);
     cur = 1 - cur;
   }
 
@@ -289,7 +292,7 @@ struct CudaLayerExecutor::Impl {
       } catch (const cuda::CudaError& e) {
         // A driver that takes dependent launches on a stream may still refuse them in a graph: capture again with
         // ordinary launches rather than fail the run.
-        bool any = false;
+        bool any = filter_waits;
         for (int32_t l = 1; l < layers; ++l) any = any || gpu->layer_launches_dependent(static_cast<size_t>(l));
         if (!dependents || !any) throw;
         dependents = false;
@@ -495,7 +498,8 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
       im.notes.push_back("each layer runs as its kernels alone: they gather their columns through a map, and the "
                          "layer's last block compacts it to the live columns (no filter kernel between layers)");
     }
-    const std::string filter_ptx = filter_kernels_ptx(target);
+    im.filter_waits = options_.dependent_launch && target.sm() >= 90 && cuda::dependent_launch_supported();
+    const std::string filter_ptx = filter_kernels_ptx(target, im.filter_waits);
     im.filter = std::make_unique<cuda::Module>(filter_ptx.c_str(), "dead-input filter kernels");
     im.filter_fn = im.filter->function(kLiveFilterKernel);
     const size_t bytes = static_cast<size_t>(net.neurons) * n * 4, words = static_cast<size_t>(n) * 4;

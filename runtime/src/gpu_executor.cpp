@@ -468,6 +468,10 @@ void GpuNetwork::launch_layer(size_t layer, CUdeviceptr in, CUdeviceptr out, uin
   impl_->ctx->make_current();
   impl_->launch_layer(layer, in, out, n, flags, n_ptr, map, arrivals, after_kernel);
 }
+size_t GpuNetwork::layer_entries(size_t layer) const {
+  SPARSERT_INTERNAL_CHECK(layer < impl_->layers.size(), "layer {} of {}", layer, impl_->layers.size());
+  return impl_->layers[layer].entries.size();
+}
 bool GpuNetwork::layer_launches_dependent(size_t layer) const {
   SPARSERT_INTERNAL_CHECK(layer < impl_->layers.size(), "layer {} of {}", layer, impl_->layers.size());
   return impl_->layers[layer].dependent;

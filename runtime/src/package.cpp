@@ -241,7 +241,6 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     SPARSERT_USER_CHECK(!l.column_map || (l.live_flags && l.device_n && l.kind == "baked"), lw + ".column_map",
                         "needs a baked layer with live_flags and device_n");
     if (lj.contains("dependent_launch")) l.dependent_launch = json_get<bool>(lj, lw, "dependent_launch");
-    SPARSERT_USER_CHECK(!l.dependent_launch || l.kind == "baked", lw + ".dependent_launch", "needs a baked layer");
     if (lj.contains("arrays_at_load")) l.arrays_at_load = json_get<bool>(lj, lw, "arrays_at_load");
     SPARSERT_USER_CHECK(!l.arrays_at_load || (l.kind == "streamed" && l.arrays.empty() && l.weights_file.empty() &&
                                               !lj.contains("conv")),

@@ -1,6 +1,7 @@
 // Golden tests of the SpMM emitter: FileCheck-style patterns over the PTX of small kernels, per target.
 #include "filecheck.hpp"
 #include "sparsert/codegen/spmm.hpp"
+#include "sparsert/codegen/stream_spmm.hpp"
 
 #include <gtest/gtest.h>
 
@@ -389,4 +390,43 @@ CHECK: ret;
   opt.dependent_launch = true;
   EXPECT_THROW(emit_spmm(a, inspector::make_plan(a, opt.tile.plan), Target::parse("sm_89", "t"), opt),
                sparsert::UserError);
+}
+
+// The streamed kernels (both layouts) wait the same way: first in the entry, before any global access.
+TEST(EmitGolden, StreamedKernelsWaitBeforeAnyGlobalAccess) {
+  StreamParams ell{32, 16, 4, 16, 2};
+  StreamParams rows;
+  rows.layout = StreamLayout::kRows;
+  rows.rows_per_block = 32;
+  rows.lanes_per_row = 4;
+  rows.n_tile = 32;
+  rows.cols_per_thread = 16;
+  for (const StreamParams& p : {ell, rows}) {
+    StreamEpilogueKind ep{Activation::kRelu, 32.0f, true, true};
+    const Target sm90 = Target::parse("sm_90", "t");
+    const std::string plain = emit_stream_spmm_ptx(p, sm90, 64, ep, "s");
+    ep.dependent_launch = true;
+    const std::string ptx = emit_stream_spmm_ptx(p, sm90, 64, ep, "s");
+    const std::string patterns = R"(
+CHECK: .visible .entry s(
+CHECK-NOT: ld.global
+CHECK-NOT: ld.shared
+CHECK: griddepcontrol.launch_dependents;
+CHECK-NEXT: griddepcontrol.wait;
+CHECK-NEXT: ld.param.u64
+CHECK: ld.global
+CHECK-NOT: griddepcontrol
+)";
+    EXPECT_EQ(filecheck(ptx, patterns), "") << to_string(p.layout) << "\n" << ptx;
+    std::string stripped = ptx;
+    for (const char* line : {"\t// programmatic dependent launch: the next kernel may start now; nothing global is "
+                             "touched until the kernel before this one has completed\n",
+                             "\tgriddepcontrol.launch_dependents;\n", "\tgriddepcontrol.wait;\n"}) {
+      const size_t at = stripped.find(line);
+      ASSERT_NE(at, std::string::npos) << line;
+      stripped.erase(at, std::string(line).size());
+    }
+    EXPECT_EQ(stripped, plain) << "the plain kernel and three lines";
+    EXPECT_THROW(emit_stream_spmm_ptx(p, Target::parse("sm_89", "t"), 64, ep, "s"), sparsert::UserError);
+  }
 }

@@ -1468,9 +1468,19 @@ TEST(CompileRun, OneEntryLayersLaunchAsProgrammaticDependentsOfTheLayerBefore) {
     EXPECT_NE(msg.find("has no griddepcontrol.wait"), std::string::npos) << msg;
   }
 
-  // The manifest refuses the flag on a streamed layer.
-  nlohmann::json m = nlohmann::json::parse(read_file(dir / "pkg" / "manifest.json"));
-  m["layers"][0]["kind"] = "streamed";
-  std::ofstream(dir / "pkg" / "manifest.json") << m.dump();
-  EXPECT_NE(user_error([&] { (void)load_package(dir / "pkg", false); }).find("dependent_launch"), std::string::npos);
+  // Streamed layers wait too: every layer after the first launches as a dependent, exact.
+  CompileOptions streamed = emu_options(dir, true);
+  streamed.dependent_launch = true;
+  compile_network(layers, dir / "streamed", streamed);
+  const Package ps = load_package(dir / "streamed");
+  for (const PackageLayer& l : ps.layers) {
+    EXPECT_EQ(l.kind, "streamed");
+    EXPECT_TRUE(l.dependent_launch) << l.name;
+  }
+  GpuNetwork net_streamed(ps);
+  emu.clear_launches();
+  EXPECT_LE(max_relative_error(net_streamed.run(x), want), 1e-5);
+  log = emu.launches();
+  ASSERT_EQ(log.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(log[i].dependent, i > 0) << i;
 }

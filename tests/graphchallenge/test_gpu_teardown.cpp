@@ -378,8 +378,9 @@ TEST(GraphChallengeGpuHostSyncs, OneWaitPerRunWhateverTheLayerCount) {
 }
 
 // The body of NarrowInputsRunAsOneGraphPerRun, with the compaction fused or the filter kernel after each layer, and
-// the layers launched as programmatic dependents of the kernel before them (the emulated device is sm_90) or not.
-void narrow_inputs_as_one_graph(bool fused, bool dependent = true) {
+// the layers launched as programmatic dependents of the kernel before them (the emulated device is sm_90) or not;
+// one_entry: every layer one kernel also where the filter kernel runs (its default there is two entries).
+void narrow_inputs_as_one_graph(bool fused, bool dependent = true, bool one_entry = false) {
   testing::ScratchDir dir;
   constexpr int32_t kLayers = 12;
   const auto weights = graphchallenge::write_network(dir.path(), 1024, kLayers, 40, 6);
@@ -391,6 +392,7 @@ void narrow_inputs_as_one_graph(bool fused, bool dependent = true) {
   graphchallenge::CudaGraphChallengeOptions opt = emu_options(dir / "cache");
   opt.fused_compaction = fused;
   opt.dependent_launch = dependent;
+  if (one_entry) opt.max_entries = 1;
   graphchallenge::CudaLayerExecutor exec(opt);
   exec.prepare(net);
   // Three runs of the same width on different inputs: the images, the same images in reverse column order, zeros.
@@ -419,7 +421,6 @@ void narrow_inputs_as_one_graph(bool fused, bool dependent = true) {
       EXPECT_TRUE(launch.captured) << launch.kernel << " was launched outside the graph";
       dependents += launch.dependent;
       if (launch.kernel == gc::kLiveFilterKernel) {
-        EXPECT_FALSE(launch.dependent) << "the filter kernel does not wait for the grid before it";
         ++filters;
         EXPECT_EQ(launch.grid[0], 1u) << "the filter's grid covers all 160 columns: one chunk";
       } else {
@@ -429,13 +430,11 @@ void narrow_inputs_as_one_graph(bool fused, bool dependent = true) {
     if (run == 0) {
       EXPECT_EQ(filters, fused ? 0 : kLayers);
       EXPECT_GE(layer_kernels, kLayers);
-      // Fused, a layer is one kernel: every one after the first follows the kernel of the layer before.
-      if (fused) {
-        EXPECT_EQ(dependents, dependent ? kLayers - 1 : 0);
-      }
-      if (!dependent) {
-        EXPECT_EQ(dependents, 0);
-      }
+      // A layer of one kernel after the first follows the kernel before it (the layer before, or its filter), and
+      // the filter follows its layer's one kernel; after two entries side by side (a join) both launch as before.
+      const int layer_dependents = fused || one_entry ? kLayers - 1 : 0;
+      const int filter_dependents = !fused && one_entry ? kLayers : 0;
+      EXPECT_EQ(dependents, dependent ? layer_dependents + filter_dependents : 0);
     } else {
       EXPECT_TRUE(launches.empty()) << "a later run captured again";
     }
@@ -462,6 +461,8 @@ TEST(GraphChallengeGpuGraph, NarrowInputsRunAsOneGraphPerRun) {
   }
   SCOPED_TRACE("fused compaction, ordinary launches");
   narrow_inputs_as_one_graph(true, false);
+  SCOPED_TRACE("filter kernel, one kernel a layer");
+  narrow_inputs_as_one_graph(false, true, true);
 }
 
 // A driver that refuses programmatic dependent launches in a capture (the emulated driver told to): the executor

@@ -158,5 +158,8 @@ class Builder {
 
 // A u64 kernel parameter (`symbol`, the full parameter name) loaded and converted to a global address.
 Reg global_param(Builder& b, std::string_view symbol);
+// Programmatic dependent launch (sm_90): lets the next kernel on the stream be scheduled now, then holds the thread
+// until the kernel before this one has completed and its memory is visible. Emitted before any global access.
+void wait_for_the_grid_before(Builder& b);
 
 }  // namespace sparsert::codegen::ptx

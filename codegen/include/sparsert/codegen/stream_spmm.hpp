@@ -77,6 +77,9 @@ struct StreamEpilogueKind {
   // The active column count from device memory (as SpmmOptions::device_n): one more parameter after all the others,
   // NP (u64, global const u32*); the kernel uses min(N, *NP) and blocks whose column tile starts past it exit.
   bool device_n = false;
+  // Programmatic dependent launch (as SpmmOptions::dependent_launch, sm_90 and newer): the entry starts with
+  // griddepcontrol.launch_dependents and griddepcontrol.wait, before any global access.
+  bool dependent_launch = false;
   bool operator==(const StreamEpilogueKind&) const = default;
 };
 
@@ -158,6 +161,7 @@ struct StreamOptions {
   std::string name = "stream_spmm";
   bool live_flags = false;  // StreamEpilogueKind::live_flags
   bool device_n = false;    // StreamEpilogueKind::device_n
+  bool dependent_launch = false;  // StreamEpilogueKind::dependent_launch
   std::optional<ConvLayout> conv;
 };
 

@@ -68,10 +68,11 @@ struct CompileOptions {
   // Where set, every baked entry with (true) or without (false) a function per row block
   // (codegen::SpmmOptions::block_functions); unset: codegen's rule, by the entry's size. In the cache key when set.
   std::optional<bool> block_functions;
-  // Every baked kernel for sm_90 and newer waits for the kernel before it on the stream before it touches global
-  // memory (codegen::SpmmOptions::dependent_launch), so GpuNetwork may launch it as a programmatic dependent, which
-  // overlaps its launch with the end of the kernel before; the manifest marks such layers ("dependent_launch"). In the
-  // cache key when set. Streamed kernels and older targets are built as without it.
+  // Every kernel for sm_90 and newer, baked or streamed, waits for the kernel before it on the stream before it
+  // touches global memory (codegen::SpmmOptions::dependent_launch, StreamEpilogueKind::dependent_launch), so
+  // GpuNetwork may launch it as a programmatic dependent, which overlaps its launch with the end of the kernel before;
+  // the manifest marks such layers ("dependent_launch"). In the cache keys when set. Older targets are built as
+  // without it.
   bool dependent_launch = false;
   std::filesystem::path cache_dir = KernelCache::default_dir();
   // Streamed layers are written without their weights: no arrays and no weights file (PackageLayer::arrays_at_load),

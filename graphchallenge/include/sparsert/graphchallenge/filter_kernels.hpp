@@ -28,6 +28,8 @@ inline constexpr int kFilterRows = 16;  // rows of data each block moves
 static_assert(kLiveBlock == 256, "sparsert_live_filter finds a column's chunk as j >> 8");
 inline constexpr const char* kLiveFilterKernel = "sparsert_live_filter";
 
-std::string filter_kernels_ptx(const Target& target);
+// dependent_launch (sm_90 and newer): the kernel starts with griddepcontrol.launch_dependents and griddepcontrol.wait,
+// before any global access, so it may be launched as a programmatic dependent of the layer before it.
+std::string filter_kernels_ptx(const Target& target, bool dependent_launch = false);
 
 }  // namespace sparsert::graphchallenge

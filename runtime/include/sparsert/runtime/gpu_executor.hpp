@@ -83,6 +83,9 @@ class GpuNetwork {
   // Whether launch_layer(layer, ..., after_kernel = true) would launch it as a programmatic dependent (given a layer
   // of one kernel before it).
   bool layer_launches_dependent(size_t layer) const;
+  // The kernels launch_layer launches for the layer (its entries): with one, that kernel is the last work it puts on
+  // stream().
+  size_t layer_entries(size_t layer) const;
   bool layer_has_live_flags(size_t layer) const;
   bool layer_has_device_n(size_t layer) const;
   bool layer_has_column_map(size_t layer) const;

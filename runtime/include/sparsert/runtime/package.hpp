@@ -68,7 +68,7 @@ struct PackageLayer {
   // take M and K (u64 each) after NP. Written to the manifest only when true.
   bool column_map = false;
   // Its kernels for sm_90 and newer hold every thread at griddepcontrol.wait before it touches global memory
-  // (codegen's SpmmOptions::dependent_launch), so a loader may launch them as programmatic dependents of the kernel
+  // (codegen's SpmmOptions::dependent_launch, StreamEpilogueKind::dependent_launch), so a loader may launch them as programmatic dependents of the kernel
   // before them on the stream. Kernels for older targets are built as without it. Written to the manifest only when
   // true.
   bool dependent_launch = false;
