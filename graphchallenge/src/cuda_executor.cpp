@@ -292,9 +292,9 @@ struct CudaLayerExecutor::Impl {
       } catch (const cuda::CudaError& e) {
         // A driver that takes dependent launches on a stream may still refuse them in a graph: capture again with
         // ordinary launches rather than fail the run.
-        bool any = filter_waits;
+        bool any = filter_waits && !fused;
         for (int32_t l = 1; l < layers; ++l) any = any || gpu->layer_launches_dependent(static_cast<size_t>(l));
-        if (!dependents || !any) throw;
+        if (!dependents || !any || !cuda::may_be_a_refused_dependent_launch(e)) throw;
         dependents = false;
         notes.push_back(fmt::format("the graph capture failed with the layers launched as programmatic dependents "
                                     "({}); captured again with ordinary launches", e.what()));

@@ -149,7 +149,7 @@ struct GpuNetwork::Impl {
       // A driver that takes dependent launches on a stream may still refuse them in a graph: capture again with
       // ordinary launches rather than fail.
       const bool any = std::any_of(layers.begin(), layers.end(), [](const LoadedLayer& l) { return l.dependent; });
-      if (!any) throw;
+      if (!any || !cuda::may_be_a_refused_dependent_launch(e)) throw;
       for (LoadedLayer& l : layers) l.dependent = false;
       notes.push_back(fmt::format("the timing graph's capture failed with the layers launched as programmatic "
                                   "dependents ({}); they launch as ordinary kernels from now on", e.what()));

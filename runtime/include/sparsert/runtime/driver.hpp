@@ -241,6 +241,12 @@ void launch(CUfunction f, std::string_view kernel, unsigned gx, unsigned gy, uns
             const Stream& stream, void** params, unsigned shared_bytes = 0, bool dependent = false);
 // The driver has cuLaunchKernelEx, which dependent launches need.
 bool dependent_launch_supported();
+// Whether a failed graph capture may be the driver refusing programmatic dependent launches in it: an error of the
+// launch or of ending and instantiating the capture (a retry with ordinary launches is then worth one try).
+inline bool may_be_a_refused_dependent_launch(const CudaError& e) {
+  return e.call() == "cuLaunchKernelEx" || e.call() == "cuStreamEndCapture" ||
+         e.call() == "cuGraphInstantiateWithFlags";
+}
 
 // A stream capture turned into an executable graph, replayed with launch(). Move-only.
 class Graph {
