@@ -276,29 +276,32 @@ struct CudaLayerExecutor::Impl {
   LiveColumns run_graph(int32_t layers) {
     const cuda::Stream& s = gpu->stream();
     if (!graph.ready()) {
-      auto capture = [&] {
-        try {
-          graph.capture(s, [&] {
-            for (int32_t l = 0; l < layers; ++l) enqueue(l, l, static_cast<uint32_t>(ld), l > 0);
-          });
-        } catch (...) {
-          cur = 0;
-          throw;
-        }
-        cur = 0;  // captured, not run: the buffers alternate when the graph runs
-      };
-      try {
-        capture();
-      } catch (const cuda::CudaError& e) {
-        // A driver that takes dependent launches on a stream may still refuse them in a graph: capture again with
-        // ordinary launches rather than fail the run.
+      // A driver that takes dependent launches on a stream may still refuse them in a graph: capture again with
+      // ordinary launches rather than fail the run.
+      auto drop_dependents = [&] {
         bool any = filter_waits && !fused;
         for (int32_t l = 1; l < layers; ++l) any = any || gpu->layer_launches_dependent(static_cast<size_t>(l));
-        if (!dependents || !any || !cuda::may_be_a_refused_dependent_launch(e)) throw;
+        if (!dependents || !any) return false;
         dependents = false;
+        return true;
+      };
+      std::string refused;
+      try {
+        refused = graph.capture_or_without_dependents(
+            s,
+            [&] {
+              cur = 0;
+              for (int32_t l = 0; l < layers; ++l) enqueue(l, l, static_cast<uint32_t>(ld), l > 0);
+            },
+            drop_dependents);
+      } catch (...) {
+        cur = 0;
+        throw;
+      }
+      cur = 0;  // captured, not run: the buffers alternate when the graph runs
+      if (!refused.empty()) {
         notes.push_back(fmt::format("the graph capture failed with the layers launched as programmatic dependents "
-                                    "({}); captured again with ordinary launches", e.what()));
-        capture();
+                                    "({}); captured again with ordinary launches", refused));
       }
     }
     uint32_t* known = host_counts();

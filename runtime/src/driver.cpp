@@ -526,6 +526,19 @@ void Graph::capture(const Stream& s, const std::function<void()>& body) {
   end_capture(s);
 }
 
+std::string Graph::capture_or_without_dependents(const Stream& s, const std::function<void()>& body,
+                                                 const std::function<bool()>& drop_dependents) {
+  try {
+    capture(s, body);
+    return "";
+  } catch (const CudaError& e) {
+    if (!may_be_a_refused_dependent_launch(e) || !drop_dependents()) throw;
+    std::string refused = e.what();
+    capture(s, body);
+    return refused;
+  }
+}
+
 void Graph::launch(const Stream& s) const {
   Driver::get().check(Driver::get().api().cuGraphLaunch(exec_, s.get()), "cuGraphLaunch");
 }

@@ -143,17 +143,16 @@ struct GpuNetwork::Impl {
   void prepare_timed_run(uint32_t n) {
     if (!opt.use_graph || !cuda::Graph::supported() || (timing_graph.ready() && timing_n == n)) return;
     timing_n = 0;
-    try {
-      timing_graph.capture(*stream, [&] { launch_all(n); });
-    } catch (const cuda::CudaError& e) {
-      // A driver that takes dependent launches on a stream may still refuse them in a graph: capture again with
-      // ordinary launches rather than fail.
+    // A driver that takes dependent launches on a stream may still refuse them in a graph: capture again with
+    // ordinary launches rather than fail.
+    const std::string refused = timing_graph.capture_or_without_dependents(*stream, [&] { launch_all(n); }, [&] {
       const bool any = std::any_of(layers.begin(), layers.end(), [](const LoadedLayer& l) { return l.dependent; });
-      if (!any || !cuda::may_be_a_refused_dependent_launch(e)) throw;
       for (LoadedLayer& l : layers) l.dependent = false;
+      return any;
+    });
+    if (!refused.empty()) {
       notes.push_back(fmt::format("the timing graph's capture failed with the layers launched as programmatic "
-                                  "dependents ({}); they launch as ordinary kernels from now on", e.what()));
-      timing_graph.capture(*stream, [&] { launch_all(n); });
+                                  "dependents ({}); they launch as ordinary kernels from now on", refused));
     }
     timing_n = n;
   }
@@ -206,15 +205,25 @@ struct GpuNetwork::Impl {
     // The modules loaded, by the sha256 of their image: every streamed layer of one shape runs the same kernel, and a
     // network of 1920 such layers loads it once.
     std::map<std::string, std::shared_ptr<const cuda::Module>> by_hash;
-    auto load_module = [&](const std::string& file, bool ptx) -> std::shared_ptr<const cuda::Module> {
+    std::map<std::string, bool> image_waits;  // by the same keys: the PTX holds griddepcontrol.wait
+    // `waiting_layer`: the layer whose manifest marks this PTX dependent_launch. The manifest's word is not enough
+    // to launch a kernel early: its PTX must hold the wait.
+    auto load_module = [&](const std::string& file, bool ptx,
+                           const std::string* waiting_layer = nullptr) -> std::shared_ptr<const cuda::Module> {
       const auto h = p.sha256.find(file);
       const std::string key = (ptx ? "ptx:" : "cubin:") + (h != p.sha256.end() ? h->second : "file:" + file);
-      if (const auto it = by_hash.find(key); it != by_hash.end()) return it->second;
-      const std::string image = read_file(p.dir / file);
-      auto m = std::make_shared<const cuda::Module>(ptx ? static_cast<const void*>(image.c_str()) : image.data(),
-                                                    (p.dir / file).string());
-      by_hash.emplace(key, m);
-      return m;
+      auto it = by_hash.find(key);
+      if (it == by_hash.end()) {
+        const std::string image = read_file(p.dir / file);
+        image_waits[key] = ptx && image.find("griddepcontrol.wait;") != std::string::npos;
+        it = by_hash
+                 .emplace(key, std::make_shared<const cuda::Module>(
+                                   ptx ? static_cast<const void*>(image.c_str()) : image.data(), (p.dir / file).string()))
+                 .first;
+      }
+      SPARSERT_USER_CHECK(!waiting_layer || image_waits.at(key), (p.dir / file).string(),
+                          "layer {} is marked dependent_launch, but its PTX has no griddepcontrol.wait", *waiting_layer);
+      return it->second;
     };
     for (size_t li = 0; li < p.layers.size(); ++li) {
       const PackageLayer& pl = p.layers[li];
@@ -276,13 +285,8 @@ struct GpuNetwork::Impl {
         if (!loaded) {
           SPARSERT_USER_CHECK(!jit_target.empty() && e.ptx.count(jit_target), p.dir.string(),
                               "layer {} entry {} has no PTX for {}", pl.name, e.name, jit_target);
-          le.module = load_module(e.ptx.at(jit_target), true);
-          // The manifest's word is not enough to launch a kernel early: its PTX must hold the wait.
-          SPARSERT_USER_CHECK(!pl.dependent_launch || sm_of(jit_target) < 90 ||
-                                  read_file(p.dir / e.ptx.at(jit_target)).find("griddepcontrol.wait;") !=
-                                      std::string::npos,
-                              (p.dir / e.ptx.at(jit_target)).string(),
-                              "layer {} is marked dependent_launch, but its PTX has no griddepcontrol.wait", pl.name);
+          const bool waits = pl.dependent_launch && sm_of(jit_target) >= 90;
+          le.module = load_module(e.ptx.at(jit_target), true, waits ? &pl.name : nullptr);
           if (note.empty()) note = fmt::format("layer {}: PTX for {} JIT-compiled by the driver", pl.name, jit_target);
         }
         le.fn = le.module->function(e.name);

@@ -42,12 +42,13 @@ DenseTensor random_b(int32_t k, int32_t ld, uint64_t seed) {
 // Emits with the default plan, runs n of ld columns in ptxsim, compares with the reference; columns past N must
 // keep their NaN. Returns the counts.
 ptxsim::InstrCounts check(const CsrMatrix& a, const StreamParams& p, int32_t ld, int32_t n, const Epilogue& ep,
-                          const std::string& what, bool live_flags = false) {
+                          const std::string& what, bool live_flags = false, bool dependent = false) {
   StreamOptions opt;
   opt.params = p;
   opt.ld = ld;
   opt.epilogue = ep;
   opt.live_flags = live_flags;
+  opt.dependent_launch = dependent;
   const StreamKernel k = emit_stream_spmm(a, default_stream_plan(a, p), Target::parse("sm_90"), opt);
   const DenseTensor b = random_b(a.cols, ld, 91);
   try {
@@ -124,6 +125,18 @@ TEST(SimRows, LiveFlagsAndEmptyMatrix) {
   const StreamWeights w = pack_stream_weights(empty, default_stream_plan(empty, rows_params(4, 32, 1, 1, 2)),
                                               rows_params(4, 32, 1, 1, 2), {});
   EXPECT_EQ(w.arrays().size(), 2u);
+}
+
+// Waiting for the grid before it (StreamOptions::dependent_launch), launched as a programmatic dependent: exact, with
+// and without the live-column flags, and no global access (slots, entries, B, C, F) ahead of any thread's wait.
+TEST(SimRows, ProgrammaticDependentWaitsBeforeAnyGlobalAccess) {
+  const CsrMatrix a = inspector::generate_pruned_gaussian(70, 90, 0.9, 9);
+  for (const bool flags : {false, true}) {
+    check(a, rows_params(8, 8, 4, 2, 2), 12, 9, {{-0.5f}, Activation::kRelu, std::nullopt},
+          flags ? "dependent, live flags" : "dependent", flags, true);
+    check(a, rows_params(4, 32, 1, 1, 2), 1, 1, {}, flags ? "dependent gemv, live flags" : "dependent gemv", flags,
+          true);
+  }
 }
 
 // Each nonzero is read once (8 bytes, coalesced across the row's lanes) and costs one fma per column; per thread only

@@ -40,6 +40,8 @@ inline StreamSimResult run_stream_in_ptxsim(const codegen::StreamKernel& k, cons
                            static_cast<uint32_t>(codegen::stream_block_y(k.params)), 1};
   ptxsim::LaunchOptions opt;
   opt.check_races = check_races;
+  // A kernel that waits for the grid before it runs as a programmatic dependent, as the runtime launches it.
+  opt.dependent_launch = k.epilogue.dependent_launch;
   std::vector<ptxsim::Arg> args = {ptxsim::arg_u64(db), ptxsim::arg_u64(dc),
                                    ptxsim::arg_u32(static_cast<uint32_t>(n))};
   for (const auto& [what, v] : w.arrays()) args.push_back(ptxsim::arg_u64(up(*v)));

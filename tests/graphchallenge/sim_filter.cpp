@@ -32,7 +32,13 @@ LiveCase pattern(uint32_t rows, uint32_t ld, uint32_t n, uint32_t bound, const s
 // Device memory laid out as CudaLayerExecutor lays it out, for one width, and launches of the filter on it.
 class Filter {
  public:
-  Filter(uint32_t rows, uint32_t ld) : rows_(rows), ld_(ld), mod_(mem_, filter_kernels_ptx(Target::parse("sm_90")), "filter.ptx") {
+  // `dependent`: the kernel that waits for the grid before it, launched as a programmatic dependent, so that ptxsim
+  // reports any global access ahead of its wait.
+  Filter(uint32_t rows, uint32_t ld, bool dependent = false)
+      : rows_(rows),
+        ld_(ld),
+        dependent_(dependent),
+        mod_(mem_, filter_kernels_ptx(Target::parse("sm_90"), dependent), "filter.ptx") {
     const uint32_t chunks = (ld + kLiveBlock - 1) / kLiveBlock;
     groups_ = (rows + 1 + kFilterRows - 1) / kFilterRows;
     for (uint64_t& f : flags_) f = zeroed(ld * 4);
@@ -58,6 +64,7 @@ class Filter {
     const uint32_t grid = std::max(1u, (bound + kLiveBlock - 1) / kLiveBlock);
     ptxsim::LaunchOptions opt;
     opt.check_races = true;
+    opt.dependent_launch = dependent_;
     return mod_.launch(kLiveFilterKernel, {grid, groups_}, {kLiveBlock},
                        {ptxsim::arg_u64(flags_[parity]), ptxsim::arg_u64(flags_[1 - parity]), ptxsim::arg_u64(data_),
                         ptxsim::arg_u32(rows_), ptxsim::arg_u32(ld_), ptxsim::arg_u64(ids_), ptxsim::arg_u64(dest_),
@@ -87,6 +94,7 @@ class Filter {
   }
 
   uint32_t rows_, ld_, groups_ = 0;
+  bool dependent_ = false;
   ptxsim::DeviceMemory mem_;
   ptxsim::Module mod_;
   uint64_t flags_[2]{}, data_ = 0, ids_ = 0, dest_ = 0, offsets_ = 0, status_ = 0, read_done_ = 0, ticket_ = 0;
@@ -214,11 +222,31 @@ TEST(FilterKernels, LiveFilterLaunchesInARow) {
   }
 }
 
+// The filter that waits for the layer before it (the Graph Challenge's filter mode on sm_90): every epoch exact, and
+// no global access ahead of any thread's wait.
+TEST(FilterKernels, LiveFilterRunsAsAProgrammaticDependent) {
+  Filter f(5, 900, /*dependent=*/true);
+  std::mt19937 rng(12);
+  for (uint32_t epoch = 1; epoch <= 3; ++epoch) {
+    const uint32_t n = 900 - 250 * (epoch - 1);
+    run_live_case(f, pattern(5, 900, n, 900, [&](uint32_t) { return rng() % 3 != 0; }), epoch,
+                  "dependent, epoch " + std::to_string(epoch));
+  }
+}
+
 TEST(FilterKernels, Assemble) {
   if (!Assembler::available()) GTEST_SKIP() << Assembler::unavailable_reason();
   for (const Target& t : Target::all()) {
-    const Assembled a = Assembler::instance().assemble(filter_kernels_ptx(t), t, kLiveFilterKernel);
-    EXPECT_EQ(a.usage.spill_store_bytes, 0) << t.name();
-    EXPECT_NO_THROW(parse_resource_report(a.info_log, kLiveFilterKernel));
+    for (const bool waits : {false, true}) {
+      if (waits && t.sm() < 90) {
+        EXPECT_THROW(filter_kernels_ptx(t, true), UserError) << t.name();
+        continue;
+      }
+      const std::string ptx = filter_kernels_ptx(t, waits);
+      EXPECT_EQ(ptx.find("griddepcontrol.wait;") != std::string::npos, waits) << t.name();
+      const Assembled a = Assembler::instance().assemble(ptx, t, kLiveFilterKernel);
+      EXPECT_EQ(a.usage.spill_store_bytes, 0) << t.name() << (waits ? ", waiting" : "");
+      EXPECT_NO_THROW(parse_resource_report(a.info_log, kLiveFilterKernel));
+    }
   }
 }

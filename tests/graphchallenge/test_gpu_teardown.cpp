@@ -466,10 +466,9 @@ TEST(GraphChallengeGpuGraph, NarrowInputsRunAsOneGraphPerRun) {
 }
 
 // A driver that refuses programmatic dependent launches in a capture (the emulated driver told to): the executor
-// captures the graph again with ordinary launches, says so in a note, and the run is exact.
-TEST(GraphChallengeGpuGraph, ARefusedDependentLaunchInACaptureFallsBackToOrdinaryLaunches) {
-  emu();
-  if (!cuda::Graph::supported()) GTEST_SKIP() << "the driver has no graph API";
+// captures the graph again with ordinary launches, says so in a note, and the run is exact. Fused, the first refused
+// launch is layer 2's; with the filter kernel and one kernel a layer, it is layer 1's filter.
+void refused_dependent_capture_falls_back(bool fused) {
   testing::ScratchDir dir;
   constexpr int32_t kLayers = 4;
   const auto weights = graphchallenge::write_network(dir.path(), 1024, kLayers, 40, 6);
@@ -480,7 +479,10 @@ TEST(GraphChallengeGpuGraph, ARefusedDependentLaunchInACaptureFallsBackToOrdinar
   gc::CpuLayerExecutor cpu(CpuExecutorOptions{1, 64});
   cpu.prepare(net);
   const gc::InferenceResult truth = gc::run_inference(net, y, cpu);
-  graphchallenge::CudaLayerExecutor exec(emu_options(dir / "cache"));
+  graphchallenge::CudaGraphChallengeOptions opt = emu_options(dir / "cache");
+  opt.fused_compaction = fused;
+  if (!fused) opt.max_entries = 1;
+  graphchallenge::CudaLayerExecutor exec(opt);
   exec.prepare(net);
   exec.load_inputs(y);
   emu().set_refuse_dependent_capture(true);
@@ -498,10 +500,23 @@ TEST(GraphChallengeGpuGraph, ARefusedDependentLaunchInACaptureFallsBackToOrdinar
   size_t dependent = 0, ordinary = 0;
   for (const auto& l : emu().launches()) (l.dependent ? dependent : ordinary) += l.captured;
   EXPECT_EQ(dependent, 0u) << "the refused launch is not submitted";
-  EXPECT_EQ(ordinary, static_cast<size_t>(kLayers) + 1) << "the first layer of the refused capture, then every layer";
+  const size_t per_layer = fused ? 1 : 2;  // the layer's one kernel, and its filter
+  EXPECT_EQ(ordinary, static_cast<size_t>(kLayers) * per_layer + 1)
+      << "the first layer of the refused capture, then every launch again";
   bool noted = false;
   for (const std::string& n : exec.notes()) noted = noted || n.find("captured again with ordinary launches") != n.npos;
   EXPECT_TRUE(noted);
+}
+
+TEST(GraphChallengeGpuGraph, ARefusedDependentLaunchInACaptureFallsBackToOrdinaryLaunches) {
+  emu();
+  if (!cuda::Graph::supported()) GTEST_SKIP() << "the driver has no graph API";
+  {
+    SCOPED_TRACE("fused compaction");
+    refused_dependent_capture_falls_back(true);
+  }
+  SCOPED_TRACE("filter kernel, one kernel a layer");
+  refused_dependent_capture_falls_back(false);
 }
 
 // The program as a user runs it: the emulated driver prints the calls that failed in teardown at exit.

@@ -262,6 +262,11 @@ class Graph {
   // ended and dropped before the exception goes on, the graph left empty: a stream left capturing would capture or
   // refuse every later call on it, and the thread could no longer allocate.
   void capture(const Stream& s, const std::function<void()>& body);
+  // capture(); where that fails as a driver refusing programmatic dependent launches in a capture would
+  // (may_be_a_refused_dependent_launch) and drop_dependents() turns some off (it returns whether there were any),
+  // captures again. Returns the first capture's error, for a note, or "" where it succeeded.
+  std::string capture_or_without_dependents(const Stream& s, const std::function<void()>& body,
+                                            const std::function<bool()>& drop_dependents);
   void begin_capture(const Stream& s);
   void end_capture(const Stream& s);
   void launch(const Stream& s) const;
