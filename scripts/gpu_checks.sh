@@ -71,7 +71,8 @@ case $stage in
   info) ;;
   tests)
     # The real-driver tests and everything else that can use the GPU; none may be skipped. RealGpu.LaunchCostsForTheModel
-    # writes launch-costs.json here (the host's share of a run, the cost of a further entry).
+    # writes launch-costs.json here (the host's share of a run, the cost of a further entry), RealGpu.SmallLayerLaunchWays
+    # launch-ways.json (a small layer alone, as programmatic dependents, and 8 in one graph, per layer).
     export SPARSERT_MEASURE_DIR=$out
     if (( bundle )); then
       step "$build/bin/real_gpu_tests"

@@ -219,6 +219,85 @@ TEST(RealGpu, LaunchCostsForTheModel) {
   }
 }
 
+// A small layer's cost per layer for each way it can be launched, back to back: one plain launch at a time, the same
+// as programmatic dependents of the launch before (sm_90 and newer), and eight such layers chained in one network and
+// replayed as a graph, with and without dependents. The bench times a layer as one graph replay at a time; the
+// difference to the chain is what a layer inside a network does not pay (launch-ways.json under SPARSERT_MEASURE_DIR).
+TEST(RealGpu, SmallLayerLaunchWays) {
+  REQUIRE_GPU();
+  const cuda::DeviceInfo dev = cuda::device_info(0);
+  const codegen::Target target = codegen::Target::newest_for(dev.sm(), dev.name);
+  testing::ScratchDir dir;
+  constexpr int32_t kChain = 8, kN = 32, kRuns = 2000;
+  std::vector<compiler::LoadedLayer> layers;
+  for (int32_t i = 0; i < kChain; ++i) {
+    CsrMatrix a = inspector::generate_pruned_gaussian(16, 16, 0.5, 40 + i);
+    for (float& v : a.values) v *= 0.5f;
+    compiler::LayerDesc d;
+    d.name = fmt::format("tiny{}", i);
+    d.n = kN;
+    d.activation = Activation::kRelu;
+    d.bias = {0.01f};
+    layers.push_back({d, std::move(a), std::nullopt});
+  }
+  compiler::CompileOptions opt;
+  opt.targets = {target};
+  opt.progress = false;
+  opt.cache_dir = dir / "cache";
+  opt.dependent_launch = true;  // sm_90 and newer only; older targets build as without it
+  compiler::compile_network(layers, dir / "chain", opt);
+  const Package pkg = load_package(dir / "chain");
+  std::vector<float> x(static_cast<size_t>(16) * kN);
+  inspector::fill_values(x, {inspector::ValueFill::Distribution::kUniform, 5, 1.0f});
+  const DenseTensor in({16, kN}, x);
+  DenseTensor want = in;
+  for (const compiler::LoadedLayer& l : layers) {
+    want = reference_spmm(l.a, want, Epilogue{l.desc.bias, l.desc.activation, l.desc.clamp});
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  for (const bool dependent : {false, true}) {
+    GpuRunOptions ro;
+    ro.dependent_launch = dependent;
+    GpuNetwork net(pkg, ro);
+    EXPECT_LE(max_relative_error(net.run(in), want), 1e-5) << (dependent ? "dependent" : "plain");
+    const bool waits = net.layer_launches_dependent(0);
+    EXPECT_EQ(waits, dependent && dev.sm() >= 90 && cuda::dependent_launch_supported());
+    const double chain_us = net.time_back_to_back(in, kRuns / kChain) * 1e3 / kChain;
+    EXPECT_LE(max_relative_error(net.run(in), want), 1e-5) << "after the timed replays";
+    // The first layer alone, launched kRuns times on the network's stream (each after the kernel before it).
+    cuda::DeviceBuffer b_in(static_cast<size_t>(16) * kN * 4), b_out(static_cast<size_t>(16) * kN * 4);
+    b_in.upload(x.data(), x.size() * 4);
+    const cuda::Stream& s = net.stream();
+    auto launches = [&](int runs) {
+      for (int r = 0; r < runs; ++r) net.launch_layer(0, b_in.get(), b_out.get(), kN, 0, 0, 0, 0, r > 0);
+    };
+    launches(10);  // warm-up
+    cuda::Event start, stop;
+    start.record(s);
+    launches(kRuns);
+    stop.record(s);
+    stop.synchronize();
+    const double single_us = stop.elapsed_ms_since(start) * 1e3 / kRuns;
+    std::vector<float> got(x.size());
+    b_out.download(got.data(), got.size() * 4);
+    EXPECT_LE(max_relative_error(DenseTensor({16, kN}, got),
+                                 reference_spmm(layers[0].a, in, Epilogue{layers[0].desc.bias,
+                                                                          layers[0].desc.activation, std::nullopt})),
+              1e-5);
+    const char* way = waits ? "programmatic dependents" : "plain launches";
+    std::printf("16x16 layer, N = %d, %s: %.2f us a launch back to back; %d layers in one graph: %.2f us a layer\n",
+                kN, way, single_us, kChain, chain_us);
+    rows.push_back({{"launch", waits ? "dependent" : "plain"}, {"single_back_to_back_us", single_us},
+                    {"chain_layers", kChain}, {"chain_graph_per_layer_us", chain_us}});
+  }
+  if (const char* out = std::getenv("SPARSERT_MEASURE_DIR")) {
+    const nlohmann::json j = {{"device", dev.name}, {"sm", dev.sm()}, {"driver", cuda::Driver::get().version()},
+                              {"what", "a 16 x 16 layer launched back to back, alone and as 8 layers in one graph"},
+                              {"runs", rows}};
+    write_file_atomic(std::filesystem::path(out) / "launch-ways.json", j.dump(2) + "\n");
+  }
+}
+
 // The official 1024 x 120 network and its first 1200 images, from ../shared/data, and a GPU executor for it with its
 // kernel cache in the scratch directory.
 struct OfficialGraphChallenge {
