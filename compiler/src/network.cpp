@@ -4,6 +4,7 @@
 #include "sparsert/runtime/file_io.hpp"
 #include "sparsert/runtime/json_text.hpp"
 #include "sparsert/runtime/npy.hpp"
+#include "sparsert/runtime/printable.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -35,7 +36,7 @@ ConvInput parse_conv_input(const nlohmann::json& v, const std::string& where) {
                                             "\"width\": ...}}");
   for (const auto& [key, value] : v.items()) {
     SPARSERT_USER_CHECK(key == "images" || key == "channels" || key == "height" || key == "width",
-                        where + "." + key, "unknown field");
+                        where + "." + printable(key), "unknown field");
   }
   return {positive_field(v, "images", where, 1), positive_field(v, "channels", where),
           positive_field(v, "height", where), positive_field(v, "width", where)};
@@ -45,7 +46,7 @@ LayerDesc::Conv parse_conv(const nlohmann::json& v, const std::string& where) {
   SPARSERT_USER_CHECK(v.is_object(), where, "expected {{\"kernel\": ..., \"stride\": ..., \"padding\": ...}}");
   for (const auto& [key, value] : v.items()) {
     SPARSERT_USER_CHECK(key == "kernel" || key == "stride" || key == "padding" || key == "im2col_order",
-                        where + "." + key, "unknown field");
+                        where + "." + printable(key), "unknown field");
   }
   LayerDesc::Conv c;
   SPARSERT_USER_CHECK(v.contains("kernel"), where + ".kernel", "is missing (a size, or [height, width])");
@@ -77,9 +78,13 @@ CsrMatrix read_conv_npy(const std::filesystem::path& path, const LayerDesc::Conv
                       t.dim(3));
   SPARSERT_USER_CHECK(c.order == Im2colOrder::kCRS, where + ": conv.im2col_order",
                       "an .npy [C_out, C_in, R, S] is in crs order");
-  const int64_t rows = t.dim(0), cols = t.dim(1) * t.dim(2) * t.dim(3);
-  SPARSERT_USER_CHECK(rows <= std::numeric_limits<int32_t>::max() && cols <= std::numeric_limits<int32_t>::max(),
+  // C_in is checked before the product: an empty array ([0, 2^62, 3, 3] holds no data) may have any sizes, and
+  // C_in * R * S overflowed int64 (undefined behaviour). R and S are the kernel's, at most 2^24 each.
+  const int64_t rows = t.dim(0);
+  SPARSERT_USER_CHECK(rows <= std::numeric_limits<int32_t>::max() &&
+                          t.dim(1) <= std::numeric_limits<int32_t>::max() / (t.dim(2) * t.dim(3)),
                       where + ": weights", "{} has shape {}: too large", path.string(), t.shape_string());
+  const int64_t cols = t.dim(1) * t.dim(2) * t.dim(3);
   std::vector<Triplet> nz;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t k = 0; k < cols; ++k) {
@@ -107,9 +112,10 @@ NetworkDesc parse_network(const std::string& json_text, const std::filesystem::p
   SPARSERT_USER_CHECK(j.contains("layers") && j["layers"].is_array() && !j["layers"].empty(), file + ": layers",
                       "expected a non-empty array");
   // An unknown field is refused, not ignored: "value" for "values" would otherwise draw other weights, silently.
+  // Keys and file names from the description are printable()'d in messages, which must stay on one line.
   for (const auto& [key, value] : j.items()) {
-    SPARSERT_USER_CHECK(key == "format" || key == "layers" || key == "values" || key == "input", file + ": " + key,
-                        "unknown field (expected format, layers, values, input)");
+    SPARSERT_USER_CHECK(key == "format" || key == "layers" || key == "values" || key == "input",
+                        file + ": " + printable(key), "unknown field (expected format, layers, values, input)");
   }
   NetworkDesc net;
   net.source = source;
@@ -118,7 +124,7 @@ NetworkDesc parse_network(const std::string& json_text, const std::filesystem::p
     const nlohmann::json& v = j["values"];
     SPARSERT_USER_CHECK(v.is_object(), file + ": values", "expected {{\"distribution\": ..., \"seed\": ...}}");
     for (const auto& [key, value] : v.items()) {
-      SPARSERT_USER_CHECK(key == "distribution" || key == "seed" || key == "scale", file + ": values." + key,
+      SPARSERT_USER_CHECK(key == "distribution" || key == "seed" || key == "scale", file + ": values." + printable(key),
                           "unknown field (expected distribution, seed, scale)");
     }
     if (v.contains("distribution")) {
@@ -149,18 +155,18 @@ NetworkDesc parse_network(const std::string& json_text, const std::filesystem::p
     const std::string where = fmt::format("{}: layer {}", file, i);
     SPARSERT_USER_CHECK(l.is_object(), where, "expected an object");
     for (const auto& [key, value] : l.items()) {
-      SPARSERT_USER_CHECK(std::find(known.begin(), known.end(), key) != known.end(), where + ": " + key,
-                          "unknown field");
+      SPARSERT_USER_CHECK(std::find(known.begin(), known.end(), key) != known.end(),
+                          where + ": " + printable(key), "unknown field");
     }
     LayerDesc d;
     SPARSERT_USER_CHECK(!l.contains("name") || l["name"].is_string(), where + ": name", "expected a string");
     d.name = l.contains("name") ? l["name"].get<std::string>() : fmt::format("layer{}", i);
     // Names appear in messages, reports and kernel names: a control character (a newline) would break them.
-    SPARSERT_USER_CHECK(std::none_of(d.name.begin(), d.name.end(),
-                                     [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }),
-                        where + ": name", "contains a control character");
+    SPARSERT_USER_CHECK(!has_control_character(d.name), where + ": name", "contains a control character");
     SPARSERT_USER_CHECK(l.contains("weights") && l["weights"].is_string(), where + ": weights",
                         "expected a file name");
+    SPARSERT_USER_CHECK(!has_control_character(l["weights"].get<std::string>()), where + ": weights",
+                        "file name '{}' contains a control character", printable(l["weights"].get<std::string>()));
     d.weights = base / l["weights"].get<std::string>();
     if (l.contains("transpose")) {
       SPARSERT_USER_CHECK(l["transpose"].is_boolean(), where + ": transpose", "expected true or false");
@@ -171,6 +177,8 @@ NetworkDesc parse_network(const std::string& json_text, const std::filesystem::p
       if (b.is_number()) {
         d.bias = {b.get<float>()};
       } else if (b.is_string()) {
+        SPARSERT_USER_CHECK(!has_control_character(b.get<std::string>()), where + ": bias",
+                            "file name '{}' contains a control character", printable(b.get<std::string>()));
         const std::filesystem::path p = base / b.get<std::string>();
         DenseTensor t;
         try {

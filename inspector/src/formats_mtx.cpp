@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iterator>
 #include <limits>
 
@@ -121,15 +122,13 @@ CsrMatrix read_mtx_impl(const std::filesystem::path& path, const ValueFill& fill
     s.fail_at(size_line, fmt::format("size line: a symmetric matrix must be square, not {}x{}", rows, cols));
   }
 
-  std::vector<float> generated_values;
-  if (banner.field == Field::kPattern) {
-    // Value k belongs to entry k of the file, so both halves of a symmetric pair get the same value.
-    generated_values.resize(static_cast<size_t>(declared));
-    fill_values(generated_values, fill);
-  }
   std::vector<Triplet> entries;
   std::vector<int64_t> lines;
-  entries.reserve(static_cast<size_t>(banner.symmetric ? 2 * declared : declared));
+  // Reserved for what the file can hold (an entry takes at least four bytes, "i j\n"), not for what the size line
+  // claims: a few bytes may declare 2^31 entries, and reserving for them took gigabytes before "truncated" could be
+  // said. For the same reason a pattern file's values are generated once its entries have been read.
+  const int64_t expected = std::min(declared, static_cast<int64_t>(buffer.size() / 4 + 1));
+  entries.reserve(static_cast<size_t>(banner.symmetric ? 2 * expected : expected));
   lines.reserve(entries.capacity());
   for (int64_t k = 0; k < declared; ++k) {
     if (!s.skip_empty_lines()) {
@@ -141,7 +140,7 @@ CsrMatrix read_mtx_impl(const std::filesystem::path& path, const ValueFill& fill
     switch (banner.field) {
       case Field::kReal: v = s.read_float("value"); break;
       case Field::kInteger: v = static_cast<float>(s.read_int("value")); break;
-      case Field::kPattern: v = generated_values[static_cast<size_t>(k)]; break;
+      case Field::kPattern: break;  // below
     }
     check_index(s, "row", i, rows);
     check_index(s, "column", j, cols);
@@ -157,6 +156,16 @@ CsrMatrix read_mtx_impl(const std::filesystem::path& path, const ValueFill& fill
     s.finish_line();
   }
   if (s.skip_empty_lines()) s.fail("more entries than the {} the size line (line {}) declares", declared, size_line);
+  if (banner.field == Field::kPattern) {
+    // Value k belongs to entry k of the file, so both halves of a symmetric pair get the same value.
+    std::vector<float> generated_values(static_cast<size_t>(declared));
+    fill_values(generated_values, fill);
+    size_t e = 0;
+    for (const float v : generated_values) {
+      entries[e++].value = v;
+      if (banner.symmetric && entries[e - 1].row != entries[e - 1].col) entries[e++].value = v;
+    }
+  }
   if (generated) *generated = banner.field == Field::kPattern;
   return csr_from_entries(static_cast<int32_t>(rows), static_cast<int32_t>(cols), entries, duplicates,
                           where, [&] { return lines; });

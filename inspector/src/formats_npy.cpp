@@ -93,6 +93,9 @@ CsrMatrix read_npy_pruned(const std::filesystem::path& path, const Pruning& prun
     SPARSERT_USER_CHECK(arr.shape[d] <= std::numeric_limits<int32_t>::max(), where,
                         "shape: dimension {} = {} overflows 32-bit indices", d, arr.shape[d]);
   }
+  // An empty array holds no data whatever its shape ([2^31 - 1, 0] is a few bytes), and the CSR's row pointers are
+  // allocated from the shape: the limit every other format has, before 8 GB are asked for.
+  check_matrix_dimensions(arr.shape[0], arr.shape[1], where + ": shape");
   const auto rows = static_cast<int32_t>(arr.shape[0]);
   const auto cols = static_cast<int32_t>(arr.shape[1]);
   std::vector<float> dense(arr.values.size());

@@ -53,7 +53,12 @@ CsrMatrix read_smtx(const std::filesystem::path& path, const ValueFill& fill) {
   CsrMatrix m;
   m.rows = static_cast<int32_t>(rows);
   m.cols = static_cast<int32_t>(cols);
-  m.row_ptr.resize(static_cast<size_t>(rows) + 1);
+  // The header's sizes are only claims until the lines below bear them out: a file of a few bytes may declare 2^27
+  // rows and 2^31 nonzeros, and sizing the arrays from it took gigabytes before "truncated" could be said. They grow
+  // with what is read instead, reserved up to what the file can hold (each number takes at least two bytes).
+  const auto can_hold = static_cast<int64_t>(buffer.size() / 2 + 1);
+  m.row_ptr.clear();
+  m.row_ptr.reserve(static_cast<size_t>(std::min(rows + 1, can_hold)));
   for (int64_t i = 0; i <= rows; ++i) {
     s.skip_blanks();
     if (s.at_eol()) {
@@ -65,7 +70,7 @@ CsrMatrix read_smtx(const std::filesystem::path& path, const ValueFill& fill) {
     if (i > 0 && v < m.row_ptr[static_cast<size_t>(i) - 1]) {
       s.fail("row offsets not monotone: #{} is {} after {}", i, v, m.row_ptr[static_cast<size_t>(i) - 1]);
     }
-    m.row_ptr[static_cast<size_t>(i)] = static_cast<int32_t>(v);
+    m.row_ptr.push_back(static_cast<int32_t>(v));
   }
   if (m.row_ptr.back() != nnz) s.fail("last row offset is {}, expected nnz = {}", m.row_ptr.back(), nnz);
   s.skip_blanks();
@@ -73,13 +78,13 @@ CsrMatrix read_smtx(const std::filesystem::path& path, const ValueFill& fill) {
   s.finish_line();
 
   const int64_t index_line = s.line();
-  m.col_idx.resize(static_cast<size_t>(nnz));
+  m.col_idx.reserve(static_cast<size_t>(std::min(nnz, can_hold)));
   for (int64_t i = 0; i < nnz; ++i) {
     s.skip_blanks();
     if (s.at_eol()) s.fail("truncated: {} column indices, the header says nnz = {}", i, nnz);
     const int64_t c = s.read_int("column index");
     if (c < 0 || c >= cols) s.fail("column index #{} is {}, outside [0, cols = {})", i, c, cols);
-    m.col_idx[static_cast<size_t>(i)] = static_cast<int32_t>(c);
+    m.col_idx.push_back(static_cast<int32_t>(c));
   }
   s.skip_blanks();
   if (!s.at_eol()) s.fail("more column indices than nnz = {}", nnz);

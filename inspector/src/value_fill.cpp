@@ -7,6 +7,7 @@
 // not contract in ISO C++ mode (-std=c++20); Clang is told not to below.
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/runtime/error.hpp"
+#include "sparsert/runtime/printable.hpp"
 
 #include <cmath>
 
@@ -136,7 +137,8 @@ std::string to_string(ValueFill::Distribution d) {
 ValueFill::Distribution parse_distribution(const std::string& s) {
   if (s == "uniform") return ValueFill::Distribution::kUniform;
   if (s == "normal") return ValueFill::Distribution::kNormal;
-  throw_user_error("distribution", "unknown distribution '{}' (expected 'uniform' or 'normal')", s);
+  // printable(): the name may come from a file, and the message must stay on one line.
+  throw_user_error("distribution", "unknown distribution '{}' (expected 'uniform' or 'normal')", printable(s));
 }
 
 void fill_values(std::vector<float>& values, const ValueFill& fill) {

@@ -1,6 +1,7 @@
 #include "sparsert/runtime/conv.hpp"
 
 #include "sparsert/runtime/error.hpp"
+#include "sparsert/runtime/printable.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -12,7 +13,8 @@ const char* to_string(Im2colOrder order) { return order == Im2colOrder::kCRS ? "
 Im2colOrder parse_im2col_order(const std::string& text, const std::string& field) {
   if (text == "crs") return Im2colOrder::kCRS;
   if (text == "rsc") return Im2colOrder::kRSC;
-  throw_user_error(field, "'{}' is not crs (OIHW weights) or rsc (HWIO weights)", text);
+  // printable(): the text comes from a file, and the message must stay on one line.
+  throw_user_error(field, "'{}' is not crs (OIHW weights) or rsc (HWIO weights)", printable(text));
 }
 
 void check_conv_shape(const ConvShape& s, const std::string& where) {

@@ -2,6 +2,7 @@
 
 #include "sparsert/runtime/error.hpp"
 #include "sparsert/runtime/file_io.hpp"
+#include "sparsert/runtime/printable.hpp"
 
 #include <fmt/format.h>
 
@@ -58,7 +59,8 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& where) 
         const std::string key = parsed.get<std::string>();
         Frame& f = frames.back();
         if (!f.keys.insert(key).second) {
-          throw_user_error(where + ": " + path_of(frames, key), "the key appears twice in one object");
+          // printable(): keys may hold any character ("a\nb"), and the message must stay on one line.
+          throw_user_error(where + ": " + printable(path_of(frames, key), 200), "the key appears twice in one object");
         }
         f.key = key;
         break;

@@ -2,6 +2,7 @@
 
 #include "sparsert/runtime/error.hpp"
 #include "sparsert/runtime/file_io.hpp"
+#include "sparsert/runtime/printable.hpp"
 
 #include <fmt/ranges.h>
 
@@ -43,9 +44,11 @@ std::string_view dict_value(std::string_view header, std::string_view key, const
 }
 
 std::vector<int64_t> parse_shape(std::string_view v, const std::string& where) {
-  SPARSERT_USER_CHECK(v.size() >= 2 && v.front() == '(', where, "header field 'shape' is not a tuple: {}", v);
+  // The header's text is printable()'d in messages: a mangled header may hold newlines and run into the data.
+  SPARSERT_USER_CHECK(v.size() >= 2 && v.front() == '(', where, "header field 'shape' is not a tuple: {}",
+                      printable(v));
   size_t close = v.find(')');
-  SPARSERT_USER_CHECK(close != std::string_view::npos, where, "header field 'shape' is not closed: {}", v);
+  SPARSERT_USER_CHECK(close != std::string_view::npos, where, "header field 'shape' is not closed: {}", printable(v));
   std::vector<int64_t> shape;
   size_t i = 1;
   while (i < close) {
@@ -58,7 +61,7 @@ std::vector<int64_t> parse_shape(std::string_view v, const std::string& where) {
       d = d * 10 + (v[i] - '0');
       ++i;
     }
-    SPARSERT_USER_CHECK(i > start, where, "header field 'shape' has a non-integer entry: {}", v);
+    SPARSERT_USER_CHECK(i > start, where, "header field 'shape' has a non-integer entry: {}", printable(v));
     shape.push_back(d);
   }
   return shape;
@@ -100,10 +103,11 @@ NpyArray read_npy(const std::filesystem::path& path) {
     arr.dtype = NpyDtype::kFloat64;
     elem = 8;
   } else {
-    throw_user_error(where, "descr: unsupported dtype {} (only little-endian float32 '<f4' and float64 '<f8')", descr);
+    throw_user_error(where, "descr: unsupported dtype {} (only little-endian float32 '<f4' and float64 '<f8')",
+                     printable(descr));
   }
   std::string_view fortran = dict_value(header, "fortran_order", where);
-  SPARSERT_USER_CHECK(fortran == "False", where, "fortran_order: {} (only C order is supported)", fortran);
+  SPARSERT_USER_CHECK(fortran == "False", where, "fortran_order: {} (only C order is supported)", printable(fortran));
   arr.shape = parse_shape(dict_value(header, "shape", where), where + ": shape");
   const int64_t count = element_count(arr.shape, where + ": shape");
   const size_t data_start = header_start + header_len;

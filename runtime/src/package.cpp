@@ -3,8 +3,10 @@
 #include "sparsert/runtime/error.hpp"
 #include "sparsert/runtime/file_io.hpp"
 #include "sparsert/runtime/json_text.hpp"
+#include "sparsert/runtime/printable.hpp"
 #include "sparsert/runtime/sha256.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -202,8 +204,9 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
                       where, "is not a regular file");
   const nlohmann::json j = read_json_file(manifest_path);
   const std::string format = json_get<std::string>(j, where, "format");
+  // Strings from the manifest are printable()'d in messages, which must stay on one line.
   SPARSERT_USER_CHECK(format == kPackageFormat, where + ": format",
-                      "'{}' is not a package version this runtime reads ({})", format, kPackageFormat);
+                      "'{}' is not a package version this runtime reads ({})", printable(format), kPackageFormat);
   Package p;
   p.dir = dir;
   p.n = json_get<int32_t>(j, where, "n");
@@ -222,7 +225,7 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     l.name = json_get<std::string>(lj, lw, "name");
     l.kind = json_get<std::string>(lj, lw, "kind");
     SPARSERT_USER_CHECK(l.kind == "baked" || l.kind == "streamed", lw + ".kind", "'{}' is not baked or streamed",
-                        l.kind);
+                        printable(l.kind));
     l.arrays = json_get<std::vector<std::string>>(lj, lw, "arrays");
     SPARSERT_USER_CHECK(l.kind == "streamed" || l.arrays.empty(), lw + ".arrays", "a baked layer has no arrays");
     l.m = json_get<int32_t>(lj, lw, "m");
@@ -231,10 +234,18 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     SPARSERT_USER_CHECK(l.k >= 1, lw + ".k", "{} is not a positive column count", l.k);
     l.weights_file = json_get<std::string>(lj, lw, "weights");
     const std::string act = json_get<std::string>(lj, lw, "activation");
-    SPARSERT_USER_CHECK(act == "relu" || act == "none", lw + ".activation", "'{}' is not relu or none", act);
+    SPARSERT_USER_CHECK(act == "relu" || act == "none", lw + ".activation", "'{}' is not relu or none",
+                        printable(act));
     l.activation = act == "relu" ? Activation::kRelu : Activation::kNone;
     const nlohmann::json& clamp = json_field(lj, lw, "clamp");
-    if (!clamp.is_null()) l.clamp = json_get<float>(lj, lw, "clamp");
+    if (!clamp.is_null()) {
+      // Read as a double and checked: 1e39 became an infinite clamp (the conversion to float is undefined past
+      // float's range), which the network description refuses.
+      const auto c = json_get<double>(lj, lw, "clamp");
+      SPARSERT_USER_CHECK(std::isfinite(c) && std::fabs(c) <= std::numeric_limits<float>::max(), lw + ".clamp",
+                          "{} is not a finite float", c);
+      l.clamp = static_cast<float>(c);
+    }
     if (lj.contains("live_flags")) l.live_flags = json_get<bool>(lj, lw, "live_flags");  // absent: plain kernels
     if (lj.contains("device_n")) l.device_n = json_get<bool>(lj, lw, "device_n");  // absent: N is the parameter
     if (lj.contains("column_map")) l.column_map = json_get<bool>(lj, lw, "column_map");  // absent: columns in place
@@ -266,6 +277,16 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
                         block[2]);
     SPARSERT_USER_CHECK(l.n_tile >= 1, lw + ".launch.n_tile", "{} is not a column tile", l.n_tile);
     l.tile = json_field(lj, lw, "tile");
+    // The tile's fields read here (row_split(), arrays_at_load's check) must have their types: nlohmann's value()
+    // throws its own type_error otherwise, not a UserError.
+    if (l.tile.is_object()) {
+      SPARSERT_USER_CHECK(!l.tile.contains("layout") || l.tile["layout"].is_string(), lw + ".tile.layout",
+                          "expected a string");
+      for (const char* key : {"rows_per_block", "lanes_per_row"}) {
+        SPARSERT_USER_CHECK(!l.tile.contains(key) || l.tile[key].is_number_integer(), lw + ".tile." + key,
+                            "expected an integer");
+      }
+    }
     if (l.kind == "streamed" && !l.arrays_at_load) {
       const bool rows = l.row_split();
       const size_t want = streamed_array_count(rows);
@@ -333,7 +354,10 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
   // Every file name the manifest gives, hashed or not: a name with a slash (or an absolute one) reads outside it.
   auto inside = [&](const std::string& file, const char* what) {
     SPARSERT_USER_CHECK(!file.empty() && file.find('/') == std::string::npos && file.find("..") == std::string::npos,
-                        where, "{} file name '{}' leaves the package directory", what, file);
+                        where, "{} file name '{}' leaves the package directory", what, printable(file));
+    // Nor a control character: the name goes into the messages below, which must stay on one line.
+    SPARSERT_USER_CHECK(!has_control_character(file), where, "{} file name '{}' contains a control character", what,
+                        printable(file));
   };
   for (const auto& [file, hash] : p.sha256) inside(file, "sha256");
   each_layer_file(inside);

@@ -1,6 +1,7 @@
 // sparsert: the command-line front end of the compiler and runtime.
 #include "commands.hpp"
 #include "sparsert/runtime/error.hpp"
+#include "sparsert/runtime/printable.hpp"
 #include "sparsert/runtime/process_memory.hpp"
 
 #include <fmt/format.h>
@@ -28,26 +29,8 @@ void reject_empty_values(const CLI::App& app) {
 }
 
 // An error is one line even when a name in it is not: a file name may hold a newline or an escape sequence, which
-// would split the message or drive the terminal. Control bytes are written as C escapes.
-std::string one_line(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (const char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (u < 0x20 || u == 0x7f) {
-      out += fmt::format("\\x{:02x}", u);
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+// would split the message or drive the terminal. Control bytes are written as C escapes, and nothing is cut.
+std::string one_line(std::string_view text) { return sparsert::printable(text, std::string_view::npos); }
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -5,10 +5,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <limits>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <vector>
 
 namespace sparsert {
 
@@ -28,22 +31,38 @@ inline const nlohmann::json& json_field(const nlohmann::json& j, const std::stri
   return j.at(name);
 }
 
+namespace detail {
+// Whether `v` is an integer that fits T.
+template <typename T>
+bool json_integer_fits(const nlohmann::json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+  if (!v.is_number_integer()) return false;
+  const int64_t x = v.get<int64_t>();
+  return std::is_signed_v<T> ? x >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                                   x <= static_cast<int64_t>(std::numeric_limits<T>::max())
+                             : x >= 0;
+}
+template <typename T>
+struct is_integer_vector : std::false_type {};
+template <typename T>
+struct is_integer_vector<std::vector<T>> : std::bool_constant<std::is_integral_v<T> && !std::is_same_v<T, bool>> {};
+}  // namespace detail
+
 // Field `name` of `j` as T, or UserError "WHERE.NAME: unexpected value V". An integer field takes an integer that
-// fits T: nlohmann converts 8.5 to 8 and 2^32 + 32 to 32 without a word.
+// fits T: nlohmann converts 8.5 to 8 and 2^32 + 32 to 32 without a word. So does an array of integers, element by
+// element (a manifest's [0, 4294967297] block range was read as [0, 1]).
 template <typename T>
 T json_get(const nlohmann::json& j, const std::string& where, const char* name) {
   const nlohmann::json& v = json_field(j, where, name);
   if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    bool fits = false;
-    if (v.is_number_unsigned()) {
-      fits = v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
-    } else if (v.is_number_integer()) {
-      const int64_t x = v.get<int64_t>();
-      fits = std::is_signed_v<T> ? x >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
-                                       x <= static_cast<int64_t>(std::numeric_limits<T>::max())
-                                 : x >= 0;
+    if (!detail::json_integer_fits<T>(v)) {
+      throw_user_error(where + "." + name, "unexpected value {} (an integer in range)", v.dump());
     }
-    if (!fits) throw_user_error(where + "." + name, "unexpected value {} (an integer in range)", v.dump());
+    return v.get<T>();
+  } else if constexpr (detail::is_integer_vector<T>::value) {
+    if (!v.is_array() || !std::all_of(v.begin(), v.end(), detail::json_integer_fits<typename T::value_type>)) {
+      throw_user_error(where + "." + name, "unexpected value {} (an array of integers in range)", v.dump());
+    }
     return v.get<T>();
   } else {
     try {
