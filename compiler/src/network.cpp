@@ -18,6 +18,16 @@ namespace sparsert::compiler {
 namespace {
 constexpr const char* kNetworkFormat = "sparsert-network/1";
 
+// A number of the description as a float: read as a double and refused past float's range (converting 1e39 to float
+// is undefined), or where it is not finite.
+float finite_float(const nlohmann::json& v, const std::string& where) {
+  SPARSERT_USER_CHECK(v.is_number(), where, "expected a number");
+  const auto d = v.get<double>();
+  SPARSERT_USER_CHECK(std::isfinite(d) && std::fabs(d) <= std::numeric_limits<float>::max(), where,
+                      "value {} is not a finite float", d);
+  return static_cast<float>(d);
+}
+
 // A positive integer field of `obj`, or `fallback` when absent (no fallback: required).
 int32_t positive_field(const nlohmann::json& obj, const char* key, const std::string& where,
                        std::optional<int32_t> fallback = std::nullopt, int32_t min = 1) {
@@ -175,7 +185,7 @@ NetworkDesc parse_network(const std::string& json_text, const std::filesystem::p
     if (l.contains("bias")) {
       const nlohmann::json& b = l["bias"];
       if (b.is_number()) {
-        d.bias = {b.get<float>()};
+        d.bias = {finite_float(b, where + ": bias")};
       } else if (b.is_string()) {
         SPARSERT_USER_CHECK(!has_control_character(b.get<std::string>()), where + ": bias",
                             "file name '{}' contains a control character", printable(b.get<std::string>()));
@@ -200,9 +210,7 @@ NetworkDesc parse_network(const std::string& json_text, const std::filesystem::p
       d.activation = act == "relu" ? Activation::kRelu : Activation::kNone;
     }
     if (l.contains("clamp") && !l["clamp"].is_null()) {
-      SPARSERT_USER_CHECK(l["clamp"].is_number(), where + ": clamp", "expected a number");
-      d.clamp = l["clamp"].get<float>();
-      SPARSERT_USER_CHECK(std::isfinite(*d.clamp), where + ": clamp", "value is not finite");
+      d.clamp = finite_float(l["clamp"], where + ": clamp");
       // After a ReLU every value is at least 0: a clamp below that would make every output the clamp.
       SPARSERT_USER_CHECK(d.activation != Activation::kRelu || *d.clamp >= 0, where + ": clamp",
                           "{} is below 0, the least a ReLU gives", *d.clamp);

@@ -283,8 +283,11 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
       SPARSERT_USER_CHECK(!l.tile.contains("layout") || l.tile["layout"].is_string(), lw + ".tile.layout",
                           "expected a string");
       for (const char* key : {"rows_per_block", "lanes_per_row"}) {
-        SPARSERT_USER_CHECK(!l.tile.contains(key) || l.tile[key].is_number_integer(), lw + ".tile." + key,
-                            "expected an integer");
+        // At most a block's threads: their product below must not overflow.
+        SPARSERT_USER_CHECK(!l.tile.contains(key) || (l.tile[key].is_number_integer() &&
+                                                      l.tile[key].get<int64_t>() >= 1 &&
+                                                      l.tile[key].get<int64_t>() <= 1024),
+                            lw + ".tile." + key, "expected an integer from 1 to 1024");
       }
     }
     if (l.kind == "streamed" && !l.arrays_at_load) {

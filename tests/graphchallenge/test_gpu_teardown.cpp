@@ -467,7 +467,7 @@ TEST(GraphChallengeGpuGraph, NarrowInputsRunAsOneGraphPerRun) {
 
 // A driver that refuses programmatic dependent launches in a capture (the emulated driver told to): the executor
 // captures the graph again with ordinary launches, says so in a note, and the run is exact. Fused, the first refused
-// launch is layer 2's; with the filter kernel and one kernel a layer, it is layer 1's filter.
+// launch is the second layer's; with the filter kernel and one kernel a layer, it is the first layer's filter.
 void refused_dependent_capture_falls_back(bool fused) {
   testing::ScratchDir dir;
   constexpr int32_t kLayers = 4;

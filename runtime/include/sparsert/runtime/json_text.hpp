@@ -3,6 +3,8 @@
 
 #include "sparsert/runtime/error.hpp"
 
+#include "sparsert/runtime/printable.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -56,19 +58,20 @@ T json_get(const nlohmann::json& j, const std::string& where, const char* name) 
   const nlohmann::json& v = json_field(j, where, name);
   if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
     if (!detail::json_integer_fits<T>(v)) {
-      throw_user_error(where + "." + name, "unexpected value {} (an integer in range)", v.dump());
+      throw_user_error(where + "." + name, "unexpected value {} (an integer in range)", printable(v.dump(), 200));
     }
     return v.get<T>();
   } else if constexpr (detail::is_integer_vector<T>::value) {
     if (!v.is_array() || !std::all_of(v.begin(), v.end(), detail::json_integer_fits<typename T::value_type>)) {
-      throw_user_error(where + "." + name, "unexpected value {} (an array of integers in range)", v.dump());
+      throw_user_error(where + "." + name, "unexpected value {} (an array of integers in range)",
+                       printable(v.dump(), 200));
     }
     return v.get<T>();
   } else {
     try {
       return v.get<T>();
     } catch (const nlohmann::json::exception&) {
-      throw_user_error(where + "." + name, "unexpected value {}", v.dump());
+      throw_user_error(where + "." + name, "unexpected value {}", printable(v.dump(), 200));
     }
   }
 }
