@@ -165,6 +165,18 @@ case $stage in
     # layer, so that `sparsert check-model tune-gemv-gpu.json` can calibrate its terms (docs/autotune.md).
     step "$sparsert" tune "$data/dlmc/rn50/magnitude_pruning/0.9/final_dense.smtx" --n 1 --mode gpu --kernel streamed \
       --top 4 -o "$out/tune-gemv-gpu.json" --no-db -j "$jobs"
+    # The row-split kernel with column lanes (N > 16) has not run on a GPU either: its streamed candidates, timed on
+    # the layers the 2026-11-24 bench lost (2048 x 1024 at N = 49, 0.55x the faster vendor baked; the transformer's
+    # 512 x 2048 at N = 256, 0.53x), against bench-rn50's and bench-rest's cuSPARSE times of the same layers.
+    step "$sparsert" tune "$data/dlmc/rn50/magnitude_pruning/0.9/bottleneck_projection_block_group_projection_block_group4.smtx" \
+      --n 49 --mode gpu --kernel streamed --top 4 -o "$out/tune-rows-cols-n49-gpu.json" --no-db -j "$jobs"
+    gen=$(mktemp -d)
+    step "$sparsert" gen pruned --rows 512 --cols 2048 --sparsity 0.9 --seed 100 -o "$gen/nlp_512x2048.mtx"
+    if [[ -f $gen/nlp_512x2048.mtx ]]; then
+      step "$sparsert" tune "$gen/nlp_512x2048.mtx" --n 256 --mode gpu --kernel streamed --top 4 \
+        -o "$out/tune-rows-cols-n256-gpu.json" --no-db -j "$jobs"
+    fi
+    rm -rf "$gen"
     ;;
   tune-gc)
     # A stage of its own: at N = 60000 each candidate's verification and timing take long, and a run killed at the

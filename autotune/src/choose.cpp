@@ -5,6 +5,11 @@
 
 namespace sparsert::autotune {
 
+double choice_margin(const Candidate& c) {
+  return c.streamed() && c.stream.layout == codegen::StreamLayout::kRows && c.stream.col_lanes > 1 ? kUntimedFormMargin
+                                                                                                   : 1.0;
+}
+
 ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilogue, const codegen::Target& target,
                             const KindSet& kinds, const std::function<bool(const Candidate&)>& accept,
                             std::optional<int32_t> max_entries) {
@@ -29,8 +34,8 @@ ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilo
     }
     if (!c.streamed()) best.best_baked_us = std::min(best.best_baked_us, e->microseconds);
     // Ties keep the earlier candidate: the grid lists smaller code first.
-    if (e->microseconds < best_us) {
-      best_us = e->microseconds;
+    if (e->microseconds * choice_margin(c) < best_us) {
+      best_us = e->microseconds * choice_margin(c);
       best.candidate = c;
       best.estimate = *e;
     }

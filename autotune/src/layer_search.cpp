@@ -27,8 +27,8 @@ std::string plan_key(const inspector::PlanParams& p) {
 }
 
 std::string stream_key(const codegen::StreamParams& p) {
-  return fmt::format("{}/{}/{}/{}/{}/{}/{}", codegen::to_string(p.layout), p.lanes_per_row, p.rows_per_block,
-                     p.n_tile, p.cols_per_thread, p.stage_rows, p.unroll);
+  return fmt::format("{}/{}/{}/{}/{}/{}/{}/{}", codegen::to_string(p.layout), p.lanes_per_row, p.col_lanes,
+                     p.rows_per_block, p.n_tile, p.cols_per_thread, p.stage_rows, p.unroll);
 }
 
 struct LayerContext {
@@ -74,11 +74,11 @@ struct LayerContext {
     }
     return it->second;
   }
-  // The packed weights' shape depends on the layout, lanes, rows per block, staged rows and unroll (n_tile only
-  // scales offsets).
+  // The packed weights' shape depends on the layout, lanes (column lanes set the row groups of a warp), rows per
+  // block, staged rows and unroll (n_tile only scales offsets).
   const std::variant<StreamShape, std::string>& stream_shape_of(const codegen::StreamParams& p) {
-    const std::string k = fmt::format("{}/{}/{}/{}/{}", codegen::to_string(p.layout), p.lanes_per_row,
-                                      p.rows_per_block, p.stage_rows, p.unroll);
+    const std::string k = fmt::format("{}/{}/{}/{}/{}/{}", codegen::to_string(p.layout), p.lanes_per_row,
+                                      p.col_lanes, p.rows_per_block, p.stage_rows, p.unroll);
     auto it = stream_shapes.find(k);
     if (it == stream_shapes.end()) {
       std::variant<StreamShape, std::string> v;

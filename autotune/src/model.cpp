@@ -16,11 +16,11 @@ MachineModel MachineModel::for_target(const codegen::Target& t) {
   // Typical parts per architecture; clocks are sustained boost clocks under load, not the peak.
   const bool concurrent = std::string_view(kEntryLaunch) == "concurrent";  // what GpuNetwork does
   switch (t.sm()) {
-    case 75: return {"Tesla T4 (sm_75)", 40, 1.59, 32, 16, 64 * 1024, 65536, concurrent, 320.0, 4.0};
-    case 80: return {"A100 SXM (sm_80)", 108, 1.41, 64, 32, 164 * 1024, 65536, concurrent, 2039.0, 40.0};
-    case 86: return {"RTX A6000 (sm_86)", 84, 1.80, 48, 16, 100 * 1024, 65536, concurrent, 768.0, 6.0};
-    case 89: return {"L40S (sm_89)", 142, 2.52, 48, 24, 100 * 1024, 65536, concurrent, 864.0, 48.0};
-    default: return {"H100 SXM (sm_90)", 132, 1.755, 64, 32, 228 * 1024, 65536, concurrent, 3350.0, 50.0};
+    case 75: return {"Tesla T4 (sm_75)", 40, 1.59, 32, 16, 64 * 1024, 65536, concurrent, 320.0, 4.0, 1000.0};
+    case 80: return {"A100 SXM (sm_80)", 108, 1.41, 64, 32, 164 * 1024, 65536, concurrent, 2039.0, 40.0, 4500.0};
+    case 86: return {"RTX A6000 (sm_86)", 84, 1.80, 48, 16, 100 * 1024, 65536, concurrent, 768.0, 6.0, 2000.0};
+    case 89: return {"L40S (sm_89)", 142, 2.52, 48, 24, 100 * 1024, 65536, concurrent, 864.0, 48.0, 3000.0};
+    default: return {"H100 SXM (sm_90)", 132, 1.755, 64, 32, 228 * 1024, 65536, concurrent, 3350.0, 50.0, 5500.0};
   }
 }
 
@@ -34,7 +34,8 @@ nlohmann::json to_json(const MachineModel& m) {
           {"registers_per_sm", m.registers_per_sm},
           {"isolated_runs", m.isolated_runs},
           {"dram_gbps", m.dram_gbps},
-          {"l2_mb", m.l2_mb}};
+          {"l2_mb", m.l2_mb},
+          {"l2_gbps", m.l2_gbps}};
 }
 
 double issue_cost(ptxsim::InstrClass c) {
@@ -290,6 +291,7 @@ struct LaunchWork {
   double latency_cycles = 0.0;     // a chain of dependent memory accesses every block of the launch waits through
   double shared_cycles = 0.0;      // one block's shared-memory wavefronts (one per cycle per SM)
   double dram_bytes = 0.0;         // bytes the launch moves through DRAM where that can bound it (row-split kernel)
+  double l2_bytes = 0.0;           // bytes its blocks read from L2 where that can bound it (row-split kernel)
   double fetch_gain = 1.0;  // > 1 where code fetched once serves more than one block or warp
 };
 
@@ -328,6 +330,7 @@ LaunchTerms launch_terms(const LaunchWork& l, int warps_per_block, int bps, cons
   t.shared = static_cast<double>(per_sm) * l.shared_cycles;
   const double dram_bytes_per_cycle = m.dram_gbps * kDramEfficiency / m.clock_ghz;
   t.mem = dram_bytes_per_cycle > 0 ? l.dram_bytes / dram_bytes_per_cycle : 0.0;
+  if (m.l2_gbps > 0) t.mem = std::max(t.mem, l.l2_bytes / (m.l2_gbps / m.clock_ghz));
   return t;
 }
 
@@ -498,10 +501,10 @@ int stream_step_wavefronts(const uint32_t* ell, int32_t packed, int32_t stride, 
 }  // namespace
 
 namespace {
-// The row-split layout's walk (emit_rows_spmm.cpp): slots of four u32 {row, bias, first, end}, 32 / lanes_per_row
-// row groups per warp.
+// The row-split layout's walk (emit_rows_spmm.cpp): slots of four u32 {row, bias, first, end}, 32 / (lanes_per_row
+// × col_lanes) row groups per warp.
 StreamShape rows_shape(const codegen::StreamWeights& w, const codegen::StreamParams& p) {
-  const int32_t lanes = p.lanes_per_row, groups_per_warp = 32 / lanes;
+  const int32_t lanes = p.lanes_per_row, groups_per_warp = 32 / (lanes * p.col_lanes);
   const int32_t warps = p.rows_per_block / groups_per_warp;
   StreamShape s;
   s.blocks = w.blocks;
@@ -524,6 +527,17 @@ StreamShape rows_shape(const codegen::StreamWeights& w, const codegen::StreamPar
   }
   s.segments = int64_t{w.blocks} * warps;
   s.padded_entries = warp_steps_total * 32;
+  std::vector<int32_t> seen(static_cast<size_t>(std::max(w.k, 1)), -1);  // the last block that read each row of B
+  for (int32_t b = 0; b < w.blocks; ++b) {
+    for (int32_t x = 0; x < p.rows_per_block; ++x) {
+      const uint32_t* slot = w.slots.data() + (static_cast<size_t>(b) * p.rows_per_block + x) * 4;
+      for (uint32_t e = slot[2]; e < slot[3]; ++e) {
+        int32_t& last = seen[w.ell[2 * static_cast<size_t>(e) + 1]];
+        s.b_rows_read += last != b;
+        last = b;
+      }
+    }
+  }
   s.heaviest_block_steps = heaviest;
   const double mean = static_cast<double>(warp_steps_total) / std::max<double>(static_cast<double>(s.segments), 1.0);
   s.imbalance = mean > 0 ? static_cast<double>(heaviest) / mean : 1.0;
@@ -536,13 +550,13 @@ StreamShape rows_shape(const codegen::StreamWeights& w, const codegen::StreamPar
 Probe analytic_rows_probe(const StreamShape& s, const codegen::StreamParams& p, int32_t n, const Epilogue& ep) {
   using C = ptxsim::InstrClass;
   const int64_t by = codegen::stream_block_y(p), cpt = p.cols_per_thread, lanes = p.lanes_per_row;
-  const int64_t threads = int64_t{s.blocks} * p.rows_per_block * lanes * by;
+  const int64_t threads = int64_t{s.blocks} * codegen::stream_block_x(p) * by;
   const int64_t vec = (cpt % 4 == 0 && n % 4 == 0) ? 4 : (cpt % 2 == 0 && n % 2 == 0) ? 2 : 1;
   const int64_t chunks = cpt / vec;
   const bool clamp = n % p.n_tile != 0;
   const int64_t lane_steps = s.padded_entries * by;
   const int64_t iterations = lane_steps / p.unroll + s.segments * 32 * by;  // the unrolled loop and the tail's steps
-  const int64_t row_lanes = int64_t{s.rows} * by * lanes;
+  const int64_t row_lanes = int64_t{s.rows} * by * lanes * p.col_lanes;
   const int64_t epi_fp = 1 + (ep.activation == Activation::kRelu ? 1 : 0) + (ep.clamp ? 1 : 0);
   int64_t log_lanes = 0;
   while ((int64_t{1} << log_lanes) < lanes) ++log_lanes;
@@ -743,6 +757,13 @@ Estimate estimate_stream(const Probe& probe, const StreamShape& shape, const cod
     l.dram_bytes = static_cast<double>(tiles_x) * (8.0 * static_cast<double>(shape.nnz)) +
                    16.0 * static_cast<double>(shape.slots) + 4.0 * cols * static_cast<double>(shape.rows) +
                    4.0 * cols * static_cast<double>(shape.k);
+    // Each block reads each row of B its rows name once per column tile, in whole 32-byte sectors.
+    double tile_row_bytes = 0.0;
+    for (int64_t t = 0; t < tiles_x; ++t) {
+      const double width = std::min<double>(p.n_tile, cols - static_cast<double>(t * p.n_tile));
+      tile_row_bytes += std::ceil(width * 4.0 / 32.0) * 32.0;
+    }
+    l.l2_bytes = static_cast<double>(shape.b_rows_read) * tile_row_bytes;
     return combine({l}, warps_per_block, bps, m);
   }
   l.latency_cycles = static_cast<double>(shape.heaviest_block_steps) * kStreamStepCycles / p.unroll +

@@ -26,8 +26,10 @@ std::string describe(const Candidate& c) {
   if (!c.streamed()) return "baked " + describe(c.tile);
   const codegen::StreamParams def;
   if (c.stream.layout == codegen::StreamLayout::kRows) {
-    return fmt::format("streamed rows rpb={} lanes={} nt={} cpt={} u={}", c.stream.rows_per_block,
-                       c.stream.lanes_per_row, c.stream.n_tile, c.stream.cols_per_thread, c.stream.unroll);
+    return fmt::format("streamed rows rpb={} lanes={}{} nt={} cpt={} u={}", c.stream.rows_per_block,
+                       c.stream.lanes_per_row,
+                       c.stream.col_lanes != 1 ? fmt::format(" cl={}", c.stream.col_lanes) : "", c.stream.n_tile,
+                       c.stream.cols_per_thread, c.stream.unroll);
   }
   std::string s = fmt::format("streamed rpb={} nt={} cpt={}", c.stream.rows_per_block, c.stream.n_tile,
                               c.stream.cols_per_thread);
@@ -82,7 +84,8 @@ codegen::StreamParams stream_from_json(const nlohmann::json& j, const std::strin
   }
   for (auto [field, out] : {std::pair{"rows_per_block", &p.rows_per_block}, std::pair{"n_tile", &p.n_tile},
                             std::pair{"cols_per_thread", &p.cols_per_thread}, std::pair{"stage_rows", &p.stage_rows},
-                            std::pair{"unroll", &p.unroll}, std::pair{"lanes_per_row", &p.lanes_per_row}}) {
+                            std::pair{"unroll", &p.unroll}, std::pair{"lanes_per_row", &p.lanes_per_row},
+                            std::pair{"col_lanes", &p.col_lanes}}) {
     if (!j.contains(field)) continue;
     SPARSERT_USER_CHECK(j.at(field).is_number_integer(), where, "{} is not an integer", field);
     *out = j.at(field).get<int32_t>();
@@ -232,8 +235,8 @@ std::vector<Candidate> streamed_grid(int32_t n) {
     }
   add(codegen::StreamParams{});
   // The row-split layout for small N (N = 1 is a sparse GEMV): 128 threads a block, so that even a layer of a few
-  // hundred rows launches a full wave; lanes per row from short rows (4) to long ones (32). Above kRowsMaxN the ELL
-  // walk and baked code were measured (shared/measurements) and this layout was not, so the model would be guessing.
+  // hundred rows launches a full wave; lanes per row from short rows (4) to long ones (32). Above kRowsMaxN its
+  // lanes span columns instead (col_lanes, below).
   if (n <= kRowsMaxN) {
     const int32_t nt = static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(std::max(n, 1))));
     for (int32_t lanes : {4, 8, 16, 32})
@@ -249,6 +252,30 @@ std::vector<Candidate> streamed_grid(int32_t n) {
           c.stream.unroll = unroll;
           if (std::find(grid.begin(), grid.end(), c) == grid.end()) grid.push_back(c);
         }
+  } else {
+    // Above kRowsMaxN, the row-split kernel with column lanes (issue 12's "row-split CSR with vectorised B loads"):
+    // 8 to 32 lanes of a warp span a row's columns with 2 or 4 floats each (one coalesced vector load of B per
+    // nonzero, the entry read once as a broadcast), 1 to 4 lanes split its nonzeros, 4 steps in flight. 128 threads a
+    // block (more blocks) or 512 (each block reads a row of B from L2 once for more rows); one column tile is the
+    // lanes' span, at most N rounded up to a power of two (and at least 16 columns).
+    const int32_t limit = std::max(32, static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(n))));
+    for (int32_t threads : {128, 512})
+      for (int32_t col_lanes : {8, 16, 32})
+        for (int32_t cpt : {2, 4})
+          for (int32_t lanes : {1, 2, 4}) {
+            const int32_t span = col_lanes * cpt;
+            if (lanes * col_lanes > 32 || span < 16 || span > limit) continue;
+            Candidate c;
+            c.kind = codegen::KernelKind::kStreamed;
+            c.stream.layout = codegen::StreamLayout::kRows;
+            c.stream.rows_per_block = threads / (lanes * col_lanes);
+            c.stream.lanes_per_row = lanes;
+            c.stream.col_lanes = col_lanes;
+            c.stream.n_tile = span;
+            c.stream.cols_per_thread = cpt;
+            c.stream.unroll = 4;
+            grid.push_back(c);
+          }
   }
   return grid;
 }

@@ -1,18 +1,21 @@
 // The row-split layout of the streamed kernel (StreamLayout::kRows; docs/codegen.md, "The row-split kernel").
 //
-// Thread x of block (tile, b) is lane x % L of row group x / L (L = lanes_per_row) and owns columns tile·n_tile +
-// y·cpt … +cpt. Its group's slot gives a row of C and that row's entries [first, end); lane l walks first + l,
-// first + l + L, ... (the L lanes read consecutive 8-byte entries, one coalesced access), loads the cpt floats of B
-// its column of A names straight from global memory (a vector of B at N = 1 lives in L1), and fmas. The L partial
-// sums meet by butterfly shuffles; lane 0 of the group adds the bias and stores. No shared memory, no barrier: every
-// warp runs as soon as it is resident, which is what small N needs (the sliced-ELL walk gives one thread per row and
-// stages B through shared memory, neither of which pays when a row of B is one float).
+// Thread x of block (tile, b) is lane x % L of column lane (x / L) % C of row group x / (L·C) (L = lanes_per_row,
+// C = col_lanes) and owns columns tile·n_tile + (y·C + column lane)·cpt … +cpt. Its group's slot gives a row of C and
+// that row's entries [first, end); lane l walks first + l, first + l + L, ... (the L lanes read consecutive 8-byte
+// entries, one coalesced access; the C column lanes read the same ones, one broadcast), loads the cpt floats of B its
+// column of A names straight from global memory (a vector of B at N = 1 lives in L1; with C > 1 the column lanes read
+// neighbouring vectors of one row of B, one coalesced access), and fmas. The L partial sums meet by butterfly
+// shuffles; lane 0 of each column lane adds the bias and stores. No shared memory, no barrier: every warp runs as soon
+// as it is resident, which is what small N needs (the sliced-ELL walk gives one thread per row and stages B through
+// shared memory, neither of which pays when a row of B is one float).
 #include "stream_common.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <bit>
+#include <optional>
 #include <span>
 
 namespace sparsert::codegen {
@@ -58,16 +61,26 @@ void check_rows_params(const StreamParams& p, int32_t ld, const Target& target) 
   if (!power_of_two(p.lanes_per_row) || p.lanes_per_row > kWarp) {
     bad("lanes_per_row", fmt::format("{} is not one of 1, 2, 4, 8, 16, 32", p.lanes_per_row));
   }
-  if (p.rows_per_block < 1 || (int64_t{p.rows_per_block} * p.lanes_per_row) % kWarp != 0) {
-    bad("rows_per_block", fmt::format("{} rows × {} lanes is not a positive multiple of 32 threads (whole warps, so "
-                                      "that no row's lanes straddle two warps)", p.rows_per_block, p.lanes_per_row));
+  if (!power_of_two(p.col_lanes) || int64_t{p.lanes_per_row} * p.col_lanes > kWarp) {
+    bad("col_lanes", fmt::format("{} is not one of 1, 2, 4, 8, 16, 32 with lanes_per_row ({}) × col_lanes at most 32",
+                                 p.col_lanes, p.lanes_per_row));
+  }
+  const int64_t row_lanes = int64_t{p.lanes_per_row} * p.col_lanes;
+  if (p.rows_per_block < 1 || (int64_t{p.rows_per_block} * row_lanes) % kWarp != 0) {
+    bad("rows_per_block", fmt::format("{} rows × {} lanes × {} column lanes is not a positive multiple of 32 threads "
+                                      "(whole warps, so that no row's lanes straddle two warps)", p.rows_per_block,
+                                      p.lanes_per_row, p.col_lanes));
   }
   check_common_params(p, ld);
-  const int64_t threads = int64_t{p.rows_per_block} * p.lanes_per_row * (p.n_tile / p.cols_per_thread);
+  if (p.n_tile % (int64_t{p.cols_per_thread} * p.col_lanes) != 0) {
+    bad("n_tile", fmt::format("{} is not a multiple of col_lanes × cols_per_thread ({} × {})", p.n_tile, p.col_lanes,
+                              p.cols_per_thread));
+  }
+  const int64_t threads = int64_t{stream_block_x(p)} * stream_block_y(p);
   if (threads > target.max_threads_per_block()) {
-    bad("rows_per_block", fmt::format("{} rows × {} lanes × {} column groups = {} threads, more than {}",
-                                      p.rows_per_block, p.lanes_per_row, p.n_tile / p.cols_per_thread, threads,
-                                      target.max_threads_per_block()));
+    bad("rows_per_block", fmt::format("{} rows × {} lanes × {} column lanes × {} column groups = {} threads, more "
+                                      "than {}", p.rows_per_block, p.lanes_per_row, p.col_lanes, stream_block_y(p),
+                                      threads, target.max_threads_per_block()));
   }
   if (int64_t{rows_registers_estimate(p)} * threads > target.registers_per_sm()) {
     bad("rows_per_block", fmt::format("about {} registers × {} threads exceed the {} of an SM",
@@ -78,8 +91,8 @@ void check_rows_params(const StreamParams& p, int32_t ld, const Target& target) 
 std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int32_t ld,
                                const StreamEpilogueKind& epilogue, const std::string& name) {
   check_rows_params(p, ld, target);
-  const int32_t lanes = p.lanes_per_row, cpt = p.cols_per_thread, bx = p.rows_per_block * lanes;
-  const int32_t by = p.n_tile / cpt;
+  const int32_t lanes = p.lanes_per_row, cpt = p.cols_per_thread, col_lanes = p.col_lanes;
+  const int32_t bx = stream_block_x(p), by = stream_block_y(p);
   const int32_t vec = load_vector(p, ld), chunks = cpt / vec;
   // A column tile may pass ld only when ld is not a multiple of n_tile; then each chunk of a thread's columns
   // reads column 0 instead once it starts at or past ld (always in bounds; such columns are never stored).
@@ -110,14 +123,36 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
   b.inst("mov.u32", {tile, Special{"%ctaid.x"}});
   b.inst("mov.u32", {blk, Special{"%ctaid.y"}});
   const Reg sub = b.reg(RegClass::kB32), group = b.reg(RegClass::kB32);
-  b.comment(fmt::format("lane tid.x % {} of row group tid.x / {}", lanes, lanes));
-  b.inst("and.b32", {sub, tx, IntImm{lanes - 1}});
-  b.inst("shr.u32", {group, tx, IntImm{log2i(lanes)}});
+  std::optional<Reg> col_lane;
+  if (col_lanes == 1) {
+    b.comment(fmt::format("lane tid.x % {} of row group tid.x / {}", lanes, lanes));
+    b.inst("and.b32", {sub, tx, IntImm{lanes - 1}});
+    b.inst("shr.u32", {group, tx, IntImm{log2i(lanes)}});
+  } else {
+    col_lane = b.reg(RegClass::kB32);
+    b.comment(fmt::format("lane tid.x % {} of column lane (tid.x / {}) % {} of row group tid.x / {}", lanes, lanes,
+                          col_lanes, lanes * col_lanes));
+    b.inst("and.b32", {sub, tx, IntImm{lanes - 1}});
+    b.inst("shr.u32", {*col_lane, tx, IntImm{log2i(lanes)}});
+    b.inst("and.b32", {*col_lane, *col_lane, IntImm{col_lanes - 1}});
+    b.inst("shr.u32", {group, tx, IntImm{log2i(lanes * col_lanes)}});
+  }
   const Reg col0 = b.reg(RegClass::kB32), cthr = b.reg(RegClass::kB32);
-  b.comment(fmt::format("this thread's first output column: ctaid.x * {} + tid.y * {}", p.n_tile, cpt));
+  if (col_lanes == 1) {
+    b.comment(fmt::format("this thread's first output column: ctaid.x * {} + tid.y * {}", p.n_tile, cpt));
+  } else {
+    b.comment(fmt::format("this thread's first output column: ctaid.x * {} + (tid.y * {} + column lane) * {}",
+                          p.n_tile, col_lanes, cpt));
+  }
   b.inst("shl.b32", {col0, tile, IntImm{log2i(p.n_tile)}});
   if (epilogue.device_n) emit_exit_past_count(b, col0, n);
-  b.inst("mad.lo.u32", {cthr, ty, IntImm{cpt}, col0});
+  if (col_lanes == 1) {
+    b.inst("mad.lo.u32", {cthr, ty, IntImm{cpt}, col0});
+  } else {
+    const Reg vec_index = b.reg(RegClass::kB32);
+    b.inst("mad.lo.u32", {vec_index, ty, IntImm{col_lanes}, *col_lane});
+    b.inst("mad.lo.u32", {cthr, vec_index, IntImm{cpt}, col0});
+  }
 
   b.comment("the group's slot: row of C, bias, entries [first, end)");
   const Reg out_row = b.reg(RegClass::kB32), bias_bits = b.reg(RegClass::kB32), first = b.reg(RegClass::kB32),
@@ -271,9 +306,10 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
   out += fmt::format(".version {}\n.target {}\n.address_size 64\n\n", target.ptx_version(), target.name());
   out += fmt::format(
       "// launch: grid = (ceil(N / {}), row blocks, 1), block = ({}, {}, 1), no shared memory\n"
-      "// C[m x ld] = act(A * B + bias), A streamed row by row ({} rows per block, {} lanes per row); ld = {}; "
+      "// C[m x ld] = act(A * B + bias), A streamed row by row ({} rows per block, {} lanes per row{}); ld = {}; "
       "epilogue:{}{}{}\n",
-      p.n_tile, bx, by, p.rows_per_block, lanes, ld, epilogue.activation == Activation::kRelu ? " relu" : "",
+      p.n_tile, bx, by, p.rows_per_block, lanes,
+      col_lanes > 1 ? fmt::format(", {} column lanes of {} columns", col_lanes, cpt) : "", ld, epilogue.activation == Activation::kRelu ? " relu" : "",
       epilogue.clamp ? fmt::format(" clamp {}", *epilogue.clamp) : "",
       epilogue.live_flags ? " live-column flags (F[col] = 1 where nonzero or NaN; zeroed by the caller)" : "");
   std::vector<ptx::EntryParam> params;

@@ -102,12 +102,14 @@ std::string to_string(StreamLayout l) { return l == StreamLayout::kRows ? "rows"
 
 nlohmann::json to_json(const StreamParams& p) {
   if (p.layout == StreamLayout::kRows) {
-    return {{"layout", "rows"},
-            {"rows_per_block", p.rows_per_block},
-            {"lanes_per_row", p.lanes_per_row},
-            {"n_tile", p.n_tile},
-            {"cols_per_thread", p.cols_per_thread},
-            {"unroll", p.unroll}};
+    nlohmann::json j = {{"layout", "rows"},
+                        {"rows_per_block", p.rows_per_block},
+                        {"lanes_per_row", p.lanes_per_row},
+                        {"n_tile", p.n_tile},
+                        {"cols_per_thread", p.cols_per_thread},
+                        {"unroll", p.unroll}};
+    if (p.col_lanes != 1) j["col_lanes"] = p.col_lanes;  // absent: the keys of kernels made before it are unchanged
+    return j;
   }
   return {{"rows_per_block", p.rows_per_block},
           {"n_tile", p.n_tile},
@@ -117,9 +119,11 @@ nlohmann::json to_json(const StreamParams& p) {
 }
 
 int32_t stream_block_x(const StreamParams& p) {
-  return p.layout == StreamLayout::kRows ? p.rows_per_block * p.lanes_per_row : p.rows_per_block;
+  return p.layout == StreamLayout::kRows ? p.rows_per_block * p.lanes_per_row * p.col_lanes : p.rows_per_block;
 }
-int32_t stream_block_y(const StreamParams& p) { return p.n_tile / p.cols_per_thread; }
+int32_t stream_block_y(const StreamParams& p) {
+  return p.n_tile / (p.cols_per_thread * (p.layout == StreamLayout::kRows ? p.col_lanes : 1));
+}
 int32_t stream_row_bytes(const StreamParams& p) {
   // The 32 lanes of a warp read 32 different staged rows at the same column. With a row stride of n_tile floats (a
   // multiple of 128 bytes from n_tile = 32 up) every lane hits the same bank: a 32-way conflict per shared load, which
@@ -145,6 +149,7 @@ void check_stream_params(const StreamParams& p, int32_t ld, const Target& target
   auto bad = [](const char* field, std::string why) { throw InvalidTileParams(field, std::move(why)); };
   if (p.lanes_per_row != 0) bad("lanes_per_row", fmt::format("{}: only the rows layout has lanes per row",
                                                             p.lanes_per_row));
+  if (p.col_lanes != 1) bad("col_lanes", fmt::format("{}: only the rows layout has column lanes", p.col_lanes));
   if (p.rows_per_block < kWarp || p.rows_per_block % kWarp != 0) {
     bad("rows_per_block", fmt::format("{} is not a positive multiple of 32 (one ELL segment per warp)",
                                       p.rows_per_block));

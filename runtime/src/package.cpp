@@ -282,7 +282,7 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     if (l.tile.is_object()) {
       SPARSERT_USER_CHECK(!l.tile.contains("layout") || l.tile["layout"].is_string(), lw + ".tile.layout",
                           "expected a string");
-      for (const char* key : {"rows_per_block", "lanes_per_row"}) {
+      for (const char* key : {"rows_per_block", "lanes_per_row", "col_lanes"}) {
         // At most a block's threads: their product below must not overflow.
         SPARSERT_USER_CHECK(!l.tile.contains(key) || (l.tile[key].is_number_integer() &&
                                                       l.tile[key].get<int64_t>() >= 1 &&
@@ -327,11 +327,12 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
       // shared kernel over every row block, with the block the tile says.
       const bool rows = l.row_split();
       const int64_t rpb = l.tile.is_object() ? l.tile.value("rows_per_block", int64_t{0}) : 0;
-      const int64_t lanes = rows ? l.tile.value("lanes_per_row", int64_t{0}) : 1;
+      const int64_t lanes =
+          rows ? l.tile.value("lanes_per_row", int64_t{0}) * l.tile.value("col_lanes", int64_t{1}) : 1;
       SPARSERT_USER_CHECK(l.entries.size() == 1 && l.entries.front().block_begin == 0 && rpb > 0 &&
                               l.block_x == rpb * lanes,
                           lw + ".arrays_at_load", "needs one entry from block 0 and a block of rows_per_block{} "
-                          "threads", rows ? " x lanes_per_row" : "");
+                          "threads", rows ? " x lanes_per_row x col_lanes" : "");
     }
     if (i > 0 && (l.conv || p.layers.back().conv)) {
       // A convolution chains by its buffers: it reads exactly the layout the previous layer writes.

@@ -33,6 +33,21 @@ StreamParams rows_params(int32_t rows, int32_t lanes, int32_t n_tile, int32_t cp
   return p;
 }
 
+// The same with col_lanes lanes of each row spanning its columns.
+StreamParams col_params(int32_t rows, int32_t lanes, int32_t col_lanes, int32_t n_tile, int32_t cpt, int32_t unroll) {
+  StreamParams p = rows_params(rows, lanes, n_tile, cpt, unroll);
+  p.col_lanes = col_lanes;
+  return p;
+}
+
+// A random m × k matrix at this sparsity, run at n of ld columns with these parameters.
+struct ShapeCase {
+  int32_t m, k;
+  double sparsity;
+  int32_t ld, n;
+  StreamParams p;
+};
+
 DenseTensor random_b(int32_t k, int32_t ld, uint64_t seed) {
   std::vector<float> v(static_cast<size_t>(k) * ld);
   inspector::fill_values(v, inspector::ValueFill{inspector::ValueFill::Distribution::kUniform, seed, 1.0f});
@@ -79,15 +94,9 @@ ptxsim::InstrCounts check(const CsrMatrix& a, const StreamParams& p, int32_t ld,
 }  // namespace
 
 TEST(SimRows, RandomShapesParametersAndEpilogues) {
-  struct Case {
-    int32_t m, k;
-    double sparsity;
-    int32_t ld, n;
-    StreamParams p;
-  };
   // Rows longer and shorter than the lanes and the unrolled step, empty rows, partial blocks and warps, column tiles
   // that pass ld (17 % 4, 7 % 8), vector loads of B (ld % 4 == 0) and scalar ones.
-  const Case cases[] = {
+  const ShapeCase cases[] = {
       {1000, 2048, 0.9, 1, 1, rows_params(4, 32, 1, 1, 2)},    // the GEMV shape of rn50's final layer, scaled
       {37, 53, 0.5, 17, 17, rows_params(8, 4, 4, 4, 1)},
       {37, 53, 0.5, 17, 5, rows_params(32, 1, 2, 2, 4)},
@@ -100,7 +109,7 @@ TEST(SimRows, RandomShapesParametersAndEpilogues) {
   };
   const Epilogue eps[] = {{}, {{0.25f}, Activation::kRelu, std::nullopt}, {{-3.0f}, Activation::kRelu, 2.5f}};
   uint64_t seed = 5;
-  for (const Case& c : cases) {
+  for (const ShapeCase& c : cases) {
     CsrMatrix a = inspector::generate_pruned_gaussian(c.m, c.k, c.sparsity, seed++);
     std::vector<float> per_row(static_cast<size_t>(c.m));
     for (int32_t r = 0; r < c.m; ++r) per_row[static_cast<size_t>(r)] = 0.01f * static_cast<float>(r % 7) - 0.02f;
@@ -112,6 +121,50 @@ TEST(SimRows, RandomShapesParametersAndEpilogues) {
                         c.p.rows_per_block, c.p.lanes_per_row, c.p.n_tile, c.p.cols_per_thread, c.p.unroll));
     }
   }
+}
+
+// Column lanes (StreamParams::col_lanes): the lanes of a row span its columns, each with cols_per_thread of them,
+// alone (lanes_per_row 1) or with lanes that split its nonzeros; several column groups along y; the last column tile
+// partial (N < ld) and tiles that pass ld (ld % n_tile != 0: 49 % 64, 33 % 16), where chunks read column 0 and never
+// store; vector loads of 4 and 2 floats and scalar ones; rows shorter than the unrolled step and empty rows.
+TEST(SimRows, ColumnLanesSpanTheColumnsOfARow) {
+  const ShapeCase cases[] = {
+      {70, 120, 0.9, 49, 49, col_params(8, 1, 16, 64, 4, 4)},  // rn50's N = 49 shape, scaled: one 64-column tile
+      {70, 120, 0.9, 49, 40, col_params(4, 1, 32, 64, 2, 2)},
+      {45, 300, 0.8, 64, 64, col_params(2, 2, 16, 64, 4, 2)},  // two lanes split each row's nonzeros
+      {45, 300, 0.8, 64, 61, col_params(4, 4, 8, 32, 4, 4)},
+      {33, 80, 0.7, 33, 33, col_params(8, 1, 8, 16, 2, 1)},    // three tiles, the last past ld
+      {33, 80, 0.7, 34, 30, col_params(16, 1, 8, 32, 1, 2)},   // scalar loads (cpt 1), two column groups along y
+      {129, 64, 0.95, 256, 256, col_params(4, 1, 32, 128, 4, 4)},  // the transformer's N, scaled
+  };
+  const Epilogue eps[] = {{}, {{0.25f}, Activation::kRelu, std::nullopt}, {{-3.0f}, Activation::kRelu, 2.5f}};
+  uint64_t seed = 40;
+  for (const ShapeCase& c : cases) {
+    const CsrMatrix a = inspector::generate_pruned_gaussian(c.m, c.k, c.sparsity, seed++);
+    for (const Epilogue& ep : eps) {
+      check(a, c.p, c.ld, c.n, ep,
+            fmt::format("{}x{} s={} n={}/{} rows={} lanes={} col_lanes={} tile={}x{} unroll={}", c.m, c.k, c.sparsity,
+                        c.n, c.ld, c.p.rows_per_block, c.p.lanes_per_row, c.p.col_lanes, c.p.n_tile,
+                        c.p.cols_per_thread, c.p.unroll));
+    }
+  }
+  // The live-column flags and a kernel launched as a programmatic dependent, with column lanes.
+  const CsrMatrix a = inspector::generate_pruned_gaussian(70, 90, 0.9, 8);
+  check(a, col_params(4, 2, 16, 64, 4, 2), 64, 49, {{-0.5f}, Activation::kRelu, std::nullopt}, "column lanes, flags",
+        true);
+  check(a, col_params(4, 1, 32, 64, 2, 4), 50, 50, {{-0.5f}, Activation::kRelu, 32.0f}, "column lanes, dependent",
+        true, true);
+}
+
+// Per nonzero a warp reads the entry once for each of its row groups and issues one load of B and cpt fmas per lane:
+// at 16 column lanes of 4 floats, 64 columns a nonzero for two thread instructions of memory.
+TEST(SimRows, ColumnLanesReadEachEntryOncePerColumnLane) {
+  const CsrMatrix a = inspector::generate_pruned_gaussian(256, 512, 0.9, 21);
+  const StreamParams p = col_params(8, 1, 16, 64, 4, 4);
+  const ptxsim::InstrCounts c = check(a, p, 64, 64, {}, "column lanes counts");
+  EXPECT_EQ(c.of(ptxsim::InstrClass::Fma), static_cast<uint64_t>(a.nnz()) * 64);
+  // Per thread: five parameters and its slot; per nonzero and column lane, the entry and one vector of B.
+  EXPECT_EQ(c.loads(), static_cast<uint64_t>(2 * a.nnz() * 16 + 6 * 256 * 16));
 }
 
 TEST(SimRows, LiveFlagsAndEmptyMatrix) {
@@ -199,6 +252,19 @@ TEST(RowsPtx, InvalidParametersAreTypedAndJsonRoundTrips) {
   StreamParams ell;
   ell.lanes_per_row = 4;
   EXPECT_EQ(field(ell), "lanes_per_row");
+  StreamParams ell_cols;
+  ell_cols.col_lanes = 4;
+  EXPECT_EQ(field(ell_cols), "col_lanes");
+  EXPECT_EQ(field(col_params(8, 1, 16, 64, 4, 4)), "");
+  EXPECT_EQ(field(col_params(8, 1, 3, 64, 4, 4)), "col_lanes");
+  EXPECT_EQ(field(col_params(8, 4, 16, 64, 4, 4)), "col_lanes");      // 64 lanes a row
+  EXPECT_EQ(field(col_params(8, 1, 16, 32, 4, 4)), "n_tile");         // 16 lanes × 4 columns do not fit 32
+  EXPECT_EQ(field(col_params(1, 1, 16, 64, 4, 4)), "rows_per_block"); // 16 threads: not a whole warp
+  EXPECT_EQ(field(col_params(64, 1, 32, 64, 2, 4)), "rows_per_block"); // 2048 threads
+  EXPECT_EQ(stream_block_x(col_params(8, 2, 16, 128, 4, 4)), 256);
+  EXPECT_EQ(stream_block_y(col_params(8, 2, 16, 128, 4, 4)), 2);
+  EXPECT_EQ(to_json(col_params(8, 1, 16, 64, 4, 4)).at("col_lanes"), 16);
+  EXPECT_FALSE(to_json(rows_params(4, 32, 1, 1, 2)).contains("col_lanes"));  // keys made before it are unchanged
   const nlohmann::json j = to_json(rows_params(4, 32, 1, 1, 2));
   EXPECT_EQ(j.at("layout"), "rows");
   EXPECT_FALSE(j.contains("stage_rows"));
@@ -207,8 +273,11 @@ TEST(RowsPtx, InvalidParametersAreTypedAndJsonRoundTrips) {
 
 TEST(RowsAssemble, Sm80AndSm90NoSpills) {
   if (!Assembler::available()) GTEST_SKIP() << Assembler::unavailable_reason();
-  const StreamParams params[] = {rows_params(4, 32, 1, 1, 2), rows_params(8, 16, 1, 1, 4), rows_params(32, 4, 4, 4, 2),
-                                 rows_params(4, 32, 16, 16, 4), rows_params(128, 1, 8, 8, 2)};
+  const StreamParams params[] = {rows_params(4, 32, 1, 1, 2),        rows_params(8, 16, 1, 1, 4),
+                                 rows_params(32, 4, 4, 4, 2),        rows_params(4, 32, 16, 16, 4),
+                                 rows_params(128, 1, 8, 8, 2),       col_params(8, 1, 16, 64, 4, 4),
+                                 col_params(16, 2, 16, 64, 4, 4),    col_params(16, 1, 32, 128, 4, 2),
+                                 col_params(16, 4, 8, 32, 4, 4)};
   for (const Target& t : {Target::parse("sm_80"), Target::parse("sm_90")}) {
     for (const StreamParams& p : params) {
       for (int32_t ld : {1, 64, 45}) {

@@ -1156,6 +1156,43 @@ TEST(CompileRun, ModelStreamsGemvLayersRowSplit) {
       << out;
 }
 
+// Streamed layers at N = 49 (rn50's last stage): the model's pick among the streamed kernels is the row-split kernel
+// whose lanes span the columns (col_lanes, in the manifest's tile and the block's x), and the package runs exact on
+// the emulated driver, each layer after the first as a programmatic dependent of the one before.
+TEST(CompileRun, StreamedLayersAtFortyNineColumnsSpanThemWithColumnLanes) {
+  ScratchDir dir;
+  CsrMatrix first = inspector::generate_pruned_gaussian(320, 256, 0.9, 41);
+  CsrMatrix second = inspector::generate_pruned_gaussian(200, 320, 0.9, 42);
+  for (CsrMatrix* a : {&first, &second})
+    for (float& v : a->values) v *= 0.2f;
+  inspector::save_matrix(dir / "first.mtx", first);
+  inspector::save_matrix(dir / "second.mtx", second);
+  const std::string net = dir.write("cols.json", R"({"format": "sparsert-network/1", "layers": [
+    {"weights": "first.mtx", "bias": 0.01, "activation": "relu", "n": 49},
+    {"weights": "second.mtx", "bias": -0.02, "activation": "relu", "clamp": 4.0, "n": 49}]})").string();
+  const CacheDir cache_dir(dir / "cache");
+  std::string err;
+  ASSERT_EQ(cli(fmt::format("compile {} -o {} --target sm_90 --ptx-only --no-tuning-db --tiles model --kernel "
+                            "streamed -q", net, (dir / "pkg").string()),
+                &err),
+            0)
+      << err;
+  const Package pkg = load_package(dir / "pkg");
+  ASSERT_EQ(pkg.layers.size(), 2u);
+  for (const PackageLayer& l : pkg.layers) {
+    EXPECT_EQ(l.kind, "streamed") << l.name;
+    EXPECT_EQ(l.tile.value("layout", ""), "rows") << l.name << ": " << l.tile.dump();
+    const int64_t col_lanes = l.tile.value("col_lanes", int64_t{1});
+    EXPECT_GE(col_lanes, 8) << l.name << ": " << l.tile.dump();
+    EXPECT_EQ(l.block_x, l.tile.value("rows_per_block", int64_t{0}) * l.tile.value("lanes_per_row", int64_t{0}) *
+                             col_lanes)
+        << l.name;
+  }
+  const auto layers = load_network(read_network(net));
+  const DenseTensor x = input(256, 49);
+  EXPECT_LE(max_relative_error(GpuNetwork(pkg).run(x), reference(layers, x)), 1e-5);
+}
+
 TEST(CompileRun, ModelTotalSumsOneTargetsEstimates) {
   CompileReport r;
   auto layer = [&](const char* target, std::optional<double> us) {

@@ -23,6 +23,12 @@ struct ModelChoice {
   std::optional<codegen::StreamParams> best_stream;  // the parameters of best_streamed_us
 };
 
+// A kernel form no GPU has timed yet (the row-split kernel with column lanes, StreamParams::col_lanes > 1) wins the
+// choice only where its estimate times this margin still beats every other candidate's: its terms are the row-split
+// kernel's, measured at N = 1 only (docs/autotune.md). The estimates reported stay the model's own.
+inline constexpr double kUntimedFormMargin = 1.25;
+double choice_margin(const Candidate& c);
+
 // Throws InvalidTileParams when no candidate of `kinds` (and of `accept`, where given) is valid for this layer and
 // target. `max_entries`, where set, splits every baked candidate into at most that many entries before it is ranked
 // (TileParams::max_entries; 0: no limit), so that the choice is the one for the kernels that will be built.

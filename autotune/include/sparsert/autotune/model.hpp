@@ -43,6 +43,9 @@ struct MachineModel {
   bool concurrent_entries = false;
   double dram_gbps = 0.0;  // the part's memory bandwidth (data sheet), for kernels whose bytes can bound them
   double l2_mb = 0.0;      // the part's L2 (data sheet): a B larger than the share of it that stays is re-read
+  // What the SMs together read from L2 per second (GB/s): bounds kernels that re-read B from L2 in every block (the
+  // row-split kernel). Published microbenchmark figures, not measured by this project.
+  double l2_gbps = 0.0;
   // How the times to predict were taken. false: runs back to back (a network's graph, a stream of requests, the
   // bench's samples), where each launch costs the GPU's own start-up and the host's submission of a run only bounds
   // the rate. true: each run timed alone from an idle stream (the tuner's GPU timing and bench files before
@@ -98,6 +101,10 @@ struct StreamShape {
   // steps: min(cpt, 4) when no two lanes collide in a bank, up to 32 when all do.
   double wavefronts_per_load = 1.0;
   int64_t nnz = 0;             // the row-split layout's memory term: nonzeros (8 bytes each) and slots (16 bytes)
+  // The row-split layout's L2 term: Σ over the blocks of the distinct rows of B each block's rows read. A block reads
+  // each of them from L2 once per column tile (later reads by its other rows hit L1); reuse across the blocks an SM
+  // holds is not counted.
+  int64_t b_rows_read = 0;
   int64_t slots = 0;
   int32_t k = 0;               // rows of B (read once from DRAM)
   // Measured over modelled time of the ELL walk, for the layout the shape was made for (stream_shape).

@@ -45,16 +45,22 @@ struct StreamParams {
   // rows_per_block × lanes_per_row, a multiple of 32); n_tile, cols_per_thread and unroll as above; stage_rows unused.
   StreamLayout layout = StreamLayout::kEll;
   int32_t lanes_per_row = 0;  // kRows only
+  // kRows only: lanes of a warp that split a row's columns (1, 2, 4, 8, 16 or 32, with lanes_per_row × col_lanes ≤
+  // 32). With col_lanes C > 1 the C lanes of a row read the same entry (one broadcast) and neighbouring vectors of its
+  // row of B (one coalesced access), so that a warp spans C × cols_per_thread columns of a row instead of C rows: the
+  // layout for N from tens to hundreds, where a lane per row reads B in 32 scattered places. block.x = rows_per_block
+  // × lanes_per_row × col_lanes, block.y = n_tile / (col_lanes × cols_per_thread).
+  int32_t col_lanes = 1;
   bool operator==(const StreamParams&) const = default;
 };
 
 // kEll writes the five fields above (as before kRows existed, so cache keys are unchanged); kRows writes "layout":
-// "rows", lanes_per_row, rows_per_block, n_tile, cols_per_thread and unroll.
+// "rows", lanes_per_row, rows_per_block, n_tile, cols_per_thread and unroll, and col_lanes where it is not 1.
 nlohmann::json to_json(const StreamParams& p);
 
 // The launch shape and static shared memory of a kernel with these parameters.
-int32_t stream_block_x(const StreamParams& p);  // rows_per_block (kRows: × lanes_per_row)
-int32_t stream_block_y(const StreamParams& p);  // n_tile / cols_per_thread
+int32_t stream_block_x(const StreamParams& p);  // rows_per_block (kRows: × lanes_per_row × col_lanes)
+int32_t stream_block_y(const StreamParams& p);  // n_tile / cols_per_thread (kRows: / col_lanes)
 int32_t stream_shared_bytes(const StreamParams& p);
 // Bytes from one staged row of B to the next in the shared tile: n_tile * 4, padded so that the lanes of a warp,
 // which read different rows, do not all fall in one bank (version 2 of the layout; version 1 had no padding).
