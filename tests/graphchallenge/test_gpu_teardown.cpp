@@ -417,23 +417,31 @@ void narrow_inputs_as_one_graph(bool fused, bool dependent = true, bool one_entr
     EXPECT_EQ(syncs.front(), "cuStreamSynchronize");
     const std::vector<testing::EmulatedDriver::Launch> launches = emu().launches();
     int filters = 0, layer_kernels = 0, dependents = 0;
+    // With the filter kernel, the layers of one kernel (the model's choice per layer: two baked entries, or one
+    // streamed kernel where that ranks first), counted between the filters.
+    int one_kernel_layers = 0, one_kernel_layers_after_the_first = 0, kernels_of_this_layer = 0;
     for (const auto& launch : launches) {
       EXPECT_TRUE(launch.captured) << launch.kernel << " was launched outside the graph";
       dependents += launch.dependent;
       if (launch.kernel == gc::kLiveFilterKernel) {
         ++filters;
         EXPECT_EQ(launch.grid[0], 1u) << "the filter's grid covers all 160 columns: one chunk";
+        one_kernel_layers += kernels_of_this_layer == 1;
+        one_kernel_layers_after_the_first += kernels_of_this_layer == 1 && filters > 1;
+        kernels_of_this_layer = 0;
       } else {
         ++layer_kernels;
+        ++kernels_of_this_layer;
       }
     }
     if (run == 0) {
       EXPECT_EQ(filters, fused ? 0 : kLayers);
       EXPECT_GE(layer_kernels, kLayers);
+      if (one_entry) EXPECT_EQ(one_kernel_layers, kLayers);
       // A layer of one kernel after the first follows the kernel before it (the layer before, or its filter), and
       // the filter follows its layer's one kernel; after two entries side by side (a join) both launch as before.
-      const int layer_dependents = fused || one_entry ? kLayers - 1 : 0;
-      const int filter_dependents = !fused && one_entry ? kLayers : 0;
+      const int layer_dependents = fused ? kLayers - 1 : one_kernel_layers_after_the_first;
+      const int filter_dependents = fused ? 0 : one_kernel_layers;
       EXPECT_EQ(dependents, dependent ? layer_dependents + filter_dependents : 0);
     } else {
       EXPECT_TRUE(launches.empty()) << "a later run captured again";
