@@ -15,6 +15,7 @@ ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilo
                             std::optional<int32_t> max_entries) {
   ModelChoice best;
   double best_us = std::numeric_limits<double>::infinity();
+  double best_streamed_score = std::numeric_limits<double>::infinity();
   auto model = [&](const Candidate& c) -> std::optional<Estimate> {
     try {
       return estimate_candidate(a, n, epilogue, c.kind, c.tile, c.stream, target, std::nullopt, false);
@@ -28,7 +29,9 @@ ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilo
     if (!e) continue;
     ++best.ranked;
     if (c.is_default) best.default_estimate = *e;
-    if (c.streamed() && e->microseconds < best.best_streamed_us) {
+    // The streamed fallback (a baked pick compile must stream after all) is ranked with the same margin.
+    if (c.streamed() && e->microseconds * choice_margin(c) < best_streamed_score) {
+      best_streamed_score = e->microseconds * choice_margin(c);
       best.best_streamed_us = e->microseconds;
       best.best_stream = c.stream;
     }

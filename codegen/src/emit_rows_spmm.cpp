@@ -76,7 +76,8 @@ void check_rows_params(const StreamParams& p, int32_t ld, const Target& target) 
     bad("n_tile", fmt::format("{} is not a multiple of col_lanes × cols_per_thread ({} × {})", p.n_tile, p.col_lanes,
                               p.cols_per_thread));
   }
-  const int64_t threads = int64_t{stream_block_x(p)} * stream_block_y(p);
+  // In 64 bits: rows_per_block comes from tuning records and may be anything positive.
+  const int64_t threads = int64_t{p.rows_per_block} * row_lanes * stream_block_y(p);
   if (threads > target.max_threads_per_block()) {
     bad("rows_per_block", fmt::format("{} rows × {} lanes × {} column lanes × {} column groups = {} threads, more "
                                       "than {}", p.rows_per_block, p.lanes_per_row, p.col_lanes, stream_block_y(p),

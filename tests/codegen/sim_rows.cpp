@@ -261,6 +261,7 @@ TEST(RowsPtx, InvalidParametersAreTypedAndJsonRoundTrips) {
   EXPECT_EQ(field(col_params(8, 1, 16, 32, 4, 4)), "n_tile");         // 16 lanes × 4 columns do not fit 32
   EXPECT_EQ(field(col_params(1, 1, 16, 64, 4, 4)), "rows_per_block"); // 16 threads: not a whole warp
   EXPECT_EQ(field(col_params(64, 1, 32, 64, 2, 4)), "rows_per_block"); // 2048 threads
+  EXPECT_EQ(field(col_params(1 << 27, 1, 32, 64, 2, 4)), "rows_per_block");  // 2^32 threads: no 32-bit wrap to 0
   EXPECT_EQ(stream_block_x(col_params(8, 2, 16, 128, 4, 4)), 256);
   EXPECT_EQ(stream_block_y(col_params(8, 2, 16, 128, 4, 4)), 2);
   EXPECT_EQ(to_json(col_params(8, 1, 16, 64, 4, 4)).at("col_lanes"), 16);
