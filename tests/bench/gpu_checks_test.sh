@@ -55,6 +55,9 @@ for call in 'bench --suite rn50-0.9 ' 'bench --suite rn50-0.95 ' 'bench --suite 
   'bench --suite rn50-conv3x3-0\.95 ' 'graphchallenge .*--device cuda' \
   'graphchallenge .*--device cpu' 'tune .*--mode gpu' 'tune .*--mode model' \
   'tune .*final_dense\.smtx --n 1 --mode gpu --kernel streamed' \
+  'tune .*projection_block_group4\.smtx --n 49 --mode gpu --kernel streamed' \
+  'gen pruned --rows 512 --cols 2048 --sparsity 0\.9 --seed 100 ' \
+  'tune .*nlp_512x2048\.mtx --n 256 --mode gpu --kernel streamed' \
   'graphchallenge .*--replicate 1 --device cuda --compaction fused' \
   'graphchallenge .*--replicate 1 --device cuda --compaction kernel' \
   'graphchallenge .*--replicate 1 --device cuda --max-entries 8' \
@@ -64,7 +67,7 @@ for call in 'bench --suite rn50-0.9 ' 'bench --suite rn50-0.95 ' 'bench --suite 
   'bench --suite rn50-0\.9 .*--block-functions off ' 'bench --suite transformer .*--block-functions off '; do
   check "ran: $call" grep -q -E "^$call" "$CALLS"
 done
-check "twenty-four sparsert calls" test "$(wc -l < "$CALLS")" -eq 24
+check "twenty-seven sparsert calls" test "$(wc -l < "$CALLS")" -eq 27
 check "all.log names bench-rn50" grep -q -E '^  - bench-rn50 \(exit 1' "$out/all.log"
 check "all.log names graphchallenge" grep -q -E '^  - graphchallenge \(exit 1' "$out/all.log"
 check "all.log names only the two failed stages" test "$(grep -c '^  - ' "$out/all.log")" -eq 2
