@@ -29,16 +29,17 @@ ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilo
     if (!e) continue;
     ++best.ranked;
     if (c.is_default) best.default_estimate = *e;
+    const double score = e->microseconds * choice_margin(c);
     // The streamed fallback (a baked pick compile must stream after all) is ranked with the same margin.
-    if (c.streamed() && e->microseconds * choice_margin(c) < best_streamed_score) {
-      best_streamed_score = e->microseconds * choice_margin(c);
+    if (c.streamed() && score < best_streamed_score) {
+      best_streamed_score = score;
       best.best_streamed_us = e->microseconds;
       best.best_stream = c.stream;
     }
     if (!c.streamed()) best.best_baked_us = std::min(best.best_baked_us, e->microseconds);
     // Ties keep the earlier candidate: the grid lists smaller code first.
-    if (e->microseconds * choice_margin(c) < best_us) {
-      best_us = e->microseconds * choice_margin(c);
+    if (score < best_us) {
+      best_us = score;
       best.candidate = c;
       best.estimate = *e;
     }

@@ -1,8 +1,8 @@
 #include "layer_search.hpp"
 
 #include "built_kernel.hpp"
-#include "sparsert/autotune/choose.hpp"
 #include "gpu_timing.hpp"
+#include "sparsert/autotune/choose.hpp"
 #include "sparsert/codegen/heuristic.hpp"
 #include "sparsert/inspector/plan.hpp"
 #include "sparsert/runtime/thread_pool.hpp"

@@ -759,12 +759,14 @@ Estimate estimate_stream(const Probe& probe, const StreamShape& shape, const cod
                    4.0 * cols * static_cast<double>(shape.k);
     // With column lanes, each block reads each row of B its rows name once per column tile, in whole 32-byte
     // sectors. (Not charged with one lane group per row, C = 1: its step constants were fitted at N = 1 without it.)
-    double tile_row_bytes = 0.0;
-    for (int64_t t = 0; t < tiles_x; ++t) {
-      const double width = std::min<double>(p.n_tile, cols - static_cast<double>(t * p.n_tile));
-      tile_row_bytes += std::ceil(width * 4.0 / 32.0) * 32.0;
+    if (p.col_lanes > 1) {
+      double tile_row_bytes = 0.0;
+      for (int64_t t = 0; t < tiles_x; ++t) {
+        const double width = std::min<double>(p.n_tile, cols - static_cast<double>(t * p.n_tile));
+        tile_row_bytes += std::ceil(width * 4.0 / 32.0) * 32.0;
+      }
+      l.l2_bytes = static_cast<double>(shape.b_rows_read) * tile_row_bytes;
     }
-    if (p.col_lanes > 1) l.l2_bytes = static_cast<double>(shape.b_rows_read) * tile_row_bytes;
     return combine({l}, warps_per_block, bps, m);
   }
   l.latency_cycles = static_cast<double>(shape.heaviest_block_steps) * kStreamStepCycles / p.unroll +

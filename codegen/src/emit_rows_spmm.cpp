@@ -310,7 +310,8 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
       "// C[m x ld] = act(A * B + bias), A streamed row by row ({} rows per block, {} lanes per row{}); ld = {}; "
       "epilogue:{}{}{}\n",
       p.n_tile, bx, by, p.rows_per_block, lanes,
-      col_lanes > 1 ? fmt::format(", {} column lanes of {} columns", col_lanes, cpt) : "", ld, epilogue.activation == Activation::kRelu ? " relu" : "",
+      col_lanes > 1 ? fmt::format(", {} column lanes of {} columns", col_lanes, cpt) : "", ld,
+      epilogue.activation == Activation::kRelu ? " relu" : "",
       epilogue.clamp ? fmt::format(" clamp {}", *epilogue.clamp) : "",
       epilogue.live_flags ? " live-column flags (F[col] = 1 where nonzero or NaN; zeroed by the caller)" : "");
   std::vector<ptx::EntryParam> params;

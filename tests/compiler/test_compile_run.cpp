@@ -1109,16 +1109,21 @@ TEST(CompileRun, BlockFunctionsFromTheCliAreBuiltCachedApartAndRun) {
   EXPECT_NE(err.find("--block-functions"), std::string::npos) << err;
 }
 
+namespace {
+// A generated m x k layer at 90% sparsity, its values scaled so that activations stay near 1 through a network.
+void save_scaled_layer(const std::filesystem::path& file, int32_t m, int32_t k, uint64_t seed, float scale) {
+  CsrMatrix a = inspector::generate_pruned_gaussian(m, k, 0.9, seed);
+  for (float& v : a.values) v *= scale;
+  inspector::save_matrix(file, a);
+}
+}  // namespace
+
 // At N = 1 (a sparse GEMV, like ResNet-50's final layer at batch 1) the model picks the row-split layout of the
 // streamed kernel; the package records it in the layer's tile, passes its two arrays, and runs to the reference.
 TEST(CompileRun, ModelStreamsGemvLayersRowSplit) {
   ScratchDir dir;
-  CsrMatrix big = inspector::generate_pruned_gaussian(1000, 2048, 0.9, 31);
-  CsrMatrix small = inspector::generate_pruned_gaussian(100, 1000, 0.9, 32);
-  for (CsrMatrix* a : {&big, &small})
-    for (float& v : a->values) v *= 0.1f;
-  inspector::save_matrix(dir / "big.mtx", big);
-  inspector::save_matrix(dir / "small.mtx", small);
+  save_scaled_layer(dir / "big.mtx", 1000, 2048, 31, 0.1f);
+  save_scaled_layer(dir / "small.mtx", 100, 1000, 32, 0.1f);
   const std::string net = dir.write("gemv.json", R"({"format": "sparsert-network/1", "layers": [
     {"weights": "big.mtx", "bias": 0.01, "activation": "relu", "n": 1},
     {"weights": "small.mtx", "n": 1}]})").string();
@@ -1161,12 +1166,8 @@ TEST(CompileRun, ModelStreamsGemvLayersRowSplit) {
 // the emulated driver, each layer after the first as a programmatic dependent of the one before.
 TEST(CompileRun, StreamedLayersAtFortyNineColumnsSpanThemWithColumnLanes) {
   ScratchDir dir;
-  CsrMatrix first = inspector::generate_pruned_gaussian(320, 256, 0.9, 41);
-  CsrMatrix second = inspector::generate_pruned_gaussian(200, 320, 0.9, 42);
-  for (CsrMatrix* a : {&first, &second})
-    for (float& v : a->values) v *= 0.2f;
-  inspector::save_matrix(dir / "first.mtx", first);
-  inspector::save_matrix(dir / "second.mtx", second);
+  save_scaled_layer(dir / "first.mtx", 320, 256, 41, 0.2f);
+  save_scaled_layer(dir / "second.mtx", 200, 320, 42, 0.2f);
   const std::string net = dir.write("cols.json", R"({"format": "sparsert-network/1", "layers": [
     {"weights": "first.mtx", "bias": 0.01, "activation": "relu", "n": 49},
     {"weights": "second.mtx", "bias": -0.02, "activation": "relu", "clamp": 4.0, "n": 49}]})").string();
