@@ -213,6 +213,15 @@ constexpr double kFetchBytesPerCycle = 2.9;
 constexpr double kSharedFetchGain = 1.7;
 // Two warps of one thread group on an SM (a column tile wider than 32) gain less: 1.3 fits the 49-column runs.
 constexpr double kWarpSharedFetchGain = 1.3;
+// Where a row block's code serves many column tiles, SMs run far more of it than that pair sharing explains. Fitted to
+// the Graph Challenge's 1024 x 1024 layers of 32768 immediates (the only measured kernels of that many tiles that
+// are not launch-bound): 19 tiles at 1200 columns ran in 5.0-5.7 us back to back (docs/benchmarks/
+// graphchallenge-cuda.json) and 469-938 tiles at 60000 columns in 249-258 us (docs/measurements/h100-2026-11-24/
+// tune-gc-l100-n60000-gpu.json), 2.2-2.8x under this term at 1.7; 8 tiles at 950 columns (23-26 us) and 15 tiles
+// (11.6-12.2 us) were not. Weights in the constant bank do not gain it: at 60000 columns they ran at the 1.7 rate
+// (430-586 us), their constant loads missing as the code does not.
+constexpr double kManyTilesFetchGain = 3.9;
+constexpr int64_t kManyTiles = 16;
 constexpr double kInstructionBytes = 16.0;
 // The streamed kernel's inner loop waits on an 8-byte ELL load (global, streaming) and the shared load it feeds per
 // step; `unroll` steps overlap. A stage adds its copy's global loads and two barriers.
@@ -414,7 +423,11 @@ Estimate estimate(const Probe& probe, const inspector::WorkPlan& plan, const cod
     const double thread_work = weighted(e.counts);
     const double warps = static_cast<double>(tiles_x * warps_x);
     l.grid_blocks = tiles_x * blocks;
-    l.fetch_gain = tiles_x >= 2 ? kSharedFetchGain : warps_x >= 2 ? kWarpSharedFetchGain : 1.0;
+    const bool immediates = tile.weights == codegen::WeightPlacement::kImmediate;
+    l.fetch_gain = tiles_x >= kManyTiles && immediates ? kManyTilesFetchGain
+                   : tiles_x >= 2                      ? kSharedFetchGain
+                   : warps_x >= 2                      ? kWarpSharedFetchGain
+                                                       : 1.0;
     l.warp_cycles = thread_work * warps;
     l.warp_instructions = static_cast<double>(e.counts.total()) * warps;
     int64_t groups = 0;

@@ -131,7 +131,9 @@ TEST(Model, TunerRanksInTheEntriesCompileWillBuild) {
     ++baked;
   }
   EXPECT_GT(baked, 0);
-  if (r.layers[0].winner_kind == codegen::KernelKind::kBaked) EXPECT_EQ(r.layers[0].winner_tile.max_entries, 3);
+  if (r.layers[0].winner_kind == codegen::KernelKind::kBaked) {
+    EXPECT_EQ(r.layers[0].winner_tile.max_entries, 3);
+  }
 }
 
 TEST(Model, ImbalanceCostsTime) {
@@ -236,6 +238,29 @@ TEST(Model, ColumnLanesWinOnlyByTheUntimedMargin) {
   const CsrMatrix small = inspector::generate_pruned_gaussian(128, 64, 0.9, 13);
   const ModelChoice s = choose_by_model(small, 784, Epilogue{}, target);
   EXPECT_EQ(choice_margin(s.candidate), 1.0) << describe(s.candidate);
+}
+
+// Code shared by many column tiles is fetched at the rate fitted to the Graph Challenge's layers (3.9 against 1.7 for
+// two to fifteen tiles), and only for immediates: weights in the constant bank keep the lower rate.
+TEST(Model, ManyColumnTilesShareTheFetchOfImmediatesOnly) {
+  const codegen::Target target = codegen::Target::parse("sm_90");
+  const CsrMatrix a = inspector::generate_pruned_gaussian(1024, 1024, 0.99, 21);  // 41 KB of weights: the bank holds them all
+  codegen::TileParams tile;
+  tile.plan.m_blocks = 32;
+  tile.plan.gy = 2;
+  tile.n_tile = 64;
+  auto fetch = [&](int32_t n, codegen::WeightPlacement w) {
+    codegen::TileParams t = tile;
+    t.weights = w;
+    return estimate_candidate(a, n, Epilogue{}, codegen::KernelKind::kBaked, t, {}, target, 40, false).fetch_us;
+  };
+  using W = codegen::WeightPlacement;
+  const double imm15 = fetch(950, W::kImmediate), imm16 = fetch(1024, W::kImmediate);
+  const double const15 = fetch(950, W::kConstBank), const16 = fetch(1024, W::kConstBank);
+  EXPECT_NEAR(imm15, const15, 1e-9 * imm15) << "below 16 tiles the placement does not change the fetch";
+  EXPECT_NEAR(const16 / imm16, 3.9 / 1.7, 1e-6);
+  // 480 and 512 blocks put 4 on the busiest of 132 SMs either way.
+  EXPECT_NEAR(const16, const15, 1e-9 * const15);
 }
 
 // A baked layer is one entry by default (one launch; each further entry side by side cost about 1.6 us on the H100),

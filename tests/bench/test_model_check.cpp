@@ -170,6 +170,58 @@ TEST(ModelCheck, PredictsTheBenchFilesInDocsWithinTwice) {
   EXPECT_EQ(points, 2u * (37 + 37 + 6 + 9));  // back to back and alone
 }
 
+// The Graph Challenge's layers of the same run: one kernel (the model's tile at 1200 columns) on twelve layers whose
+// times differ by noise, so only the times are checked, not their order.
+TEST(ModelCheck, PredictsTheGraphChallengeBenchWithinTwice) {
+  SPARSERT_REQUIRE_SHARED_DATA(data);
+  bench::ModelCheckOptions o;
+  o.data_dir = data;
+  const auto f = std::filesystem::path(SPARSERT_SOURCE_DIR) / "docs/benchmarks/graphchallenge-cuda.json";
+  EXPECT_EQ(expect_within_twice(f, o, -1.0), 2u * 12);
+}
+
+// The GPU tuning runs of Graph Challenge layer 100 (2026-11-24): check-model finds the layer in the network's tarball
+// by the name the tuner gave it. At 60000 columns every candidate is within 2x and the order holds (Spearman >= 0.8).
+// At 950 columns the immediates are within 2x; the constant-bank candidates ran 2.3-2.9x slower than the model says
+// (a known miss: the model has no term for the constant cache), and the streamed ones within 2x.
+TEST(ModelCheck, ReadsTheGraphChallengeTuningRunsByLayerName) {
+  SPARSERT_REQUIRE_SHARED_DATA(data);
+  if (!std::filesystem::exists(data / "graphchallenge" / "neuron1024.tar.gz")) GTEST_SKIP() << "no neuron1024.tar.gz";
+  bench::ModelCheckOptions o;
+  o.data_dir = data;
+  const auto dir = std::filesystem::path(SPARSERT_SOURCE_DIR) / "docs/measurements/h100-2026-11-24";
+  const std::vector<bench::ModelGroup> wide = bench::check_model(dir / "tune-gc-l100-n60000-gpu.json", o);
+  ASSERT_EQ(wide.size(), 1u);
+  EXPECT_EQ(wide[0].points.size(), 17u);
+  EXPECT_LE(wide[0].worst_ratio, 2.0) << bench::to_json(wide[0]).dump(1);
+  EXPECT_GE(wide[0].spearman, 0.8) << bench::to_json(wide[0]).dump(1);
+  const std::vector<bench::ModelGroup> narrow = bench::check_model(dir / "tune-gc-l100-n950-gpu.json", o);
+  ASSERT_EQ(narrow.size(), 1u);
+  int constant = 0;
+  for (const bench::ModelPoint& p : narrow[0].points) {
+    const double off = std::max(p.ratio(), 1.0 / p.ratio());
+    if (p.label.find(" const ") != std::string::npos) {
+      ++constant;
+      EXPECT_LT(p.ratio(), 0.6) << p.label << ": the constant bank's miss is the known one";
+    } else {
+      EXPECT_LE(off, 2.0) << p.label << ": measured " << p.measured_us << " us, model " << p.predicted_us;
+    }
+  }
+  EXPECT_EQ(constant, 6);
+  // A name that is neither a DLMC matrix nor a layer of the network is a user error naming it.
+  sparsert::testing::ScratchDir scratch;
+  nlohmann::json j = nlohmann::json::parse(read_file(dir / "tune-gc-l100-n950-gpu.json"));
+  j["layers"][0]["name"] = "n1024-l121";
+  const std::filesystem::path bad = scratch.path() / "tune-gc-bad.json";
+  write_file_atomic(bad, j.dump());
+  try {
+    bench::check_model(bad, o);
+    ADD_FAILURE() << "a layer the network does not have was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("n1024-l121"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ModelCheck, BadFilesAreUserErrorsNamingTheFile) {
   sparsert::testing::ScratchDir dir;
   const std::filesystem::path bad = dir.path() / "x.json";

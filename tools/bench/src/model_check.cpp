@@ -1,5 +1,7 @@
 #include "sparsert/bench/model_check.hpp"
 
+#include "graphchallenge_data.hpp"
+
 #include "sparsert/autotune/choose.hpp"
 #include "sparsert/autotune/space.hpp"
 #include "sparsert/bench/bench.hpp"
@@ -70,16 +72,19 @@ void finish(ModelGroup& g) {
   g.spearman = spearman(p, m);
 }
 
-// The DLMC matrix a tuning report's layer was read from: same name, same nonzero count, 90% or 95% pruning.
-CsrMatrix dlmc_layer(const std::filesystem::path& data, const std::string& name, int64_t nnz, const std::string& where) {
+// The matrix a tuning report's layer was read from, by its name and nonzero count: a DLMC ResNet-50 matrix (90% or
+// 95% pruning, or another level), or a layer of the official Graph Challenge network ("n1024-l100").
+CsrMatrix measured_layer(const std::filesystem::path& data, const std::string& name, int64_t nnz, const std::string& where) {
   for (const char* sparsity : {"0.9", "0.95", "0.8", "0.7", "0.98"}) {
     const std::filesystem::path f = data / "dlmc" / "rn50" / "magnitude_pruning" / sparsity / (name + ".smtx");
     if (!std::filesystem::exists(f)) continue;
     inspector::LoadedMatrix m = inspector::load_matrix(f);
     if (m.a.nnz() == nnz) return std::move(m.a);
   }
-  throw_user_error(where, "layer '{}' with {} nonzeros is not a DLMC ResNet-50 matrix under {}", name, nnz,
-                   data.string());
+  if (std::optional<CsrMatrix> gc = graphchallenge_layer_by_name(data, name); gc && gc->nnz() == nnz)
+    return std::move(*gc);
+  throw_user_error(where, "layer '{}' with {} nonzeros is neither a DLMC ResNet-50 matrix nor a Graph Challenge layer "
+                   "under {}", name, nnz, data.string());
 }
 
 // Files written before the fields existed measured layout 1 of the streamed kernel (tile rows n_tile * 4 bytes apart,
@@ -108,7 +113,7 @@ std::vector<ModelGroup> check_tune_report(const json& j, const std::string& file
     std::optional<CsrMatrix> a;
     for (const json& c : layer["candidates"]) {
       if (c.value("status", "") != "measured" || !c.contains("time_us")) continue;
-      if (!a) a = dlmc_layer(o.data_dir, name, json_get<int64_t>(layer, where, "nnz"), where);
+      if (!a) a = measured_layer(o.data_dir, name, json_get<int64_t>(layer, where, "nnz"), where);
       const std::string label = c.value("label", "");
       const std::string cw = fmt::format("{}: candidate '{}'", where, label);
       const bool streamed = c.value("kind", "baked") == "streamed";

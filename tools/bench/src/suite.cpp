@@ -1,6 +1,8 @@
 // The benchmark suites: SparseRT's Table 1 (ResNet-50 on the DLMC weights, Transformer and MobileNet V1 shapes on
 // generated weights) and the Graph Challenge layers.
 #include "sparsert/bench/bench.hpp"
+
+#include "graphchallenge_data.hpp"
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/inspector/generate.hpp"
 #include "sparsert/graphchallenge/generator.hpp"
@@ -14,12 +16,9 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <cstdlib>
 #include <map>
-#include <random>
 #include <sstream>
 #include <tuple>
-#include <unistd.h>
 
 namespace sparsert::bench {
 
@@ -205,26 +204,6 @@ std::vector<Problem> mobilenet_suite() {
   return out;
 }
 
-// A scratch directory removed when it goes out of scope.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    std::random_device rd;
-    path = std::filesystem::temp_directory_path() / fmt::format("sparsert-bench-{}-{}", ::getpid(), rd());
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 std::vector<Problem> graphchallenge_suite(const SuiteOptions& o) {
   const std::filesystem::path gc = o.data_dir / "graphchallenge";
   const std::filesystem::path tarball = gc / "neuron1024.tar.gz";
@@ -232,9 +211,8 @@ std::vector<Problem> graphchallenge_suite(const SuiteOptions& o) {
   SPARSERT_USER_CHECK(std::filesystem::is_regular_file(tarball), tarball.string(), "not found");
   SPARSERT_USER_CHECK(o.graphchallenge_layers >= 1 && o.graphchallenge_layers <= 120, "--gc-layers",
                       "{} is not in 1..120", o.graphchallenge_layers);
-  TempDir tmp;
-  const std::string cmd = fmt::format("tar xzf {} -C {}", shell_quote(tarball.string()), shell_quote(tmp.path.string()));
-  SPARSERT_USER_CHECK(std::system(cmd.c_str()) == 0, tarball.string(), "could not be extracted with tar");
+  ScratchDir tmp;
+  unpack_tarball(tarball, tmp.path);
   const int32_t neurons = 1024;
   std::vector<CsrMatrix> layers =
       graphchallenge::read_layers(tmp.path / "neuron1024", neurons, o.graphchallenge_layers);

@@ -1,0 +1,55 @@
+#include "graphchallenge_data.hpp"
+
+#include "sparsert/inspector/formats.hpp"
+#include "sparsert/runtime/error.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <random>
+#include <regex>
+
+namespace sparsert::bench {
+
+ScratchDir::ScratchDir() {
+  std::random_device rd;
+  path = std::filesystem::temp_directory_path() / fmt::format("sparsert-bench-{}-{}", ::getpid(), rd());
+  std::filesystem::create_directories(path);
+}
+
+ScratchDir::~ScratchDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+}
+
+namespace {
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+}  // namespace
+
+void unpack_tarball(const std::filesystem::path& tarball, const std::filesystem::path& into) {
+  const std::string cmd = fmt::format("tar xzf {} -C {}", shell_quote(tarball.string()), shell_quote(into.string()));
+  SPARSERT_USER_CHECK(std::system(cmd.c_str()) == 0, tarball.string(), "could not be extracted with tar");
+}
+
+std::optional<CsrMatrix> graphchallenge_layer_by_name(const std::filesystem::path& data_dir, const std::string& name) {
+  static const std::regex form(R"(n([0-9]{1,6})-l([0-9]{1,5}))");
+  std::smatch m;
+  if (!std::regex_match(name, m, form)) return std::nullopt;
+  const std::string neurons = m[1];
+  const std::filesystem::path tarball = data_dir / "graphchallenge" / fmt::format("neuron{}.tar.gz", neurons);
+  if (!std::filesystem::is_regular_file(tarball)) return std::nullopt;
+  ScratchDir tmp;
+  const std::string member = fmt::format("neuron{}/{}.tsv", neurons, name);
+  // A layer the network does not have is not this function's error: the caller names what it looked for.
+  const std::string cmd = fmt::format("tar xzf {} -C {} {} 2>/dev/null", shell_quote(tarball.string()),
+                                      shell_quote(tmp.path.string()), shell_quote(member));
+  if (std::system(cmd.c_str()) != 0 || !std::filesystem::is_regular_file(tmp.path / member)) return std::nullopt;
+  return std::move(inspector::load_matrix(tmp.path / member).a);
+}
+
+}  // namespace sparsert::bench
