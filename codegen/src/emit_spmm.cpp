@@ -152,7 +152,7 @@ class EntryEmitter {
         emit_block(local);
         const std::string region = b_.take_body();
         std::vector<Reg>& in = args[static_cast<size_t>(local)];
-        std::ranges::set_intersection(ptx::registers_in(region), preamble_regs, std::back_inserter(in));
+        in = ptx::registers_in(region, preamble_regs);
         functions += ptx::function_signature(block_function(local), in);
         functions += declarations;
         for (size_t i = 0; i < in.size(); ++i) {

@@ -140,8 +140,10 @@ std::string function_signature(std::string_view name, std::span<const Reg> param
 
 std::string function_param(size_t i) { return "%in" + std::to_string(i); }
 
-std::vector<Reg> registers_in(std::string_view text) {
-  std::vector<Reg> out;
+namespace {
+// Calls found(Reg) for each register named in `text` (%p, %r, %rd, %f and a number, not part of a longer name).
+template <typename Found>
+void scan_registers(std::string_view text, Found&& found) {
   auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$'; };
   for (size_t i = text.find('%'); i != std::string_view::npos; i = text.find('%', i + 1)) {
     if (i > 0 && ident(text[i - 1])) continue;
@@ -160,10 +162,31 @@ std::vector<Reg> registers_in(std::string_view text) {
     uint32_t id = 0;
     while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) id = id * 10 + (text[j++] - '0');
     if (j == digits || (j < text.size() && ident(text[j]))) continue;
-    out.push_back(Reg{cls, id});
+    found(Reg{cls, id});
   }
+}
+}  // namespace
+
+std::vector<Reg> registers_in(std::string_view text) {
+  std::vector<Reg> out;
+  scan_registers(text, [&](Reg r) { out.push_back(r); });
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<Reg> registers_in(std::string_view text, std::span<const Reg> among) {
+  // A block's code names tens of thousands of registers and a preamble a few dozen: keeping only those is what makes
+  // this cheap (the sort of every name was a tenth of a Graph Challenge compile's own work).
+  std::vector<bool> seen(among.size(), false);
+  scan_registers(text, [&](Reg r) {
+    const auto it = std::lower_bound(among.begin(), among.end(), r);
+    if (it != among.end() && *it == r) seen[static_cast<size_t>(it - among.begin())] = true;
+  });
+  std::vector<Reg> out;
+  for (size_t i = 0; i < among.size(); ++i) {
+    if (seen[i]) out.push_back(among[i]);
+  }
   return out;
 }
 

@@ -414,6 +414,14 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       job.built.entries.push_back(std::move(ce));
     }
   };
+  // The baked kernels are emitted on the pool (each job's own state; emit_spmm is a pure function), the streamed ones
+  // below in order, as their aliases need; the tasks list every job's entries in job order either way.
+  std::vector<size_t> baked_to_emit;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    if (!jobs[j].cached && !jobs[j].streamed_alias && !jobs[j].streamed) baked_to_emit.push_back(j);
+  }
+  parallel_for(static_cast<int64_t>(baked_to_emit.size()), options.threads,
+               [&](int64_t i) { emit_baked(baked_to_emit[static_cast<size_t>(i)]); });
   for (size_t j = 0; j < jobs.size(); ++j) {
     Job& job = jobs[j];
     if (job.cached || job.streamed_alias) continue;
@@ -441,7 +449,6 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       }
       continue;
     }
-    emit_baked(j);
     if (assemble) {
       for (size_t e = 0; e < job.built.entries.size(); ++e) tasks.push_back({j, e});
     }

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 using namespace sparsert::codegen::ptx;
 
 TEST(PtxBuilder, OperandsSpellExactly) {
@@ -96,4 +98,23 @@ TEST(PtxBuilder, AnyTextBecomesAnIdentifier) {
   for (const char* text : {"conv1-1/a.b", "1x1", "", "-", "\xc3\xa9t\xc3\xa9"}) {
     EXPECT_NO_THROW(entry_signature(ptx_identifier(text), {}, {})) << text;
   }
+}
+
+// The registers a block function needs from the preamble: every register PTX text names, each once in order, or only
+// those of a given set; names that merely contain one (%rd10x, a%r1, %pred) are not registers.
+TEST(PtxBuilder, RegistersNamedInText) {
+  const std::string text =
+      "\tfma.rn.f32 %f3, %f12, 0f3F800000, %f3;\n\tld.global.nc.f32 %f12, [%rd9+4];\n\t@%p2 bra $x;\n"
+      "\tmov.b32 %r4, %r10; // %rd10x a%r1 %pred %f\n\tst.global.f32 [%rd9], %f3;\n";
+
+  const std::vector<Reg> all = registers_in(text);
+  const std::vector<Reg> expected = {{RegClass::kPred, 2}, {RegClass::kB32, 4}, {RegClass::kB32, 10},
+                                     {RegClass::kB64, 9}, {RegClass::kF32, 3}, {RegClass::kF32, 12}};
+  std::vector<Reg> sorted_expected = expected;
+  std::sort(sorted_expected.begin(), sorted_expected.end());
+  EXPECT_EQ(all, sorted_expected);
+  const std::vector<Reg> among = {{RegClass::kPred, 1}, {RegClass::kPred, 2}, {RegClass::kB64, 8}, {RegClass::kB64, 9}};
+  EXPECT_EQ(registers_in(text, among), (std::vector<Reg>{{RegClass::kPred, 2}, {RegClass::kB64, 9}}));
+  EXPECT_TRUE(registers_in(text, {}).empty());
+  EXPECT_TRUE(registers_in("", among).empty());
 }

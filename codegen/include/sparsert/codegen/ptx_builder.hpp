@@ -80,6 +80,8 @@ std::string function_signature(std::string_view name, std::span<const Reg> param
 std::string function_param(size_t i);
 // The builder's registers named in PTX text (%p, %r, %rd, %f and a number), each once, by class and number.
 std::vector<Reg> registers_in(std::string_view text);
+// The same, only those of `among` (sorted and unique, as registers_in returns them).
+std::vector<Reg> registers_in(std::string_view text, std::span<const Reg> among);
 
 // `text` as a PTX identifier: every character other than an ASCII letter, digit or _ becomes _, and a leading digit
 // gets a _ before it ("conv1-1/a.b" -> "conv1_1_a_b", "1x1" -> "_1x1", "" -> "__"). Layer names come from users;
