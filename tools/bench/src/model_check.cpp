@@ -74,7 +74,8 @@ void finish(ModelGroup& g) {
 
 // The matrix a tuning report's layer was read from, by its name and nonzero count: a DLMC ResNet-50 matrix (90% or
 // 95% pruning, or another level), or a layer of the official Graph Challenge network ("n1024-l100").
-CsrMatrix measured_layer(const std::filesystem::path& data, const std::string& name, int64_t nnz, const std::string& where) {
+CsrMatrix measured_layer(const std::filesystem::path& data, const std::string& name, int64_t nnz,
+                         const std::string& where) {
   for (const char* sparsity : {"0.9", "0.95", "0.8", "0.7", "0.98"}) {
     const std::filesystem::path f = data / "dlmc" / "rn50" / "magnitude_pruning" / sparsity / (name + ".smtx");
     if (!std::filesystem::exists(f)) continue;

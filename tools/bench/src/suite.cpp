@@ -3,6 +3,7 @@
 #include "sparsert/bench/bench.hpp"
 
 #include "graphchallenge_data.hpp"
+
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/inspector/generate.hpp"
 #include "sparsert/graphchallenge/generator.hpp"
