@@ -244,7 +244,8 @@ TEST(Model, ColumnLanesWinOnlyByTheUntimedMargin) {
 // two to fifteen tiles), and only for immediates: weights in the constant bank keep the lower rate.
 TEST(Model, ManyColumnTilesShareTheFetchOfImmediatesOnly) {
   const codegen::Target target = codegen::Target::parse("sm_90");
-  const CsrMatrix a = inspector::generate_pruned_gaussian(1024, 1024, 0.99, 21);  // 41 KB of weights: the bank holds them all
+  // 41 KB of weights: the constant bank holds them all.
+  const CsrMatrix a = inspector::generate_pruned_gaussian(1024, 1024, 0.99, 21);
   codegen::TileParams tile;
   tile.plan.m_blocks = 32;
   tile.plan.gy = 2;
