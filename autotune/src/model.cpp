@@ -423,7 +423,8 @@ Estimate estimate(const Probe& probe, const inspector::WorkPlan& plan, const cod
     const double thread_work = weighted(e.counts);
     const double warps = static_cast<double>(tiles_x * warps_x);
     l.grid_blocks = tiles_x * blocks;
-    const bool immediates = tile.weights == codegen::WeightPlacement::kImmediate;
+    // What the entry holds, not what the tile asked for: an entry past the 64 KB bank is built with immediates.
+    const bool immediates = e.counts.of(ptxsim::InstrClass::LdConst) == 0;
     l.fetch_gain = tiles_x >= kManyTiles && immediates ? kManyTilesFetchGain
                    : tiles_x >= 2                      ? kSharedFetchGain
                    : warps_x >= 2                      ? kWarpSharedFetchGain

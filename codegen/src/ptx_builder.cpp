@@ -7,6 +7,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstring>
+#include <functional>
 
 namespace sparsert::codegen::ptx {
 
@@ -178,6 +179,8 @@ std::vector<Reg> registers_in(std::string_view text) {
 std::vector<Reg> registers_in(std::string_view text, std::span<const Reg> among) {
   // A block's code names tens of thousands of registers and a preamble a few dozen: keeping only those is what makes
   // this cheap (the sort of every name was a tenth of a Graph Challenge compile's own work).
+  SPARSERT_INTERNAL_CHECK(std::adjacent_find(among.begin(), among.end(), std::greater_equal<Reg>{}) == among.end(),
+                          "registers_in: the registers to look for are not sorted and unique");
   std::vector<bool> seen(among.size(), false);
   scan_registers(text, [&](Reg r) {
     const auto it = std::lower_bound(among.begin(), among.end(), r);

@@ -377,7 +377,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     }
   }
 
-  // Emit what the cache lacks (fast, in order), then assemble every entry on the pool.
+  // Emit what the cache lacks, then assemble every entry on the pool.
   struct Task {
     size_t job, entry;
   };

@@ -262,6 +262,15 @@ TEST(Model, ManyColumnTilesShareTheFetchOfImmediatesOnly) {
   EXPECT_NEAR(const16 / imm16, 3.9 / 1.7, 1e-6);
   // 480 and 512 blocks put 4 on the busiest of 132 SMs either way.
   EXPECT_NEAR(const16, const15, 1e-9 * const15);
+  // Past the 64 KB bank the entry is built with immediates, and fetched as such.
+  const CsrMatrix big = inspector::generate_pruned_gaussian(1024, 1024, 0.97, 21);  // 126 KB of weights
+  codegen::TileParams t = tile;
+  t.weights = W::kConstBank;
+  const double over = estimate_candidate(big, 1024, Epilogue{}, codegen::KernelKind::kBaked, t, {}, target, 40, false)
+                          .fetch_us;
+  t.weights = W::kImmediate;
+  EXPECT_DOUBLE_EQ(over, estimate_candidate(big, 1024, Epilogue{}, codegen::KernelKind::kBaked, t, {}, target, 40,
+                                            false).fetch_us);
 }
 
 // A baked layer is one entry by default (one launch; each further entry side by side cost about 1.6 us on the H100),

@@ -174,6 +174,7 @@ TEST(ModelCheck, PredictsTheBenchFilesInDocsWithinTwice) {
 // times differ by noise, so only the times are checked, not their order.
 TEST(ModelCheck, PredictsTheGraphChallengeBenchWithinTwice) {
   SPARSERT_REQUIRE_SHARED_DATA(data);
+  if (!std::filesystem::exists(data / "graphchallenge" / "neuron1024.tar.gz")) GTEST_SKIP() << "no neuron1024.tar.gz";
   bench::ModelCheckOptions o;
   o.data_dir = data;
   const auto f = std::filesystem::path(SPARSERT_SOURCE_DIR) / "docs/benchmarks/graphchallenge-cuda.json";
@@ -181,7 +182,8 @@ TEST(ModelCheck, PredictsTheGraphChallengeBenchWithinTwice) {
 }
 
 // The GPU tuning runs of Graph Challenge layer 100 (2026-11-24): check-model finds the layer in the network's tarball
-// by the name the tuner gave it. At 60000 columns every candidate is within 2x and the order holds (Spearman >= 0.8).
+// by the name the tuner gave it. At 60000 columns every candidate is within 2x and the order holds (Spearman 0.81
+// since the many-tile fetch fit of 2026-11-25; held at 0.75, the floor of the docs' bench files).
 // At 950 columns the immediates are within 2x; the constant-bank candidates ran 2.3-2.9x slower than the model says
 // (a known miss: the model has no term for the constant cache), and the streamed ones within 2x.
 TEST(ModelCheck, ReadsTheGraphChallengeTuningRunsByLayerName) {
@@ -194,7 +196,7 @@ TEST(ModelCheck, ReadsTheGraphChallengeTuningRunsByLayerName) {
   ASSERT_EQ(wide.size(), 1u);
   EXPECT_EQ(wide[0].points.size(), 17u);
   EXPECT_LE(wide[0].worst_ratio, 2.0) << bench::to_json(wide[0]).dump(1);
-  EXPECT_GE(wide[0].spearman, 0.8) << bench::to_json(wide[0]).dump(1);
+  EXPECT_GE(wide[0].spearman, 0.75) << bench::to_json(wide[0]).dump(1);
   const std::vector<bench::ModelGroup> narrow = bench::check_model(dir / "tune-gc-l100-n950-gpu.json", o);
   ASSERT_EQ(narrow.size(), 1u);
   int constant = 0;

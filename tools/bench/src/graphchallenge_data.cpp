@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <regex>
@@ -43,12 +44,29 @@ std::optional<CsrMatrix> graphchallenge_layer_by_name(const std::filesystem::pat
   const std::string neurons = m[1];
   const std::filesystem::path tarball = data_dir / "graphchallenge" / fmt::format("neuron{}.tar.gz", neurons);
   if (!std::filesystem::is_regular_file(tarball)) return std::nullopt;
-  ScratchDir tmp;
   const std::string member = fmt::format("neuron{}/{}.tsv", neurons, name);
-  // A layer the network does not have is not this function's error: the caller names what it looked for.
-  const std::string cmd = fmt::format("tar xzf {} -C {} {} 2>/dev/null", shell_quote(tarball.string()),
+  // A layer the network does not have is not this function's error (the caller names what it looked for); a tarball
+  // tar cannot read is.
+  const std::string list = fmt::format("tar tzf {}", shell_quote(tarball.string()));
+  FILE* pipe = ::popen(list.c_str(), "r");
+  SPARSERT_USER_CHECK(pipe != nullptr, tarball.string(), "could not run tar to list it");
+  bool found = false;
+  std::string line;
+  for (int c = std::fgetc(pipe); c != EOF; c = std::fgetc(pipe)) {
+    if (c != '\n') {
+      line += static_cast<char>(c);
+      continue;
+    }
+    found = found || line == member;
+    line.clear();
+  }
+  found = found || line == member;
+  SPARSERT_USER_CHECK(::pclose(pipe) == 0, tarball.string(), "could not be listed with tar");
+  if (!found) return std::nullopt;
+  ScratchDir tmp;
+  const std::string cmd = fmt::format("tar xzf {} -C {} {}", shell_quote(tarball.string()),
                                       shell_quote(tmp.path.string()), shell_quote(member));
-  if (std::system(cmd.c_str()) != 0 || !std::filesystem::is_regular_file(tmp.path / member)) return std::nullopt;
+  SPARSERT_USER_CHECK(std::system(cmd.c_str()) == 0, tarball.string(), "could not extract {} with tar", member);
   return std::move(inspector::load_matrix(tmp.path / member).a);
 }
 
