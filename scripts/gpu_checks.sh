@@ -56,6 +56,16 @@ fail() {
   log "gpu_checks.sh: $*"
   failed+=("$*")
 }
+# The static model beside what the steps before measured (CPU only): for each file that was written, its predictions
+# and measured times, kernel by kernel, in FILE-model.json, and one summary line a group in the log
+# (docs/autotune.md, "Calibration"). A file the model cannot rebuild (a generated matrix) is left out by the caller.
+model_check() {
+  local f
+  for f in "$@"; do
+    [[ -s $f ]] && step "$sparsert" check-model --data "$data" -q -o "${f%.json}-model.json" "$f"
+  done
+  return 0
+}
 
 [[ -x $sparsert ]] || { echo "gpu_checks.sh: $sparsert is missing: build first (bash scripts/build.sh)" >&2; exit 2; }
 : > "$out/$stage.log"
@@ -90,10 +100,12 @@ case $stage in
     for s in rn50-0.9 rn50-0.95; do
       step "$sparsert" bench --suite "$s" --device cuda --repeats 20 --data "$data" -o "$out/$s-cuda.json"
     done
+    model_check "$out/rn50-0.9-cuda.json" "$out/rn50-0.95-cuda.json"
     ;;
   bench-rest)
     for s in transformer mobilenet graphchallenge rn50-conv3x3-0.9 rn50-conv3x3-0.95; do
       step "$sparsert" bench --suite "$s" --device cuda --repeats 20 --data "$data" -o "$out/$s-cuda.json"
+      model_check "$out/$s-cuda.json"
     done
     ;;
   bench-entries)
@@ -106,6 +118,7 @@ case $stage in
     done
     step "$sparsert" bench --suite transformer --device cuda --repeats 20 --max-entries 8 --data "$data" \
       -o "$out/transformer-cuda-e8.json"
+    model_check "$out/rn50-0.9-cuda-e8.json" "$out/rn50-0.9-cuda-e2.json" "$out/transformer-cuda-e8.json"
     ;;
   bench-functions)
     # What a function per row block costs at run time (since 2026-11-25 every entry above 32768 fmas has them, for a
@@ -115,6 +128,7 @@ case $stage in
       -o "$out/rn50-0.9-cuda-nofunc.json"
     step "$sparsert" bench --suite transformer --device cuda --repeats 20 --block-functions off --data "$data" \
       -o "$out/transformer-cuda-nofunc.json"
+    model_check "$out/rn50-0.9-cuda-nofunc.json" "$out/transformer-cuda-nofunc.json"
     ;;
   graphchallenge)
     gc=$data/graphchallenge
@@ -175,6 +189,8 @@ case $stage in
     step "$sparsert" tune "$gen/nlp_512x2048.mtx" --n 256 --mode gpu --kernel streamed --top 4 \
       -o "$out/tune-rows-cols-n256-gpu.json" --no-db -j "$jobs"
     rm -rf "$gen"
+    # (tune-rows-cols-n256-gpu.json's layer is generated here, so check-model cannot rebuild it.)
+    model_check "$out/tune-gpu.json" "$out/tune-gemv-gpu.json" "$out/tune-rows-cols-n49-gpu.json"
     ;;
   tune-gc)
     # A stage of its own: at N = 60000 each candidate's verification and timing take long, and a run killed at the
@@ -189,6 +205,7 @@ case $stage in
       for n in 950 60000; do
         step "$sparsert" tune "$tmp/neuron1024/n1024-l100.tsv" --n "$n" --mode gpu --top 4 \
           -o "$out/tune-gc-l100-n$n-gpu.json" --no-db -j "$jobs" --budget 200
+        model_check "$out/tune-gc-l100-n$n-gpu.json"
       done
     else
       fail "cannot unpack n1024-l100.tsv from $gc/neuron1024.tar.gz"

@@ -21,11 +21,15 @@ check() {  # check DESCRIPTION COMMAND...
 # The bundle layout gpu_checks.sh recognises: bin/sparsert, bin/real_gpu_tests, data/graphchallenge.
 fake=$work/bundle
 mkdir -p "$fake/bin" "$fake/lib" "$fake/data/graphchallenge/neuron1024" "$work/path"
-# sparsert: logs its arguments; fails where they match $FAIL_PATTERN.
+# sparsert: logs its arguments; fails where they match $FAIL_PATTERN, else writes its -o file (as the real one does).
 cat > "$fake/bin/sparsert" << 'EOF'
 #!/usr/bin/env bash
 echo "$*" >> "$CALLS"
 if [[ -n ${FAIL_PATTERN:-} && "$*" =~ $FAIL_PATTERN ]]; then echo "sparsert: failed: scripted"; exit 1; fi
+args=("$@")
+for ((i = 0; i + 1 < ${#args[@]}; ++i)); do
+  [[ ${args[i]} == -o ]] && echo '{}' > "${args[i + 1]}"
+done
 echo "sparsert: ok"
 EOF
 cat > "$fake/bin/real_gpu_tests" << 'EOF'
@@ -67,7 +71,19 @@ for call in 'bench --suite rn50-0.9 ' 'bench --suite rn50-0.95 ' 'bench --suite 
   'bench --suite rn50-0\.9 .*--block-functions off ' 'bench --suite transformer .*--block-functions off '; do
   check "ran: $call" grep -q -E "^$call" "$CALLS"
 done
-check "twenty-seven sparsert calls" test "$(wc -l < "$CALLS")" -eq 27
+# The model beside every measured file a step wrote (16), not beside one a failed step did not write or whose layer
+# the stage generated.
+for f in rn50-0\.95-cuda transformer-cuda mobilenet-cuda graphchallenge-cuda rn50-conv3x3-0\.9-cuda \
+  rn50-conv3x3-0\.95-cuda rn50-0\.9-cuda-e8 rn50-0\.9-cuda-e2 transformer-cuda-e8 rn50-0\.9-cuda-nofunc \
+  transformer-cuda-nofunc tune-gpu tune-gemv-gpu tune-rows-cols-n49-gpu tune-gc-l100-n950-gpu tune-gc-l100-n60000-gpu; do
+  check "check-model on $f" grep -q -E "^check-model --data .* -q -o $out/$f-model\.json $out/$f\.json$" "$CALLS"
+done
+check "no check-model on a file a failed step did not write" \
+  test "$(grep -c -E '^check-model .*/rn50-0\.9-cuda\.json$' "$CALLS")" -eq 0
+check "no check-model on the generated layer's report" \
+  test "$(grep -c -E '^check-model .*tune-rows-cols-n256' "$CALLS")" -eq 0
+check "sixteen check-model calls" test "$(grep -c '^check-model ' "$CALLS")" -eq 16
+check "forty-three sparsert calls" test "$(wc -l < "$CALLS")" -eq 43
 check "all.log names bench-rn50" grep -q -E '^  - bench-rn50 \(exit 1' "$out/all.log"
 check "all.log names graphchallenge" grep -q -E '^  - graphchallenge \(exit 1' "$out/all.log"
 check "all.log names only the two failed stages" test "$(grep -c '^  - ' "$out/all.log")" -eq 2
