@@ -32,9 +32,12 @@ std::string shell_quote(const std::string& s) {
 }
 }  // namespace
 
-void unpack_tarball(const std::filesystem::path& tarball, const std::filesystem::path& into) {
-  const std::string cmd = fmt::format("tar xzf {} -C {}", shell_quote(tarball.string()), shell_quote(into.string()));
-  SPARSERT_USER_CHECK(std::system(cmd.c_str()) == 0, tarball.string(), "could not be extracted with tar");
+void unpack_tarball(const std::filesystem::path& tarball, const std::filesystem::path& into,
+                    const std::string& member) {
+  std::string cmd = fmt::format("tar xzf {} -C {}", shell_quote(tarball.string()), shell_quote(into.string()));
+  if (!member.empty()) cmd += " " + shell_quote(member);
+  SPARSERT_USER_CHECK(std::system(cmd.c_str()) == 0, tarball.string(), "could not be extracted with tar{}",
+                      member.empty() ? "" : " (" + member + ")");
 }
 
 std::optional<CsrMatrix> graphchallenge_layer_by_name(const std::filesystem::path& data_dir, const std::string& name) {
@@ -51,22 +54,12 @@ std::optional<CsrMatrix> graphchallenge_layer_by_name(const std::filesystem::pat
   FILE* pipe = ::popen(list.c_str(), "r");
   SPARSERT_USER_CHECK(pipe != nullptr, tarball.string(), "could not run tar to list it");
   bool found = false;
-  std::string line;
-  for (int c = std::fgetc(pipe); c != EOF; c = std::fgetc(pipe)) {
-    if (c != '\n') {
-      line += static_cast<char>(c);
-      continue;
-    }
-    found = found || line == member;
-    line.clear();
-  }
-  found = found || line == member;
+  char line[4096];
+  while (std::fgets(line, sizeof line, pipe) != nullptr) found = found || std::string(line) == member + "\n";
   SPARSERT_USER_CHECK(::pclose(pipe) == 0, tarball.string(), "could not be listed with tar");
   if (!found) return std::nullopt;
   ScratchDir tmp;
-  const std::string cmd = fmt::format("tar xzf {} -C {} {}", shell_quote(tarball.string()),
-                                      shell_quote(tmp.path.string()), shell_quote(member));
-  SPARSERT_USER_CHECK(std::system(cmd.c_str()) == 0, tarball.string(), "could not extract {} with tar", member);
+  unpack_tarball(tarball, tmp.path, member);
   return std::move(inspector::load_matrix(tmp.path / member).a);
 }
 

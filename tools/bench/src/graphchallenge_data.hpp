@@ -19,8 +19,10 @@ struct ScratchDir {
   ScratchDir& operator=(const ScratchDir&) = delete;
 };
 
-// Unpacks the tarball into `into` with tar; a user error naming the tarball where that fails.
-void unpack_tarball(const std::filesystem::path& tarball, const std::filesystem::path& into);
+// Unpacks the tarball (or only `member`, a path inside it) into `into` with tar; a user error naming the tarball where
+// that fails.
+void unpack_tarball(const std::filesystem::path& tarball, const std::filesystem::path& into,
+                    const std::string& member = "");
 
 // The layer a name like "n1024-l100" names (what `sparsert tune n1024-l100.tsv` calls it): that file of
 // DATA/graphchallenge/neuron1024.tar.gz, read as the tuner read it (as stored, not transposed). nullopt where the name
