@@ -58,10 +58,20 @@ bool fuses_compaction(int64_t ld, const Network& net, const CudaGraphChallengeOp
 // allocation that fails anyway is the driver's out-of-memory error naming cuMemAlloc.
 constexpr double kEllBytesPerNonzero = 26.0;
 
+// The most rows an activation buffer holds: the inputs', or a layer's (a folded network's layers have fewer).
+int32_t activation_rows(const Network& net) {
+  int32_t rows = net.neurons;
+  for (const CsrMatrix& a : net.layers) rows = std::max(rows, a.rows);
+  return rows;
+}
+
+// The filter's grid.y for `rows` rows of data (and the row of ids after them).
+uint32_t filter_row_groups(uint32_t rows) { return (rows + 1 + kFilterRows - 1) / kFilterRows; }
+
 // The device memory a load_inputs of width n needs besides the weights: two activation buffers, the flags, the
 // filter's scratch and the ids.
 double activation_bytes(const Network& net, int64_t n) {
-  return 2.0 * net.neurons * static_cast<double>(n) * 4.0 + 8.0 * static_cast<double>(n) * 4.0;
+  return 2.0 * activation_rows(net) * static_cast<double>(n) * 4.0 + 8.0 * static_cast<double>(n) * 4.0;
 }
 // Kept free of the plan for the context, the modules and the driver's own allocations.
 constexpr double kDriverReserve = 1e9;
@@ -203,7 +213,7 @@ struct CudaLayerExecutor::Impl {
   bool fused = false;            // the layers compact their own columns (fuses_compaction); no filter kernel
   bool dependents = true;        // layers may launch as programmatic dependents (false once a capture refused them)
   bool filter_waits = false;     // the filter kernel waits for the grid before it (filter_kernels_ptx)
-  uint32_t row_groups = 0;       // the filter's grid.y
+  uint32_t row_groups = 0;       // the filter's largest grid.y (its scratch holds that many per chunk)
   cuda::Graph graph;             // every layer at full width, captured on the first run_layers in graph mode
   cuda::HostBuffer counts_host, ids_host;  // page-locked: asynchronous copies into them do not block the host
   std::vector<cuda::Event> batch_done;     // one per count copy of a run_layers call
@@ -257,7 +267,7 @@ struct CudaLayerExecutor::Impl {
       cur = 1 - cur;
       return;
     }
-    auto rows = static_cast<uint32_t>(net->neurons), width = static_cast<uint32_t>(ld);
+    auto rows = static_cast<uint32_t>(net->layers[static_cast<size_t>(layer)].rows), width = static_cast<uint32_t>(ld);
     gpu->launch_layer(static_cast<size_t>(layer), act[cur].get(), data, bound, f, n_in, 0, 0, after_kernel && dependents);
     // The filter's epoch: status and read_done are zeroed by load_inputs, and each step of a run has its own epoch,
     // so a word written by an earlier layer never passes for this one's. Static per step, so a captured graph's
@@ -266,8 +276,8 @@ struct CudaLayerExecutor::Impl {
     void* params[] = {&f, &next, &data, &rows, &width, &id, &dp, &op, &sp, &rp, &t, &n_in, &n_out, &e};
     // A dependent of the layer where the layer was one kernel, last on the stream (n_in is on the device: no memset).
     const bool dependent = filter_waits && dependents && gpu->layer_entries(static_cast<size_t>(layer)) == 1;
-    cuda::launch(filter_fn, kLiveFilterKernel, (bound + kLiveBlock - 1) / kLiveBlock, row_groups, kLiveBlock, 1, s,
-                 params, 0, dependent);
+    cuda::launch(filter_fn, kLiveFilterKernel, (bound + kLiveBlock - 1) / kLiveBlock, filter_row_groups(rows),
+                 kLiveBlock, 1, s, params, 0, dependent);
     cur = 1 - cur;
   }
 
@@ -505,9 +515,9 @@ void CudaLayerExecutor::load_inputs(DenseTensor y0) {
     const std::string filter_ptx = filter_kernels_ptx(target, im.filter_waits);
     im.filter = std::make_unique<cuda::Module>(filter_ptx.c_str(), "dead-input filter kernels");
     im.filter_fn = im.filter->function(kLiveFilterKernel);
-    const size_t bytes = static_cast<size_t>(net.neurons) * n * 4, words = static_cast<size_t>(n) * 4;
+    const size_t bytes = static_cast<size_t>(activation_rows(net)) * n * 4, words = static_cast<size_t>(n) * 4;
     const size_t chunks = static_cast<size_t>((n + kLiveBlock - 1) / kLiveBlock);
-    im.row_groups = static_cast<uint32_t>((net.neurons + 1 + kFilterRows - 1) / kFilterRows);
+    im.row_groups = filter_row_groups(static_cast<uint32_t>(activation_rows(net)));
     for (cuda::DeviceBuffer& b : im.act) b = cuda::DeviceBuffer(bytes);
     for (cuda::DeviceBuffer& b : im.flags) b = cuda::DeviceBuffer(words);
     im.dest = cuda::DeviceBuffer(words);
@@ -638,7 +648,7 @@ LiveColumns CudaLayerExecutor::run_layers(int32_t layers, int64_t inputs) {
 
 DenseTensor CudaLayerExecutor::activations() {
   Impl& im = *impl_;
-  const int32_t rows = im.net->neurons;
+  const int32_t rows = im.net->layers.empty() ? im.net->neurons : im.net->layers.back().rows;
   DenseTensor out({rows, static_cast<int64_t>(im.live)});
   if (im.live == 0) return out;
   im.gpu->stream().synchronize();

@@ -1,5 +1,6 @@
 #include "sparsert/graphchallenge/network.hpp"
 
+#include "sparsert/inspector/fold.hpp"
 #include "sparsert/runtime/error.hpp"
 
 #include <fmt/format.h>
@@ -48,6 +49,28 @@ Network make_network(std::vector<CsrMatrix> weights, int32_t neurons, float bias
     weights[l] = CsrMatrix{};  // the transposed copy replaces it; halves the peak memory of large networks
   }
   return net;
+}
+
+Network fold_duplicate_neurons(const Network& net, FoldStats* stats) {
+  Network out;
+  out.neurons = net.neurons;
+  out.bias = net.bias;
+  out.clamp = net.clamp;
+  out.layers.reserve(net.layers.size());
+  FoldStats s;
+  std::vector<int32_t> source;
+  const float bias[] = {net.bias};
+  for (size_t l = 0; l < net.layers.size(); ++l) {
+    inspector::FoldedLayer f = inspector::fold_layer(net.layers[l], bias, source, l + 1 == net.layers.size());
+    s.nnz_before += net.layers[l].nnz();
+    s.nnz_after += f.a.nnz();
+    s.rows_before += net.layers[l].rows;
+    s.rows_after += f.a.rows;
+    source = std::move(f.source);
+    out.layers.push_back(std::move(f.a));
+  }
+  if (stats) *stats = s;
+  return out;
 }
 
 DenseTensor feature_major_inputs(const CsrMatrix& images, int32_t neurons, int32_t replicate) {

@@ -66,6 +66,8 @@ for call in 'bench --suite rn50-0.9 ' 'bench --suite rn50-0.95 ' 'bench --suite 
   'graphchallenge .*--replicate 1 --device cuda --compaction kernel' \
   'graphchallenge .*--replicate 1 --device cuda --max-entries 8' \
   'graphchallenge .*--replicate 1 --device cuda --dependent-launch off' 'tune .*n1024-l100\.tsv --n 950 --mode gpu' \
+  'graphchallenge .*--replicate 50 --device cuda --fold-duplicates' \
+  'graphchallenge .*--replicate 1 --device cuda --fold-duplicates' \
   'tune .*n1024-l100\.tsv --n 60000 --mode gpu' 'bench --suite rn50-0\.9 .*--max-entries 8 ' \
   'bench --suite rn50-0\.9 .*--max-entries 2 ' 'bench --suite transformer .*--max-entries 8 ' \
   'bench --suite rn50-0\.9 .*--block-functions off ' 'bench --suite transformer .*--block-functions off '; do
@@ -83,7 +85,7 @@ check "no check-model on a file a failed step did not write" \
 check "no check-model on the generated layer's report" \
   test "$(grep -c -E '^check-model .*tune-rows-cols-n256' "$CALLS")" -eq 0
 check "sixteen check-model calls" test "$(grep -c '^check-model ' "$CALLS")" -eq 16
-check "forty-three sparsert calls" test "$(wc -l < "$CALLS")" -eq 43
+check "forty-five sparsert calls" test "$(wc -l < "$CALLS")" -eq 45
 check "all.log names bench-rn50" grep -q -E '^  - bench-rn50 \(exit 1' "$out/all.log"
 check "all.log names graphchallenge" grep -q -E '^  - graphchallenge \(exit 1' "$out/all.log"
 check "all.log names only the two failed stages" test "$(grep -c '^  - ' "$out/all.log")" -eq 2

@@ -486,6 +486,73 @@ TEST(CompileRun, DevicesOfOtherArchitecturesGetThePtxTheyCanRunOrAClearError) {
   ::unsetenv("SPARSERT_EMU_SM");
 }
 
+// `compile --fold-duplicates`: a chain whose layers repeat rows compiles to smaller layers (one row of each kind, the
+// last layer whole) whose output is the plain package's, on the CPU and through the emulated driver.
+TEST(CompileRun, FoldedDuplicateNeuronsGiveThePlainOutput) {
+  ScratchDir dir;
+  const CacheDir cache_dir(dir / "cache");
+  // Layers 0 and 1: 8 kinds of rows, 5 copies each (row r is kind r % 8); layer 1's bias sets row 3 apart from its
+  // copies. Layer 2 is random.
+  auto copies = [&](int32_t rows, int32_t cols, uint64_t seed) {
+    const CsrMatrix kinds = inspector::generate_pruned_gaussian(8, cols, 0.7, seed);
+    std::vector<Triplet> t;
+    for (int32_t r = 0; r < rows; ++r) {
+      for (int32_t i = kinds.row_ptr[r % 8]; i < kinds.row_ptr[r % 8 + 1]; ++i) {
+        t.push_back({r, kinds.col_idx[i], 0.3f * kinds.values[i]});
+      }
+    }
+    return csr_from_triplets(rows, cols, std::move(t), DuplicatePolicy::kError, "copies");
+  };
+  inspector::save_matrix(dir / "w0.mtx", copies(40, 48, 21));
+  inspector::save_matrix(dir / "w1.mtx", copies(40, 40, 22));
+  CsrMatrix w2 = inspector::generate_pruned_gaussian(24, 40, 0.8, 23);
+  for (float& v : w2.values) v *= 0.3f;
+  inspector::save_matrix(dir / "w2.mtx", w2);
+  std::vector<float> bias1(40, 0.02f);
+  bias1[3] = 0.03f;
+  write_npy(dir / "bias1.npy", DenseTensor({40}, bias1));
+  const std::filesystem::path net = dir.write("net.json", R"({"format": "sparsert-network/1", "layers": [
+    {"weights": "w0.mtx", "bias": -0.05, "activation": "relu", "n": 20},
+    {"weights": "w1.mtx", "bias": "bias1.npy", "activation": "relu", "clamp": 1.5, "n": 20},
+    {"weights": "w2.mtx", "n": 20}]})");
+  write_npy(dir / "x.npy", input(48, 20));
+  std::string out;
+  for (const char* fold : {"", " --fold-duplicates"}) {
+    ASSERT_EQ(cli(fmt::format("compile {} -o {} --target sm_90 --ptx-only{}", net.string(),
+                              (dir / (*fold ? "folded" : "plain")).string(), fold),
+                  &out),
+              0)
+        << out;
+  }
+  ASSERT_EQ(sparsert::testing::run_sparsert(fmt::format("compile {} -o {} --target sm_90 --ptx-only --fold-duplicates",
+                                                        net.string(), (dir / "again").string()),
+                                            &out, true),
+            0)
+      << out;
+  // 8 kinds, 9 kinds (row 3's bias), every row of the last layer.
+  EXPECT_NE(out.find("fold: duplicate neurons folded, 41 of 104 rows"), std::string::npos) << out;
+  for (const char* pkg : {"plain", "folded"}) {
+    ASSERT_EQ(cli(fmt::format("run {} --input {} --output {} --device cpu", (dir / pkg).string(),
+                              (dir / "x.npy").string(), (dir / (std::string(pkg) + ".npy")).string()),
+                  &out),
+              0)
+        << out;
+  }
+  const DenseTensor plain = read_npy_f32(dir / "plain.npy"), folded = read_npy_f32(dir / "folded.npy");
+  ASSERT_EQ(folded.shape_string(), plain.shape_string());
+  EXPECT_LT(max_relative_error(folded, plain), 1e-5);
+  double magnitude = 0;
+  for (float v : plain.vec()) magnitude += std::abs(v);
+  EXPECT_GT(magnitude, 1.0);
+  EXPECT_EQ(sparsert::testing::run_sparsert(
+                fmt::format("run {} --input {} --device cuda --check", (dir / "folded").string(),
+                            (dir / "x.npy").string()),
+                &out, true),
+            0)
+      << out;
+  EXPECT_NE(out.find("PASS"), std::string::npos) << out;
+}
+
 TEST(CompileRun, BadPackagesAndInputs) {
   ScratchDir dir;
   const auto layers = load_network(read_network(write_network(dir)));

@@ -71,6 +71,21 @@ TEST_F(GraphChallengeCli, PassesWithTheTruthAndReportsTheRate) {
   EXPECT_NE(r.output.find(fmt::format("categories: {}", 3 * truth_.size())), std::string::npos) << r.output;
 }
 
+// --fold-duplicates: the same categories, and the rate is said not to be the plain one.
+TEST_F(GraphChallengeCli, FoldedDuplicatesPassAndAreReportedApart) {
+  const CliRun r = run_cli(base_args() + fmt::format(" --categories '{}' --threads 2 --fold-duplicates",
+                                                     truth_path_.string()));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("PASS"), std::string::npos) << r.output;
+  // 7 layers of at most 64 rows each (416 in all) and the last of 1024.
+  EXPECT_NE(r.output.find("fold: duplicate neurons folded, 1440 of 8192 rows"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("duplicate neurons folded: not the plain rate"), std::string::npos) << r.output;
+  const CliRun plain = run_cli(base_args() + fmt::format(" --categories '{}' --threads 2", truth_path_.string()));
+  EXPECT_EQ(plain.code, 0) << plain.output;
+  EXPECT_EQ(plain.output.find("fold:"), std::string::npos) << plain.output;
+  EXPECT_EQ(plain.output.find("not the plain rate"), std::string::npos) << plain.output;
+}
+
 // Images of a smaller network read at this one's width run, with other categories: the run names the file.
 TEST_F(GraphChallengeCli, InputsThatTouchOnlyTheLowerHalfAreNamed) {
   const auto narrow = dir_ / "sparse-images-256.tsv";

@@ -69,6 +69,14 @@ class GraphChallengeGpuTeardown : public ::testing::Test {
     return gc::feature_major_inputs(graphchallenge::read_images(images_, 1024), 1024, replicate);
   }
 
+  // Prepares `exec` with `gpu_net` and `cpu` with the plain network, and loads the 40 inputs into both.
+  void start(gc::LayerExecutor& exec, const gc::Network& gpu_net, gc::CpuLayerExecutor& cpu) const {
+    exec.prepare(gpu_net);
+    cpu.prepare(net_);
+    exec.load_inputs(inputs(1));
+    cpu.load_inputs(inputs(1));
+  }
+
   testing::ScratchDir dir_;
   std::filesystem::path weights_, images_;
   gc::Network net_;
@@ -200,6 +208,42 @@ TEST_F(GraphChallengeGpuTeardown, EachLayerLaunchesOnlyItsEntriesWithFusedCompac
                           [](const std::string& n) { return n.find("no filter kernel") != std::string::npos; }));
 }
 
+// The network with its duplicate neurons folded (64 x 1024, 64 x 64, 1024 x 64 here): in both compactions the
+// GPU executor keeps the plain CPU run's columns after every layer, and its final activations are the plain ones.
+TEST_F(GraphChallengeGpuTeardown, FoldedNetworkKeepsThePlainColumnsInBothCompactions) {
+  gc::FoldStats stats;
+  const gc::Network folded = gc::fold_duplicate_neurons(net_, &stats);
+  ASSERT_EQ(folded.layers.size(), static_cast<size_t>(kLayers));
+  EXPECT_EQ(folded.layers[0].cols, 1024);
+  EXPECT_EQ(folded.layers[0].rows, 64);
+  EXPECT_EQ(folded.layers[1].cols, 64);
+  EXPECT_EQ(folded.layers[1].rows, 64);
+  EXPECT_EQ(folded.layers[2].cols, 64);
+  EXPECT_EQ(folded.layers[2].rows, 1024);
+  EXPECT_EQ(stats.rows_after, 64 + 64 + 1024);
+  EXPECT_LT(stats.nnz_after * 4, stats.nnz_before);
+  for (const bool fused : {true, false}) {
+    graphchallenge::CudaGraphChallengeOptions opt = emu_options(dir_ / "cache");
+    opt.fused_compaction = fused;
+    graphchallenge::CudaLayerExecutor exec(opt);
+    gc::CpuLayerExecutor cpu(CpuExecutorOptions{1, 64});
+    start(exec, folded, cpu);
+    size_t live = 40;
+    int compactions = 0;
+    for (int32_t l = 0; l < kLayers; ++l) {
+      const std::vector<int32_t> kept = exec.run_layer(l);
+      EXPECT_EQ(kept, cpu.run_layer(l)) << "layer " << l + 1 << (fused ? ", fused" : ", filter kernel");
+      compactions += kept.size() < live;
+      live = kept.size();
+    }
+    EXPECT_GE(compactions, 1) << "no layer killed a column: the compaction was not exercised";
+    const DenseTensor got = exec.activations(), want = cpu.activations();
+    ASSERT_EQ(got.shape_string(), want.shape_string());
+    ASSERT_GE(got.cols(), 1);
+    EXPECT_LE(max_relative_error(got, want), 1e-5) << (fused ? "fused" : "filter kernel");
+  }
+}
+
 // One kernel a layer: with the fused compaction every layer is one entry by default (CudaGraphChallengeOptions::
 // max_entries unset, or 1), so that one launch is the whole layer; with max_entries = 8 the tile's split (two entries
 // of 16384 fmas for these 32768-nonzero layers) launches side by side. Exact against the CPU executor either way.
@@ -209,11 +253,8 @@ TEST_F(GraphChallengeGpuTeardown, OneEntryPerLayerIsOneLaunchPerLayer) {
     graphchallenge::CudaGraphChallengeOptions opt = emu_options(dir_ / "cache");
     opt.max_entries = max_entries;
     graphchallenge::CudaLayerExecutor exec(opt);
-    exec.prepare(net_);
     gc::CpuLayerExecutor cpu(CpuExecutorOptions{1, 64});
-    cpu.prepare(net_);
-    exec.load_inputs(inputs(1));
-    cpu.load_inputs(inputs(1));
+    start(exec, net_, cpu);
     const size_t want = max_entries.value_or(1) == 1 ? 1 : 2;
     for (int32_t l = 0; l < kLayers; ++l) {
       emu().clear_launches();

@@ -4,6 +4,7 @@
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/graphchallenge/generator.hpp"
 #include "sparsert/graphchallenge/io.hpp"
+#include "sparsert/graphchallenge/network.hpp"
 #include "test_support.hpp"
 
 #include <fmt/format.h>
@@ -47,6 +48,26 @@ TEST(GraphChallengeEmu, OfficialNetworkMatchesTheTruth) {
   const DenseTensor y = exec.activations();
   ASSERT_EQ(y.cols(), 19);
   for (float v : y.vec()) ASSERT_EQ(v, 32.0f);
+
+  // Folded (an exact shortcut): 59 rows a layer on average, the last layer whole; the truth in both compactions.
+  gc::FoldStats stats;
+  const gc::Network folded = gc::fold_duplicate_neurons(net, &stats);
+  EXPECT_EQ(stats.rows_after, 8032);
+  EXPECT_EQ(stats.nnz_after, 193005);
+  EXPECT_EQ(stats.nnz_before, 3932160);
+  for (const bool fused : {true, false}) {
+    graphchallenge::CudaGraphChallengeOptions fo = opt;
+    fo.fused_compaction = fused;
+    graphchallenge::CudaLayerExecutor fexec(fo);
+    fexec.prepare(folded);
+    const gc::InferenceResult f = gc::run_inference(folded, gc::feature_major_inputs(images, 1024), fexec);
+    EXPECT_EQ(f.categories, truth) << (fused ? "fused" : "filter kernel");
+    EXPECT_EQ(f.live_after_layer, r.live_after_layer) << (fused ? "fused" : "filter kernel");
+    const DenseTensor fy = fexec.activations();
+    ASSERT_EQ(fy.rows(), 1024);
+    ASSERT_EQ(fy.cols(), 19);
+    for (float v : fy.vec()) ASSERT_EQ(v, 32.0f);
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // sparsert compile NET.json -o PKG [--target sm_80,sm_90]   and   sparsert run PKG --input X.npy --output Y.npy
 #include "commands.hpp"
 #include "sparsert/compiler/compile.hpp"
+#include "sparsert/inspector/fold.hpp"
 #include "sparsert/runtime/conv_network.hpp"
 #include "sparsert/runtime/cpu_executor.hpp"
 #include "sparsert/runtime/file_io.hpp"
@@ -46,7 +47,33 @@ struct CompileArgs {
   std::optional<int32_t> max_entries;
   std::string block_functions = "auto";
   std::string dependent_launch = "on";
+  bool fold_duplicates = false;
 };
+
+// --fold-duplicates: each layer computes one row of each kind of its rows (same nonzeros and bias) and the next layer
+// reads it for every copy (inspector/fold.hpp); the last layer keeps every row, so the output is whole.
+void fold_layers(std::vector<compiler::LoadedLayer>& layers, bool quiet) {
+  std::vector<int32_t> source;
+  int64_t nnz_before = 0, nnz_after = 0, rows_before = 0, rows_after = 0;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    compiler::LoadedLayer& layer = layers[l];
+    SPARSERT_USER_CHECK(!layer.conv, "--fold-duplicates", "layer {} is a convolution; only chains of matrix layers "
+                        "fold", layer.desc.name);
+    inspector::FoldedLayer f = inspector::fold_layer(layer.matrix(), layer.desc.bias, source, l + 1 == layers.size());
+    nnz_before += layer.matrix().nnz();
+    rows_before += layer.matrix().rows;
+    nnz_after += f.a.nnz();
+    rows_after += f.a.rows;
+    layer.a = std::move(f.a);
+    layer.borrowed = nullptr;
+    layer.desc.bias = std::move(f.bias);
+    source = std::move(f.source);
+  }
+  if (!quiet) {
+    fmt::print("fold: duplicate neurons folded, {} of {} rows and {} of {} nonzeros left\n", rows_after, rows_before,
+               nnz_after, nnz_before);
+  }
+}
 
 struct RunArgs {
   std::string package;
@@ -199,6 +226,9 @@ Action add_compile(CLI::App& app) {
                   "can overlap each layer's launch with the end of the one before: on or off")
       ->check(CLI::IsMember({"on", "off"}))
       ->default_val("on");
+  sub->add_flag("--fold-duplicates", args->fold_duplicates,
+                "Compute each layer's duplicate neurons (rows with the same nonzeros and bias) once and read the first "
+                "copy in the next layer; the last layer keeps every row. Chains of matrix layers only");
   return [args] {
     SPARSERT_USER_CHECK(!args->network.empty() || !args->gc_dir.empty(), "compile",
                         "give a network description (.json) or --graphchallenge DIR");
@@ -206,7 +236,8 @@ Action add_compile(CLI::App& app) {
         args->gc_dir.empty()
             ? compiler::read_network(args->network)
             : compiler::graph_challenge_network(args->gc_dir, args->gc_neurons, args->gc_layers, args->gc_n);
-    const std::vector<compiler::LoadedLayer> layers = compiler::load_network(net);
+    std::vector<compiler::LoadedLayer> layers = compiler::load_network(net);
+    if (args->fold_duplicates) fold_layers(layers, args->quiet);
     compiler::CompileOptions opt;
     opt.targets = codegen::Target::parse_list(args->targets, "--target");
     opt.threads = args->threads;

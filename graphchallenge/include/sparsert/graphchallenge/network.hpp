@@ -27,7 +27,9 @@ struct Network {
   int32_t neurons = 0;
   float bias = 0.0f;  // the same for every neuron of every layer; at most 0 (dead-input pruning relies on it)
   float clamp = kClamp;
-  std::vector<CsrMatrix> layers;  // A_l = W_lᵀ: row = output neuron, column = input neuron
+  // A_l = W_lᵀ: row = output neuron, column = input neuron. neurons x neurons as the challenge has them; a folded
+  // network's (fold_duplicate_neurons) chain other shapes: layer 0 has `neurons` columns, layer l the rows of l - 1.
+  std::vector<CsrMatrix> layers;
 
   int64_t total_nnz() const;
 };
@@ -36,6 +38,17 @@ struct Network {
 // neuron), transposing each once. Shapes other than neurons × neurons and a positive bias are UserErrors naming
 // "layer L" or "bias".
 Network make_network(std::vector<CsrMatrix> weights, int32_t neurons, float bias, float clamp = kClamp);
+
+// The network with its duplicate neurons folded (inspector/fold.hpp): each layer computes one row of each kind of
+// its rows (those with the same weights as an earlier one are left out) and the next layer reads that row instead,
+// its merged weights added; the last layer keeps every row. Layers are then R_l x R_{l-1} (64 x 64 in the official
+// networks but the first, 64 x N, and the last, N x 64). An exact shortcut: the categories and the final activations
+// are the plain network's up to the order of each sum, and a rate it gives is not the plain rate.
+struct FoldStats {
+  int64_t nnz_before = 0, nnz_after = 0;
+  int64_t rows_before = 0, rows_after = 0;  // over all layers
+};
+Network fold_duplicate_neurons(const Network& net, FoldStats* stats = nullptr);
 
 // Y_0 feature-major from images stored one per row (images × neurons), tiled `replicate` times: column
 // i + r·images is image i. UserError when the neuron counts differ or the result is too large.

@@ -1,0 +1,124 @@
+#include "sparsert/inspector/fold.hpp"
+
+#include "sparsert/runtime/error.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <numeric>
+#include <unordered_map>
+
+namespace sparsert::inspector {
+
+namespace {
+
+struct Entry {
+  int32_t col;
+  float value;
+};
+
+uint64_t mix(uint64_t h, uint64_t x) {
+  h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h;
+}
+
+}  // namespace
+
+FoldedLayer fold_layer(const CsrMatrix& a, std::span<const float> bias, std::span<const int32_t> previous_source,
+                       bool last) {
+  SPARSERT_USER_CHECK(bias.size() <= 1 || bias.size() == static_cast<size_t>(a.rows), "bias",
+                      "has {} values for {} rows", bias.size(), a.rows);
+  SPARSERT_USER_CHECK(previous_source.empty() || previous_source.size() == static_cast<size_t>(a.cols), "shape",
+                      "the layer has {} columns, the layer before it {} rows", a.cols, previous_source.size());
+  // The layer before kept the rows its sources name: 0 .. the largest.
+  const int32_t cols =
+      previous_source.empty() ? a.cols : *std::max_element(previous_source.begin(), previous_source.end()) + 1;
+  // Each row with its columns merged into the first copy of each: weights summed in double, in column order, and
+  // rounded once.
+  std::vector<int32_t> row_ptr(static_cast<size_t>(a.rows) + 1, 0);
+  std::vector<Entry> entries;
+  entries.reserve(a.col_idx.size());
+  std::vector<std::pair<int32_t, int32_t>> row;  // (merged column, position in a)
+  for (int32_t r = 0; r < a.rows; ++r) {
+    row.clear();
+    for (int32_t i = a.row_ptr[r]; i < a.row_ptr[r + 1]; ++i) {
+      const int32_t c = a.col_idx[i];
+      row.emplace_back(previous_source.empty() ? c : previous_source[static_cast<size_t>(c)], i);
+    }
+    std::stable_sort(row.begin(), row.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    for (size_t j = 0; j < row.size();) {
+      double sum = 0.0;
+      size_t k = j;
+      for (; k < row.size() && row[k].first == row[j].first; ++k) sum += a.values[static_cast<size_t>(row[k].second)];
+      const auto merged = static_cast<float>(sum);
+      SPARSERT_USER_CHECK(std::isfinite(merged), "weights", "row {}: the weights merged into column {} sum to {}, "
+                          "beyond float", r, row[j].first, sum);
+      entries.push_back({row[j].first, merged});
+      j = k;
+    }
+    row_ptr[static_cast<size_t>(r) + 1] = static_cast<int32_t>(entries.size());
+  }
+
+  // Rows equal in nonzeros and bias, by a hash of both, then compared in full.
+  const auto bias_bits = [&](int32_t r) -> uint32_t {
+    if (bias.empty()) return 0;
+    return std::bit_cast<uint32_t>(bias.size() == 1 ? bias[0] : bias[static_cast<size_t>(r)]);
+  };
+  const auto same_row = [&](int32_t x, int32_t y) {
+    if (bias_bits(x) != bias_bits(y)) return false;
+    const int32_t xb = row_ptr[x], xe = row_ptr[x + 1], yb = row_ptr[y];
+    if (xe - xb != row_ptr[y + 1] - yb) return false;
+    for (int32_t i = 0; i < xe - xb; ++i) {
+      const Entry& p = entries[static_cast<size_t>(xb + i)];
+      const Entry& q = entries[static_cast<size_t>(yb + i)];
+      if (p.col != q.col || std::bit_cast<uint32_t>(p.value) != std::bit_cast<uint32_t>(q.value)) return false;
+    }
+    return true;
+  };
+  FoldedLayer out;
+  out.source.resize(static_cast<size_t>(a.rows));
+  std::unordered_map<uint64_t, std::vector<int32_t>> firsts;  // hash -> the first rows of their kind
+  firsts.reserve(static_cast<size_t>(a.rows));
+  for (int32_t r = 0; r < a.rows; ++r) {
+    uint64_t h = mix(0, bias_bits(r));
+    for (int32_t i = row_ptr[r]; i < row_ptr[r + 1]; ++i) {
+      h = mix(mix(h, static_cast<uint32_t>(entries[static_cast<size_t>(i)].col)),
+              std::bit_cast<uint32_t>(entries[static_cast<size_t>(i)].value));
+    }
+    int32_t first = r;
+    if (!last) {
+      std::vector<int32_t>& kinds = firsts[h];
+      const auto it = std::find_if(kinds.begin(), kinds.end(), [&](int32_t f) { return same_row(f, r); });
+      if (it != kinds.end()) first = *it;
+      if (first == r) kinds.push_back(r);
+    }
+    if (first == r) {
+      out.source[static_cast<size_t>(r)] = static_cast<int32_t>(out.kept.size());
+      out.kept.push_back(r);
+    } else {
+      out.source[static_cast<size_t>(r)] = out.source[static_cast<size_t>(first)];
+    }
+  }
+
+  CsrMatrix& f = out.a;
+  f.rows = static_cast<int32_t>(out.kept.size());
+  f.cols = cols;
+  f.row_ptr.assign(out.kept.size() + 1, 0);
+  for (size_t i = 0; i < out.kept.size(); ++i) {
+    const int32_t r = out.kept[i];
+    for (int32_t k = row_ptr[r]; k < row_ptr[r + 1]; ++k) {
+      f.col_idx.push_back(entries[static_cast<size_t>(k)].col);
+      f.values.push_back(entries[static_cast<size_t>(k)].value);
+    }
+    if (row_ptr[r + 1] > row_ptr[r]) ++out.computed_rows;
+    f.row_ptr[i + 1] = static_cast<int32_t>(f.col_idx.size());
+  }
+  if (bias.size() <= 1) {
+    out.bias.assign(bias.begin(), bias.end());
+  } else {
+    for (const int32_t r : out.kept) out.bias.push_back(bias[static_cast<size_t>(r)]);
+  }
+  return out;
+}
+
+}  // namespace sparsert::inspector
