@@ -648,7 +648,12 @@ LiveColumns CudaLayerExecutor::run_layers(int32_t layers, int64_t inputs) {
 
 DenseTensor CudaLayerExecutor::activations() {
   Impl& im = *impl_;
-  const int32_t rows = im.net->layers.empty() ? im.net->neurons : im.net->layers.back().rows;
+  // The rows of the last layer run (a folded network's layers differ in height), or the inputs'; a run whose columns
+  // all died stops enqueueing layers, and its (empty) result has the network's output rows.
+  const Network& net = *im.net;
+  const int32_t rows = im.steps == 0 ? net.neurons
+                       : im.live == 0 ? net.layers.back().rows
+                                      : net.layers[static_cast<size_t>(im.steps) - 1].rows;
   DenseTensor out({rows, static_cast<int64_t>(im.live)});
   if (im.live == 0) return out;
   im.gpu->stream().synchronize();

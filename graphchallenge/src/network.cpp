@@ -51,7 +51,7 @@ Network make_network(std::vector<CsrMatrix> weights, int32_t neurons, float bias
   return net;
 }
 
-Network fold_duplicate_neurons(const Network& net, FoldStats* stats) {
+Network fold_duplicate_neurons(const Network& net, FoldStats* stats, int threads) {
   Network out;
   out.neurons = net.neurons;
   out.bias = net.bias;
@@ -61,7 +61,8 @@ Network fold_duplicate_neurons(const Network& net, FoldStats* stats) {
   std::vector<int32_t> source;
   const float bias[] = {net.bias};
   for (size_t l = 0; l < net.layers.size(); ++l) {
-    inspector::FoldedLayer f = inspector::fold_layer(net.layers[l], bias, source, l + 1 == net.layers.size());
+    inspector::FoldedLayer f =
+        inspector::fold_layer(net.layers[l], bias, source, l + 1 == net.layers.size(), threads);
     s.nnz_before += net.layers[l].nnz();
     s.nnz_after += f.a.nnz();
     s.rows_before += net.layers[l].rows;
@@ -216,6 +217,11 @@ DenseTensor take_columns(const DenseTensor& y0, const std::vector<int32_t>& colu
 
 CategoryCheck check_sample(const Network& net, DenseTensor y_sample, const std::vector<int32_t>& columns,
                            const std::vector<int32_t>& got, int cpu_threads) {
+  return compare_sample(sample_categories(net, std::move(y_sample), columns, cpu_threads), columns, got);
+}
+
+std::vector<int32_t> sample_categories(const Network& net, DenseTensor y_sample, const std::vector<int32_t>& columns,
+                                       int cpu_threads) {
   SPARSERT_INTERNAL_CHECK(y_sample.rank() == 2 && y_sample.cols() == static_cast<int64_t>(columns.size()),
                           "{} sampled columns for {} inputs", y_sample.shape_string(), columns.size());
   CpuExecutorOptions co;
@@ -226,6 +232,11 @@ CategoryCheck check_sample(const Network& net, DenseTensor y_sample, const std::
   for (const int32_t p : run_inference(net, std::move(y_sample), cpu).categories) {
     want.push_back(columns[static_cast<size_t>(p)]);
   }
+  return want;
+}
+
+CategoryCheck compare_sample(const std::vector<int32_t>& want, const std::vector<int32_t>& columns,
+                             const std::vector<int32_t>& got) {
   std::vector<int32_t> among;
   std::set_intersection(got.begin(), got.end(), columns.begin(), columns.end(), std::back_inserter(among));
   return compare_categories(among, want);

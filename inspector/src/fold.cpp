@@ -1,6 +1,7 @@
 #include "sparsert/inspector/fold.hpp"
 
 #include "sparsert/runtime/error.hpp"
+#include "sparsert/runtime/thread_pool.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -25,7 +26,7 @@ uint64_t mix(uint64_t h, uint64_t x) {
 }  // namespace
 
 FoldedLayer fold_layer(const CsrMatrix& a, std::span<const float> bias, std::span<const int32_t> previous_source,
-                       bool last) {
+                       bool last, int threads) {
   SPARSERT_USER_CHECK(bias.size() <= 1 || bias.size() == static_cast<size_t>(a.rows), "bias",
                       "has {} values for {} rows", bias.size(), a.rows);
   SPARSERT_USER_CHECK(previous_source.empty() || previous_source.size() == static_cast<size_t>(a.cols), "shape",
@@ -34,30 +35,36 @@ FoldedLayer fold_layer(const CsrMatrix& a, std::span<const float> bias, std::spa
   const int32_t cols =
       previous_source.empty() ? a.cols : *std::max_element(previous_source.begin(), previous_source.end()) + 1;
   // Each row with its columns merged into the first copy of each: weights summed in double, in column order, and
-  // rounded once.
-  std::vector<int32_t> row_ptr(static_cast<size_t>(a.rows) + 1, 0);
-  std::vector<Entry> entries;
-  entries.reserve(a.col_idx.size());
-  std::vector<std::pair<int32_t, int32_t>> row;  // (merged column, position in a)
-  for (int32_t r = 0; r < a.rows; ++r) {
-    row.clear();
-    for (int32_t i = a.row_ptr[r]; i < a.row_ptr[r + 1]; ++i) {
-      const int32_t c = a.col_idx[i];
-      row.emplace_back(previous_source.empty() ? c : previous_source[static_cast<size_t>(c)], i);
+  // rounded once. A merged row is no longer than the row, so it is written where the row was (from a.row_ptr[r]),
+  // which lets rows be merged in parallel; len[r] is its length.
+  std::vector<Entry> entries(a.col_idx.size());
+  std::vector<int32_t> len(static_cast<size_t>(a.rows), 0);
+  constexpr int32_t kRowsPerTask = 1024;
+  const int64_t tasks = (static_cast<int64_t>(a.rows) + kRowsPerTask - 1) / kRowsPerTask;
+  parallel_for(tasks, threads, [&](int64_t task) {
+    std::vector<std::pair<int32_t, int32_t>> row;  // (merged column, position in a)
+    const auto first = static_cast<int32_t>(task * kRowsPerTask);
+    for (int32_t r = first; r < std::min(a.rows, first + kRowsPerTask); ++r) {
+      row.clear();
+      for (int32_t i = a.row_ptr[r]; i < a.row_ptr[r + 1]; ++i) {
+        const int32_t c = a.col_idx[i];
+        row.emplace_back(previous_source.empty() ? c : previous_source[static_cast<size_t>(c)], i);
+      }
+      std::stable_sort(row.begin(), row.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+      int32_t at = a.row_ptr[r];
+      for (size_t j = 0; j < row.size();) {
+        double sum = 0.0;
+        size_t k = j;
+        for (; k < row.size() && row[k].first == row[j].first; ++k) sum += a.values[static_cast<size_t>(row[k].second)];
+        const auto merged = static_cast<float>(sum);
+        SPARSERT_USER_CHECK(std::isfinite(merged), "weights", "row {}: the weights merged into column {} sum to {}, "
+                            "beyond float", r, row[j].first, sum);
+        entries[static_cast<size_t>(at++)] = {row[j].first, merged};
+        j = k;
+      }
+      len[static_cast<size_t>(r)] = at - a.row_ptr[r];
     }
-    std::stable_sort(row.begin(), row.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
-    for (size_t j = 0; j < row.size();) {
-      double sum = 0.0;
-      size_t k = j;
-      for (; k < row.size() && row[k].first == row[j].first; ++k) sum += a.values[static_cast<size_t>(row[k].second)];
-      const auto merged = static_cast<float>(sum);
-      SPARSERT_USER_CHECK(std::isfinite(merged), "weights", "row {}: the weights merged into column {} sum to {}, "
-                          "beyond float", r, row[j].first, sum);
-      entries.push_back({row[j].first, merged});
-      j = k;
-    }
-    row_ptr[static_cast<size_t>(r) + 1] = static_cast<int32_t>(entries.size());
-  }
+  });
 
   // Rows equal in nonzeros and bias, by a hash of both, then compared in full.
   const auto bias_bits = [&](int32_t r) -> uint32_t {
@@ -65,26 +72,33 @@ FoldedLayer fold_layer(const CsrMatrix& a, std::span<const float> bias, std::spa
     return std::bit_cast<uint32_t>(bias.size() == 1 ? bias[0] : bias[static_cast<size_t>(r)]);
   };
   const auto same_row = [&](int32_t x, int32_t y) {
-    if (bias_bits(x) != bias_bits(y)) return false;
-    const int32_t xb = row_ptr[x], xe = row_ptr[x + 1], yb = row_ptr[y];
-    if (xe - xb != row_ptr[y + 1] - yb) return false;
-    for (int32_t i = 0; i < xe - xb; ++i) {
+    if (bias_bits(x) != bias_bits(y) || len[static_cast<size_t>(x)] != len[static_cast<size_t>(y)]) return false;
+    const int32_t xb = a.row_ptr[x], yb = a.row_ptr[y];
+    for (int32_t i = 0; i < len[static_cast<size_t>(x)]; ++i) {
       const Entry& p = entries[static_cast<size_t>(xb + i)];
       const Entry& q = entries[static_cast<size_t>(yb + i)];
       if (p.col != q.col || std::bit_cast<uint32_t>(p.value) != std::bit_cast<uint32_t>(q.value)) return false;
     }
     return true;
   };
+  std::vector<uint64_t> hash(static_cast<size_t>(a.rows));
+  parallel_for(tasks, threads, [&](int64_t task) {
+    const auto first = static_cast<int32_t>(task * kRowsPerTask);
+    for (int32_t r = first; r < std::min(a.rows, first + kRowsPerTask); ++r) {
+      uint64_t h = mix(0, bias_bits(r));
+      for (int32_t i = a.row_ptr[r]; i < a.row_ptr[r] + len[static_cast<size_t>(r)]; ++i) {
+        h = mix(mix(h, static_cast<uint32_t>(entries[static_cast<size_t>(i)].col)),
+                std::bit_cast<uint32_t>(entries[static_cast<size_t>(i)].value));
+      }
+      hash[static_cast<size_t>(r)] = h;
+    }
+  });
   FoldedLayer out;
   out.source.resize(static_cast<size_t>(a.rows));
   std::unordered_map<uint64_t, std::vector<int32_t>> firsts;  // hash -> the first rows of their kind
   firsts.reserve(static_cast<size_t>(a.rows));
   for (int32_t r = 0; r < a.rows; ++r) {
-    uint64_t h = mix(0, bias_bits(r));
-    for (int32_t i = row_ptr[r]; i < row_ptr[r + 1]; ++i) {
-      h = mix(mix(h, static_cast<uint32_t>(entries[static_cast<size_t>(i)].col)),
-              std::bit_cast<uint32_t>(entries[static_cast<size_t>(i)].value));
-    }
+    const uint64_t h = hash[static_cast<size_t>(r)];
     int32_t first = r;
     if (!last) {
       std::vector<int32_t>& kinds = firsts[h];
@@ -106,11 +120,11 @@ FoldedLayer fold_layer(const CsrMatrix& a, std::span<const float> bias, std::spa
   f.row_ptr.assign(out.kept.size() + 1, 0);
   for (size_t i = 0; i < out.kept.size(); ++i) {
     const int32_t r = out.kept[i];
-    for (int32_t k = row_ptr[r]; k < row_ptr[r + 1]; ++k) {
+    for (int32_t k = a.row_ptr[r]; k < a.row_ptr[r] + len[static_cast<size_t>(r)]; ++k) {
       f.col_idx.push_back(entries[static_cast<size_t>(k)].col);
       f.values.push_back(entries[static_cast<size_t>(k)].value);
     }
-    if (row_ptr[r + 1] > row_ptr[r]) ++out.computed_rows;
+    if (len[static_cast<size_t>(r)] > 0) ++out.computed_rows;
     f.row_ptr[i + 1] = static_cast<int32_t>(f.col_idx.size());
   }
   if (bias.size() <= 1) {

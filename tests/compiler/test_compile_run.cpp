@@ -544,13 +544,38 @@ TEST(CompileRun, FoldedDuplicateNeuronsGiveThePlainOutput) {
   double magnitude = 0;
   for (float v : plain.vec()) magnitude += std::abs(v);
   EXPECT_GT(magnitude, 1.0);
+  // Through the emulated driver too: the folded kernels' output against the plain package's on the CPU.
   EXPECT_EQ(sparsert::testing::run_sparsert(
-                fmt::format("run {} --input {} --device cuda --check", (dir / "folded").string(),
-                            (dir / "x.npy").string()),
+                fmt::format("run {} --input {} --output {} --device cuda", (dir / "folded").string(),
+                            (dir / "x.npy").string(), (dir / "folded-cuda.npy").string()),
                 &out, true),
             0)
       << out;
-  EXPECT_NE(out.find("PASS"), std::string::npos) << out;
+  EXPECT_LT(max_relative_error(read_npy_f32(dir / "folded-cuda.npy"), plain), 1e-5);
+
+  // The Graph Challenge network's description folds as the graphchallenge command folds it.
+  const std::filesystem::path gcdir = dir / "gc";
+  std::filesystem::create_directories(gcdir);
+  for (int32_t l = 1; l <= 2; ++l) {
+    // W_l as the challenge stores it (rows = inputs): 4 kinds of output neuron among 1024, 256 copies each, with 16
+    // inputs of 1/16.
+    std::vector<Triplet> t;
+    for (int32_t out_neuron = 0; out_neuron < 1024; ++out_neuron) {
+      for (int32_t in = 0; in < 1024; ++in) {
+        if ((in + l * (out_neuron % 4)) % 64 == 0) t.push_back({in, out_neuron, 0.0625f});
+      }
+    }
+    inspector::write_tsv_triples(gcdir / fmt::format("n1024-l{}.tsv", l),
+                                 csr_from_triplets(1024, 1024, std::move(t), DuplicatePolicy::kError, "gc layer"));
+  }
+  ASSERT_EQ(sparsert::testing::run_sparsert(fmt::format("compile --graphchallenge {} --layers 2 --n 8 -o {} --target "
+                                                        "sm_90 --ptx-only --no-tuning-db --fold-duplicates",
+                                                        gcdir.string(), (dir / "gcpkg").string()),
+                                            &out, true),
+            0)
+      << out;
+  // Layer 1: 4 kinds; layer 2, the last: every row.
+  EXPECT_NE(out.find("fold: duplicate neurons folded, 1028 of 2048 rows"), std::string::npos) << out;
 }
 
 TEST(CompileRun, BadPackagesAndInputs) {

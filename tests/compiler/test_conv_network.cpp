@@ -164,6 +164,14 @@ TEST(ConvNetwork, CliRunsOnTheCpuAndChecks) {
       << out;
   EXPECT_NE(out.find("layer 0: conv.padding"), std::string::npos) << out;
   EXPECT_FALSE(std::filesystem::exists(dir / "bad_pkg"));
+  // Folding duplicate neurons is for chains of matrix layers: a convolution is named, and nothing is written.
+  EXPECT_EQ(run_cli(fmt::format("compile {} -o {} --ptx-only -q --fold-duplicates", json.string(),
+                                (dir / "fold_pkg").string()),
+                    &out),
+            2)
+      << out;
+  EXPECT_NE(out.find("--fold-duplicates: layer reduce is a convolution"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "fold_pkg"));
 }
 
 TEST(ConvNetwork, BadDescriptionsNameTheField) {

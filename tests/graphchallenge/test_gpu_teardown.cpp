@@ -48,6 +48,12 @@ std::pair<int, std::string> run_command(const std::string& cmd) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
+// `sparsert ARGS` on the emulated driver with its kernel cache in `dir`: exit code and output (stderr included).
+std::pair<int, std::string> emulated_cli(const testing::ScratchDir& dir, const std::string& args) {
+  return run_command(fmt::format("SPARSERT_LIBCUDA='{}' SPARSERT_CACHE_DIR='{}' '{}' {} 2>&1", SPARSERT_EMU_LIB,
+                                 (dir / "cache").string(), SPARSERT_CLI, args));
+}
+
 // A small synthetic network (1024 neurons, 3 layers, 40 images) and its categories from the CPU executor.
 class GraphChallengeGpuTeardown : public ::testing::Test {
  protected:
@@ -574,17 +580,22 @@ TEST(GraphChallengeGpuGraph, ARefusedDependentLaunchInACaptureFallsBackToOrdinar
 TEST(GraphChallengeGpuCli, SyntheticNetworkInMemoryIsCheckedOnASample) {
   emu();
   testing::ScratchDir dir;
-  const std::string cmd = fmt::format(
-      "SPARSERT_LIBCUDA='{}' SPARSERT_CACHE_DIR='{}' '{}' graphchallenge --synthetic 5 --neurons 1024 --layers 4 "
-      "--images 48 --check-sample 20 --compact-weights --device cuda --ptx-only --threads 1 2>&1",
-      SPARSERT_EMU_LIB, (dir / "cache").string(), SPARSERT_CLI);
-  const auto [code, out] = run_command(cmd);
+  const auto [code, out] = emulated_cli(dir, "graphchallenge --synthetic 5 --neurons 1024 --layers 4 --images 48 "
+                                             "--check-sample 20 --compact-weights --device cuda --ptx-only --threads 1");
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("generated (synthetic, seed 5): 4 layers (131072 nonzeros), 48 images x 1 = 48 inputs"),
             std::string::npos) << out;
   EXPECT_NE(out.find("compact row-split layout"), std::string::npos) << out;
   EXPECT_NE(out.find("PASS: the categories of 20 of the inputs (evenly strided) match the CPU executor's"),
             std::string::npos) << out;
+  // Folded, the sample's categories come from the plain network on the CPU, computed before the run so that the
+  // plain network need not be kept beside the folded one.
+  const auto [folded_code, folded] = emulated_cli(dir, "graphchallenge --synthetic 5 --neurons 1024 --layers 4 "
+                                                       "--images 48 --check-sample 20 --fold-duplicates --device "
+                                                       "cuda --ptx-only --threads 1");
+  EXPECT_EQ(folded_code, 0) << folded;
+  EXPECT_NE(folded.find("match the CPU executor's on the plain network"), std::string::npos) << folded;
+  EXPECT_NE(folded.find("duplicate neurons folded: not the plain rate"), std::string::npos) << folded;
 }
 
 // The largest size, 65536 neurons (2M nonzeros a layer, above the baked cap), through the whole path: made in memory,

@@ -52,14 +52,15 @@ struct CompileArgs {
 
 // --fold-duplicates: each layer computes one row of each kind of its rows (same nonzeros and bias) and the next layer
 // reads it for every copy (inspector/fold.hpp); the last layer keeps every row, so the output is whole.
-void fold_layers(std::vector<compiler::LoadedLayer>& layers, bool quiet) {
+void fold_layers(std::vector<compiler::LoadedLayer>& layers, int threads, bool quiet) {
   std::vector<int32_t> source;
   int64_t nnz_before = 0, nnz_after = 0, rows_before = 0, rows_after = 0;
   for (size_t l = 0; l < layers.size(); ++l) {
     compiler::LoadedLayer& layer = layers[l];
     SPARSERT_USER_CHECK(!layer.conv, "--fold-duplicates", "layer {} is a convolution; only chains of matrix layers "
                         "fold", layer.desc.name);
-    inspector::FoldedLayer f = inspector::fold_layer(layer.matrix(), layer.desc.bias, source, l + 1 == layers.size());
+    inspector::FoldedLayer f =
+        inspector::fold_layer(layer.matrix(), layer.desc.bias, source, l + 1 == layers.size(), threads);
     nnz_before += layer.matrix().nnz();
     rows_before += layer.matrix().rows;
     nnz_after += f.a.nnz();
@@ -237,7 +238,7 @@ Action add_compile(CLI::App& app) {
             ? compiler::read_network(args->network)
             : compiler::graph_challenge_network(args->gc_dir, args->gc_neurons, args->gc_layers, args->gc_n);
     std::vector<compiler::LoadedLayer> layers = compiler::load_network(net);
-    if (args->fold_duplicates) fold_layers(layers, args->quiet);
+    if (args->fold_duplicates) fold_layers(layers, args->threads, args->quiet);
     compiler::CompileOptions opt;
     opt.targets = codegen::Target::parse_list(args->targets, "--target");
     opt.threads = args->threads;

@@ -42,13 +42,14 @@ Network make_network(std::vector<CsrMatrix> weights, int32_t neurons, float bias
 // The network with its duplicate neurons folded (inspector/fold.hpp): each layer computes one row of each kind of
 // its rows (those with the same weights as an earlier one are left out) and the next layer reads that row instead,
 // its merged weights added; the last layer keeps every row. Layers are then R_l x R_{l-1} (64 x 64 in the official
-// networks but the first, 64 x N, and the last, N x 64). An exact shortcut: the categories and the final activations
-// are the plain network's up to the order of each sum, and a rate it gives is not the plain rate.
+// networks but the first, 64 x N, and the last, N x 64). An exact shortcut: the same categories, the activations the
+// plain network's up to rounding (inspector/fold.hpp), and a rate it gives is not the plain rate.
 struct FoldStats {
   int64_t nnz_before = 0, nnz_after = 0;
   int64_t rows_before = 0, rows_after = 0;  // over all layers
 };
-Network fold_duplicate_neurons(const Network& net, FoldStats* stats = nullptr);
+// Each layer's rows are merged on up to `threads` threads (0: one per core).
+Network fold_duplicate_neurons(const Network& net, FoldStats* stats = nullptr, int threads = 1);
 
 // Y_0 feature-major from images stored one per row (images × neurons), tiled `replicate` times: column
 // i + r·images is image i. UserError when the neuron counts differ or the result is too large.
@@ -78,7 +79,8 @@ class LayerExecutor {
   // and follows the survivors on the host; an executor that keeps the filter on the device overrides it, so that the
   // host does not wait for every layer.
   virtual LiveColumns run_layers(int32_t layers, int64_t inputs);
-  // The live activations on the host, neurons × live columns (for checks; not timed).
+  // The live activations on the host, the last layer run's rows (the inputs' before any) × live columns (for checks;
+  // not timed).
   virtual DenseTensor activations() = 0;
 };
 
@@ -139,6 +141,12 @@ DenseTensor take_columns(const DenseTensor& y0, const std::vector<int32_t>& colu
 // run, increasing) that fall among them. Differences name the inputs 1-based.
 CategoryCheck check_sample(const Network& net, DenseTensor y_sample, const std::vector<int32_t>& columns,
                            const std::vector<int32_t>& got, int cpu_threads = 0);
+// check_sample in two steps, so that the CPU's categories can be had before the network is let go: the categories
+// among `columns` (input ids, increasing), then `want` against those of `got` that fall among `columns`.
+std::vector<int32_t> sample_categories(const Network& net, DenseTensor y_sample, const std::vector<int32_t>& columns,
+                                       int cpu_threads = 0);
+CategoryCheck compare_sample(const std::vector<int32_t>& want, const std::vector<int32_t>& columns,
+                             const std::vector<int32_t>& got);
 
 // inputs × total nonzeros over all layers / seconds.
 double edge_rate(int64_t inputs, int64_t total_nnz, double seconds);

@@ -6,8 +6,8 @@
 // chain's output is the whole output. Pruned networks rarely have such rows; the Graph Challenge's RadiX-Net layers
 // are made of them (64 kinds of 1024 rows, 16 of each), so there every layer but the last shrinks to 64 x 64.
 //
-// The arithmetic is the same up to the order of each sum: a merged weight multiplies the shared value once instead of
-// once per copy, as a kernel that splits the reduction differently would.
+// The arithmetic differs only where weights merge: w1·x + w2·x becomes (w1 + w2)·x, the sum rounded once, which is
+// exact where the weights add exactly (the Graph Challenge's 1/16s) and otherwise as close as a reordered sum.
 #include "sparsert/runtime/csr.hpp"
 
 #include <cstdint>
@@ -26,8 +26,9 @@ struct FoldedLayer {
 
 // Folds layer `a` of a chain, given the `source` map of the layer before it as folded (empty for the first layer;
 // then its size must be a.cols). `bias` is empty, one value for every row, or one per row. With `last`, every row is
-// kept. Deterministic. UserError naming "bias", "shape" or "weights" (a merged weight beyond float).
+// kept. Rows are merged on up to `threads` threads (0: one per core); the result does not depend on it. UserError
+// naming "bias", "shape" or "weights" (a merged weight beyond float).
 FoldedLayer fold_layer(const CsrMatrix& a, std::span<const float> bias, std::span<const int32_t> previous_source,
-                       bool last);
+                       bool last, int threads = 1);
 
 }  // namespace sparsert::inspector
