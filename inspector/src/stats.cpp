@@ -1,5 +1,7 @@
 #include "sparsert/inspector/stats.hpp"
 
+#include "sparsert/inspector/fold.hpp"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -59,6 +61,7 @@ MatrixStats analyze(const CsrMatrix& a) {
     for (float v : a.values) abs_sum += std::fabs(v);
     s.value_abs_mean = abs_sum / static_cast<double>(a.values.size());
   }
+  s.distinct_rows = fold_layer(a, {}, {}, false).a.rows;
   return s;
 }
 
@@ -80,7 +83,8 @@ nlohmann::json to_json(const MatrixStats& s) {
           {"empty_rows", s.per_row.empty},
           {"empty_cols", s.per_col.empty},
           {"row_histogram", std::move(hist)},
-          {"values", {{"min", s.value_min}, {"max", s.value_max}, {"abs_mean", s.value_abs_mean}}}};
+          {"values", {{"min", s.value_min}, {"max", s.value_max}, {"abs_mean", s.value_abs_mean}}},
+          {"distinct_rows", s.distinct_rows}};
 }
 
 std::string to_text(const MatrixStats& s) {
@@ -93,6 +97,10 @@ std::string to_text(const MatrixStats& s) {
   out += line("row", s.per_row);
   out += line("col", s.per_col);
   out += fmt::format("values: min {:.6g} max {:.6g} mean |v| {:.6g}\n", s.value_min, s.value_max, s.value_abs_mean);
+  out += fmt::format("distinct rows: {} of {}{}\n", s.distinct_rows, s.rows,
+                     s.distinct_rows < s.rows ? " (the others repeat an earlier row: in a layer that is not a network's "
+                                                "last, compile --fold-duplicates computes each kind once)"
+                                              : "");
   out += "histogram of nnz per row:\n";
   int64_t most = 1;
   for (const HistogramBin& b : s.row_histogram) most = std::max(most, b.count);

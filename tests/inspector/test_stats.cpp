@@ -38,4 +38,21 @@ TEST(Stats, AnalyzeSmallMatrix) {
   nlohmann::json j = to_json(s);
   EXPECT_EQ(j["empty_cols"], 2);
   EXPECT_NE(to_text(s).find("shape: 3 x 4"), std::string::npos);
+  EXPECT_EQ(s.distinct_rows, 3);
+  EXPECT_NE(to_text(s).find("distinct rows: 3 of 3\n"), std::string::npos) << to_text(s);
+}
+
+// Rows that repeat an earlier one (the same columns and values) are counted once, and the text says what folds them.
+TEST(Stats, CountsTheDistinctRows) {
+  CsrMatrix a;
+  a.rows = 4;
+  a.cols = 3;
+  a.row_ptr = {0, 2, 4, 5, 7};
+  a.col_idx = {0, 2, 0, 2, 1, 0, 2};
+  a.values = {1.0f, 2.0f, 1.0f, 2.0f, 5.0f, 1.0f, 2.5f};  // rows 0 and 1 alike; row 3 has row 0's pattern only
+  const MatrixStats s = analyze(a);
+  EXPECT_EQ(s.distinct_rows, 3);
+  EXPECT_EQ(to_json(s)["distinct_rows"], 3);
+  EXPECT_NE(to_text(s).find("distinct rows: 3 of 4 (the others repeat an earlier row"), std::string::npos)
+      << to_text(s);
 }

@@ -33,6 +33,9 @@ struct MatrixStats {
   Distribution per_col;
   std::vector<HistogramBin> row_histogram;  // of nonzeros per row
   double value_min = 0.0, value_max = 0.0, value_abs_mean = 0.0;
+  // Rows unlike every earlier row in nonzeros and values: what `--fold-duplicates` computes of a layer that is not the
+  // last (inspector/fold.hpp).
+  int32_t distinct_rows = 0;
 };
 
 Distribution describe(const std::vector<int32_t>& counts);
