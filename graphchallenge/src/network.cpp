@@ -1,6 +1,5 @@
 #include "sparsert/graphchallenge/network.hpp"
 
-#include "sparsert/inspector/fold.hpp"
 #include "sparsert/runtime/error.hpp"
 
 #include <fmt/format.h>
@@ -57,20 +56,12 @@ Network fold_duplicate_neurons(const Network& net, FoldStats* stats, int threads
   out.bias = net.bias;
   out.clamp = net.clamp;
   out.layers.reserve(net.layers.size());
-  FoldStats s;
-  std::vector<int32_t> source;
+  inspector::ChainFolder folder(threads);
   const float bias[] = {net.bias};
   for (size_t l = 0; l < net.layers.size(); ++l) {
-    inspector::FoldedLayer f =
-        inspector::fold_layer(net.layers[l], bias, source, l + 1 == net.layers.size(), threads);
-    s.nnz_before += net.layers[l].nnz();
-    s.nnz_after += f.a.nnz();
-    s.rows_before += net.layers[l].rows;
-    s.rows_after += f.a.rows;
-    source = std::move(f.source);
-    out.layers.push_back(std::move(f.a));
+    out.layers.push_back(folder.fold(net.layers[l], bias, l + 1 == net.layers.size()).a);
   }
-  if (stats) *stats = s;
+  if (stats) *stats = folder.totals();
   return out;
 }
 

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <numeric>
 #include <unordered_map>
 
 namespace sparsert::inspector {
@@ -39,31 +38,34 @@ FoldedLayer fold_layer(const CsrMatrix& a, std::span<const float> bias, std::spa
   // which lets rows be merged in parallel; len[r] is its length.
   std::vector<Entry> entries(a.col_idx.size());
   std::vector<int32_t> len(static_cast<size_t>(a.rows), 0);
-  constexpr int32_t kRowsPerTask = 1024;
-  const int64_t tasks = (static_cast<int64_t>(a.rows) + kRowsPerTask - 1) / kRowsPerTask;
-  parallel_for(tasks, threads, [&](int64_t task) {
-    std::vector<std::pair<int32_t, int32_t>> row;  // (merged column, position in a)
-    const auto first = static_cast<int32_t>(task * kRowsPerTask);
-    for (int32_t r = first; r < std::min(a.rows, first + kRowsPerTask); ++r) {
-      row.clear();
-      for (int32_t i = a.row_ptr[r]; i < a.row_ptr[r + 1]; ++i) {
-        const int32_t c = a.col_idx[i];
-        row.emplace_back(previous_source.empty() ? c : previous_source[static_cast<size_t>(c)], i);
-      }
-      std::stable_sort(row.begin(), row.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
-      int32_t at = a.row_ptr[r];
-      for (size_t j = 0; j < row.size();) {
-        double sum = 0.0;
-        size_t k = j;
-        for (; k < row.size() && row[k].first == row[j].first; ++k) sum += a.values[static_cast<size_t>(row[k].second)];
-        const auto merged = static_cast<float>(sum);
-        SPARSERT_USER_CHECK(std::isfinite(merged), "weights", "row {}: the weights merged into column {} sum to {}, "
-                            "beyond float", r, row[j].first, sum);
-        entries[static_cast<size_t>(at++)] = {row[j].first, merged};
-        j = k;
-      }
-      len[static_cast<size_t>(r)] = at - a.row_ptr[r];
+  // fn(r) for every row, in tasks of 1024 rows on up to `threads` threads.
+  const auto for_each_row = [&](const auto& fn) {
+    constexpr int32_t kRowsPerTask = 1024;
+    parallel_for((static_cast<int64_t>(a.rows) + kRowsPerTask - 1) / kRowsPerTask, threads, [&](int64_t task) {
+      const auto first = static_cast<int32_t>(task * kRowsPerTask);
+      for (int32_t r = first; r < std::min(a.rows, first + kRowsPerTask); ++r) fn(r);
+    });
+  };
+  for_each_row([&](int32_t r) {
+    thread_local std::vector<std::pair<int32_t, int32_t>> row;  // (merged column, position in a), reused per thread
+    row.clear();
+    for (int32_t i = a.row_ptr[r]; i < a.row_ptr[r + 1]; ++i) {
+      const int32_t c = a.col_idx[i];
+      row.emplace_back(previous_source.empty() ? c : previous_source[static_cast<size_t>(c)], i);
     }
+    std::stable_sort(row.begin(), row.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    int32_t at = a.row_ptr[r];
+    for (size_t j = 0; j < row.size();) {
+      double sum = 0.0;
+      size_t k = j;
+      for (; k < row.size() && row[k].first == row[j].first; ++k) sum += a.values[static_cast<size_t>(row[k].second)];
+      const auto merged = static_cast<float>(sum);
+      SPARSERT_USER_CHECK(std::isfinite(merged), "weights", "row {}: the weights merged into column {} sum to {}, "
+                          "beyond float", r, row[j].first, sum);
+      entries[static_cast<size_t>(at++)] = {row[j].first, merged};
+      j = k;
+    }
+    len[static_cast<size_t>(r)] = at - a.row_ptr[r];
   });
 
   // Rows equal in nonzeros and bias, by a hash of both, then compared in full.
@@ -82,16 +84,13 @@ FoldedLayer fold_layer(const CsrMatrix& a, std::span<const float> bias, std::spa
     return true;
   };
   std::vector<uint64_t> hash(static_cast<size_t>(a.rows));
-  parallel_for(tasks, threads, [&](int64_t task) {
-    const auto first = static_cast<int32_t>(task * kRowsPerTask);
-    for (int32_t r = first; r < std::min(a.rows, first + kRowsPerTask); ++r) {
-      uint64_t h = mix(0, bias_bits(r));
-      for (int32_t i = a.row_ptr[r]; i < a.row_ptr[r] + len[static_cast<size_t>(r)]; ++i) {
-        h = mix(mix(h, static_cast<uint32_t>(entries[static_cast<size_t>(i)].col)),
-                std::bit_cast<uint32_t>(entries[static_cast<size_t>(i)].value));
-      }
-      hash[static_cast<size_t>(r)] = h;
+  for_each_row([&](int32_t r) {
+    uint64_t h = mix(0, bias_bits(r));
+    for (int32_t i = a.row_ptr[r]; i < a.row_ptr[r] + len[static_cast<size_t>(r)]; ++i) {
+      h = mix(mix(h, static_cast<uint32_t>(entries[static_cast<size_t>(i)].col)),
+              std::bit_cast<uint32_t>(entries[static_cast<size_t>(i)].value));
     }
+    hash[static_cast<size_t>(r)] = h;
   });
   FoldedLayer out;
   out.source.resize(static_cast<size_t>(a.rows));
@@ -133,6 +132,16 @@ FoldedLayer fold_layer(const CsrMatrix& a, std::span<const float> bias, std::spa
     for (const int32_t r : out.kept) out.bias.push_back(bias[static_cast<size_t>(r)]);
   }
   return out;
+}
+
+FoldedLayer ChainFolder::fold(const CsrMatrix& a, std::span<const float> bias, bool last) {
+  FoldedLayer f = fold_layer(a, bias, source_, last, threads_);
+  totals_.nnz_before += a.nnz();
+  totals_.nnz_after += f.a.nnz();
+  totals_.rows_before += a.rows;
+  totals_.rows_after += f.a.rows;
+  source_ = f.source;
+  return f;
 }
 
 }  // namespace sparsert::inspector

@@ -53,26 +53,20 @@ struct CompileArgs {
 // --fold-duplicates: each layer computes one row of each kind of its rows (same nonzeros and bias) and the next layer
 // reads it for every copy (inspector/fold.hpp); the last layer keeps every row, so the output is whole.
 void fold_layers(std::vector<compiler::LoadedLayer>& layers, int threads, bool quiet) {
-  std::vector<int32_t> source;
-  int64_t nnz_before = 0, nnz_after = 0, rows_before = 0, rows_after = 0;
+  inspector::ChainFolder folder(threads);
   for (size_t l = 0; l < layers.size(); ++l) {
     compiler::LoadedLayer& layer = layers[l];
     SPARSERT_USER_CHECK(!layer.conv, "--fold-duplicates", "layer {} is a convolution; only chains of matrix layers "
                         "fold", layer.desc.name);
-    inspector::FoldedLayer f =
-        inspector::fold_layer(layer.matrix(), layer.desc.bias, source, l + 1 == layers.size(), threads);
-    nnz_before += layer.matrix().nnz();
-    rows_before += layer.matrix().rows;
-    nnz_after += f.a.nnz();
-    rows_after += f.a.rows;
+    inspector::FoldedLayer f = folder.fold(layer.matrix(), layer.desc.bias, l + 1 == layers.size());
     layer.a = std::move(f.a);
     layer.borrowed = nullptr;
     layer.desc.bias = std::move(f.bias);
-    source = std::move(f.source);
   }
+  const inspector::FoldTotals& t = folder.totals();
   if (!quiet) {
-    fmt::print("fold: duplicate neurons folded, {} of {} rows and {} of {} nonzeros left\n", rows_after, rows_before,
-               nnz_after, nnz_before);
+    fmt::print("fold: duplicate neurons folded, {} of {} rows and {} of {} nonzeros left\n", t.rows_after,
+               t.rows_before, t.nnz_after, t.nnz_before);
   }
 }
 

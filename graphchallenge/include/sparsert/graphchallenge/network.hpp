@@ -7,6 +7,7 @@
 // driver keeps the map from the surviving columns back to the original input ids.
 //
 // The per-layer work goes through LayerExecutor, so a GPU implementation plugs in beside the CPU one.
+#include "sparsert/inspector/fold.hpp"
 #include "sparsert/runtime/cpu_executor.hpp"
 #include "sparsert/runtime/csr.hpp"
 #include "sparsert/runtime/tensor.hpp"
@@ -44,10 +45,7 @@ Network make_network(std::vector<CsrMatrix> weights, int32_t neurons, float bias
 // its merged weights added; the last layer keeps every row. Layers are then R_l x R_{l-1} (64 x 64 in the official
 // networks but the first, 64 x N, and the last, N x 64). An exact shortcut: the same categories, the activations the
 // plain network's up to rounding (inspector/fold.hpp), and a rate it gives is not the plain rate.
-struct FoldStats {
-  int64_t nnz_before = 0, nnz_after = 0;
-  int64_t rows_before = 0, rows_after = 0;  // over all layers
-};
+using FoldStats = inspector::FoldTotals;
 // Each layer's rows are merged on up to `threads` threads (0: one per core).
 Network fold_duplicate_neurons(const Network& net, FoldStats* stats = nullptr, int threads = 1);
 

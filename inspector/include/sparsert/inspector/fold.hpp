@@ -31,4 +31,23 @@ struct FoldedLayer {
 FoldedLayer fold_layer(const CsrMatrix& a, std::span<const float> bias, std::span<const int32_t> previous_source,
                        bool last, int threads = 1);
 
+struct FoldTotals {
+  int64_t nnz_before = 0, nnz_after = 0;
+  int64_t rows_before = 0, rows_after = 0;  // over all layers
+};
+
+// A chain folded layer after layer, first to last: carries each layer's `source` map to the next and adds up what
+// was kept.
+class ChainFolder {
+ public:
+  explicit ChainFolder(int threads = 1) : threads_(threads) {}
+  FoldedLayer fold(const CsrMatrix& a, std::span<const float> bias, bool last);
+  const FoldTotals& totals() const { return totals_; }
+
+ private:
+  int threads_;
+  std::vector<int32_t> source_;
+  FoldTotals totals_;
+};
+
 }  // namespace sparsert::inspector
