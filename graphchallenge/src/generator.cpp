@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 namespace sparsert::graphchallenge {
 
@@ -136,6 +137,69 @@ Network synthetic_network(int32_t neurons, int32_t layers, uint64_t seed, int th
     net.layers[static_cast<size_t>(l)] = transpose(generate_layer(neurons, static_cast<int32_t>(l) + 1, seed));
   });
   return net;
+}
+
+FoldedSynthetic synthetic_network_folded(int32_t neurons, int32_t layers, uint64_t seed, int threads,
+                                         std::optional<float> bias, FoldedOutput output,
+                                         std::optional<PlainSample> sample) {
+  radix_layers(neurons);
+  SPARSERT_USER_CHECK(layers >= 1, "--layers", "{} is not positive", layers);
+  // Every layer of the recipe is 16 copies of each of N/16 kinds of rows (output j reads what j + N/16 reads).
+  const bool every_row = output == FoldedOutput::kEveryRow;
+  const double bytes = (static_cast<double>(layers) * (neurons / 16) + (every_row ? neurons : 0)) * 32.0 * 8.0;
+  const double ram = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  SPARSERT_USER_CHECK(ram <= 0 || bytes <= 0.8 * ram, "--layers",
+                      "{} layers of {} neurons hold up to {:.1f} GB of nonzeros folded; this machine has {:.1f} GB of "
+                      "memory", layers, neurons, bytes / 1e9, ram / 1e9);
+  FoldedSynthetic out;
+  out.net = make_network({}, neurons, bias ? *bias : official_bias(neurons));  // checks the bias
+  out.net.layers.reserve(static_cast<size_t>(layers));
+  const float layer_bias[] = {out.net.bias};
+  inspector::ChainFolder folder(threads);
+
+  // The sample through the plain layers: its live columns and their ids.
+  CpuExecutorOptions co;
+  co.threads = threads;
+  std::optional<CpuExecutor> cpu;
+  const Epilogue epilogue{{out.net.bias}, Activation::kRelu, out.net.clamp};
+  DenseTensor live, next;
+  std::vector<int32_t> ids;
+  if (sample) {
+    SPARSERT_INTERNAL_CHECK(sample->y.rank() == 2 && sample->y.rows() == neurons &&
+                                sample->y.cols() == static_cast<int64_t>(sample->columns.size()),
+                            "a sample of {} for {} columns of {} neurons", sample->y.shape_string(),
+                            sample->columns.size(), neurons);
+    cpu.emplace(co);
+    live = std::move(sample->y);
+    ids = std::move(sample->columns);
+  }
+
+  // As many layers a batch as there are threads to make them; each then runs and folds in order.
+  const int batch = std::max(1, threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()));
+  std::vector<CsrMatrix> made(static_cast<size_t>(batch));
+  for (int32_t first = 0; first < layers; first += batch) {
+    const int32_t count = std::min(batch, layers - first);
+    parallel_for(count, threads, [&](int64_t i) {
+      made[static_cast<size_t>(i)] = transpose(generate_layer(neurons, first + static_cast<int32_t>(i) + 1, seed));
+    });
+    for (int32_t i = 0; i < count; ++i) {
+      CsrMatrix& a = made[static_cast<size_t>(i)];
+      const bool last = first + i + 1 == layers;
+      out.plain_nnz += a.nnz();
+      if (cpu && !ids.empty()) {
+        const std::vector<int32_t> kept = cpu->spmm_live(a, live, epilogue, next);
+        std::swap(live, next);
+        for (size_t p = 0; p < kept.size(); ++p) ids[p] = ids[static_cast<size_t>(kept[p])];
+        ids.resize(kept.size());
+      }
+      out.net.layers.push_back(folder.fold(a, layer_bias, every_row && last).a);
+      a = CsrMatrix{};
+    }
+  }
+  if (!every_row) out.net.output_source = folder.source();
+  out.stats = folder.totals();
+  out.sample_categories = std::move(ids);
+  return out;
 }
 
 std::filesystem::path write_network(const std::filesystem::path& dir, int32_t neurons, int32_t layers,

@@ -50,7 +50,8 @@ Network make_network(std::vector<CsrMatrix> weights, int32_t neurons, float bias
   return net;
 }
 
-Network fold_duplicate_neurons(const Network& net, FoldStats* stats, int threads) {
+Network fold_duplicate_neurons(const Network& net, FoldStats* stats, int threads, FoldedOutput output) {
+  SPARSERT_INTERNAL_CHECK(net.output_source.empty(), "the network's last layer is folded already");
   Network out;
   out.neurons = net.neurons;
   out.bias = net.bias;
@@ -58,10 +59,25 @@ Network fold_duplicate_neurons(const Network& net, FoldStats* stats, int threads
   out.layers.reserve(net.layers.size());
   inspector::ChainFolder folder(threads);
   const float bias[] = {net.bias};
+  const bool keep_last = output == FoldedOutput::kEveryRow;
   for (size_t l = 0; l < net.layers.size(); ++l) {
-    out.layers.push_back(folder.fold(net.layers[l], bias, l + 1 == net.layers.size()).a);
+    out.layers.push_back(folder.fold(net.layers[l], bias, keep_last && l + 1 == net.layers.size()).a);
   }
+  if (!keep_last && !net.layers.empty()) out.output_source = folder.source();
   if (stats) *stats = folder.totals();
+  return out;
+}
+
+DenseTensor expand_output(const Network& net, const DenseTensor& y) {
+  if (net.output_source.empty()) return y;
+  const int64_t rows = net.layers.back().rows;
+  SPARSERT_INTERNAL_CHECK(y.rank() == 2 && y.rows() == rows, "activations {} for a last layer of {} rows",
+                          y.shape_string(), rows);
+  DenseTensor out({static_cast<int64_t>(net.output_source.size()), y.cols()});
+  for (size_t r = 0; r < net.output_source.size(); ++r) {
+    std::copy_n(y.data() + static_cast<int64_t>(net.output_source[r]) * y.cols(), y.cols(),
+                out.data() + static_cast<int64_t>(r) * y.cols());
+  }
   return out;
 }
 

@@ -133,7 +133,8 @@ rc=$?
 check "ncu-gc without ncu exits 1 (got $rc)" test "$rc" -eq 1
 check "the missing ncu is named" grep -q 'ncu (Nsight Compute) is not on PATH' "$work/out6/ncu-gc.log"
 
-# 5. gc65536 and gc65536-1920: the synthetic 65536-neuron networks, made in memory; not part of all.
+# 5. gc65536, gc65536-1920 and gc65536-1920-folded: the synthetic 65536-neuron networks, made in memory; not part
+#    of all.
 : > "$CALLS"
 bash "$script" gc65536 "$fake" "$work/out7" > "$work/log7" 2>&1
 rc=$?
@@ -141,11 +142,18 @@ check "gc65536 exits 0 (got $rc)" test "$rc" -eq 0
 bash "$script" gc65536-1920 "$fake" "$work/out7" > "$work/log8" 2>&1
 rc=$?
 check "gc65536-1920 exits 0 (got $rc)" test "$rc" -eq 0
+bash "$script" gc65536-1920-folded "$fake" "$work/out7" > "$work/log9" 2>&1
+rc=$?
+check "gc65536-1920-folded exits 0 (got $rc)" test "$rc" -eq 0
 for args in "--layers 120" "--layers 120 --compact-weights" "--layers 1920"; do
   check "gc65536 ran $args" grep -q -E \
     "^graphchallenge --synthetic 1 --neurons 65536 $args --images 60000 --device cuda$" "$CALLS"
 done
-check "gc65536 stages: three sparsert calls" test "$(wc -l < "$CALLS")" -eq 3
+for layers in 120 1920; do
+  check "gc65536 ran $layers layers folded" grep -q -E \
+    "^graphchallenge --synthetic 1 --neurons 65536 --layers $layers (--images 60000 --device cuda --fold-duplicates|--fold-duplicates --images 60000 --device cuda)$" "$CALLS"
+done
+check "gc65536 stages: five sparsert calls" test "$(wc -l < "$CALLS")" -eq 5
 
 if (( errors > 0 )); then
   for f in "$work"/log*; do echo "---- $f" >&2; cat "$f" >&2; done

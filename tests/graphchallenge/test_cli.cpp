@@ -77,8 +77,9 @@ TEST_F(GraphChallengeCli, FoldedDuplicatesPassAndAreReportedApart) {
                                                      truth_path_.string()));
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("PASS"), std::string::npos) << r.output;
-  // 7 layers of at most 64 rows each (416 in all) and the last of 1024.
-  EXPECT_NE(r.output.find("fold: duplicate neurons folded, 1440 of 8192 rows"), std::string::npos) << r.output;
+  // 7 layers of at most 64 rows each (416 in all) and the last's 64 kinds: the categories need no more.
+  EXPECT_NE(r.output.find("fold: duplicate neurons folded, 480 of 8192 rows"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(64 kinds of the 1024 output neurons)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("duplicate neurons folded: not the plain rate"), std::string::npos) << r.output;
   const CliRun plain = run_cli(base_args() + fmt::format(" --categories '{}' --threads 2", truth_path_.string()));
   EXPECT_EQ(plain.code, 0) << plain.output;
@@ -190,6 +191,34 @@ TEST(GraphChallengeSyntheticCli, RunsWithoutFilesAndExcludesThem) {
   const CliRun on_cpu = run_cli("graphchallenge --synthetic 3 --neurons 1024 --layers 2 --images 5 --compact-weights");
   EXPECT_EQ(on_cpu.code, 2) << on_cpu.output;
   EXPECT_NE(on_cpu.output.find("--compact-weights: applies to --device cuda only"), std::string::npos) << on_cpu.output;
+}
+
+// --synthetic with --fold-duplicates folds the network as it is made and checks a sample against the plain layers,
+// on the CPU too (the folded run is not the plain one, so it does not check itself). The same categories as the
+// plain run, which is not checked.
+TEST(GraphChallengeSyntheticCli, FoldedAsMadeIsCheckedOnTheCpu) {
+  const std::string args = "graphchallenge --synthetic 3 --neurons 1024 --layers 8 --images 100 --threads 2";
+  const CliRun plain = run_cli(args);
+  ASSERT_EQ(plain.code, 0) << plain.output;
+  const CliRun r = run_cli(args + " --check-sample 100 --fold-duplicates");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("generated (synthetic, seed 3) and folded layer by layer: 8 layers (262144 nonzeros), 100 "
+                          "images x 1 = 100 inputs"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("with the sample check's run on the plain layers"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("fold: duplicate neurons folded, 480 of 8192 rows"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("PASS: the categories of 100 of the inputs (evenly strided) match the CPU executor's on the "
+                          "plain network"),
+            std::string::npos) << r.output;
+  const auto categories = [](const std::string& out) {
+    const size_t at = out.find("categories: ");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+  };
+  EXPECT_FALSE(categories(r.output).empty()) << r.output;
+  EXPECT_EQ(categories(r.output), categories(plain.output));
+  const CliRun unchecked = run_cli(args + " --check-sample 0 --fold-duplicates");
+  EXPECT_EQ(unchecked.code, 0) << unchecked.output;
+  EXPECT_NE(unchecked.output.find("no --categories given: not checked"), std::string::npos) << unchecked.output;
 }
 
 TEST(GraphChallengeGenCli, WritesTheOfficialLayout) {

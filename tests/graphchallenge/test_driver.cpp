@@ -54,6 +54,52 @@ TEST(GraphChallengeDriver, PrunedRunMatchesUnprunedReference) {
   }
 }
 
+// The last layer folded too (FoldedOutput::kOneRowPerKind): the categories and live counts of the plain network, the
+// last layer's 32 kinds computed, and expand_output gives every output neuron the row the every-row fold computes.
+TEST(GraphChallengeDriver, FoldedOutputGivesThePlainCategoriesAndExpandsToEveryNeuron) {
+  const Network net = synthetic_network(1024, 12, 4);
+  const DenseTensor y0 = feature_major_inputs(graphchallenge::generate_images(1024, 150, 4), 1024);
+  const std::vector<int32_t> want = unpruned_categories(net, y0);
+  ASSERT_FALSE(want.empty());
+  FoldStats every_stats, kinds_stats;
+  const Network every = fold_duplicate_neurons(net, &every_stats, 2, FoldedOutput::kEveryRow);
+  const Network kinds = fold_duplicate_neurons(net, &kinds_stats, 2, FoldedOutput::kOneRowPerKind);
+  EXPECT_TRUE(every.output_source.empty());
+  EXPECT_EQ(every.layers.back().rows, 1024);
+  ASSERT_EQ(kinds.output_source.size(), 1024u);
+  EXPECT_LT(kinds.layers.back().rows, 1024);
+  EXPECT_EQ(kinds_stats.rows_after, every_stats.rows_after - 1024 + kinds.layers.back().rows);
+  EXPECT_LT(kinds_stats.nnz_after, every_stats.nnz_after);
+  // Every kind is some neuron's, and each neuron reads a row of its kind.
+  std::vector<int> readers(static_cast<size_t>(kinds.layers.back().rows), 0);
+  for (const int32_t s : kinds.output_source) {
+    ASSERT_GE(s, 0);
+    ASSERT_LT(s, kinds.layers.back().rows);
+    ++readers[static_cast<size_t>(s)];
+  }
+  EXPECT_EQ(std::count(readers.begin(), readers.end(), 0), 0);
+
+  CpuLayerExecutor plain_exec(CpuExecutorOptions{2, 64}), every_exec(CpuExecutorOptions{2, 64}),
+      kinds_exec(CpuExecutorOptions{2, 64});
+  plain_exec.prepare(net);
+  every_exec.prepare(every);
+  kinds_exec.prepare(kinds);
+  const InferenceResult p = run_inference(net, y0, plain_exec);
+  const InferenceResult e = run_inference(every, y0, every_exec);
+  const InferenceResult k = run_inference(kinds, y0, kinds_exec);
+  EXPECT_EQ(p.categories, want);
+  EXPECT_EQ(k.categories, want);
+  EXPECT_EQ(k.live_after_layer, p.live_after_layer);
+  EXPECT_EQ(e.live_after_layer, p.live_after_layer);
+  const DenseTensor got = expand_output(kinds, kinds_exec.activations());
+  const DenseTensor whole = every_exec.activations();
+  ASSERT_EQ(got.shape_string(), whole.shape_string());
+  EXPECT_EQ(got.vec(), whole.vec());  // the same merged rows, so the same bits
+  EXPECT_EQ(expand_output(every, whole).vec(), whole.vec());
+  // A fold of a network whose output is folded already is a mistake of the caller's.
+  EXPECT_THROW(fold_duplicate_neurons(kinds), InternalError);
+}
+
 TEST(GraphChallengeDriver, ReplicatedInputsGiveTiledCategories) {
   const Network net = synthetic_network(1024, 12, 2);
   const CsrMatrix images = graphchallenge::generate_images(1024, 100, 2);

@@ -6,6 +6,7 @@
 #include "sparsert/graphchallenge/network.hpp"
 #include "test_support.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <set>
@@ -125,6 +126,51 @@ TEST(GraphChallengeGenerator, SyntheticNetworkInMemoryEqualsTheWrittenOne) {
     for (size_t l = 0; l < made.layers.size(); ++l) EXPECT_EQ(made.layers[l], files.layers[l]) << l;
   }
   EXPECT_NE(synthetic_network(1024, 9, 4, 1).layers[8], files.layers[8]) << "the seed permutes the later layers";
+}
+
+// Folded as it is made, a batch of layers at a time: the fold of the whole network, for every batch size (threads)
+// and both outputs, and the sample's categories those of the plain network's run on the CPU.
+TEST(GraphChallengeGenerator, NetworkFoldedAsMadeIsTheFoldOfTheWholeNetwork) {
+  namespace gc = sparsert::graphchallenge;
+  const gc::Network plain = synthetic_network(1024, 9, 3, 2);
+  const DenseTensor y0 = gc::feature_major_inputs(generate_images(1024, 120, 3), 1024);
+  // Every column: few of these inputs survive the 9 layers, and a strided third could miss them all.
+  const std::vector<int32_t> columns = gc::strided_columns(y0.cols(), 120, "sample");
+  const std::vector<int32_t> want_sample = gc::sample_categories(plain, gc::take_columns(y0, columns), columns, 1);
+  ASSERT_FALSE(want_sample.empty());
+  ASSERT_LT(want_sample.size(), columns.size());  // some sampled inputs die on the way
+  for (const gc::FoldedOutput output : {gc::FoldedOutput::kEveryRow, gc::FoldedOutput::kOneRowPerKind}) {
+    gc::FoldStats want_stats;
+    const gc::Network want = gc::fold_duplicate_neurons(plain, &want_stats, 1, output);
+    for (const int threads : {1, 2, 4}) {
+      SCOPED_TRACE(fmt::format("{} threads, {}", threads, output == gc::FoldedOutput::kEveryRow ? "every row" : "kinds"));
+      const gc::FoldedSynthetic got = synthetic_network_folded(
+          1024, 9, 3, threads, std::nullopt, output, gc::PlainSample{gc::take_columns(y0, columns), columns});
+      EXPECT_EQ(got.net.neurons, 1024);
+      EXPECT_EQ(got.net.bias, plain.bias);
+      EXPECT_EQ(got.plain_nnz, plain.total_nnz());
+      EXPECT_EQ(got.stats.rows_after, want_stats.rows_after);
+      EXPECT_EQ(got.stats.nnz_after, want_stats.nnz_after);
+      EXPECT_EQ(got.stats.nnz_before, want_stats.nnz_before);
+      ASSERT_EQ(got.net.layers.size(), want.layers.size());
+      for (size_t l = 0; l < want.layers.size(); ++l) EXPECT_EQ(got.net.layers[l], want.layers[l]) << l;
+      EXPECT_EQ(got.net.output_source, want.output_source);
+      EXPECT_EQ(got.sample_categories, want_sample);
+    }
+  }
+  // Without a sample: no categories, the same network.
+  const gc::FoldedSynthetic bare =
+      synthetic_network_folded(1024, 9, 3, 2, std::nullopt, gc::FoldedOutput::kOneRowPerKind, std::nullopt);
+  EXPECT_TRUE(bare.sample_categories.empty());
+  EXPECT_EQ(bare.net.layers.back().rows, 64);
+  // Too large even folded: --layers named.
+  try {
+    synthetic_network_folded(65536, 1 << 24, 1, 1, std::nullopt, gc::FoldedOutput::kOneRowPerKind, std::nullopt);
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("--layers"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("folded"), std::string::npos) << e.what();
+  }
 }
 
 // More nonzeros than the machine holds is bad input naming --layers, before anything is allocated: 2^20 layers of

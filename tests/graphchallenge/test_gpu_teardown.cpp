@@ -214,39 +214,46 @@ TEST_F(GraphChallengeGpuTeardown, EachLayerLaunchesOnlyItsEntriesWithFusedCompac
                           [](const std::string& n) { return n.find("no filter kernel") != std::string::npos; }));
 }
 
-// The network with its duplicate neurons folded (64 x 1024, 64 x 64, 1024 x 64 here): in both compactions the
-// GPU executor keeps the plain CPU run's columns after every layer, and its final activations are the plain ones.
+// The network with its duplicate neurons folded (64 x 1024, 64 x 64, and 1024 x 64 or, with the output folded too,
+// 64 x 64 here): in both compactions the GPU executor keeps the plain CPU run's columns after every layer, and its
+// final activations are the plain ones.
 TEST_F(GraphChallengeGpuTeardown, FoldedNetworkKeepsThePlainColumnsInBothCompactions) {
-  gc::FoldStats stats;
-  const gc::Network folded = gc::fold_duplicate_neurons(net_, &stats);
-  ASSERT_EQ(folded.layers.size(), static_cast<size_t>(kLayers));
-  EXPECT_EQ(folded.layers[0].cols, 1024);
-  EXPECT_EQ(folded.layers[0].rows, 64);
-  EXPECT_EQ(folded.layers[1].cols, 64);
-  EXPECT_EQ(folded.layers[1].rows, 64);
-  EXPECT_EQ(folded.layers[2].cols, 64);
-  EXPECT_EQ(folded.layers[2].rows, 1024);
-  EXPECT_EQ(stats.rows_after, 64 + 64 + 1024);
-  EXPECT_LT(stats.nnz_after * 4, stats.nnz_before);
-  for (const bool fused : {true, false}) {
-    graphchallenge::CudaGraphChallengeOptions opt = emu_options(dir_ / "cache");
-    opt.fused_compaction = fused;
-    graphchallenge::CudaLayerExecutor exec(opt);
-    gc::CpuLayerExecutor cpu(CpuExecutorOptions{1, 64});
-    start(exec, folded, cpu);
-    size_t live = 40;
-    int compactions = 0;
-    for (int32_t l = 0; l < kLayers; ++l) {
-      const std::vector<int32_t> kept = exec.run_layer(l);
-      EXPECT_EQ(kept, cpu.run_layer(l)) << "layer " << l + 1 << (fused ? ", fused" : ", filter kernel");
-      compactions += kept.size() < live;
-      live = kept.size();
+  for (const gc::FoldedOutput output : {gc::FoldedOutput::kEveryRow, gc::FoldedOutput::kOneRowPerKind}) {
+    const bool every_row = output == gc::FoldedOutput::kEveryRow;
+    SCOPED_TRACE(every_row ? "every output row" : "one output row of each kind");
+    gc::FoldStats stats;
+    const gc::Network folded = gc::fold_duplicate_neurons(net_, &stats, 1, output);
+    ASSERT_EQ(folded.layers.size(), static_cast<size_t>(kLayers));
+    EXPECT_EQ(folded.layers[0].cols, 1024);
+    EXPECT_EQ(folded.layers[0].rows, 64);
+    EXPECT_EQ(folded.layers[1].cols, 64);
+    EXPECT_EQ(folded.layers[1].rows, 64);
+    EXPECT_EQ(folded.layers[2].cols, 64);
+    EXPECT_EQ(folded.layers[2].rows, every_row ? 1024 : 64);
+    EXPECT_EQ(stats.rows_after, 64 + 64 + (every_row ? 1024 : 64));
+    EXPECT_LT(stats.nnz_after * 4, stats.nnz_before);
+    for (const bool fused : {true, false}) {
+      graphchallenge::CudaGraphChallengeOptions opt = emu_options(dir_ / "cache");
+      opt.fused_compaction = fused;
+      graphchallenge::CudaLayerExecutor exec(opt);
+      gc::CpuLayerExecutor cpu(CpuExecutorOptions{1, 64});
+      start(exec, folded, cpu);
+      size_t live = 40;
+      int compactions = 0;
+      for (int32_t l = 0; l < kLayers; ++l) {
+        const std::vector<int32_t> kept = exec.run_layer(l);
+        EXPECT_EQ(kept, cpu.run_layer(l)) << "layer " << l + 1 << (fused ? ", fused" : ", filter kernel");
+        compactions += kept.size() < live;
+        live = kept.size();
+      }
+      EXPECT_GE(compactions, 1) << "no layer killed a column: the compaction was not exercised";
+      const DenseTensor got = gc::expand_output(folded, exec.activations());
+      const DenseTensor want = cpu.activations();  // the plain network's
+      ASSERT_EQ(got.rows(), 1024);
+      ASSERT_EQ(got.shape_string(), want.shape_string());
+      ASSERT_GE(got.cols(), 1);
+      EXPECT_LE(max_relative_error(got, want), 1e-5) << (fused ? "fused" : "filter kernel");
     }
-    EXPECT_GE(compactions, 1) << "no layer killed a column: the compaction was not exercised";
-    const DenseTensor got = exec.activations(), want = cpu.activations();
-    ASSERT_EQ(got.shape_string(), want.shape_string());
-    ASSERT_GE(got.cols(), 1);
-    EXPECT_LE(max_relative_error(got, want), 1e-5) << (fused ? "fused" : "filter kernel");
   }
 }
 
@@ -484,7 +491,9 @@ void narrow_inputs_as_one_graph(bool fused, bool dependent = true, bool one_entr
     if (run == 0) {
       EXPECT_EQ(filters, fused ? 0 : kLayers);
       EXPECT_GE(layer_kernels, kLayers);
-      if (one_entry) EXPECT_EQ(one_kernel_layers, kLayers);
+      if (one_entry) {
+        EXPECT_EQ(one_kernel_layers, kLayers);
+      }
       // A layer of one kernel after the first follows the kernel before it (the layer before, or its filter), and
       // the filter follows its layer's one kernel; after two entries side by side (a join) both launch as before.
       const int layer_dependents = fused ? kLayers - 1 : one_kernel_layers_after_the_first;
@@ -588,12 +597,13 @@ TEST(GraphChallengeGpuCli, SyntheticNetworkInMemoryIsCheckedOnASample) {
   EXPECT_NE(out.find("compact row-split layout"), std::string::npos) << out;
   EXPECT_NE(out.find("PASS: the categories of 20 of the inputs (evenly strided) match the CPU executor's"),
             std::string::npos) << out;
-  // Folded, the sample's categories come from the plain network on the CPU, computed before the run so that the
-  // plain network need not be kept beside the folded one.
+  // Folded, the sample's categories come from the plain network on the CPU, computed layer by layer as the network
+  // is made and folded, so that the plain network is never held whole.
   const auto [folded_code, folded] = emulated_cli(dir, "graphchallenge --synthetic 5 --neurons 1024 --layers 4 "
                                                        "--images 48 --check-sample 20 --fold-duplicates --device "
                                                        "cuda --ptx-only --threads 1");
   EXPECT_EQ(folded_code, 0) << folded;
+  EXPECT_NE(folded.find("and folded layer by layer: 4 layers (131072 nonzeros)"), std::string::npos) << folded;
   EXPECT_NE(folded.find("match the CPU executor's on the plain network"), std::string::npos) << folded;
   EXPECT_NE(folded.find("duplicate neurons folded: not the plain rate"), std::string::npos) << folded;
 }

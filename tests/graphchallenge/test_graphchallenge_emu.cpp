@@ -49,11 +49,13 @@ TEST(GraphChallengeEmu, OfficialNetworkMatchesTheTruth) {
   ASSERT_EQ(y.cols(), 19);
   for (float v : y.vec()) ASSERT_EQ(v, 32.0f);
 
-  // Folded (an exact shortcut): 59 rows a layer on average, the last layer whole; the truth in both compactions.
+  // Folded as `sparsert graphchallenge --fold-duplicates` runs it (an exact shortcut): 59 rows a layer on average,
+  // the last layer's 32 kinds; the truth in both compactions.
   gc::FoldStats stats;
-  const gc::Network folded = gc::fold_duplicate_neurons(net, &stats);
-  EXPECT_EQ(stats.rows_after, 8032);
-  EXPECT_EQ(stats.nnz_after, 193005);
+  const gc::Network folded = gc::fold_duplicate_neurons(net, &stats, 1, gc::FoldedOutput::kOneRowPerKind);
+  EXPECT_EQ(stats.rows_after, 7040);
+  EXPECT_EQ(stats.nnz_after, 167988);
+  ASSERT_EQ(folded.layers.back().rows, 32);
   EXPECT_EQ(stats.nnz_before, 3932160);
   for (const bool fused : {true, false}) {
     graphchallenge::CudaGraphChallengeOptions fo = opt;
@@ -63,7 +65,8 @@ TEST(GraphChallengeEmu, OfficialNetworkMatchesTheTruth) {
     const gc::InferenceResult f = gc::run_inference(folded, gc::feature_major_inputs(images, 1024), fexec);
     EXPECT_EQ(f.categories, truth) << (fused ? "fused" : "filter kernel");
     EXPECT_EQ(f.live_after_layer, r.live_after_layer) << (fused ? "fused" : "filter kernel");
-    const DenseTensor fy = fexec.activations();
+    ASSERT_EQ(fexec.activations().rows(), 32);
+    const DenseTensor fy = gc::expand_output(folded, fexec.activations());
     ASSERT_EQ(fy.rows(), 1024);
     ASSERT_EQ(fy.cols(), 19);
     for (float v : fy.vec()) ASSERT_EQ(v, 32.0f);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <vector>
 
 namespace sparsert::graphchallenge {
 
@@ -28,6 +29,30 @@ CsrMatrix generate_images(int32_t neurons, int32_t images, uint64_t seed);
 // naming --layers (the GPU executor compiles from these matrices without copying them).
 Network synthetic_network(int32_t neurons, int32_t layers, uint64_t seed, int threads = 0,
                           std::optional<float> bias = std::nullopt);
+
+// The sample check's inputs for synthetic_network_folded: columns of the inputs, run through each plain layer as it
+// is made.
+struct PlainSample {
+  DenseTensor y;                 // neurons x columns.size(): the sampled columns of the inputs
+  std::vector<int32_t> columns;  // their ids among all the inputs, increasing
+};
+
+struct FoldedSynthetic {
+  Network net;  // folded (fold_duplicate_neurons)
+  FoldStats stats;
+  int64_t plain_nnz = 0;
+  std::vector<int32_t> sample_categories;  // the plain network's categories among PlainSample::columns (ids)
+};
+
+// The synthetic network folded as it is made: a batch of layers at a time (side by side on `threads`) is generated
+// and folded, so the plain network is never held whole (32 GB at 65536 x 1920; its fold is under a sixteenth). The
+// same network as fold_duplicate_neurons(synthetic_network(...), ..., output), and with `sample` the categories of its
+// columns that synthetic_network's run on the CPU would give (sample_categories), computed layer by layer on the way.
+// A folded network that could take more than 80% of this machine's memory (a sixteenth of the rows, of at most 32
+// nonzeros each) is a UserError naming --layers.
+FoldedSynthetic synthetic_network_folded(int32_t neurons, int32_t layers, uint64_t seed, int threads,
+                                         std::optional<float> bias, FoldedOutput output,
+                                         std::optional<PlainSample> sample);
 
 // Writes layers 1..layers to DIR/neuron{N}/n{N}-l{L}.tsv and the images to DIR/sparse-images-{N}.tsv (atomically);
 // returns the weights directory.

@@ -31,6 +31,9 @@ struct Network {
   // A_l = W_lᵀ: row = output neuron, column = input neuron. neurons x neurons as the challenge has them; a folded
   // network's (fold_duplicate_neurons) chain other shapes: layer 0 has `neurons` columns, layer l the rows of l - 1.
   std::vector<CsrMatrix> layers;
+  // Empty: the last layer's rows are the output neurons. Otherwise the last layer was folded too
+  // (FoldedOutput::kOneRowPerKind): output neuron r holds the activation of the last layer's row output_source[r].
+  std::vector<int32_t> output_source;
 
   int64_t total_nnz() const;
 };
@@ -45,9 +48,20 @@ Network make_network(std::vector<CsrMatrix> weights, int32_t neurons, float bias
 // its merged weights added; the last layer keeps every row. Layers are then R_l x R_{l-1} (64 x 64 in the official
 // networks but the first, 64 x N, and the last, N x 64). An exact shortcut: the same categories, the activations the
 // plain network's up to rounding (inspector/fold.hpp), and a rate it gives is not the plain rate.
+//
+// kOneRowPerKind folds the last layer as well (32 kinds of 1024 rows in the official network's layer 120) and keeps in
+// output_source which row each output neuron reads: enough for the categories, which ask only whether an input has a
+// nonzero in any output neuron, and a copy of a kept row is the same value. expand_output gives every neuron's row.
 using FoldStats = inspector::FoldTotals;
+enum class FoldedOutput { kEveryRow, kOneRowPerKind };
 // Each layer's rows are merged on up to `threads` threads (0: one per core).
-Network fold_duplicate_neurons(const Network& net, FoldStats* stats = nullptr, int threads = 1);
+Network fold_duplicate_neurons(const Network& net, FoldStats* stats = nullptr, int threads = 1,
+                               FoldedOutput output = FoldedOutput::kEveryRow);
+
+// The final activations of every output neuron from those of `net`'s last layer (rows = its rows): `y` itself unless
+// the last layer was folded (Network::output_source), then row r is y's row output_source[r]. InternalError when y's
+// rows are not the last layer's.
+DenseTensor expand_output(const Network& net, const DenseTensor& y);
 
 // Y_0 feature-major from images stored one per row (images × neurons), tiled `replicate` times: column
 // i + r·images is image i. UserError when the neuron counts differ or the result is too large.

@@ -37,12 +37,14 @@ struct FoldTotals {
 };
 
 // A chain folded layer after layer, first to last: carries each layer's `source` map to the next and adds up what
-// was kept.
+// was kept. `last` keeps every row of that layer (fold_layer).
 class ChainFolder {
  public:
   explicit ChainFolder(int threads = 1) : threads_(threads) {}
   FoldedLayer fold(const CsrMatrix& a, std::span<const float> bias, bool last);
   const FoldTotals& totals() const { return totals_; }
+  // The source map of the layer folded last: its row r is row source()[r] of that layer as folded.
+  const std::vector<int32_t>& source() const { return source_; }
 
  private:
   int threads_;
