@@ -122,15 +122,23 @@ CsrMatrix generate_images(int32_t neurons, int32_t images, uint64_t seed) {
   return out;
 }
 
-Network synthetic_network(int32_t neurons, int32_t layers, uint64_t seed, int threads, std::optional<float> bias) {
+void check_synthetic_size(int32_t neurons, int32_t layers, std::optional<FoldedOutput> folded) {
   radix_layers(neurons);
   SPARSERT_USER_CHECK(layers >= 1, "--layers", "{} is not positive", layers);
-  // 32 nonzeros a row, a column index and a value each.
-  const double bytes = static_cast<double>(layers) * neurons * 32.0 * 8.0;
+  // 32 nonzeros a row, a column index and a value each. Folded, every layer of the recipe is 16 copies of each of
+  // N/16 kinds of rows (output j reads what j + N/16 reads), and the last keeps every row unless it folds too.
+  const double rows = !folded ? static_cast<double>(layers) * neurons
+                              : static_cast<double>(layers) * (neurons / 16) +
+                                    (*folded == FoldedOutput::kEveryRow ? neurons : 0);
+  const double bytes = rows * 32.0 * 8.0;
   const double ram = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
   SPARSERT_USER_CHECK(ram <= 0 || bytes <= 0.8 * ram, "--layers",
-                      "{} layers of {} neurons hold {:.1f} GB of nonzeros; this machine has {:.1f} GB of memory",
-                      layers, neurons, bytes / 1e9, ram / 1e9);
+                      "{} layers of {} neurons hold {}{:.1f} GB of nonzeros{}; this machine has {:.1f} GB of memory",
+                      layers, neurons, folded ? "up to " : "", bytes / 1e9, folded ? " folded" : "", ram / 1e9);
+}
+
+Network synthetic_network(int32_t neurons, int32_t layers, uint64_t seed, int threads, std::optional<float> bias) {
+  check_synthetic_size(neurons, layers);
   Network net = make_network({}, neurons, bias ? *bias : official_bias(neurons));  // checks the bias
   net.layers.resize(static_cast<size_t>(layers));
   parallel_for(layers, threads, [&](int64_t l) {
@@ -142,15 +150,8 @@ Network synthetic_network(int32_t neurons, int32_t layers, uint64_t seed, int th
 FoldedSynthetic synthetic_network_folded(int32_t neurons, int32_t layers, uint64_t seed, int threads,
                                          std::optional<float> bias, FoldedOutput output,
                                          std::optional<PlainSample> sample) {
-  radix_layers(neurons);
-  SPARSERT_USER_CHECK(layers >= 1, "--layers", "{} is not positive", layers);
-  // Every layer of the recipe is 16 copies of each of N/16 kinds of rows (output j reads what j + N/16 reads).
+  check_synthetic_size(neurons, layers, output);
   const bool every_row = output == FoldedOutput::kEveryRow;
-  const double bytes = (static_cast<double>(layers) * (neurons / 16) + (every_row ? neurons : 0)) * 32.0 * 8.0;
-  const double ram = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
-  SPARSERT_USER_CHECK(ram <= 0 || bytes <= 0.8 * ram, "--layers",
-                      "{} layers of {} neurons hold up to {:.1f} GB of nonzeros folded; this machine has {:.1f} GB of "
-                      "memory", layers, neurons, bytes / 1e9, ram / 1e9);
   FoldedSynthetic out;
   out.net = make_network({}, neurons, bias ? *bias : official_bias(neurons));  // checks the bias
   out.net.layers.reserve(static_cast<size_t>(layers));

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 namespace sparsert::graphchallenge {
@@ -134,11 +135,19 @@ TEST(GraphChallengeGenerator, NetworkFoldedAsMadeIsTheFoldOfTheWholeNetwork) {
   namespace gc = sparsert::graphchallenge;
   const gc::Network plain = synthetic_network(1024, 9, 3, 2);
   const DenseTensor y0 = gc::feature_major_inputs(generate_images(1024, 120, 3), 1024);
-  // Every column: few of these inputs survive the 9 layers, and a strided third could miss them all.
-  const std::vector<int32_t> columns = gc::strided_columns(y0.cols(), 120, "sample");
+  // Few of these inputs survive the 9 layers, and a strided sample could miss them all: the even columns and the
+  // survivors, so that a sampled column's position is not its id.
+  const std::vector<int32_t> every = gc::strided_columns(y0.cols(), 120, "sample");
+  const std::vector<int32_t> survivors = gc::sample_categories(plain, y0, every, 1);
+  std::vector<int32_t> columns = survivors;
+  for (int32_t c = 0; c < 120; c += 2) columns.push_back(c);
+  std::sort(columns.begin(), columns.end());
+  columns.erase(std::unique(columns.begin(), columns.end()), columns.end());
   const std::vector<int32_t> want_sample = gc::sample_categories(plain, gc::take_columns(y0, columns), columns, 1);
+  ASSERT_EQ(want_sample, survivors);
   ASSERT_FALSE(want_sample.empty());
-  ASSERT_LT(want_sample.size(), columns.size());  // some sampled inputs die on the way
+  // A survivor at id c >= 2 sits at position c/2 or so of the sample.
+  ASSERT_GE(survivors.back(), 2) << "every sampled survivor's position would be its id";
   for (const gc::FoldedOutput output : {gc::FoldedOutput::kEveryRow, gc::FoldedOutput::kOneRowPerKind}) {
     gc::FoldStats want_stats;
     const gc::Network want = gc::fold_duplicate_neurons(plain, &want_stats, 1, output);

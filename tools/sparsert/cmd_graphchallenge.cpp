@@ -108,7 +108,13 @@ int run(const GraphChallengeArgs& a) {
   // A synthetic network to be folded is folded as it is made, below, never held whole.
   const bool fold_as_made = a.synthetic && a.fold_duplicates;
   if (a.synthetic) {
-    if (!fold_as_made) net = graphchallenge::synthetic_network(a.neurons, a.layers, *a.synthetic, a.threads, bias);
+    if (fold_as_made) {
+      // Before the inputs (minutes and 16 GB at 65536 x 60000) are made.
+      graphchallenge::check_synthetic_size(a.neurons, a.layers, gc::FoldedOutput::kOneRowPerKind);
+      gc::make_network({}, a.neurons, bias);  // the bias's check
+    } else {
+      net = graphchallenge::synthetic_network(a.neurons, a.layers, *a.synthetic, a.threads, bias);
+    }
     images = graphchallenge::generate_images(a.neurons, a.images, *a.synthetic);
   } else {
     net = gc::make_network(graphchallenge::read_layers(a.weights, a.neurons, a.layers), a.neurons, bias);
