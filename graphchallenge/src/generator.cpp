@@ -188,10 +188,8 @@ FoldedSynthetic synthetic_network_folded(int32_t neurons, int32_t layers, uint64
       const bool last = first + i + 1 == layers;
       out.plain_nnz += a.nnz();
       if (cpu && !ids.empty()) {
-        const std::vector<int32_t> kept = cpu->spmm_live(a, live, epilogue, next);
+        keep_survivors(ids, cpu->spmm_live(a, live, epilogue, next));
         std::swap(live, next);
-        for (size_t p = 0; p < kept.size(); ++p) ids[p] = ids[static_cast<size_t>(kept[p])];
-        ids.resize(kept.size());
       }
       out.net.layers.push_back(folder.fold(a, layer_bias, every_row && last).a);
       a = CsrMatrix{};

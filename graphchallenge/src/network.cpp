@@ -129,16 +129,19 @@ std::vector<int32_t> CpuLayerExecutor::run_layer(int32_t layer) {
   return kept;
 }
 
+void keep_survivors(std::vector<int32_t>& ids, const std::vector<int32_t>& kept) {
+  if (kept.size() == ids.size()) return;  // none died: kept is 0 .. n - 1
+  // kept[p] >= p, so each id is read before it is overwritten.
+  for (size_t p = 0; p < kept.size(); ++p) ids[p] = ids[static_cast<size_t>(kept[p])];
+  ids.resize(kept.size());
+}
+
 LiveColumns LayerExecutor::run_layers(int32_t layers, int64_t inputs) {
   LiveColumns out;
   out.survivors.resize(static_cast<size_t>(inputs));
   for (size_t i = 0; i < out.survivors.size(); ++i) out.survivors[i] = static_cast<int32_t>(i);
   for (int32_t l = 0; l < layers; ++l) {
-    const std::vector<int32_t> kept = run_layer(l);
-    if (kept.size() != out.survivors.size()) {
-      for (size_t p = 0; p < kept.size(); ++p) out.survivors[p] = out.survivors[static_cast<size_t>(kept[p])];
-      out.survivors.resize(kept.size());
-    }
+    keep_survivors(out.survivors, run_layer(l));
     out.live_after_layer.push_back(static_cast<int64_t>(out.survivors.size()));
   }
   return out;

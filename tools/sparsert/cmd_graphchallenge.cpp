@@ -91,6 +91,15 @@ void warn_if_narrow(const CsrMatrix& a, int32_t neurons, const std::string& file
   }
 }
 
+// What folding left; `took` is appended after the kinds (", in 0.1 s", or nothing where the fold's time is not its own).
+void print_fold(const graphchallenge::FoldStats& fs, const graphchallenge::Network& folded, const std::string& took) {
+  fmt::print("fold: duplicate neurons folded, {} of {} rows and {} of {} nonzeros left ({} kinds of the {} output "
+             "neurons){} (an exact shortcut: same categories; the rate counts the plain network's edges and is not the "
+             "plain rate)\n",
+             fs.rows_after, fs.rows_before, fs.nnz_after, fs.nnz_before,
+             folded.layers.empty() ? 0 : folded.layers.back().rows, folded.neurons, took);
+}
+
 int run(const GraphChallengeArgs& a) {
   namespace gc = graphchallenge;
   const float bias = a.bias ? *a.bias : gc::official_bias(a.neurons);
@@ -156,16 +165,12 @@ int run(const GraphChallengeArgs& a) {
     gc::FoldedSynthetic made = gc::synthetic_network_folded(a.neurons, a.layers, *a.synthetic, a.threads, bias,
                                                             gc::FoldedOutput::kOneRowPerKind, std::move(sample));
     plain_nnz = made.plain_nnz;
-    const gc::FoldStats& fs = made.stats;
     fmt::print("generated (synthetic, seed {}) and folded layer by layer: {} layers ({} nonzeros), {} images x {} = "
                "{} inputs in {:.3f} s{}\n",
                *a.synthetic, a.layers, plain_nnz, images.rows, a.replicate, inputs,
                read_seconds + seconds_since(made_start),
                sampled.empty() ? "" : ", with the sample check's run on the plain layers");
-    fmt::print("fold: duplicate neurons folded, {} of {} rows and {} of {} nonzeros left ({} kinds of the {} output "
-               "neurons) (an exact shortcut: same categories; the rate counts the plain network's edges and is not the "
-               "plain rate)\n",
-               fs.rows_after, fs.rows_before, fs.nnz_after, fs.nnz_before, made.net.layers.back().rows, a.neurons);
+    print_fold(made.stats, made.net, "");
     if (!sampled.empty()) sample_want = std::move(made.sample_categories);
     folded = std::move(made.net);
   } else if (a.fold_duplicates) {
@@ -173,11 +178,7 @@ int run(const GraphChallengeArgs& a) {
     gc::FoldStats fs;
     // The categories read only whether an input has a nonzero in any output neuron, so the last layer folds too.
     folded = gc::fold_duplicate_neurons(net, &fs, a.threads, gc::FoldedOutput::kOneRowPerKind);
-    fmt::print("fold: duplicate neurons folded, {} of {} rows and {} of {} nonzeros left ({} kinds of the {} output "
-               "neurons), in {:.3f} s (an exact shortcut: same categories; the rate counts the plain network's edges "
-               "and is not the plain rate)\n",
-               fs.rows_after, fs.rows_before, fs.nnz_after, fs.nnz_before,
-               folded->layers.empty() ? 0 : folded->layers.back().rows, a.neurons, seconds_since(fold_start));
+    print_fold(fs, *folded, fmt::format(", in {:.3f} s", seconds_since(fold_start)));
     // The sample check is against the plain network, run now on the CPU so that the plain network (32 GB at 65536 x
     // 1920) is not kept beside the folded one through the run.
     if (!sampled.empty()) {

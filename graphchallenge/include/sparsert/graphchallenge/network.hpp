@@ -73,6 +73,10 @@ struct LiveColumns {
   std::vector<int32_t> survivors;  // positions among the loaded inputs, increasing
 };
 
+// After a layer kept the columns at positions `kept` (increasing) of those live before it: the ids of those columns,
+// in place.
+void keep_survivors(std::vector<int32_t>& ids, const std::vector<int32_t>& kept);
+
 // Runs the layers on live activations. An implementation owns its activations (host or device memory) between
 // calls; the driver sees only which columns survive each layer.
 class LayerExecutor {
