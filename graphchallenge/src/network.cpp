@@ -106,7 +106,9 @@ DenseTensor feature_major_inputs(const CsrMatrix& images, int32_t neurons, int32
 
 CpuLayerExecutor::CpuLayerExecutor(CpuExecutorOptions options) : executor_(options) {}
 
-std::string CpuLayerExecutor::name() const { return fmt::format("cpu ({} threads)", executor_.threads()); }
+std::string CpuLayerExecutor::name() const {
+  return fmt::format("cpu ({}, {} threads)", cpu_isa_name(executor_.isa()), executor_.threads());
+}
 
 void CpuLayerExecutor::prepare(const Network& net) {
   net_ = &net;

@@ -34,8 +34,9 @@ void exact_block(const detail::PanelArgs& p) {
 
 }  // namespace
 
-CpuConv::CpuConv(const CsrMatrix& a, const ConvLayout& layout, const Epilogue& ep, const std::string& where)
-    : layout_(layout) {
+CpuConv::CpuConv(const CsrMatrix& a, const ConvLayout& layout, const Epilogue& ep, const std::string& where,
+                 CpuIsa isa)
+    : layout_(layout), isa_(resolve_cpu_isa(isa)) {
   const ConvShape& s = layout.shape;
   check_conv_shape(s, where);
   check_conv_weights(s, a, where);
@@ -178,7 +179,7 @@ void CpuConv::run(int32_t images, const float* in, float* out, ThreadPool& pool)
       p.width = width;
       p.c = c;
       p.ldc = ldc;
-      detail::cpu_spmm_panel(p);
+      detail::cpu_spmm_panel(p, isa_);
     };
     for (int64_t strip = run * per_task; strip < std::min(strips, (run + 1) * per_task); ++strip) {
       const int64_t j0 = strip * kBlock, width = std::min(kBlock, strip_ - j0);

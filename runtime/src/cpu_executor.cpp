@@ -58,6 +58,7 @@ CpuExecutor::CpuExecutor(CpuExecutorOptions options) : options_(options) {
   SPARSERT_USER_CHECK(options_.panel_width > 0, "panel width", "{} is not positive", options_.panel_width);
   const int64_t w = detail::kCpuVector;
   options_.panel_width = (options_.panel_width + w - 1) / w * w;
+  options_.isa = resolve_cpu_isa(options_.isa);
   pool_ = std::make_unique<ThreadPool>(options_.threads);
   options_.threads = pool_->size();
 }
@@ -112,7 +113,12 @@ void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int6
   const int64_t k_rows = a.cols;
   auto pack_panel = [&](int64_t j0, int64_t width, int64_t k0, int64_t k1, float* dst) {
     const int64_t stride = detail::cpu_padded_width(width);
+    constexpr int64_t kAhead = 16;
     for (int64_t k = k0; k < k1; ++k) {
+      if (k + kAhead < k1) {
+        const float* next = b + (k + kAhead) * ldb + j0;
+        for (int64_t j = 0; j < width; j += 16) __builtin_prefetch(next + j);
+      }
       float* row = dst + k * stride;
       std::memcpy(row, b + k * ldb + j0, static_cast<size_t>(width) * sizeof(float));
       // Zeros rather than whatever was there: the padding lanes are computed and dropped, and garbage could hold
@@ -158,7 +164,7 @@ void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int6
     }
     args.c = c + j0;
     if (flags != nullptr) args.live = flags + range * n + j0;
-    detail::cpu_spmm_panel(args);
+    detail::cpu_spmm_panel(args, options_.isa);
   });
 
   if (live != nullptr && ranges > 1) {

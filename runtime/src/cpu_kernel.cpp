@@ -1,5 +1,6 @@
-// Built with -O3 -ffp-contract=fast (runtime/CMakeLists.txt). Each row of A keeps its accumulators in vector
-// registers while it streams its nonzeros; fixed trip counts (template parameters) are what let g++ keep them there.
+// Built with -O3 -ffp-contract=fast -fno-tree-slp-vectorize (runtime/CMakeLists.txt). Each row of A keeps its
+// accumulators in vector registers while it streams its nonzeros; fixed trip counts (template parameters) are what
+// let g++ keep them there.
 #include "cpu_kernel.hpp"
 
 #include <algorithm>
@@ -8,109 +9,169 @@ namespace sparsert::detail {
 
 namespace {
 
-constexpr int64_t V = kCpuVector;
+// One vector register of each instruction set, in the register's own width. With one 64-byte type for all of them
+// (before 2026-11-26), g++ 12 kept the AVX2 version's accumulators on the stack and built each broadcast weight
+// through memory, store-forwarding stalls that made it about 10x slower (bench/cpu_spmm_bench).
+typedef float V4 __attribute__((vector_size(16)));
+typedef float V8 __attribute__((vector_size(32)));
+typedef float V16 __attribute__((vector_size(64)));
 
-// 16 floats: one AVX-512 register, two AVX2 or four SSE registers, depending on the ISA of the function this is
-// inlined into. Written with vector types rather than left to the auto-vectoriser: at -O3 g++ 12 versioned the
-// plain loop and ran a scalar, interchanged copy of it.
-typedef float V16 __attribute__((vector_size(64), aligned(4)));
+template <class VT>
+inline constexpr int kLanes = static_cast<int>(sizeof(VT) / sizeof(float));
 
-// One row of A times NV vectors of columns (NV * 16 >= width). An FMA has a latency of about 4 cycles and two can
-// issue per cycle, so one chain per vector is latency bound at NV = 1..4; U sets of accumulators, each taking every
-// U-th nonzero, give NV * U independent chains, summed once at the end of the row.
-template <int NV, int U>
+// Every lane x, as one broadcast: lane 0 shuffled to all. Written as `x - VT{}` or lane by lane, the AVX2 version
+// assembled each weight from four inserts (or through the stack), several instructions per nonzero. Both helpers
+// write to a reference: a vector returned by value draws g++'s -Wpsabi note in the SSE build.
+template <class VT>
+[[gnu::always_inline]] inline void splat(VT& v, float x) {
+  typedef int32_t VI __attribute__((vector_size(sizeof(VT))));
+  VT one{};
+  one[0] = x;
+  v = __builtin_shuffle(one, VI{});
+}
+
+// Neither B's rows nor C's are aligned to a register's width: every access goes through memcpy, one unaligned move.
+template <class VT>
+[[gnu::always_inline]] inline void load(VT& v, const float* at) {
+  __builtin_memcpy(&v, at, sizeof(VT));
+}
+
+// One row of A times NV registers of columns (NV * lanes >= width, and NV * lanes <= the padded width, so the
+// loads stay inside B's readable rows). An FMA has a latency of about 4 cycles and two can issue per cycle, so
+// one chain per register is latency bound for small NV; U sets of accumulators, each taking every U-th nonzero,
+// give NV * U independent chains, summed once at the end of the row.
+template <class VT, int NV, int U>
 [[gnu::always_inline]] inline void row_block(const PanelArgs& p, int32_t begin, int32_t end, const float* b, float* c,
                                              float bias, int32_t* live, int64_t width) {
-  V16 acc[U][NV];
-#pragma GCC unroll 8
+  constexpr int L = kLanes<VT>;
+  VT acc[U][NV];
+#pragma GCC unroll 16
   for (int u = 0; u < U; ++u) {
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[u][v] = V16{};
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) acc[u][v] = VT{};
   }
   int32_t i = begin;
   for (; i + U <= end; i += U) {
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int u = 0; u < U; ++u) {
-      const float w = p.values[i + u];
+      VT w;
+      splat(w, p.values[i + u]);
       const float* brow = b + static_cast<int64_t>(p.col_idx[i + u]) * p.ldb;
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[u][v] += w * *reinterpret_cast<const V16*>(brow + v * V);
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) {
+        VT x;
+        load(x, brow + v * L);
+        acc[u][v] += w * x;
+      }
     }
   }
   for (; i < end; ++i) {
-    const float w = p.values[i];
+    VT w;
+    splat(w, p.values[i]);
     const float* brow = b + static_cast<int64_t>(p.col_idx[i]) * p.ldb;
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[0][v] += w * *reinterpret_cast<const V16*>(brow + v * V);
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) {
+      VT x;
+      load(x, brow + v * L);
+      acc[0][v] += w * x;
+    }
   }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int u = 1; u < U; ++u) {
-#pragma GCC unroll 4
+#pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) acc[0][v] += acc[u][v];
   }
-  float out[NV * V];
-#pragma GCC unroll 4
-  for (int v = 0; v < NV; ++v) *reinterpret_cast<V16*>(out + v * V) = acc[0][v];
-  for (int64_t j = 0; j < width; ++j) {
-    float x = out[j] + bias;
-    x = x < p.lo ? p.lo : x;
-    x = p.hi < x ? p.hi : x;
-    c[j] = x;
+  // The epilogue on whole registers: per row it is as many operations as a few nonzeros, which is not negligible
+  // at the Graph Challenge's 32 nonzeros a row.
+  VT lo, hi, bias_v;
+  splat(lo, p.lo);
+  splat(hi, p.hi);
+  splat(bias_v, bias);
+#pragma GCC unroll 16
+  for (int v = 0; v < NV; ++v) {
+    VT x = acc[0][v] + bias_v;
+    x = x < lo ? lo : x;
+    x = hi < x ? hi : x;
+    acc[0][v] = x;
   }
-  if (live != nullptr) {
-    for (int64_t j = 0; j < width; ++j) live[j] |= static_cast<int32_t>(c[j] != 0.0f);
+  // Lanes past `width` are neither stored nor flagged.
+  typedef int32_t VI __attribute__((vector_size(sizeof(VT))));
+  const int full = static_cast<int>(width / L);
+  const int tail = static_cast<int>(width % L);
+#pragma GCC unroll 16
+  for (int v = 0; v < NV; ++v) {
+    if (v < full) {
+      __builtin_memcpy(c + v * L, &acc[0][v], sizeof(VT));
+      if (live != nullptr) {
+        VI f;
+        __builtin_memcpy(&f, live + v * L, sizeof(VI));
+        f |= (acc[0][v] != 0.0f) & 1;
+        __builtin_memcpy(live + v * L, &f, sizeof(VI));
+      }
+    } else if (v == full && tail != 0) {
+      __builtin_memcpy(c + v * L, &acc[0][v], static_cast<size_t>(tail) * sizeof(float));
+      if (live != nullptr) {
+        for (int j = 0; j < tail; ++j) live[v * L + j] |= static_cast<int32_t>(acc[0][v][j] != 0.0f);
+      }
+    }
   }
 }
 
-// U4/U2/U1 are the nonzero unroll factors for blocks of 4, 3..2 and 1 vectors: enough chains to cover the FMA
-// latency without running out of registers (AVX-512 has 32, AVX2 16 that each hold half a V16).
-template <int U4, int U2, int U1>
+// The columns of a panel go in blocks of up to kCpuBlockWidth; a block of `vectors` 16-float vectors is
+// 16 / lanes registers each. Acc is how many accumulator registers to keep: the nonzero unroll is Acc divided by
+// the registers a block needs (at least 1), which leaves room for the broadcast weight and the loads.
+template <class VT, int Vectors, int Acc>
+[[gnu::always_inline]] inline void block(const PanelArgs& p, int32_t begin, int32_t end, const float* b, float* c,
+                                         float bias, int32_t* live, int64_t width) {
+  constexpr int NV = Vectors * kCpuVector / kLanes<VT>;
+  constexpr int U = NV >= Acc ? 1 : Acc / NV;
+  row_block<VT, NV, U>(p, begin, end, b, c, bias, live, width);
+}
+
+template <class VT, int Acc>
 [[gnu::always_inline]] inline void panel(const PanelArgs& p) {
+  // Wider than the accumulators: a block of more registers than Acc would spill, so it takes two passes.
+  constexpr int64_t kBlock = std::min<int64_t>(kCpuBlockWidth, static_cast<int64_t>(Acc) * kLanes<VT>);
+  constexpr int64_t V = kCpuVector;
   for (int32_t r = p.row_begin; r < p.row_end; ++r) {
     const int32_t begin = p.row_ptr[r];
     const int32_t end = p.row_ptr[r + 1];
     const float bias = p.bias != nullptr ? p.bias[r * p.bias_stride] : 0.0f;
     float* crow = p.c + static_cast<int64_t>(r) * p.ldc;
-    for (int64_t j0 = 0; j0 < p.width; j0 += kCpuBlockWidth) {
-      const int64_t w = std::min(kCpuBlockWidth, p.width - j0);
+    for (int64_t j0 = 0; j0 < p.width; j0 += kBlock) {
+      const int64_t w = std::min(kBlock, p.width - j0);
       int32_t* live = p.live != nullptr ? p.live + j0 : nullptr;
       const float* b = p.b + j0;
       switch ((w + V - 1) / V) {
-        case 4: row_block<4, U4>(p, begin, end, b, crow + j0, bias, live, w); break;
-        case 3: row_block<3, U2>(p, begin, end, b, crow + j0, bias, live, w); break;
-        case 2: row_block<2, U2>(p, begin, end, b, crow + j0, bias, live, w); break;
-        default: row_block<1, U1>(p, begin, end, b, crow + j0, bias, live, w); break;
+        case 4: if constexpr (kBlock >= 4 * V) block<VT, 4, Acc>(p, begin, end, b, crow + j0, bias, live, w); break;
+        case 3: if constexpr (kBlock >= 3 * V) block<VT, 3, Acc>(p, begin, end, b, crow + j0, bias, live, w); break;
+        case 2: if constexpr (kBlock >= 2 * V) block<VT, 2, Acc>(p, begin, end, b, crow + j0, bias, live, w); break;
+        default: block<VT, 1, Acc>(p, begin, end, b, crow + j0, bias, live, w); break;
       }
     }
   }
 }
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SPARSERT_CPU_X86_VERSIONS 1
 // The default build targets baseline x86-64 (SSE2), which CI machines all run; the AVX2 and AVX-512 versions are
 // picked at load time, so one binary is both portable and fast. Dispatched by hand rather than with target_clones
-// because the unroll factors differ with the register file.
-__attribute__((target("arch=x86-64-v4"))) void panel_avx512(const PanelArgs& p) { panel<2, 4, 8>(p); }
-__attribute__((target("arch=x86-64-v3"))) void panel_avx2(const PanelArgs& p) { panel<1, 2, 4>(p); }
-void panel_baseline(const PanelArgs& p) { panel<1, 1, 2>(p); }
-
-using PanelFn = void (*)(const PanelArgs&);
-PanelFn choose_panel() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("x86-64-v4")) return panel_avx512;
-  if (__builtin_cpu_supports("x86-64-v3")) return panel_avx2;
-  return panel_baseline;
-}
+// because the register width and count differ. AVX2 and SSE have 16 registers, AVX-512 32.
+__attribute__((target("arch=x86-64-v4"))) void panel_avx512(const PanelArgs& p) { panel<V16, 8>(p); }
+__attribute__((target("arch=x86-64-v3"))) void panel_avx2(const PanelArgs& p) { panel<V8, 8>(p); }
 #endif
+void panel_baseline(const PanelArgs& p) { panel<V4, 8>(p); }
 
 }  // namespace
 
-void cpu_spmm_panel(const PanelArgs& p) {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  static const PanelFn fn = choose_panel();
-  fn(p);
-#else
-  panel<1, 2, 4>(p);
+void cpu_spmm_panel(const PanelArgs& p, CpuIsa isa) {
+  switch (isa) {
+#ifdef SPARSERT_CPU_X86_VERSIONS
+    case CpuIsa::kAvx512: panel_avx512(p); return;
+    case CpuIsa::kAvx2: panel_avx2(p); return;
 #endif
+    default: panel_baseline(p); return;
+  }
 }
 
 }  // namespace sparsert::detail

@@ -1,5 +1,7 @@
 #pragma once
 // The inner kernel of the CPU executor: one task = a range of rows of A times one panel of columns of B.
+#include "sparsert/runtime/cpu_isa.hpp"
+
 #include <cstdint>
 
 namespace sparsert::detail {
@@ -24,7 +26,8 @@ struct PanelArgs {
   int32_t* live = nullptr;   // `width` flags, set to 1 where an output is nonzero; null: not tracked
 };
 
-void cpu_spmm_panel(const PanelArgs& args);
+// `isa` must be supported and not kAuto (resolve_cpu_isa).
+void cpu_spmm_panel(const PanelArgs& args, CpuIsa isa);
 
 // Floats per vector of the kernel; B's rows must be readable up to a multiple of it (see PanelArgs::b).
 inline constexpr int64_t kCpuVector = 16;

@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <tuple>
 
 namespace sparsert {
@@ -66,20 +68,29 @@ struct Shape {
 
 class CpuExecutorShapes : public ::testing::TestWithParam<Shape> {};
 
+// Every instruction set this CPU runs (the narrower versions are checked on a wide machine too) and each panel width
+// that gives a different mix of register blocks.
 TEST_P(CpuExecutorShapes, MatchesReferenceWithEveryEpilogue) {
   const Shape s = GetParam();
   const CsrMatrix a = random_sparse(s.m, s.k, s.density, 11 + s.m, s.empty_rows);
   const DenseTensor b = random_dense(s.k, s.n, 7 + s.n);
-  CpuExecutor exec(CpuExecutorOptions{s.threads, 64});
   std::vector<Epilogue> epilogues;
   epilogues.push_back({});
   epilogues.push_back(Epilogue{{-0.25f}, Activation::kRelu, std::nullopt});
   epilogues.push_back(full_epilogue(s.m, 3));
-  for (const Epilogue& ep : epilogues) {
-    const DenseTensor want = reference_spmm(a, b, ep);
-    const DenseTensor got = exec.spmm(a, b, ep);
-    ASSERT_EQ(got.shape(), want.shape());
-    EXPECT_LT(max_relative_error(got, want), 1e-5) << "bias entries " << ep.bias.size();
+  std::vector<DenseTensor> want;
+  for (const Epilogue& ep : epilogues) want.push_back(reference_spmm(a, b, ep));
+  for (const CpuIsa isa : cpu_isas_supported()) {
+    for (const int64_t panel : {16, 32, 64}) {
+      CpuExecutor exec(CpuExecutorOptions{s.threads, panel, isa});
+      ASSERT_EQ(exec.isa(), isa);
+      for (size_t e = 0; e < epilogues.size(); ++e) {
+        const DenseTensor got = exec.spmm(a, b, epilogues[e]);
+        ASSERT_EQ(got.shape(), want[e].shape());
+        EXPECT_LT(max_relative_error(got, want[e]), 1e-5)
+            << cpu_isa_name(isa) << ", panel " << panel << ", bias entries " << epilogues[e].bias.size();
+      }
+    }
   }
 }
 
@@ -115,6 +126,40 @@ TEST(CpuExecutor, RejectsMismatchedShapesAndBias) {
   EXPECT_THROW(exec.spmm(a, random_dense(5, 3, 1), Epilogue{{1.0f, 2.0f}, Activation::kNone, std::nullopt}),
                UserError);
   EXPECT_THROW(CpuExecutor(CpuExecutorOptions{-1, 64}), UserError);
+}
+
+// The environment names the set where the options say auto; a set this CPU does not run, or a name that is none,
+// is a UserError naming where it came from. (ctest runs each test in a process of its own.)
+TEST(CpuIsa, EnvironmentPicksTheSetAndBadNamesAreUserErrors) {
+  const std::vector<CpuIsa> supported = cpu_isas_supported();
+  ASSERT_FALSE(supported.empty());
+  EXPECT_EQ(supported.front(), CpuIsa::kBaseline);
+  const auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no UserError");
+  };
+  ::unsetenv("SPARSERT_CPU_ISA");
+  EXPECT_EQ(resolve_cpu_isa(CpuIsa::kAuto), supported.back());
+  EXPECT_EQ(CpuExecutor(CpuExecutorOptions{1, 64}).isa(), supported.back());
+  ::setenv("SPARSERT_CPU_ISA", "baseline", 1);
+  EXPECT_EQ(resolve_cpu_isa(CpuIsa::kAuto), CpuIsa::kBaseline);
+  EXPECT_EQ(CpuExecutor(CpuExecutorOptions{1, 64}).isa(), CpuIsa::kBaseline);
+  // An explicit set in the options wins over the environment.
+  EXPECT_EQ(resolve_cpu_isa(supported.back()), supported.back());
+  ::setenv("SPARSERT_CPU_ISA", "sse9", 1);
+  EXPECT_NE(message([] { resolve_cpu_isa(CpuIsa::kAuto); }).find("SPARSERT_CPU_ISA: 'sse9' is not"), std::string::npos)
+      << message([] { resolve_cpu_isa(CpuIsa::kAuto); });
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (cpu_isa_supported(isa)) continue;
+    ::setenv("SPARSERT_CPU_ISA", std::string(cpu_isa_name(isa)).c_str(), 1);
+    EXPECT_NE(message([] { resolve_cpu_isa(CpuIsa::kAuto); }).find("does not run it"), std::string::npos);
+    EXPECT_NE(message([&] { CpuExecutor(CpuExecutorOptions{1, 64, isa}); }).find("cpu isa"), std::string::npos);
+  }
+  ::unsetenv("SPARSERT_CPU_ISA");
 }
 
 TEST(CpuExecutor, ZeroColumnsGiveAnEmptyResult) {
@@ -170,14 +215,20 @@ TEST(CpuExecutorLive, DropsExactlyTheAllZeroColumnsAndCompactsTheRest) {
       const std::vector<int32_t> want_kept = nonzero_columns(want);
       ASSERT_LT(want_kept.size(), static_cast<size_t>(n));  // column 0 is always dead
 
-      CpuExecutor exec(CpuExecutorOptions{threads, 32});
-      DenseTensor c;
-      const std::vector<int32_t> kept = exec.spmm_live(pos, b, ep, c);
-      ASSERT_EQ(kept, want_kept) << "threads " << threads << " n " << n;
-      ASSERT_EQ(c.shape(), (std::vector<int64_t>{m, static_cast<int64_t>(kept.size())}));
-      for (size_t p = 0; p < kept.size(); ++p) {
-        for (int32_t r = 0; r < m; ++r) {
-          ASSERT_NEAR(c.at(r, static_cast<int64_t>(p)), want.at(r, kept[p]), 1e-5) << r << "," << p;
+      // The flags are set a whole register at a time and lane by lane in a block's tail: every instruction set.
+      for (const CpuIsa isa : cpu_isas_supported()) {
+        for (const int64_t panel : {32, 64}) {
+          SCOPED_TRACE(fmt::format("{}, panel {}, threads {}, n {}", cpu_isa_name(isa), panel, threads, n));
+          CpuExecutor exec(CpuExecutorOptions{threads, panel, isa});
+          DenseTensor c;
+          const std::vector<int32_t> kept = exec.spmm_live(pos, b, ep, c);
+          ASSERT_EQ(kept, want_kept);
+          ASSERT_EQ(c.shape(), (std::vector<int64_t>{m, static_cast<int64_t>(kept.size())}));
+          for (size_t p = 0; p < kept.size(); ++p) {
+            for (int32_t r = 0; r < m; ++r) {
+              ASSERT_NEAR(c.at(r, static_cast<int64_t>(p)), want.at(r, kept[p]), 1e-5) << r << "," << p;
+            }
+          }
         }
       }
     }

@@ -7,6 +7,7 @@
 #include "sparsert/runtime/error.hpp"
 #include "sparsert/runtime/reference.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -212,6 +213,7 @@ TEST(ConvReference, PaddingTapsAreZero) {
   EXPECT_EQ(got.vec(), (std::vector<float>{4, 6, 4, 6, 9, 6, 4, 6, 4}));
 }
 
+// Every instruction set this CPU runs, so that the narrower versions are checked on a wide machine too.
 TEST(CpuConv, MatchesReferenceWithBordersAndSeveralThreads) {
   std::mt19937 rng(5);
   ThreadPool one(1), three(3);
@@ -219,25 +221,29 @@ TEST(CpuConv, MatchesReferenceWithBordersAndSeveralThreads) {
     const Instance t = instance_of(c, rng);
     const double tolerance = error_bound(t.a, c.shape, t.x, t.ep);
     const ConvLayout layout{c.shape, c.in_border, c.out_border};
-    CpuConv conv(t.a, layout, t.ep);
     const std::vector<float> in = to_bordered(t.x, layout.input());
-    for (ThreadPool* pool : {&one, &three}) {
-      // The output's border holds a sentinel: the kernel must write the interior only.
-      constexpr float kSentinel = 1234.5f;
-      std::vector<float> out(static_cast<size_t>(layout.output().elements()), kSentinel);
-      conv.run(c.shape.images, in.data(), out.data(), *pool);
-      const double err = max_relative_error(from_bordered(out, layout.output()), t.want);
-      EXPECT_LE(err, tolerance) << describe(c) << ", " << pool->size() << " threads";
-      const ActivationLayout o = layout.output();
-      int64_t touched = 0;
-      for (int32_t i = 0; i < o.images; ++i)
-        for (int32_t m = 0; m < o.channels; ++m)
-          for (int32_t y = -o.border; y < o.h + o.border; ++y)
-            for (int32_t xx = -o.border; xx < o.w + o.border; ++xx) {
-              const bool interior = y >= 0 && y < o.h && xx >= 0 && xx < o.w;
-              touched += !interior && out[static_cast<size_t>(o.index(i, m, y, xx))] != kSentinel;
-            }
-      EXPECT_EQ(touched, 0) << describe(c) << ": border pixels written";
+    for (const CpuIsa isa : cpu_isas_supported()) {
+      SCOPED_TRACE(fmt::format("instruction set {}", cpu_isa_name(isa)));
+      CpuConv conv(t.a, layout, t.ep, "conv", isa);
+      ASSERT_EQ(conv.isa(), isa);
+      for (ThreadPool* pool : {&one, &three}) {
+        // The output's border holds a sentinel: the kernel must write the interior only.
+        constexpr float kSentinel = 1234.5f;
+        std::vector<float> out(static_cast<size_t>(layout.output().elements()), kSentinel);
+        conv.run(c.shape.images, in.data(), out.data(), *pool);
+        const double err = max_relative_error(from_bordered(out, layout.output()), t.want);
+        EXPECT_LE(err, tolerance) << describe(c) << ", " << pool->size() << " threads";
+        const ActivationLayout o = layout.output();
+        int64_t touched = 0;
+        for (int32_t i = 0; i < o.images; ++i)
+          for (int32_t m = 0; m < o.channels; ++m)
+            for (int32_t y = -o.border; y < o.h + o.border; ++y)
+              for (int32_t xx = -o.border; xx < o.w + o.border; ++xx) {
+                const bool interior = y >= 0 && y < o.h && xx >= 0 && xx < o.w;
+                touched += !interior && out[static_cast<size_t>(o.index(i, m, y, xx))] != kSentinel;
+              }
+        EXPECT_EQ(touched, 0) << describe(c) << ": border pixels written";
+      }
     }
   }
 }

@@ -134,7 +134,8 @@ MethodSet conv_cpu_methods(int threads) {
   const int used = subject->threads();
   set.subject = subject->name();
   set.notes[subject->name()] =
-      fmt::format("CpuConv, virtual im2col, {} threads (runtime/src/cpu_conv.cpp on runtime/src/cpu_kernel.cpp)", used);
+      fmt::format("CpuConv ({}), virtual im2col, {} threads (runtime/src/cpu_conv.cpp on runtime/src/cpu_kernel.cpp)",
+                  cpu_isa_name(resolve_cpu_isa(CpuIsa::kAuto)), used);
   set.methods.push_back(std::move(subject));
   using Factory = std::unique_ptr<Method> (*)(int, std::string*, nlohmann::json*);
   struct Baseline {

@@ -20,6 +20,7 @@ class SparsertCpu final : public Method {
   DenseTensor result() override { return c_; }
   void release() override { c_ = DenseTensor{}; }
   int threads() const { return exec_.threads(); }
+  CpuIsa isa() const { return exec_.isa(); }
 
  private:
   CpuExecutor exec_;
@@ -45,7 +46,8 @@ MethodSet cpu_methods(int threads) {
   auto subject = std::make_unique<SparsertCpu>(threads);
   const int used = subject->threads();
   set.subject = subject->name();
-  set.notes[subject->name()] = fmt::format("CpuExecutor, {} threads (runtime/src/cpu_kernel.cpp)", used);
+  set.notes[subject->name()] =
+      fmt::format("CpuExecutor ({}), {} threads (runtime/src/cpu_kernel.cpp)", cpu_isa_name(subject->isa()), used);
   set.methods.push_back(std::move(subject));
   // The baselines get the thread count the executor actually uses, so "same number of threads" holds for 0 too.
   using Factory = std::unique_ptr<Method> (*)(int, std::string*, nlohmann::json*);

@@ -16,6 +16,7 @@
 //
 // Tasks are (image, block of output channels, run of strips), handed out on a ThreadPool.
 #include "sparsert/runtime/conv.hpp"
+#include "sparsert/runtime/cpu_isa.hpp"
 #include "sparsert/runtime/csr.hpp"
 #include "sparsert/runtime/reference.hpp"
 #include "sparsert/runtime/tensor.hpp"
@@ -30,10 +31,12 @@ namespace sparsert {
 class CpuConv {
  public:
   // Checks the shape and the weights (check_conv_shape, check_conv_weights), in_border >= pad, out_border >= 0 and the
-  // bias length; a UserError names `where` and the field.
-  CpuConv(const CsrMatrix& a, const ConvLayout& layout, const Epilogue& epilogue, const std::string& where = "conv");
+  // bias length; a UserError names `where` and the field. `isa` is the kernel's instruction set (resolve_cpu_isa).
+  CpuConv(const CsrMatrix& a, const ConvLayout& layout, const Epilogue& epilogue, const std::string& where = "conv",
+          CpuIsa isa = CpuIsa::kAuto);
 
   const ConvLayout& layout() const { return layout_; }
+  CpuIsa isa() const { return isa_; }
 
   // Reads `images` images laid out as layout().input() (its border zero, as conv.hpp requires) and writes the interior
   // of `out`, laid out as layout().output() with `images` images; out's border is never written. `images` may differ
@@ -42,6 +45,7 @@ class CpuConv {
 
  private:
   ConvLayout layout_;
+  CpuIsa isa_ = CpuIsa::kBaseline;
   int32_t rows_ = 0;
   std::vector<int32_t> row_ptr_;
   std::vector<int32_t> offsets_;  // per nonzero: its tap's offset from the output pixel's position, sorted per row

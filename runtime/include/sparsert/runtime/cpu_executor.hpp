@@ -8,6 +8,7 @@
 //
 // The pruning-aware entry point (spmm_live) also finds the output columns that are zero in every row and drops them,
 // so a network can stop computing inputs that can no longer become nonzero (the Graph Challenge's dead inputs).
+#include "sparsert/runtime/cpu_isa.hpp"
 #include "sparsert/runtime/csr.hpp"
 #include "sparsert/runtime/reference.hpp"
 #include "sparsert/runtime/tensor.hpp"
@@ -22,6 +23,7 @@ namespace sparsert {
 struct CpuExecutorOptions {
   int threads = 0;           // participants, the caller included; 0: std::thread::hardware_concurrency()
   int64_t panel_width = 64;  // columns of B per task; rounded up to a multiple of the vector (16)
+  CpuIsa isa = CpuIsa::kAuto;  // the kernel's instruction set (resolve_cpu_isa); the constructor resolves it
 };
 
 class CpuExecutor {
@@ -29,6 +31,7 @@ class CpuExecutor {
   explicit CpuExecutor(CpuExecutorOptions options = {});
 
   int threads() const { return pool_->size(); }
+  CpuIsa isa() const { return options_.isa; }
   const CpuExecutorOptions& options() const { return options_; }
 
   // C = act(A·B + bias), M×N. Shapes and the bias length are checked (UserError), as in reference_spmm.
