@@ -149,6 +149,12 @@ case $stage in
         --inputs "$gc/sparse-images-1024-first1200.tsv" --categories "$gc/neuron1024-l120-categories-first1200.tsv" \
         --replicate 50 --device $device
     done
+    # The CPU run above used the widest instruction set of the host's CPU (its prepare line names it; the development
+    # VM has no AVX-512, so there only a device host runs the AVX-512 version on the real network): the same with
+    # AVX2, for the comparison.
+    step env SPARSERT_CPU_ISA=avx2 "$sparsert" graphchallenge --weights "$tmp/neuron1024" --neurons 1024 --layers 120 \
+      --inputs "$gc/sparse-images-1024-first1200.tsv" --categories "$gc/neuron1024-l120-categories-first1200.tsv" \
+      --replicate 50 --device cpu
     # The 1200 images alone (the "1200 inputs <= 2 ms"): narrow enough to run as one CUDA Graph, each layer
     # compacting its own columns (the default), then with the filter kernel after each layer, for the comparison.
     for compaction in fused kernel; do

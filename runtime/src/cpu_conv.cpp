@@ -36,7 +36,7 @@ void exact_block(const detail::PanelArgs& p) {
 
 CpuConv::CpuConv(const CsrMatrix& a, const ConvLayout& layout, const Epilogue& ep, const std::string& where,
                  CpuIsa isa)
-    : layout_(layout), isa_(resolve_cpu_isa(isa)) {
+    : layout_(layout), isa_(resolve_cpu_isa(isa, where + ": isa")) {
   const ConvShape& s = layout.shape;
   check_conv_shape(s, where);
   check_conv_weights(s, a, where);

@@ -38,7 +38,7 @@ std::vector<CpuIsa> cpu_isas_supported() {
   return out;
 }
 
-CpuIsa resolve_cpu_isa(CpuIsa isa) {
+CpuIsa resolve_cpu_isa(CpuIsa isa, std::string_view field) {
   if (isa == CpuIsa::kAuto) {
     const char* env = std::getenv("SPARSERT_CPU_ISA");
     if (env == nullptr || *env == '\0') return cpu_isas_supported().back();
@@ -47,11 +47,13 @@ CpuIsa resolve_cpu_isa(CpuIsa isa) {
     for (CpuIsa known : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
       if (name == cpu_isa_name(known)) isa = known;
     }
-    SPARSERT_USER_CHECK(isa != CpuIsa::kAuto, "SPARSERT_CPU_ISA", "'{}' is not baseline, avx2 or avx512", name);
+    // {:?} quotes and escapes the value, so that whatever it holds the message stays one line.
+    SPARSERT_USER_CHECK(isa != CpuIsa::kAuto, "SPARSERT_CPU_ISA", "{:?} is not baseline, avx2 or avx512", name);
     SPARSERT_USER_CHECK(cpu_isa_supported(isa), "SPARSERT_CPU_ISA", "{}: this CPU or build does not run it", name);
     return isa;
   }
-  SPARSERT_USER_CHECK(cpu_isa_supported(isa), "cpu isa", "{}: this CPU or build does not run it", cpu_isa_name(isa));
+  SPARSERT_USER_CHECK(cpu_isa_supported(isa), std::string(field), "{}: this CPU or build does not run it",
+                      cpu_isa_name(isa));
   return isa;
 }
 

@@ -19,15 +19,20 @@ typedef float V16 __attribute__((vector_size(64)));
 template <class VT>
 inline constexpr int kLanes = static_cast<int>(sizeof(VT) / sizeof(float));
 
-// Every lane x, as one broadcast: lane 0 shuffled to all. Written as `x - VT{}` or lane by lane, the AVX2 version
-// assembled each weight from four inserts (or through the stack), several instructions per nonzero. Both helpers
-// write to a reference: a vector returned by value draws g++'s -Wpsabi note in the SSE build.
+// Every lane x, as one broadcast: with g++, lane 0 shuffled to all. Written as `x - VT{}` or lane by lane, g++'s AVX2
+// version assembled each weight from four inserts (or through the stack), several instructions per nonzero. clang
+// has no __builtin_shuffle and makes one broadcast of `x - VT{}` (x - 0 is x, -0 included). Both helpers write to
+// a reference: a vector returned by value draws g++'s -Wpsabi note in the SSE build.
 template <class VT>
 [[gnu::always_inline]] inline void splat(VT& v, float x) {
+#if defined(__clang__) || !defined(__GNUC__)
+  v = x - VT{};
+#else
   typedef int32_t VI __attribute__((vector_size(sizeof(VT))));
   VT one{};
   one[0] = x;
   v = __builtin_shuffle(one, VI{});
+#endif
 }
 
 // Neither B's rows nor C's are aligned to a register's width: every access goes through memcpy, one unaligned move.

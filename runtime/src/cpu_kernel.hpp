@@ -29,9 +29,11 @@ struct PanelArgs {
 // `isa` must be supported and not kAuto (resolve_cpu_isa).
 void cpu_spmm_panel(const PanelArgs& args, CpuIsa isa);
 
-// Floats per vector of the kernel; B's rows must be readable up to a multiple of it (see PanelArgs::b).
+// The padding granularity: B's rows must be readable up to a multiple of it (see PanelArgs::b). It is the widest
+// register (AVX-512's 16 floats); the AVX2 and SSE versions load it as 2 or 4 registers.
 inline constexpr int64_t kCpuVector = 16;
-// Widest register block: one pass over a row's nonzeros covers up to this many columns.
+// Widest column block: one pass over a row's nonzeros covers up to this many columns (the SSE version, with fewer
+// floats a register, makes two passes of 32).
 inline constexpr int64_t kCpuBlockWidth = 64;
 
 inline constexpr int64_t cpu_padded_width(int64_t width) { return (width + kCpuVector - 1) / kCpuVector * kCpuVector; }

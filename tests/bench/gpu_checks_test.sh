@@ -25,6 +25,7 @@ mkdir -p "$fake/bin" "$fake/lib" "$fake/data/graphchallenge/neuron1024" "$work/p
 cat > "$fake/bin/sparsert" << 'EOF'
 #!/usr/bin/env bash
 echo "$*" >> "$CALLS"
+[[ -n ${SPARSERT_CPU_ISA:-} ]] && echo "$SPARSERT_CPU_ISA $*" >> "$CALLS.isa"
 if [[ -n ${FAIL_PATTERN:-} && "$*" =~ $FAIL_PATTERN ]]; then echo "sparsert: failed: scripted"; exit 1; fi
 args=("$@")
 for ((i = 0; i + 1 < ${#args[@]}; ++i)); do
@@ -85,7 +86,9 @@ check "no check-model on a file a failed step did not write" \
 check "no check-model on the generated layer's report" \
   test "$(grep -c -E '^check-model .*tune-rows-cols-n256' "$CALLS")" -eq 0
 check "sixteen check-model calls" test "$(grep -c '^check-model ' "$CALLS")" -eq 16
-check "forty-five sparsert calls" test "$(wc -l < "$CALLS")" -eq 45
+check "forty-six sparsert calls" test "$(wc -l < "$CALLS")" -eq 46
+check "one CPU run with AVX2 named" grep -q -E '^avx2 graphchallenge .*--replicate 50 --device cpu$' "$CALLS.isa"
+check "only that one" test "$(wc -l < "$CALLS.isa")" -eq 1
 check "all.log names bench-rn50" grep -q -E '^  - bench-rn50 \(exit 1' "$out/all.log"
 check "all.log names graphchallenge" grep -q -E '^  - graphchallenge \(exit 1' "$out/all.log"
 check "all.log names only the two failed stages" test "$(grep -c '^  - ' "$out/all.log")" -eq 2

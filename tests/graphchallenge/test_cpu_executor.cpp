@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -81,7 +82,8 @@ TEST_P(CpuExecutorShapes, MatchesReferenceWithEveryEpilogue) {
   std::vector<DenseTensor> want;
   for (const Epilogue& ep : epilogues) want.push_back(reference_spmm(a, b, ep));
   for (const CpuIsa isa : cpu_isas_supported()) {
-    for (const int64_t panel : {16, 32, 64}) {
+    // 128: two blocks of 64 columns a panel, as the SSE version's 32-column blocks are at every width over 32.
+    for (const int64_t panel : {16, 32, 64, 128}) {
       CpuExecutor exec(CpuExecutorOptions{s.threads, panel, isa});
       ASSERT_EQ(exec.isa(), isa);
       for (size_t e = 0; e < epilogues.size(); ++e) {
@@ -129,8 +131,10 @@ TEST(CpuExecutor, RejectsMismatchedShapesAndBias) {
 }
 
 // The environment names the set where the options say auto; a set this CPU does not run, or a name that is none,
-// is a UserError naming where it came from. (ctest runs each test in a process of its own.)
+// is a UserError naming where it came from. SPARSERT_CPU_ISA is put back as it was at the end.
 TEST(CpuIsa, EnvironmentPicksTheSetAndBadNamesAreUserErrors) {
+  const char* outside = std::getenv("SPARSERT_CPU_ISA");
+  const std::optional<std::string> saved = outside != nullptr ? std::optional<std::string>(outside) : std::nullopt;
   const std::vector<CpuIsa> supported = cpu_isas_supported();
   ASSERT_FALSE(supported.empty());
   EXPECT_EQ(supported.front(), CpuIsa::kBaseline);
@@ -151,15 +155,22 @@ TEST(CpuIsa, EnvironmentPicksTheSetAndBadNamesAreUserErrors) {
   // An explicit set in the options wins over the environment.
   EXPECT_EQ(resolve_cpu_isa(supported.back()), supported.back());
   ::setenv("SPARSERT_CPU_ISA", "sse9", 1);
-  EXPECT_NE(message([] { resolve_cpu_isa(CpuIsa::kAuto); }).find("SPARSERT_CPU_ISA: 'sse9' is not"), std::string::npos)
+  EXPECT_NE(message([] { resolve_cpu_isa(CpuIsa::kAuto); }).find("SPARSERT_CPU_ISA: \"sse9\" is not"), std::string::npos)
       << message([] { resolve_cpu_isa(CpuIsa::kAuto); });
+  // A value that would break the one-line message is escaped.
+  ::setenv("SPARSERT_CPU_ISA", "avx2\nmore", 1);
+  EXPECT_EQ(message([] { resolve_cpu_isa(CpuIsa::kAuto); }).find('\n'), std::string::npos);
   for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
     if (cpu_isa_supported(isa)) continue;
     ::setenv("SPARSERT_CPU_ISA", std::string(cpu_isa_name(isa)).c_str(), 1);
     EXPECT_NE(message([] { resolve_cpu_isa(CpuIsa::kAuto); }).find("does not run it"), std::string::npos);
-    EXPECT_NE(message([&] { CpuExecutor(CpuExecutorOptions{1, 64, isa}); }).find("cpu isa"), std::string::npos);
+    EXPECT_NE(message([&] { CpuExecutor(CpuExecutorOptions{1, 64, isa}); }).find("isa: "), std::string::npos);
   }
-  ::unsetenv("SPARSERT_CPU_ISA");
+  if (saved) {
+    ::setenv("SPARSERT_CPU_ISA", saved->c_str(), 1);
+  } else {
+    ::unsetenv("SPARSERT_CPU_ISA");
+  }
 }
 
 TEST(CpuExecutor, ZeroColumnsGiveAnEmptyResult) {
@@ -217,7 +228,7 @@ TEST(CpuExecutorLive, DropsExactlyTheAllZeroColumnsAndCompactsTheRest) {
 
       // The flags are set a whole register at a time and lane by lane in a block's tail: every instruction set.
       for (const CpuIsa isa : cpu_isas_supported()) {
-        for (const int64_t panel : {32, 64}) {
+        for (const int64_t panel : {32, 64, 128}) {
           SCOPED_TRACE(fmt::format("{}, panel {}, threads {}, n {}", cpu_isa_name(isa), panel, threads, n));
           CpuExecutor exec(CpuExecutorOptions{threads, panel, isa});
           DenseTensor c;

@@ -386,6 +386,12 @@ TEST(ConvErrors, CpuConvLayoutAndRun) {
   wide.in_channels = 65;
   expect_error(error_of([&] { CpuConv(a, ConvLayout{wide, 1, 0}, {}, "layer 2"); }), "layer 2: weights",
                "576 columns");
+  // An instruction set this CPU does not run (where there is one: a CPU with AVX-512 runs them all).
+  for (const CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (cpu_isa_supported(isa)) continue;
+    expect_error(error_of([&] { CpuConv(a, ConvLayout{s, 1, 0}, {}, "layer 2", isa); }), "layer 2: isa",
+                 "this CPU or build does not run it");
+  }
   CpuConv conv(a, ConvLayout{s, 1, 0}, {});
   ThreadPool pool(1);
   std::vector<float> buf(1);

@@ -2,6 +2,7 @@
 // The instruction set the CPU kernel (CpuExecutor, CpuConv) runs on. One binary holds a version per set; the widest
 // this CPU runs is picked at load time unless SPARSERT_CPU_ISA names another (for comparisons and for testing the
 // narrower versions on a wide machine).
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -20,7 +21,7 @@ bool cpu_isa_supported(CpuIsa isa);
 // Every set this CPU runs, narrowest first.
 std::vector<CpuIsa> cpu_isas_supported();
 // kAuto becomes SPARSERT_CPU_ISA (baseline, avx2 or avx512) where that is set, else the widest supported set. A set
-// this CPU does not run, or an unknown name in SPARSERT_CPU_ISA, is a UserError naming it.
-CpuIsa resolve_cpu_isa(CpuIsa isa);
+// this CPU does not run, or an unknown name in SPARSERT_CPU_ISA, is a UserError naming `field` (or the variable).
+CpuIsa resolve_cpu_isa(CpuIsa isa, std::string_view field = "isa");
 
 }  // namespace sparsert
