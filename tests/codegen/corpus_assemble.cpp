@@ -63,7 +63,9 @@ void expect_clean(const std::vector<Result>& results, const std::string& what) {
   for (const Result& r : results) {
     EXPECT_EQ(r.usage.spill_store_bytes, 0) << what << " " << r.entry;
     EXPECT_EQ(r.usage.spill_load_bytes, 0) << what << " " << r.entry;
-    if (!r.block_functions) EXPECT_EQ(r.usage.stack_bytes, 0) << what << " " << r.entry;
+    if (!r.block_functions) {
+      EXPECT_EQ(r.usage.stack_bytes, 0) << what << " " << r.entry;
+    }
     EXPECT_GT(r.usage.registers, 0) << what << " " << r.entry;
     EXPECT_LE(r.usage.registers, 255) << what << " " << r.entry;
   }

@@ -267,7 +267,9 @@ TEST(SimConv, DlmcLayersAssembleWithoutSpills) {
     for (const SpmmEntry& e : k.entries) {
       const Assembled r = Assembler::instance().assemble(e.ptx, target, e.name);
       EXPECT_EQ(r.usage.spill_store_bytes, 0) << l.file << " " << e.name;
-      if (!e.block_functions) EXPECT_EQ(r.usage.stack_bytes, 0) << l.file << " " << e.name;
+      if (!e.block_functions) {
+        EXPECT_EQ(r.usage.stack_bytes, 0) << l.file << " " << e.name;
+      }
     }
     StreamOptions so;
     so.ld = opt.ld;
