@@ -6,6 +6,9 @@
 #include <string>
 
 namespace sparsert {
+namespace {
+constexpr CpuIsa kNamedSets[] = {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512};  // narrowest first
+}  // namespace
 
 std::string_view cpu_isa_name(CpuIsa isa) {
   switch (isa) {
@@ -32,7 +35,7 @@ bool cpu_isa_supported(CpuIsa isa) {
 
 std::vector<CpuIsa> cpu_isas_supported() {
   std::vector<CpuIsa> out;
-  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+  for (CpuIsa isa : kNamedSets) {
     if (cpu_isa_supported(isa)) out.push_back(isa);
   }
   return out;
@@ -43,8 +46,7 @@ CpuIsa resolve_cpu_isa(CpuIsa isa, std::string_view field) {
     const char* env = std::getenv("SPARSERT_CPU_ISA");
     if (env == nullptr || *env == '\0') return cpu_isas_supported().back();
     const std::string name = env;
-    isa = CpuIsa::kAuto;
-    for (CpuIsa known : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    for (CpuIsa known : kNamedSets) {
       if (name == cpu_isa_name(known)) isa = known;
     }
     // {:?} quotes and escapes the value, so that whatever it holds the message stays one line.

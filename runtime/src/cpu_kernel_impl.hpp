@@ -1,0 +1,165 @@
+#pragma once
+// The CPU kernel's templates, apart from their instantiations (cpu_kernel.cpp) so that a test can build the
+// AVX-512 version's 16-lane logic in AVX2 instructions and run it on a machine without AVX-512
+// (tests/runtime/test_cpu_kernel_lanes.cpp). Every file that includes this must be compiled as cpu_kernel.cpp is:
+// -O3 -ffp-contract=fast -fno-tree-slp-vectorize (runtime/CMakeLists.txt).
+#include "cpu_kernel.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace sparsert::detail::kernel {
+// Internal linkage: the templates are instantiated under different target attributes in different files, and no
+// out-of-line copy of one may stand in for another.
+namespace {
+
+// One vector register of each instruction set, in the register's own width. With one 64-byte type for all of them
+// (before 2026-11-26), g++ 12 kept the AVX2 version's accumulators on the stack and built each broadcast weight
+// through memory, store-forwarding stalls that made it about 10x slower (bench/cpu_spmm_bench).
+typedef float V4 __attribute__((vector_size(16)));
+typedef float V8 __attribute__((vector_size(32)));
+typedef float V16 __attribute__((vector_size(64)));
+
+template <class VT>
+inline constexpr int kLanes = static_cast<int>(sizeof(VT) / sizeof(float));
+
+// Every lane x, as one broadcast: with g++, lane 0 shuffled to all. Written as `x - VT{}` or lane by lane, g++'s AVX2
+// version assembled each weight from four inserts (or through the stack), several instructions per nonzero. clang
+// has no __builtin_shuffle and makes one broadcast of `x - VT{}` (x - 0 is x, -0 included). Both helpers write to
+// a reference: a vector returned by value draws g++'s -Wpsabi note in the SSE build.
+template <class VT>
+[[gnu::always_inline]] inline void splat(VT& v, float x) {
+#if defined(__clang__) || !defined(__GNUC__)
+  v = x - VT{};
+#else
+  typedef int32_t VI __attribute__((vector_size(sizeof(VT))));
+  VT one{};
+  one[0] = x;
+  v = __builtin_shuffle(one, VI{});
+#endif
+}
+
+// Neither B's rows nor C's are aligned to a register's width: every access goes through memcpy, one unaligned move.
+template <class VT>
+[[gnu::always_inline]] inline void load(VT& v, const float* at) {
+  __builtin_memcpy(&v, at, sizeof(VT));
+}
+
+// One row of A times NV registers of columns (NV * lanes >= width, and NV * lanes <= the padded width, so the
+// loads stay inside B's readable rows). An FMA has a latency of about 4 cycles and two can issue per cycle, so
+// one chain per register is latency bound for small NV; U sets of accumulators, each taking every U-th nonzero,
+// give NV * U independent chains, summed once at the end of the row.
+template <class VT, int NV, int U>
+[[gnu::always_inline]] inline void row_block(const PanelArgs& p, int32_t begin, int32_t end, const float* b, float* c,
+                                             float bias, int32_t* live, int64_t width) {
+  constexpr int L = kLanes<VT>;
+  VT acc[U][NV];
+#pragma GCC unroll 16
+  for (int u = 0; u < U; ++u) {
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) acc[u][v] = VT{};
+  }
+  int32_t i = begin;
+  for (; i + U <= end; i += U) {
+#pragma GCC unroll 16
+    for (int u = 0; u < U; ++u) {
+      VT w;
+      splat(w, p.values[i + u]);
+      const float* brow = b + static_cast<int64_t>(p.col_idx[i + u]) * p.ldb;
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) {
+        VT x;
+        load(x, brow + v * L);
+        acc[u][v] += w * x;
+      }
+    }
+  }
+  for (; i < end; ++i) {
+    VT w;
+    splat(w, p.values[i]);
+    const float* brow = b + static_cast<int64_t>(p.col_idx[i]) * p.ldb;
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) {
+      VT x;
+      load(x, brow + v * L);
+      acc[0][v] += w * x;
+    }
+  }
+#pragma GCC unroll 16
+  for (int u = 1; u < U; ++u) {
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) acc[0][v] += acc[u][v];
+  }
+  // The epilogue on whole registers: per row it is as many operations as a few nonzeros, which is not negligible
+  // at the Graph Challenge's 32 nonzeros a row.
+  VT lo, hi, bias_v;
+  splat(lo, p.lo);
+  splat(hi, p.hi);
+  splat(bias_v, bias);
+#pragma GCC unroll 16
+  for (int v = 0; v < NV; ++v) {
+    VT x = acc[0][v] + bias_v;
+    x = x < lo ? lo : x;
+    x = hi < x ? hi : x;
+    acc[0][v] = x;
+  }
+  // Lanes past `width` are neither stored nor flagged.
+  typedef int32_t VI __attribute__((vector_size(sizeof(VT))));
+  const int full = static_cast<int>(width / L);
+  const int tail = static_cast<int>(width % L);
+#pragma GCC unroll 16
+  for (int v = 0; v < NV; ++v) {
+    if (v < full) {
+      __builtin_memcpy(c + v * L, &acc[0][v], sizeof(VT));
+      if (live != nullptr) {
+        VI f;
+        __builtin_memcpy(&f, live + v * L, sizeof(VI));
+        f |= (acc[0][v] != 0.0f) & 1;
+        __builtin_memcpy(live + v * L, &f, sizeof(VI));
+      }
+    } else if (v == full && tail != 0) {
+      __builtin_memcpy(c + v * L, &acc[0][v], static_cast<size_t>(tail) * sizeof(float));
+      if (live != nullptr) {
+        for (int j = 0; j < tail; ++j) live[v * L + j] |= static_cast<int32_t>(acc[0][v][j] != 0.0f);
+      }
+    }
+  }
+}
+
+// The columns of a panel go in blocks of up to kCpuBlockWidth; a block of `vectors` 16-float vectors is
+// 16 / lanes registers each. Acc is how many accumulator registers to keep: the nonzero unroll is Acc divided by
+// the registers a block needs (at least 1), which leaves room for the broadcast weight and the loads.
+template <class VT, int Vectors, int Acc>
+[[gnu::always_inline]] inline void block(const PanelArgs& p, int32_t begin, int32_t end, const float* b, float* c,
+                                         float bias, int32_t* live, int64_t width) {
+  constexpr int NV = Vectors * kCpuVector / kLanes<VT>;
+  constexpr int U = NV >= Acc ? 1 : Acc / NV;
+  row_block<VT, NV, U>(p, begin, end, b, c, bias, live, width);
+}
+
+template <class VT, int Acc>
+[[gnu::always_inline]] inline void panel(const PanelArgs& p) {
+  // Wider than the accumulators: a block of more registers than Acc would spill, so it takes two passes.
+  constexpr int64_t kBlock = std::min<int64_t>(kCpuBlockWidth, static_cast<int64_t>(Acc) * kLanes<VT>);
+  constexpr int64_t V = kCpuVector;
+  for (int32_t r = p.row_begin; r < p.row_end; ++r) {
+    const int32_t begin = p.row_ptr[r];
+    const int32_t end = p.row_ptr[r + 1];
+    const float bias = p.bias != nullptr ? p.bias[r * p.bias_stride] : 0.0f;
+    float* crow = p.c + static_cast<int64_t>(r) * p.ldc;
+    for (int64_t j0 = 0; j0 < p.width; j0 += kBlock) {
+      const int64_t w = std::min(kBlock, p.width - j0);
+      int32_t* live = p.live != nullptr ? p.live + j0 : nullptr;
+      const float* b = p.b + j0;
+      switch ((w + V - 1) / V) {
+        case 4: if constexpr (kBlock >= 4 * V) block<VT, 4, Acc>(p, begin, end, b, crow + j0, bias, live, w); break;
+        case 3: if constexpr (kBlock >= 3 * V) block<VT, 3, Acc>(p, begin, end, b, crow + j0, bias, live, w); break;
+        case 2: if constexpr (kBlock >= 2 * V) block<VT, 2, Acc>(p, begin, end, b, crow + j0, bias, live, w); break;
+        default: block<VT, 1, Acc>(p, begin, end, b, crow + j0, bias, live, w); break;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sparsert::detail::kernel
