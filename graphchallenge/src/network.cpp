@@ -120,14 +120,25 @@ void CpuLayerExecutor::load_inputs(DenseTensor y0) {
   SPARSERT_USER_CHECK(y0.rank() == 2 && y0.rows() == net_->neurons, "inputs", "shape {} does not have {} rows",
                       y0.shape_string(), net_->neurons);
   current_ = std::move(y0);
+  current_columns_.reset();
+}
+
+DenseTensor CpuLayerExecutor::activations() {
+  return current_columns_ ? take_columns(current_, *current_columns_) : current_;
 }
 
 std::vector<int32_t> CpuLayerExecutor::run_layer(int32_t layer) {
   SPARSERT_INTERNAL_CHECK(net_ != nullptr && layer >= 0 && static_cast<size_t>(layer) < net_->layers.size(),
                           "CpuLayerExecutor::run_layer({}) out of range", layer);
-  std::vector<int32_t> kept =
-      executor_.spmm_live(net_->layers[static_cast<size_t>(layer)], current_, epilogue_, next_);
+  std::vector<int32_t> kept = executor_.spmm_live_uncompacted(
+      net_->layers[static_cast<size_t>(layer)], current_, current_columns_ ? &*current_columns_ : nullptr, epilogue_,
+      next_);
   std::swap(current_, next_);
+  if (static_cast<int64_t>(kept.size()) == current_.cols()) {
+    current_columns_.reset();
+  } else {
+    current_columns_ = kept;
+  }
   return kept;
 }
 

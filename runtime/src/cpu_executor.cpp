@@ -64,7 +64,7 @@ CpuExecutor::CpuExecutor(CpuExecutorOptions options) : options_(options) {
 }
 
 void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int64_t n, float* c, int64_t ldc,
-                           const Epilogue& ep, int32_t* live) {
+                           const Epilogue& ep, int32_t* live, const int32_t* b_cols) {
   SPARSERT_USER_CHECK(ep.bias.size() <= 1 || ep.bias.size() == static_cast<size_t>(a.rows), "bias",
                       "has {} entries, expected 1 or {} (rows of A)", ep.bias.size(), a.rows);
   if (live != nullptr) std::fill(live, live + n, 0);
@@ -108,19 +108,30 @@ void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int6
   // Copying it to a contiguous block first costs 1/(nonzeros per row) of the arithmetic and makes the reads of
   // every row of A sequential-ish and cache-resident. A panel whose width is not a whole number of vectors is
   // copied too, with its rows padded, because the kernel reads whole vectors (see detail::PanelArgs::b).
-  const bool pack = ldb > panel || detail::cpu_padded_width(std::min(panel, n)) != std::min(panel, n) ||
+  const bool pack = b_cols != nullptr || ldb > panel || detail::cpu_padded_width(std::min(panel, n)) != std::min(panel, n) ||
                     detail::cpu_padded_width(n - (panels - 1) * panel) != n - (panels - 1) * panel;
   const int64_t k_rows = a.cols;
   auto pack_panel = [&](int64_t j0, int64_t width, int64_t k0, int64_t k1, float* dst) {
     const int64_t stride = detail::cpu_padded_width(width);
     constexpr int64_t kAhead = 16;
+    // Gathered columns span [first, last] of each row; prefetched line by line where that span is not much wider
+    // than the panel, which it is not where most columns live.
+    const int32_t* cols = b_cols != nullptr ? b_cols + j0 : nullptr;
+    const int64_t first = cols != nullptr ? cols[0] : j0;
+    const int64_t span = cols != nullptr ? cols[width - 1] - first + 1 : width;
+    const int64_t fetch = span <= 2 * width ? span : 0;
     for (int64_t k = k0; k < k1; ++k) {
       if (k + kAhead < k1) {
-        const float* next = b + (k + kAhead) * ldb + j0;
-        for (int64_t j = 0; j < width; j += 16) __builtin_prefetch(next + j);
+        const float* next = b + (k + kAhead) * ldb + first;
+        for (int64_t j = 0; j < fetch; j += 16) __builtin_prefetch(next + j);
       }
       float* row = dst + k * stride;
-      std::memcpy(row, b + k * ldb + j0, static_cast<size_t>(width) * sizeof(float));
+      const float* src = b + k * ldb;
+      if (cols == nullptr) {
+        std::memcpy(row, src + j0, static_cast<size_t>(width) * sizeof(float));
+      } else {
+        for (int64_t j = 0; j < width; ++j) row[j] = src[cols[j]];
+      }
       // Zeros rather than whatever was there: the padding lanes are computed and dropped, and garbage could hold
       // denormals, which are slow.
       std::fill(row + width, row + stride, 0.0f);
@@ -151,7 +162,7 @@ void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int6
     args.row_begin = cuts[static_cast<size_t>(range)];
     args.row_end = cuts[static_cast<size_t>(range) + 1];
     args.width = std::min(panel, n - j0);
-    args.b = b + j0;
+    args.b = b + j0;  // unpacked: b_cols is null
     if (shared_pack) {
       args.b = packed_all + p * panel_floats;
       args.ldb = detail::cpu_padded_width(args.width);
@@ -222,6 +233,32 @@ std::vector<int32_t> CpuExecutor::spmm_live(const CsrMatrix& a, const DenseTenso
       for (int64_t p = 0; p < k; ++p) d[p] = s[kept[static_cast<size_t>(p)]];
     }
   });
+  return kept;
+}
+
+std::vector<int32_t> CpuExecutor::spmm_live_uncompacted(const CsrMatrix& a, const DenseTensor& b,
+                                                        const std::vector<int32_t>* b_columns, const Epilogue& ep,
+                                                        DenseTensor& c) {
+  check_shapes(a, b, ep);
+  SPARSERT_USER_CHECK(&b != &c, "C", "must not be the same tensor as B");
+  const int64_t n = b_columns != nullptr ? static_cast<int64_t>(b_columns->size()) : b.cols();
+  if (b_columns != nullptr) {
+    // Increasing and inside B: the gather reads b[b_columns[j]] unchecked.
+    for (size_t j = 0; j < b_columns->size(); ++j) {
+      const int32_t col = (*b_columns)[j];
+      SPARSERT_USER_CHECK(col >= 0 && col < b.cols() && (j == 0 || col > (*b_columns)[j - 1]), "b_columns",
+                          "entry {} ({}) is not increasing inside B's {} columns", j, col, b.cols());
+    }
+  }
+  reshape_for_overwrite(c, {a.rows, n});
+  std::vector<int32_t> live(static_cast<size_t>(n));
+  spmm_raw(a, b.data(), b.cols(), n, c.data(), n, ep, live.data(),
+           b_columns != nullptr && n < b.cols() ? b_columns->data() : nullptr);
+  std::vector<int32_t> kept;
+  kept.reserve(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) {
+    if (live[static_cast<size_t>(j)] != 0) kept.push_back(static_cast<int32_t>(j));
+  }
   return kept;
 }
 

@@ -276,5 +276,61 @@ TEST(CpuExecutorLive, AllDeadGivesNoColumns) {
   EXPECT_EQ(c.shape(), (std::vector<int64_t>{20, 0}));
 }
 
+// A chain of layers run the way the Graph Challenge's CPU executor runs them (each product uncompacted, its live
+// columns gathered as the next layer copies its panels) against the same chain through spmm_live, which compacts
+// every product: the same live lists and, bit for bit, the same values, at panel widths that make the copy both
+// shared between row ranges and private to one task.
+TEST(CpuExecutorLive, UncompactedChainEqualsTheCompactedOneBitForBit) {
+  const int32_t m = 48;
+  for (int threads : {1, 3}) {
+    for (const int64_t panel : {16, 64}) {
+      for (const int64_t n : {1, 40, 200}) {
+        SCOPED_TRACE(fmt::format("threads {}, panel {}, n {}", threads, panel, n));
+        CpuExecutor compacting(CpuExecutorOptions{threads, panel});
+        CpuExecutor gathering(CpuExecutorOptions{threads, panel});
+        DenseTensor want = random_dense(m, n, 21, 0.3);
+        for (float& v : want.vec()) v = std::fabs(v);
+        DenseTensor got = want;
+        std::optional<std::vector<int32_t>> got_columns;  // none: every column of `got` is live
+        for (int layer = 0; layer < 6; ++layer) {
+          // A bias that kills a share of the columns at every layer, and a layer that keeps them all.
+          const CsrMatrix a = random_sparse(m, m, 0.15, 100 + static_cast<uint64_t>(layer));
+          const Epilogue ep{{layer == 2 ? 0.1f : -0.35f}, Activation::kRelu, 4.0f};
+          DenseTensor want_next, got_next;
+          const std::vector<int32_t> want_kept = compacting.spmm_live(a, want, ep, want_next);
+          const std::vector<int32_t> got_kept =
+              gathering.spmm_live_uncompacted(a, got, got_columns ? &*got_columns : nullptr, ep, got_next);
+          ASSERT_EQ(got_kept, want_kept) << "layer " << layer;
+          ASSERT_EQ(got_next.cols(), got_columns ? static_cast<int64_t>(got_columns->size()) : got.cols());
+          for (size_t p = 0; p < got_kept.size(); ++p) {
+            for (int32_t r = 0; r < m; ++r) {
+              ASSERT_EQ(got_next.at(r, got_kept[p]), want_next.at(r, static_cast<int64_t>(p)))
+                  << "layer " << layer << ", row " << r << ", column " << p;
+            }
+          }
+          want = std::move(want_next);
+          got = std::move(got_next);
+          got_columns = got_kept;
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuExecutorLive, UncompactedRejectsColumnListsOutsideB) {
+  const CsrMatrix a = random_sparse(8, 8, 0.5, 4);
+  const DenseTensor b = random_dense(8, 10, 4);
+  CpuExecutor exec(CpuExecutorOptions{1, 32});
+  DenseTensor c;
+  for (const std::vector<int32_t>& bad : {std::vector<int32_t>{0, 10}, {-1}, {3, 3}, {5, 2}}) {
+    try {
+      exec.spmm_live_uncompacted(a, b, &bad, Epilogue{}, c);
+      ADD_FAILURE() << "accepted " << fmt::format("{}", fmt::join(bad, ","));
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("b_columns"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sparsert

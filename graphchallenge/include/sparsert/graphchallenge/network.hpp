@@ -13,6 +13,7 @@
 #include "sparsert/runtime/tensor.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -107,14 +108,17 @@ class CpuLayerExecutor final : public LayerExecutor {
   void prepare(const Network& net) override;
   void load_inputs(DenseTensor y0) override;
   std::vector<int32_t> run_layer(int32_t layer) override;
-  DenseTensor activations() override { return current_; }
+  DenseTensor activations() override;
   CpuExecutor& executor() { return executor_; }
 
  private:
   CpuExecutor executor_;
   const Network* net_ = nullptr;
   Epilogue epilogue_;
+  // The last layer's product, dead columns included (CpuExecutor::spmm_live_uncompacted), and which of its columns
+  // are live (none: all of them).
   DenseTensor current_;
+  std::optional<std::vector<int32_t>> current_columns_;
   DenseTensor next_;
 };
 

@@ -44,10 +44,20 @@ class CpuExecutor {
   // B's columns, increasing; the positions missing from it are the columns that became all zero.
   std::vector<int32_t> spmm_live(const CsrMatrix& a, const DenseTensor& b, const Epilogue& epilogue, DenseTensor& c);
 
-  // The raw form behind both: B and C as pointers with leading dimensions (in floats), N columns. When `live` is
-  // not null it receives N flags, 1 where the column of C has a nonzero. Nothing is checked but the bias length.
+  // spmm_live without the compaction: B's live columns are `b_columns` (positions among B's columns, increasing;
+  // null: every column), C gets one column for each of them, the dead ones included, and the return value is the
+  // positions among C's columns that are live. The next layer passes C and that list back as its B and b_columns, so
+  // the live columns are gathered as B's panels are copied, which happens anyway, instead of in a pass of their own
+  // over the whole product. Equal, bit for bit, to spmm_live on B's live columns.
+  std::vector<int32_t> spmm_live_uncompacted(const CsrMatrix& a, const DenseTensor& b,
+                                             const std::vector<int32_t>* b_columns, const Epilogue& epilogue,
+                                             DenseTensor& c);
+
+  // The raw form behind them: B and C as pointers with leading dimensions (in floats), N columns. Column j of B is
+  // b[b_cols[j]] of each row where `b_cols` is not null, b[j] otherwise. When `live` is not null it receives N
+  // flags, 1 where the column of C has a nonzero. Nothing is checked but the bias length.
   void spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int64_t n, float* c, int64_t ldc,
-                const Epilogue& epilogue, int32_t* live = nullptr);
+                const Epilogue& epilogue, int32_t* live = nullptr, const int32_t* b_cols = nullptr);
 
   ThreadPool& pool() { return *pool_; }
 
