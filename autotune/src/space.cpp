@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <bit>
 #include <map>
 #include <tuple>
@@ -38,13 +39,27 @@ std::string describe(const Candidate& c) {
   return s;
 }
 
+namespace {
+// An integer field that fits T: a larger one must not wrap into a different, valid-looking value.
+template <class T>
+T json_int(const nlohmann::json& v, const std::string& where, const char* field) {
+  SPARSERT_USER_CHECK(v.is_number_integer(), where, "{} is not an integer", field);
+  const bool fits = v.is_number_unsigned()
+                        ? v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                        : v.get<int64_t>() >= std::numeric_limits<T>::min() &&
+                              v.get<int64_t>() <= std::numeric_limits<T>::max();
+  SPARSERT_USER_CHECK(fits, where, "{} is {}, outside [{}, {}]", field, v.dump(), std::numeric_limits<T>::min(),
+                      std::numeric_limits<T>::max());
+  return v.get<T>();
+}
+}  // namespace
+
 codegen::TileParams tile_from_json(const nlohmann::json& j, const std::string& where) {
   SPARSERT_USER_CHECK(j.is_object(), where, "tile parameters are not an object");
   codegen::TileParams t;
   auto get_int = [&](const char* field, auto& out) {
     if (!j.contains(field)) return;
-    SPARSERT_USER_CHECK(j.at(field).is_number_integer(), where, "{} is not an integer", field);
-    out = j.at(field).get<std::remove_reference_t<decltype(out)>>();
+    out = json_int<std::remove_reference_t<decltype(out)>>(j.at(field), where, field);
   };
   auto get_string = [&](const char* field) -> std::optional<std::string> {
     if (!j.contains(field)) return std::nullopt;
@@ -87,8 +102,7 @@ codegen::StreamParams stream_from_json(const nlohmann::json& j, const std::strin
                             std::pair{"unroll", &p.unroll}, std::pair{"lanes_per_row", &p.lanes_per_row},
                             std::pair{"col_lanes", &p.col_lanes}}) {
     if (!j.contains(field)) continue;
-    SPARSERT_USER_CHECK(j.at(field).is_number_integer(), where, "{} is not an integer", field);
-    *out = j.at(field).get<int32_t>();
+    *out = json_int<int32_t>(j.at(field), where, field);
   }
   return p;
 }

@@ -926,10 +926,10 @@ SpmmKernel emit_spmm(const CsrMatrix& a, const inspector::WorkPlan& plan, const 
                         "needs live_flags and device_n (it compacts by the flags and writes the next count)");
   }
 
-  // Gather each (block, group)'s nonzeros by column, then by row: a counting sort of the block's rows by column.
-  // Reading the block's rows in plan order keeps the accesses sequential; rows come out ascending within a column.
+  // Gather each (block, group)'s nonzeros by column, then by row: the block's entries sorted by (column, row), a
+  // total order since a row holds a column once. A sort costs the block's nonzeros, where a counting sort over the
+  // columns cost every column for every block (minutes for a 10^6-column matrix of a few nonzeros).
   std::vector<std::vector<GroupWork>> work(plan.blocks.size());
-  std::vector<int32_t> start(static_cast<size_t>(a.cols) + 1);
   struct Entry {
     int32_t k, m;
     float w;
@@ -938,19 +938,15 @@ SpmmKernel emit_spmm(const CsrMatrix& a, const inspector::WorkPlan& plan, const 
   for (size_t bi = 0; bi < plan.blocks.size(); ++bi) {
     const inspector::BlockPlan& block = plan.blocks[bi];
     work[bi].resize(block.groups.size());
-    std::fill(start.begin(), start.end(), 0);
-    for (int32_t pos = block.row_begin; pos < block.row_end; ++pos) {
-      const int32_t r = plan.row_order[pos];
-      for (int64_t c = a.row_ptr[r]; c < a.row_ptr[r + 1]; ++c) ++start[a.col_idx[c] + 1];
-    }
-    for (int32_t k = 0; k < a.cols; ++k) start[k + 1] += start[k];
-    sorted.resize(static_cast<size_t>(start[a.cols]));
+    sorted.clear();
     for (int32_t pos = block.row_begin; pos < block.row_end; ++pos) {
       const int32_t r = plan.row_order[pos];
       for (int64_t c = a.row_ptr[r]; c < a.row_ptr[r + 1]; ++c) {
-        sorted[start[a.col_idx[c]]++] = {a.col_idx[c], pos - block.row_begin, a.values[c]};
+        sorted.push_back({a.col_idx[c], pos - block.row_begin, a.values[c]});
       }
     }
+    std::sort(sorted.begin(), sorted.end(),
+              [](const Entry& x, const Entry& y) { return x.k != y.k ? x.k < y.k : x.m < y.m; });
     size_t next = 0;
     for (size_t g = 0; g < block.groups.size(); ++g) {
       const inspector::GroupRange& range = block.groups[g];

@@ -198,6 +198,8 @@ NetworkDesc parse_network(const std::string& json_text, const std::filesystem::p
         }
         SPARSERT_USER_CHECK(t.rank() == 1 || (t.rank() == 2 && (t.dim(0) == 1 || t.dim(1) == 1)), where + ": bias",
                             "{} has shape {}, expected a vector", p.string(), t.shape_string());
+        // An empty file would read as "no bias", which it did not say.
+        SPARSERT_USER_CHECK(t.size() > 0, where + ": bias", "{} holds no values", p.string());
         d.bias = t.vec();
       } else {
         throw_user_error(where + ": bias", "expected a number or a .npy file name");

@@ -68,7 +68,8 @@ CsrMatrix prune_dense(const std::vector<float>& dense, int32_t rows, int32_t col
       const float v = dense[static_cast<size_t>(int64_t{r} * cols + c)];
       const double mag = std::fabs(static_cast<double>(v));
       bool keep = mag > cut;
-      if (!keep && ties > 0 && mag == cut) {
+      // A zero is never a weight, even where the sparsity asked for keeps more elements than there are nonzeros.
+      if (!keep && ties > 0 && mag == cut && v != 0.0f) {
         keep = true;
         --ties;
       }

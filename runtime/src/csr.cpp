@@ -18,8 +18,13 @@ void CsrMatrix::validate(std::string_view what) const {
                       values.size());
   SPARSERT_USER_CHECK(static_cast<size_t>(row_ptr[rows]) == col_idx.size(), what,
                       "row_ptr[{}] is {}, but there are {} nonzeros", rows, row_ptr[rows], col_idx.size());
+  // Every offset first: with row_ptr rising from 0 to the nonzero count, each row's range is inside the arrays
+  // before any row is walked.
   for (int32_t r = 0; r < rows; ++r) {
-    SPARSERT_USER_CHECK(row_ptr[r] <= row_ptr[r + 1], what, "row_ptr decreases at row {}", r);
+    SPARSERT_USER_CHECK(row_ptr[r] <= row_ptr[r + 1], what, "row_ptr decreases at row {} ({} after {})", r,
+                        row_ptr[r + 1], row_ptr[r]);
+  }
+  for (int32_t r = 0; r < rows; ++r) {
     for (int32_t i = row_ptr[r]; i < row_ptr[r + 1]; ++i) {
       SPARSERT_USER_CHECK(col_idx[i] >= 0 && col_idx[i] < cols, what, "row {}: column index {} out of range [0, {})",
                           r, col_idx[i], cols);

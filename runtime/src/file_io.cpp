@@ -125,6 +125,36 @@ void check_output_path(const std::filesystem::path& path) {
                       dir.string());
   SPARSERT_USER_CHECK(!std::filesystem::is_directory(path, ec), path.string(), "cannot write: it is a directory");
   refuse_special_output(path);
+  // access() says yes to root everywhere, /proc included: a file actually made there (and removed) is the test
+  // write_file_atomic's temporary will pass.
+  const std::filesystem::path probe = dir / (".sparsert-probe" + unique_temp_suffix());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  SPARSERT_USER_CHECK(fd >= 0, path.string(), "cannot write: cannot create a file in {} ({})", dir.string(),
+                      std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+void check_distinct_outputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs) {
+  auto same = [](const std::filesystem::path& x, const std::filesystem::path& y) {
+    std::error_code ec;
+    if (std::filesystem::equivalent(x, y, ec) && !ec) return true;
+    const std::filesystem::path cx = std::filesystem::weakly_canonical(x, ec);
+    if (ec) return false;
+    const std::filesystem::path cy = std::filesystem::weakly_canonical(y, ec);
+    return !ec && cx == cy;
+  };
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      SPARSERT_USER_CHECK(!same(outputs[i].path, outputs[j].path), outputs[i].path.string(),
+                          "{} and {} name the same file; one would replace the other", outputs[j].what,
+                          outputs[i].what);
+    }
+    for (const NamedPath& in : inputs) {
+      SPARSERT_USER_CHECK(!same(outputs[i].path, in.path), outputs[i].path.string(),
+                          "{} would overwrite {}, which this command reads", outputs[i].what, in.what);
+    }
+  }
 }
 
 namespace {

@@ -41,6 +41,11 @@ double max_relative_error(const DenseTensor& got, const DenseTensor& want, doubl
     double g = got.data()[i], w = want.data()[i];
     if (std::isnan(g) != std::isnan(w)) return INFINITY;
     if (std::isnan(g)) continue;
+    // Infinities agree only with the same infinity (their difference is NaN, which std::max would drop).
+    if (std::isinf(g) || std::isinf(w)) {
+      if (g != w) return INFINITY;
+      continue;
+    }
     worst = std::max(worst, std::fabs(g - w) / std::max(std::fabs(w), floor));
   }
   return worst;

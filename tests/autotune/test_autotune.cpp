@@ -366,6 +366,23 @@ TEST(Database, RoundTripAndBadInput) {
   }
 }
 
+// An integer past the field's type is refused, not wrapped into another value that could pass the tile check.
+TEST(Database, TileAndStreamFieldsOutOfRangeAreRefused) {
+  nlohmann::json j = codegen::to_json(codegen::TileParams{});
+  for (const nlohmann::json& v : {nlohmann::json(1000000000000), nlohmann::json(-3000000000LL),
+                                  nlohmann::json(uint64_t{1} << 63)}) {
+    j["m_blocks"] = v;
+    try {
+      tile_from_json(j, "rec");
+      ADD_FAILURE() << "accepted m_blocks " << v.dump();
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("m_blocks is " + v.dump() + ", outside"), std::string::npos) << e.what();
+    }
+  }
+  nlohmann::json s = {{"rows_per_block", 5000000000LL}};
+  EXPECT_THROW(stream_from_json(s, "rec"), UserError);
+}
+
 // Tile records from before max_entries (the tuning database, the H100 measurement files) ran with no limit on the
 // count: they read as 0, while a record written now keeps its count (the default, 1).
 TEST(Database, TileRecordsWithoutMaxEntriesReadAsUnlimited) {

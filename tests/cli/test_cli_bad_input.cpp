@@ -324,3 +324,107 @@ TEST(CliBadInput, HelpAndSuccessExitZero) {
   EXPECT_EQ(entries("--max-fmas-per-entry 1", "each"), 8u);
   EXPECT_EQ(entries("--max-fmas-per-entry 1 --max-entries 2", "two"), 2u);
 }
+
+namespace {
+void write_npy_f32(const std::filesystem::path& path, const std::string& shape, const std::vector<float>& values) {
+  std::string h = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': {}, }}", shape);
+  while ((10 + h.size() + 1) % 64) h.push_back(' ');
+  h.push_back('\n');
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8) + static_cast<char>(h.size()) + '\0' + h;
+  bytes.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  sparsert::write_file_atomic(path, bytes);
+}
+}  // namespace
+
+// Outputs that are each other, or the command's own input, are refused before anything is written, and a tuning
+// database that cannot be used is refused before the reports replace the old ones.
+TEST(CliBadInput, NoOutputReplacesAnotherOutputOrAnInput) {
+  ScratchDir dir;
+  const std::string mtx = (dir / "a.mtx").string();
+  const std::string matrix = "%%MatrixMarket matrix coordinate real general\n4 4 2\n1 1 1.0\n3 2 2.0\n";
+  sparsert::write_file_atomic(mtx, matrix);
+  Outcome o = run(fmt::format("emit {} --n 8 -o {}", mtx, mtx), dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("would overwrite the input matrix"), std::string::npos) << o.err;
+  EXPECT_EQ(sparsert::read_file(mtx), matrix);
+
+  // The sidecar's place is a directory: the PTX that was there stays.
+  std::filesystem::create_directory(dir / "k.json");
+  sparsert::write_file_atomic(dir / "k.ptx", "OLD");
+  o = run(fmt::format("emit {} --n 8 -o {}", mtx, (dir / "k.ptx").string()), dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_EQ(sparsert::read_file(dir / "k.ptx"), "OLD");
+
+  const std::string report = (dir / "r.json").string();
+  o = run(fmt::format("tune {} --mode model --n 8 -q --no-db -o {} --html {}", mtx, report, report), dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("-o and --html name the same file"), std::string::npos) << o.err;
+
+  sparsert::write_file_atomic(report, "OLD");
+  sparsert::write_file_atomic(dir / "r.html", "OLD");
+  sparsert::write_file_atomic(dir / "db.json", "garbage\n");  // a whole line: an unfinished one is skipped
+  o = run(fmt::format("tune {} --mode model --n 8 -q -o {} --db {}", mtx, report, (dir / "db.json").string()), dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("db.json"), std::string::npos) << o.err;
+  EXPECT_TRUE(sparsert::read_file(report) == "OLD") << "the JSON report was replaced";
+  EXPECT_TRUE(sparsert::read_file(dir / "r.html") == "OLD") << "the HTML report was replaced";
+  EXPECT_EQ(lines(o.err), 1) << o.err;
+}
+
+// An output that overflows float is no answer: `run --check` fails on it even where the reference overflows alike.
+TEST(CliBadInput, CheckFailsOnOutputsThatAreNotFinite) {
+  ScratchDir dir;
+  sparsert::write_file_atomic(dir / "w.mtx",
+                              "%%MatrixMarket matrix coordinate real general\n2 2 2\n1 1 3e38\n1 2 3e38\n");
+  sparsert::write_file_atomic(dir / "net.json", R"({"format": "sparsert-network/1",
+    "layers": [{"weights": "w.mtx", "activation": "none", "n": 2}]})");
+  write_npy_f32(dir / "x.npy", "(2, 2)", {1, 1, 1, 1});
+  const std::string pkg = (dir / "pkg").string();
+  Outcome o = run(fmt::format("compile {} --target sm_90 --ptx-only -q -o {}", (dir / "net.json").string(), pkg), dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  o = run(fmt::format("run {} --input {} --device cpu --check", pkg, (dir / "x.npy").string()), dir);
+  EXPECT_EQ(o.code, 1) << o.err;
+  EXPECT_NE(o.err.find("2 of 4 outputs are not finite"), std::string::npos) << o.err;
+}
+
+TEST(CliBadInput, AnEmptyBiasFileIsAnError) {
+  ScratchDir dir;
+  sparsert::write_file_atomic(dir / "w.mtx", "%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 1.0\n");
+  write_npy_f32(dir / "b.npy", "(0,)", {});
+  sparsert::write_file_atomic(dir / "net.json", R"({"format": "sparsert-network/1",
+    "layers": [{"weights": "w.mtx", "bias": "b.npy", "n": 2}]})");
+  const Outcome o =
+      run(fmt::format("compile {} --ptx-only -q -o {}", (dir / "net.json").string(), (dir / "pkg").string()), dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("layer 0: bias: "), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("b.npy holds no values"), std::string::npos) << o.err;
+}
+
+// A time far out of range in a results file once made the report's chart loop forever.
+TEST(CliBadInput, AReportRefusesTimesOutOfRange) {
+  ScratchDir dir;
+  const std::string results = (dir / "smoke.json").string();
+  Outcome o = run(fmt::format("bench --suite smoke --device cpu --repeats 10 --min-sample-ms 0.1 -o {}", results), dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  std::string text = sparsert::read_file(results);
+  const size_t at = text.find("\"median_ms\":");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, text.find_first_of(",}", at) - at, "\"median_ms\": 1e308");
+  sparsert::write_file_atomic(results, text);
+  o = run(fmt::format("bench --report {} -o {}", results, (dir / "r.md").string()), dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("median_ms is 1e+308, outside [1e-6, 1e9] ms"), std::string::npos) << o.err;
+}
+
+// tar's and gzip's own complaints stay off the terminal: the error is one line quoting the first of them.
+TEST(CliBadInput, ACorruptTarballIsOneLine) {
+  ScratchDir dir;
+  std::filesystem::create_directories(dir / "data" / "graphchallenge");
+  sparsert::write_file_atomic(dir / "data" / "graphchallenge" / "neuron1024.tar.gz", "garbage\n");
+  const Outcome o = run(fmt::format("bench --suite graphchallenge --device cpu --data {} -o {}",
+                                    (dir / "data").string(), (dir / "gc.json").string()),
+                        dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_EQ(lines(o.err), 1) << o.err;
+  EXPECT_NE(o.err.find("neuron1024.tar.gz: could not be "), std::string::npos) << o.err;
+}

@@ -542,6 +542,8 @@ std::string csr_problems(const CsrMatrix& a) {
   if (static_cast<size_t>(a.row_ptr.back()) != a.col_idx.size()) return "row_ptr[rows] is not nnz";
   for (int32_t r = 0; r < a.rows; ++r) {
     if (a.row_ptr[r] > a.row_ptr[r + 1]) return fmt::format("row_ptr decreases at row {}", r);
+  }
+  for (int32_t r = 0; r < a.rows; ++r) {
     for (int32_t i = a.row_ptr[r]; i < a.row_ptr[r + 1]; ++i) {
       if (a.col_idx[i] < 0 || a.col_idx[i] >= a.cols) return fmt::format("column {} out of range", a.col_idx[i]);
       if (i > a.row_ptr[r] && a.col_idx[i - 1] >= a.col_idx[i]) return fmt::format("row {} not sorted", r);

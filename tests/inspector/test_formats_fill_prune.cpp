@@ -126,6 +126,15 @@ TEST(FormatsPrune, RoundingOfKeepCount) {
   EXPECT_EQ(prune_dense(dense, 1, 7, Pruning{0.0, std::nullopt}, "d").nnz(), 7);
 }
 
+// A sparsity below the matrix's own keeps every nonzero and no zero (a zero weight is an fma for nothing).
+TEST(FormatsPrune, ASparsityBelowTheMatrixsOwnKeepsNoZero) {
+  std::vector<float> dense{1, 0, 2, -0.0f, 3, 0};
+  for (double sparsity : {0.0, 0.1, 0.5}) {
+    const CsrMatrix a = prune_dense(dense, 2, 3, Pruning{sparsity, std::nullopt}, "d");
+    EXPECT_EQ(a.values, (std::vector<float>{1, 2, 3})) << "sparsity " << sparsity;
+  }
+}
+
 TEST(FormatsPrune, Threshold) {
   std::vector<float> dense{0.5f, -0.2f, 0.0f, 0.3f, -0.7f, 0.3f};
   CsrMatrix a = prune_dense(dense, 2, 3, Pruning{std::nullopt, 0.3}, "d");

@@ -136,6 +136,40 @@ TEST(Plan, PropertyCoverageAndBalanceBound) {
   EXPECT_GT(checked, 1000);
 }
 
+// make_plan splits each block's K axis over the columns the block touches only; the cuts must be the ones
+// balanced_split makes over every column, zero-weight runs included (they decide where a cut lands).
+TEST(Plan, GroupCutsEqualTheSplitOverEveryColumn) {
+  std::mt19937 rng(777);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::uniform_int_distribution<int32_t> dim(1, 120);
+    const int32_t rows = dim(rng), cols = dim(rng);
+    // Sparse enough that most blocks leave long runs of untouched columns, at the ends and between.
+    const double density = std::uniform_real_distribution<double>(0.0, trial % 2 ? 0.05 : 0.4)(rng);
+    const CsrMatrix a = random_matrix(rng, rows, cols, density);
+    PlanParams params;
+    params.m_blocks = std::uniform_int_distribution<int32_t>(1, rows)(rng);
+    params.gy = std::uniform_int_distribution<int32_t>(1, std::min(cols, 16))(rng);
+    params.reorder_rows = trial % 3 == 1;
+    const WorkPlan p = make_plan(a, params);
+    for (const BlockPlan& b : p.blocks) {
+      std::vector<int64_t> col(static_cast<size_t>(cols), 0);
+      for (int32_t pos = b.row_begin; pos < b.row_end; ++pos) {
+        const int32_t r = p.row_order[pos];
+        for (int32_t i = a.row_ptr[r]; i < a.row_ptr[r + 1]; ++i) ++col[a.col_idx[i]];
+      }
+      const std::vector<int32_t> cuts = balanced_split(col, params.gy);
+      ASSERT_EQ(b.groups.size(), static_cast<size_t>(params.gy));
+      for (int32_t g = 0; g < params.gy; ++g) {
+        ASSERT_EQ(b.groups[g].k_begin, cuts[g]) << "trial " << trial << ", group " << g;
+        ASSERT_EQ(b.groups[g].k_end, cuts[g + 1]) << "trial " << trial << ", group " << g;
+        int64_t nnz = 0;
+        for (int32_t k = cuts[g]; k < cuts[g + 1]; ++k) nnz += col[k];
+        ASSERT_EQ(b.groups[g].nnz, nnz) << "trial " << trial << ", group " << g;
+      }
+    }
+  }
+}
+
 TEST(Plan, CheckPlanCatchesTampering) {
   std::mt19937 rng(3);
   CsrMatrix a = random_matrix(rng, 40, 30, 0.2);

@@ -56,6 +56,10 @@ TEST(Csr, RowPtrProblems) {
   CsrMatrix m = small();
   m.row_ptr = {0, 2, 1, 3};
   EXPECT_NE(error_of(m).find("row_ptr decreases at row 1"), std::string::npos);
+  // An offset past the arrays is found before its row is walked (the walk would read past col_idx).
+  m = small();
+  m.row_ptr = {0, 2000000000, 2, 3};
+  EXPECT_EQ(error_of(m), "A: row_ptr decreases at row 1 (2 after 2000000000)");
   m = small();
   m.row_ptr.pop_back();
   EXPECT_NE(error_of(m).find("row_ptr has 3 entries"), std::string::npos);

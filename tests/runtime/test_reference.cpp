@@ -108,3 +108,12 @@ TEST(Reference, RelativeErrorSeesNaN) {
   EXPECT_TRUE(std::isinf(max_relative_error(x, y)));
   EXPECT_EQ(max_relative_error(y, y), 0.0);
 }
+
+TEST(Reference, RelativeErrorSeesOppositeOrMissingInfinities) {
+  DenseTensor pos({2}, std::vector<float>{1, INFINITY}), neg({2}, std::vector<float>{1, -INFINITY});
+  DenseTensor finite({2}, std::vector<float>{1, 3.0e38f});
+  EXPECT_TRUE(std::isinf(max_relative_error(pos, neg)));
+  EXPECT_TRUE(std::isinf(max_relative_error(pos, finite)));
+  EXPECT_TRUE(std::isinf(max_relative_error(finite, pos)));
+  EXPECT_EQ(max_relative_error(pos, pos), 0.0);
+}

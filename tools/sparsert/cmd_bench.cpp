@@ -56,6 +56,9 @@ std::string command_line() {
 }
 
 int report(const BenchArgs& a) {
+  std::vector<NamedPath> inputs;
+  for (const std::string& f : a.report) inputs.push_back({"--report", f});
+  check_distinct_outputs({{"-o", a.output}}, inputs);
   std::vector<nlohmann::json> runs;
   for (const std::string& f : a.report) {
     runs.push_back(read_json_file(f));

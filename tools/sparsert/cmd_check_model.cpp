@@ -37,7 +37,12 @@ Action add_check_model(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20));
   return [args] {
     SPARSERT_USER_CHECK(!args->max_entries || args->predict, "--max-entries", "applies to --predict only");
-    if (!args->output.empty()) check_output_path(args->output);
+    if (!args->output.empty()) {
+      check_output_path(args->output);
+      std::vector<NamedPath> inputs;
+      for (const std::string& f : args->files) inputs.push_back({"an input file", f});
+      check_distinct_outputs({{"-o", args->output}}, inputs);
+    }
     bench::ModelCheckOptions o;
     o.data_dir = args->data.empty() ? bench::default_data_dir() : std::filesystem::path(args->data);
     o.simulate = args->simulate;

@@ -22,12 +22,33 @@ namespace sparsert::cli {
 namespace {
 constexpr double kCheckTolerance = 1e-4;
 
-// The verdict is printed with the run's other output; a failure is also said on stderr, for scripts that keep only
-// that.
-int check_failed(double err, const char* against) {
-  fmt::print(stderr, "sparsert: failed: the output is off {} by a relative error of {:.3g} (tolerance {:g})\n",
-             against, err, kCheckTolerance);
-  return kWorkFailed;
+// Compares the run's output with the reference and prints the verdict with the run's other output; a failure is
+// also said on stderr, for scripts that keep only that. An output that is not finite fails even where the
+// reference overflowed the same way: it is no answer, and the check must not call it one.
+int check_output(const DenseTensor& out, const DenseTensor& ref, const char* against) {
+  const double err = max_relative_error(out, ref);
+  int64_t non_finite = 0, first = -1;
+  for (int64_t i = 0; i < out.size(); ++i) {
+    if (!std::isfinite(out.data()[i])) {
+      if (non_finite++ == 0) first = i;
+    }
+  }
+  const bool ok = err <= kCheckTolerance && non_finite == 0;
+  fmt::print("check against {}: max relative error {:.3g} -> {}\n", against, err, ok ? "PASS" : "FAIL");
+  if (non_finite > 0) {
+    const int64_t cols = out.rank() == 0 ? 1 : out.shape().back();
+    fmt::print(stderr,
+               "sparsert: failed: {} of {} outputs are not finite (the first, flat index {} = row {}, column {}, "
+               "is {}): the weights, bias or inputs overflow float\n",
+               non_finite, out.size(), first, first / cols, first % cols, out.data()[first]);
+    return kWorkFailed;
+  }
+  if (!ok) {
+    fmt::print(stderr, "sparsert: failed: the output is off {} by a relative error of {:.3g} (tolerance {:g})\n",
+               against, err, kCheckTolerance);
+    return kWorkFailed;
+  }
+  return kOk;
 }
 
 struct CompileArgs {
@@ -161,10 +182,7 @@ int run_conv(const Package& pkg, const DenseTensor& input, const RunArgs& args) 
     for (size_t i = 0; i < pkg.layers.size(); ++i) {
       ref = reference_conv2d(weights[i].a, with_images(pkg.layers[i].conv->shape), ref, epilogue(i));
     }
-    const double err = max_relative_error(out, ref);
-    const bool ok = err <= kCheckTolerance;
-    fmt::print("check against the direct convolution: max relative error {:.3g} -> {}\n", err, ok ? "PASS" : "FAIL");
-    if (!ok) rc = check_failed(err, "the direct convolution");
+    rc = check_output(out, ref, "the direct convolution");
   }
   if (!args.output.empty()) {
     write_npy(args.output, out);
@@ -324,7 +342,10 @@ Action add_run(CLI::App& app) {
       ->check(CLI::IsMember({"on", "off"}))
       ->default_val("on");
   return [args] {
-    if (!args->output.empty()) check_output_path(args->output);  // before the run, not after it
+    if (!args->output.empty()) {  // before the run, not after it
+      check_output_path(args->output);
+      check_distinct_outputs({{"--output", args->output}}, {{"--input", args->input}});
+    }
     const Package pkg = load_package(args->package);
     DenseTensor input = read_npy_f32(args->input);
     // A NaN or an infinity would flow through every layer (and the reference alike, so --check could not see it).
@@ -334,12 +355,17 @@ Action add_run(CLI::App& app) {
     }
     if (pkg.layers.front().conv) return run_conv(pkg, input, *args);
     SPARSERT_USER_CHECK(input.rank() == 2, args->input, "shape {} is not a matrix", input.shape_string());
-    if (args->layout == "batch-major") input = transpose_dense(input);
-    SPARSERT_USER_CHECK(input.rows() == pkg.layers.front().k, args->input,
-                        "shape {} ({}) does not match the first layer's {} inputs", input.shape_string(),
-                        args->layout, pkg.layers.front().k);
-    SPARSERT_USER_CHECK(input.cols() >= 1 && input.cols() <= pkg.n, args->input,
-                        "{} columns; the package is compiled for 1 to {}", input.cols(), pkg.n);
+    // Checked as the file holds it: in batch-major order the inputs are its columns, the batch its rows.
+    const bool batch_major = args->layout == "batch-major";
+    const int64_t features = batch_major ? input.cols() : input.rows();
+    const int64_t batch = batch_major ? input.rows() : input.cols();
+    SPARSERT_USER_CHECK(features == pkg.layers.front().k, args->input,
+                        "shape {} ({}: {} {}) does not match the first layer's {} inputs", input.shape_string(),
+                        args->layout, features, batch_major ? "columns" : "rows", pkg.layers.front().k);
+    SPARSERT_USER_CHECK(batch >= 1 && batch <= pkg.n, args->input,
+                        "{} {} of inputs; the package is compiled for 1 to {}", batch, batch_major ? "rows" : "columns",
+                        pkg.n);
+    if (batch_major) input = transpose_dense(input);
     const std::string device = choose_device(args->device);
     std::vector<LayerWeights> weights;
     if (device == "cpu" || args->check) {
@@ -395,10 +421,7 @@ Action add_run(CLI::App& app) {
     if (args->check) {
       DenseTensor ref = input;
       for (size_t i = 0; i < pkg.layers.size(); ++i) ref = reference_spmm(weights[i].a, ref, epilogue(i));
-      const double err = max_relative_error(out, ref);
-      const bool ok = err <= kCheckTolerance;
-      fmt::print("check against the reference: max relative error {:.3g} -> {}\n", err, ok ? "PASS" : "FAIL");
-      if (!ok) rc = check_failed(err, "the double-precision reference");
+      rc = check_output(out, ref, "the reference");
     }
     if (!args->output.empty()) {
       write_npy(args->output, args->layout == "batch-major" ? transpose_dense(out) : out);

@@ -115,10 +115,20 @@ Action add_emit(CLI::App& app) {
     nlohmann::json sidecar = kernel.sidecar();
     sidecar["matrix"] = {{"file", args->file}, {"rows", m.a.rows}, {"cols", m.a.cols}, {"nnz", m.a.nnz()}};
     if (m.fill) sidecar["matrix"]["values"] = fill_to_json(*m.fill);
+    // Every file is known before the first is written: a sidecar that cannot be written, or an output that is the
+    // input matrix, must not leave new PTX in place of what was there.
+    std::vector<NamedPath> files;
+    for (size_t i = 0; i < kernel.entries.size(); ++i) {
+      files.push_back({fmt::format("entry {}'s PTX", i),
+                       kernel.entries.size() == 1 ? out
+                                                  : std::filesystem::path(fmt::format("{}.e{}.ptx", stem.string(), i))});
+    }
+    files.push_back({"the sidecar", stem.string() + ".json"});
+    for (const NamedPath& f : files) check_output_path(f.path);
+    check_distinct_outputs(files, {{"the input matrix", args->file}});
     for (size_t i = 0; i < kernel.entries.size(); ++i) {
       const codegen::SpmmEntry& e = kernel.entries[i];
-      std::filesystem::path file =
-          kernel.entries.size() == 1 ? out : std::filesystem::path(fmt::format("{}.e{}.ptx", stem.string(), i));
+      const std::filesystem::path& file = files[i].path;
       write_file_atomic(file, e.ptx);
       sidecar["entries"][i]["ptx_file"] = file.filename().string();
       if (args->assemble) {

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
 
 namespace sparsert::cli {
 
@@ -124,15 +125,23 @@ Action add_tune(CLI::App& app) {
     std::string html = args->html;
     if (html.empty()) html = std::filesystem::path(args->output).replace_extension(".html").string();
     for (const std::string& out : {args->output, html}) check_output_path(out);
+    std::vector<NamedPath> outputs = {{"-o", args->output}, {"--html", html}};
+    // The database is read and checked before the work too: a bad one must not leave new reports behind an error.
+    std::optional<autotune::TuningDatabase> db;
+    if (!args->no_db) {
+      db = autotune::TuningDatabase::load(args->db.empty() ? autotune::TuningDatabase::default_path()
+                                                           : std::filesystem::path(args->db));
+      check_output_path(db->path());
+      outputs.push_back({"the tuning database", db->path()});
+    }
+    check_distinct_outputs(outputs, {{"the input", args->input}});
     const autotune::TuneReport report = autotune::tune(layers, opt);
     write_file_atomic(args->output, autotune::to_json(report).dump(1));
     write_file_atomic(html, autotune::render_html(report));
-    if (!args->no_db) {
-      autotune::TuningDatabase db = autotune::TuningDatabase::load(
-          args->db.empty() ? autotune::TuningDatabase::default_path() : std::filesystem::path(args->db));
-      record_results(report, layers, db);
-      db.save();
-      fmt::print("tuning database: {} ({} entries)\n", db.path().string(), db.size());
+    if (db) {
+      record_results(report, layers, *db);
+      db->save();
+      fmt::print("tuning database: {} ({} entries)\n", db->path().string(), db->size());
     }
     fmt::print("mode: {} — {}\n", report.mode, report.note);
     for (const autotune::LayerResult& l : report.layers) {

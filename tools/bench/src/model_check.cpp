@@ -109,10 +109,14 @@ std::vector<ModelGroup> check_tune_report(const json& j, const std::string& file
     const std::string where = fmt::format("{}: layer {}", file, name);
     SPARSERT_USER_CHECK(layer.contains("candidates") && layer.contains("n") && layer.contains("nnz"), where,
                         "fields 'candidates', 'n' and 'nnz' are required");
+    SPARSERT_USER_CHECK(layer["candidates"].is_array(), where, "field 'candidates' is not an array");
+    const int32_t n = json_get<int32_t>(layer, where, "n");
+    SPARSERT_USER_CHECK(n >= 1 && n <= (1 << 30), where + ": n", "{} is not in [1, 2^30]", n);
     ModelGroup g;
     g.source = fmt::format("{} {}", std::filesystem::path(file).filename().string(), name);
     std::optional<CsrMatrix> a;
     for (const json& c : layer["candidates"]) {
+      SPARSERT_USER_CHECK(c.is_object(), where, "a candidate is not an object: {}", c.dump().substr(0, 40));
       if (c.value("status", "") != "measured" || !c.contains("time_us")) continue;
       if (!a) a = measured_layer(o.data_dir, name, json_get<int64_t>(layer, where, "nnz"), where);
       const std::string label = c.value("label", "");
@@ -136,7 +140,7 @@ std::vector<ModelGroup> check_tune_report(const json& j, const std::string& file
       ModelPoint pt;
       pt.layer = name;
       pt.label = label;
-      pt.n = json_get<int32_t>(layer, where, "n");
+      pt.n = n;
       pt.measured_us = measured_time(c["time_us"], cw + ": time_us");
       pt.is_default = c.value("default", false);
       autotune::Candidate cand;
@@ -369,7 +373,10 @@ PredictionSet predict_unchecked(const std::filesystem::path& file, const ModelCh
     }
     out.problems.push_back(std::move(pr));
   }
-  out.geomean_over_vendor = counted ? std::exp(log_sum / counted) : 0.0;
+  // A run with no vendor time (a CPU run) has nothing to set the estimates against: "0.00x" would read as a result.
+  SPARSERT_USER_CHECK(counted > 0, where, "no problem has a verified cuBLAS or cuSPARSE time (subject '{}'): "
+                      "--predict needs a GPU run (bench --device cuda)", subject);
+  out.geomean_over_vendor = std::exp(log_sum / counted);
   return out;
 }
 }  // namespace

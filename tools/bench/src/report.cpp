@@ -126,6 +126,9 @@ std::string chart_svg(const json& run, const std::vector<Group>& groups, std::op
       }
   if (goal) hi = std::max(hi, *goal);
   const double log_lo = std::floor(std::log2(lo)), log_hi = std::ceil(std::log2(hi * 1.05));
+  // check_results bounds every time, so every ratio's logarithm is finite and the tick loop below short.
+  SPARSERT_INTERNAL_CHECK(std::isfinite(log_lo) && std::isfinite(log_hi) && log_hi - log_lo <= 200,
+                          "chart axis from 2^{} to 2^{}", log_lo, log_hi);
   const int left = 190, plot_w = 520, bar_h = 11, gap = 8, top = 40;
   const int row_h = static_cast<int>(baselines.size()) * bar_h + gap;
   const int height = top + static_cast<int>(rows.size()) * row_h + 40;

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace sparsert {
 
@@ -57,6 +58,17 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view bytes
 // there (no name, its directory missing or not writable, a directory in its place), so a long run does not end in
 // an error it could have said at the start.
 void check_output_path(const std::filesystem::path& path);
+
+// A path and the option or role that named it ("-o", "--html", "the input matrix").
+struct NamedPath {
+  std::string what;
+  std::filesystem::path path;
+};
+
+// Before any output is written: throws UserError when two outputs are one file, or an output is one of the inputs
+// (compared as weakly canonical paths, and by identity where both exist, so `./a` and `a` or a hard link are one),
+// since the second write would replace the first, or the input, with no error.
+void check_distinct_outputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs = {});
 
 // A directory of outputs written whole or not at all. Files are written under path(), a hidden directory inside
 // `dir` when it exists, else in its nearest existing ancestor. commit() renames a new `dir` into place in one step;
