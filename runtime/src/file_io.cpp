@@ -139,9 +139,11 @@ void check_distinct_outputs(const std::vector<NamedPath>& outputs, const std::ve
   auto same = [](const std::filesystem::path& x, const std::filesystem::path& y) {
     std::error_code ec;
     if (std::filesystem::equivalent(x, y, ec) && !ec) return true;
-    const std::filesystem::path cx = std::filesystem::weakly_canonical(x, ec);
+    // Absolute first: weakly_canonical keeps a relative path relative when its first component does not exist,
+    // so "r.json" and "./r.json" (neither written yet) would compare as two files.
+    const std::filesystem::path cx = std::filesystem::weakly_canonical(std::filesystem::absolute(x, ec), ec);
     if (ec) return false;
-    const std::filesystem::path cy = std::filesystem::weakly_canonical(y, ec);
+    const std::filesystem::path cy = std::filesystem::weakly_canonical(std::filesystem::absolute(y, ec), ec);
     return !ec && cx == cy;
   };
   for (size_t i = 0; i < outputs.size(); ++i) {

@@ -49,8 +49,10 @@ Action add_check_model(CLI::App& app) {
     o.max_entries = args->max_entries;
     nlohmann::json out = nlohmann::json::array();
     if (args->predict) {
-      for (const std::string& f : args->files) {
-        const bench::PredictionSet p = bench::predict_against_vendors(f, o);
+      // Every file first: one that cannot be predicted (a CPU run) is an error before any result is printed.
+      std::vector<bench::PredictionSet> sets;
+      for (const std::string& f : args->files) sets.push_back(bench::predict_against_vendors(f, o));
+      for (const bench::PredictionSet& p : sets) {
         fmt::print("{}: model estimate of today's kernels over the faster vendor (measured): geomean {:.2f}x, worst "
                    "{:.2f}x\n", p.source, p.geomean_over_vendor, p.worst_over_vendor);
         if (!args->quiet) {

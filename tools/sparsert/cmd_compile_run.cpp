@@ -36,11 +36,13 @@ int check_output(const DenseTensor& out, const DenseTensor& ref, const char* aga
   const bool ok = err <= kCheckTolerance && non_finite == 0;
   fmt::print("check against {}: max relative error {:.3g} -> {}\n", against, err, ok ? "PASS" : "FAIL");
   if (non_finite > 0) {
-    const int64_t cols = out.rank() == 0 ? 1 : out.shape().back();
+    // Where the output is a matrix, the first one's row and column; otherwise (NCHW) its flat index.
+    const std::string at = out.rank() == 2 ? fmt::format("row {}, column {}", first / out.cols(), first % out.cols())
+                                           : fmt::format("flat index {}", first);
     fmt::print(stderr,
-               "sparsert: failed: {} of {} outputs are not finite (the first, flat index {} = row {}, column {}, "
-               "is {}): the weights, bias or inputs overflow float\n",
-               non_finite, out.size(), first, first / cols, first % cols, out.data()[first]);
+               "sparsert: failed: {} of {} outputs are not finite (the first, at {}, is {}): the weights, bias or "
+               "inputs overflow float\n",
+               non_finite, out.size(), at, out.data()[first]);
     return kWorkFailed;
   }
   if (!ok) {
@@ -345,6 +347,13 @@ Action add_run(CLI::App& app) {
     if (!args->output.empty()) {  // before the run, not after it
       check_output_path(args->output);
       check_distinct_outputs({{"--output", args->output}}, {{"--input", args->input}});
+      // Nor inside the package, whose files the run reads (and whose hashes would no longer match).
+      std::error_code ec;
+      const std::filesystem::path rel =
+          std::filesystem::weakly_canonical(std::filesystem::absolute(args->output), ec)
+              .lexically_relative(std::filesystem::weakly_canonical(std::filesystem::absolute(args->package), ec));
+      SPARSERT_USER_CHECK(rel.empty() || *rel.begin() == "..", args->output,
+                          "--output is inside the package {}, which this command reads", args->package);
     }
     const Package pkg = load_package(args->package);
     DenseTensor input = read_npy_f32(args->input);
