@@ -19,7 +19,12 @@ exclude=$(git -C "$root" rev-parse --git-path info/exclude)
 mkdir -p "$(dirname "$exclude")"
 grep -qxF '/.gpu-bundle/' "$exclude" 2>/dev/null || echo '/.gpu-bundle/' >> "$exclude"
 # No pkg-config: OpenBLAS (found through it) is left out; Eigen and every other dependency stay.
-bash "$root/scripts/build.sh" "$build" -DSPARSERT_BUILD_BENCH=OFF -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON
+# Only the two programs that travel: the tests and benchmarks beside them would double the build on a small machine.
+if [[ ! -f $build/build.ninja ]]; then
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPARSERT_BUILD_BENCH=OFF \
+    -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON
+fi
+cmake --build "$build" -j "${SPARSERT_JOBS:-$(nproc)}" --target sparsert real_gpu_tests
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/data"
 cp "$build/tools/sparsert/sparsert" "$build/tests/gpu/real_gpu_tests" "$bundle/bin/"

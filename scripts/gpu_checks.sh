@@ -140,45 +140,38 @@ case $stage in
       log "gpu_checks.sh: FAILED: $stage: cannot unpack the weights"
       exit 1
     fi
-    # --replicate 50 tiles the first 1200 images into the official 60000-input batch; the truth is tiled alike. On the
-    # GPU each layer's kernel comes from the model (the default) and, as the baseline of the same run, from codegen's
-    # heuristic (what ran at 287c969): their compile times and rates are the comparison.
-    for device in "cuda --tiles model" "cuda --tiles heuristic" cpu; do
-      # shellcheck disable=SC2086  # the device and its options are split on purpose
+    gcrun() {
       step "$sparsert" graphchallenge --weights "$tmp/neuron1024" --neurons 1024 --layers 120 \
-        --inputs "$gc/sparse-images-1024-first1200.tsv" --categories "$gc/neuron1024-l120-categories-first1200.tsv" \
-        --replicate 50 --device $device
-    done
-    # The CPU run above used the widest instruction set of the host's CPU (its prepare line names it; the development
-    # VM has no AVX-512, so there only a device host runs the AVX-512 version on the real network): the same with
-    # AVX2, for the comparison.
-    step env SPARSERT_CPU_ISA=avx2 "$sparsert" graphchallenge --weights "$tmp/neuron1024" --neurons 1024 --layers 120 \
-      --inputs "$gc/sparse-images-1024-first1200.tsv" --categories "$gc/neuron1024-l120-categories-first1200.tsv" \
-      --replicate 50 --device cpu
+        --inputs "$gc/sparse-images-1024-first1200.tsv" --categories "$gc/neuron1024-l120-categories-first1200.tsv" "$@"
+    }
+    # The runs in the order of what they tell, so that a stage cut off by a device call's limit (gpu_lease.sh) loses
+    # the least. --replicate 50 tiles the first 1200 images into the official 60000-input batch; the truth is tiled
+    # alike. Each layer's kernel from the model (the default).
+    gcrun --replicate 50 --device cuda --tiles model
     # The 1200 images alone (the "1200 inputs <= 2 ms"): narrow enough to run as one CUDA Graph, each layer
     # compacting its own columns (the default), then with the filter kernel after each layer, for the comparison.
     for compaction in fused kernel; do
-      step "$sparsert" graphchallenge --weights "$tmp/neuron1024" --neurons 1024 --layers 120 \
-        --inputs "$gc/sparse-images-1024-first1200.tsv" --categories "$gc/neuron1024-l120-categories-first1200.tsv" \
-        --replicate 1 --device cuda --compaction "$compaction"
+      gcrun --replicate 1 --device cuda --compaction "$compaction"
     done
-    # The fused runs above are one kernel a layer (one entry of 32768 fmas, the default there); for the comparison,
-    # each layer as the tile splits it, two entries side by side.
-    step "$sparsert" graphchallenge --weights "$tmp/neuron1024" --neurons 1024 --layers 120 \
-      --inputs "$gc/sparse-images-1024-first1200.tsv" --categories "$gc/neuron1024-l120-categories-first1200.tsv" \
-      --replicate 1 --device cuda --max-entries 8
     # The fused runs above launch each layer as a programmatic dependent of the one before (sm_90); without it, for the
     # comparison (the same kernels: the wait at their start does nothing in an ordinary launch).
-    step "$sparsert" graphchallenge --weights "$tmp/neuron1024" --neurons 1024 --layers 120 \
-      --inputs "$gc/sparse-images-1024-first1200.tsv" --categories "$gc/neuron1024-l120-categories-first1200.tsv" \
-      --replicate 1 --device cuda --dependent-launch off
+    gcrun --replicate 1 --device cuda --dependent-launch off
     # The exact shortcut, reported apart from the plain rate: each layer's duplicate neurons folded (64 rows of 1024
     # computed), at 60000 inputs and at 1200.
     for replicate in 50 1; do
-      step "$sparsert" graphchallenge --weights "$tmp/neuron1024" --neurons 1024 --layers 120 \
-        --inputs "$gc/sparse-images-1024-first1200.tsv" --categories "$gc/neuron1024-l120-categories-first1200.tsv" \
-        --replicate "$replicate" --device cuda --fold-duplicates
+      gcrun --replicate "$replicate" --device cuda --fold-duplicates
     done
+    # The CPU executor on the host's widest instruction set (its prepare line names it; the development VM has no
+    # AVX-512, so only a device host runs the AVX-512 version on the real network), then with AVX2 for the comparison.
+    gcrun --replicate 50 --device cpu
+    step env SPARSERT_CPU_ISA=avx2 "$sparsert" graphchallenge --weights "$tmp/neuron1024" --neurons 1024 --layers 120 \
+      --inputs "$gc/sparse-images-1024-first1200.tsv" --categories "$gc/neuron1024-l120-categories-first1200.tsv" \
+      --replicate 50 --device cpu
+    # The fused runs above are one kernel a layer (one entry of 32768 fmas, the default there); for the comparison,
+    # each layer as the tile splits it, two entries side by side.
+    gcrun --replicate 1 --device cuda --max-entries 8
+    # codegen's heuristic tiles (what ran at 287c969), against the model's above: compile time and rate.
+    gcrun --replicate 50 --device cuda --tiles heuristic
     ;;
   tune)
     # Every core assembles (the default is 2 threads): a device call has 10 minutes, and the candidates of a run are
