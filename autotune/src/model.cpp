@@ -215,8 +215,8 @@ constexpr double kSharedFetchGain = 1.7;
 constexpr double kWarpSharedFetchGain = 1.3;
 // Where a row block's code serves many column tiles, SMs run far more of it than that pair sharing explains. Fitted to
 // the Graph Challenge's 1024 x 1024 layers of 32768 immediates (the only measured kernels of that many tiles that
-// are not launch-bound): 19 tiles at 1200 columns ran in 5.0-5.7 us back to back (docs/benchmarks/
-// graphchallenge-cuda.json) and 469-938 tiles at 60000 columns in 249-258 us (docs/measurements/h100-2026-11-24/
+// are not launch-bound): 19 tiles at 1200 columns ran in 5.0-5.7 us back to back (docs/measurements/
+// h100-2026-11-24/graphchallenge-cuda.json) and 469-938 tiles at 60000 columns in 249-258 us (docs/measurements/h100-2026-11-24/
 // tune-gc-l100-n60000-gpu.json), 2.2-2.8x under this term at 1.7; 8 tiles at 950 columns (23-26 us) and 15 tiles
 // (11.6-12.2 us) were not. Weights in the constant bank do not gain it: at 60000 columns they ran at the 1.7 rate
 // (430-586 us), their constant loads missing as the code does not.

@@ -576,10 +576,10 @@ TEST(BenchConv, SparsertGpuConvolutionRunsOnTheEmulatedDriver) {
 }
 #endif
 
-// Issue 12's goal, per problem against the faster of cuBLAS fp32 and cuSPARSE, on the H100 run kept in docs/.
+// Issue 12's goal, per problem against the faster of cuBLAS fp32 and cuSPARSE, on the H100 run of 2026-11-24.
 TEST(Bench, ReportHoldsEachProblemAgainstTheFasterVendor) {
   ScratchDir dir;
-  const auto file = std::filesystem::path(SPARSERT_SOURCE_DIR) / "docs/benchmarks/rn50-0.9-cuda.json";
+  const auto file = std::filesystem::path(SPARSERT_SOURCE_DIR) / "docs/measurements/h100-2026-11-24/rn50-0.9-cuda.json";
   nlohmann::json run = nlohmann::json::parse(read_file(file));
   const std::string md = write_report({run}, {file.string()}, dir / "c1", "c1", "x");
   EXPECT_NE(md.find("sparsert-gpu over the faster of cublas-fp32 and cusparse per problem, rn50-0.9 (≥ 2×, none below "

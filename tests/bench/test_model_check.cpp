@@ -156,7 +156,7 @@ TEST(ModelCheck, PredictsEveryMeasuredBenchKernelWithinTwice) {
   EXPECT_GT(points, 0u);
 }
 
-// The H100 run of 2026-11-24 (the bench files kept in docs/benchmarks), which the entry costs were fitted to: every
+// The H100 run of 2026-11-24 (its bench files, in docs/measurements/h100-2026-11-24), which the entry costs were fitted to: every
 // kernel within 2x, each file's kernels ranked at Spearman >= 0.75 (rn50-0.95's runs timed alone: 0.750).
 TEST(ModelCheck, PredictsTheBenchFilesInDocsWithinTwice) {
   SPARSERT_REQUIRE_SHARED_DATA(data);
@@ -164,7 +164,8 @@ TEST(ModelCheck, PredictsTheBenchFilesInDocsWithinTwice) {
   o.data_dir = data;
   size_t points = 0;
   for (const char* suite : {"rn50-0.9", "rn50-0.95", "transformer", "mobilenet"}) {
-    const auto f = std::filesystem::path(SPARSERT_SOURCE_DIR) / "docs/benchmarks" / fmt::format("{}-cuda.json", suite);
+    const auto f = std::filesystem::path(SPARSERT_SOURCE_DIR) / "docs/measurements/h100-2026-11-24" /
+                  fmt::format("{}-cuda.json", suite);
     points += expect_within_twice(f, o, 0.75);
   }
   EXPECT_EQ(points, 2u * (37 + 37 + 6 + 9));  // back to back and alone
@@ -177,7 +178,7 @@ TEST(ModelCheck, PredictsTheGraphChallengeBenchWithinTwice) {
   if (!std::filesystem::exists(data / "graphchallenge" / "neuron1024.tar.gz")) GTEST_SKIP() << "no neuron1024.tar.gz";
   bench::ModelCheckOptions o;
   o.data_dir = data;
-  const auto f = std::filesystem::path(SPARSERT_SOURCE_DIR) / "docs/benchmarks/graphchallenge-cuda.json";
+  const auto f = std::filesystem::path(SPARSERT_SOURCE_DIR) / "docs/measurements/h100-2026-11-24/graphchallenge-cuda.json";
   EXPECT_EQ(expect_within_twice(f, o, -1.0), 2u * 12);
 }
 
