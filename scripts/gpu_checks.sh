@@ -147,15 +147,17 @@ case $stage in
     # The runs in the order of what they tell, so that a stage cut off by a device call's limit (gpu_lease.sh) loses
     # the least. --replicate 50 tiles the first 1200 images into the official 60000-input batch; the truth is tiled
     # alike. Each layer's kernel from the model (the default).
-    gcrun --replicate 50 --device cuda --tiles model
+    gcrun --replicate 50 --device cuda --tiles model --runs 3
     # The 1200 images alone (the "1200 inputs <= 2 ms"): narrow enough to run as one CUDA Graph, each layer
     # compacting its own columns (the default), then with the filter kernel after each layer, for the comparison.
+    # --runs 5: the first run of an executor loads its modules and instantiates its graph (1.6-1.9 ms against 0.9 ms
+    # warm on 2026-11-26); the rate is the fastest run's, and every run's time is in the log.
     for compaction in fused kernel; do
-      gcrun --replicate 1 --device cuda --compaction "$compaction"
+      gcrun --replicate 1 --device cuda --compaction "$compaction" --runs 5
     done
     # The fused runs above launch each layer as a programmatic dependent of the one before (sm_90); without it, for the
     # comparison (the same kernels: the wait at their start does nothing in an ordinary launch).
-    gcrun --replicate 1 --device cuda --dependent-launch off
+    gcrun --replicate 1 --device cuda --dependent-launch off --runs 5
     # The exact shortcut, reported apart from the plain rate: each layer's duplicate neurons folded (64 rows of 1024
     # computed), at 60000 inputs and at 1200.
     for replicate in 50 1; do

@@ -71,6 +71,18 @@ TEST_F(GraphChallengeCli, PassesWithTheTruthAndReportsTheRate) {
   EXPECT_NE(r.output.find(fmt::format("categories: {}", 3 * truth_.size())), std::string::npos) << r.output;
 }
 
+// --runs: the inference three times on one executor, each run's time printed, the rate from the fastest.
+TEST_F(GraphChallengeCli, RunsRepeatTheInferenceAndReportTheFastest) {
+  const CliRun r = run_cli(base_args() + fmt::format(" --categories '{}' --threads 2 --runs 3", truth_path_.string()));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("PASS"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("runs: 3 with the same categories, seconds: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(the fastest of 3 runs; the first took "), std::string::npos) << r.output;
+  const CliRun bad = run_cli(base_args() + " --runs 0");
+  EXPECT_NE(bad.code, 0) << bad.output;
+  EXPECT_NE(bad.output.find("--runs"), std::string::npos) << bad.output;
+}
+
 // --fold-duplicates: the same categories, and the rate is said not to be the plain one.
 TEST_F(GraphChallengeCli, FoldedDuplicatesPassAndAreReportedApart) {
   const CliRun r = run_cli(base_args() + fmt::format(" --categories '{}' --threads 2 --fold-duplicates",

@@ -27,6 +27,7 @@ struct GraphChallengeArgs {
   std::string inputs;
   std::string categories;
   int32_t replicate = 1;
+  int32_t runs = 1;
   std::string device = "cpu";
   bool ptx_only = false;
   int threads = 0;
@@ -195,7 +196,26 @@ int run(const GraphChallengeArgs& a) {
   executor->prepare(run_net);
   fmt::print("prepare: {} in {:.3f} s\n", executor->name(), seconds_since(prepare_start));
 
-  const gc::InferenceResult result = gc::run_inference(run_net, std::move(y0), *executor);
+  // --runs N: the same inputs N times through the prepared executor. The first run pays for what an executor does
+  // once (loading modules, instantiating its graph, faulting in buffers); the rate is the fastest run's, and every
+  // run must find the same categories as the first.
+  std::vector<double> run_seconds;
+  gc::InferenceResult result;
+  for (int32_t run = 0; run < a.runs; ++run) {
+    gc::InferenceResult r =
+        run + 1 < a.runs ? gc::run_inference(run_net, y0, *executor) : gc::run_inference(run_net, std::move(y0), *executor);
+    run_seconds.push_back(r.seconds);
+    if (run == 0) {
+      result = std::move(r);
+      continue;
+    }
+    if (r.categories != result.categories) {
+      fmt::print(stderr, "sparsert: failed: run {} found {} categories where run 1 found {}\n", run + 1,
+                 r.categories.size(), result.categories.size());
+      return kWorkFailed;
+    }
+    result.seconds = std::min(result.seconds, r.seconds);
+  }
   std::string live;
   for (size_t l = 0; l < result.live_after_layer.size(); ++l) {
     if (l == 0 || result.live_after_layer[l] != result.live_after_layer[l - 1] || l + 1 == result.live_after_layer.size()) {
@@ -207,7 +227,15 @@ int run(const GraphChallengeArgs& a) {
     fmt::print("compile: {:.3f} s\n", cuda->compile_seconds());
     for (const std::string& note : cuda->notes()) fmt::print("  {}\n", note);
   }
-  fmt::print("inference: {:.4f} s\n", result.seconds);
+  if (a.runs > 1) {
+    std::string each;
+    for (double t : run_seconds) each += fmt::format(" {:.4f}", t);
+    fmt::print("runs: {} with the same categories, seconds:{}\n", a.runs, each);
+    fmt::print("inference: {:.4f} s (the fastest of {} runs; the first took {:.4f} s)\n", result.seconds, a.runs,
+               run_seconds.front());
+  } else {
+    fmt::print("inference: {:.4f} s\n", result.seconds);
+  }
   fmt::print("rate: {:.4g} edges/s ({} inputs x {} nonzeros / {:.4f} s){}\n",
              gc::edge_rate(inputs, plain_nnz, result.seconds), inputs, plain_nnz, result.seconds,
              folded ? ", duplicate neurons folded: not the plain rate" : "");
@@ -296,6 +324,10 @@ Action add_graphchallenge(CLI::App& app) {
   sub->add_option("--replicate", args->replicate, "Tile the inputs (and the truth) this many times")
       ->default_val(1)
       ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--runs", args->runs, "Run the inference this many times on the prepared executor and report the "
+                  "fastest run's rate (each run's time is printed; every run must find the same categories)")
+      ->default_val(1)
+      ->check(CLI::Range(1, 1000));
   sub->add_option("--device", args->device, "Where the layers run")->default_val("cpu")->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_flag("--ptx-only", args->ptx_only,
                 "cuda: skip cubins and let the driver JIT-compile the PTX (what ptxsim's emulated driver runs)");

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Fits the static GPU model's term scales to measured kernels (docs/autotune.md, "Calibration").
+
+    sparsert check-model --data ../shared/data -q -o DIR/NAME-model.json MEASURED.json   # for each measured file
+    python3 scripts/fit_model_terms.py DIR [HOST_US]
+
+Reads every *-model.json in DIR (check-model's predictions with each estimate's terms beside the measured time) and
+finds, by coordinate descent on the squared log ratio, the scales of: the fetch term per sharing class (one warp, two
+warps of a group, three or more, 2-15 column tiles, 16 or more with immediates), the issue, critical, latency and
+memory terms, and the launch cost of a run back to back. A run timed alone adds HOST_US (default 1.6, the host's
+share that RealGpu.LaunchCostsForTheModel measured); back to back a run takes at least 2.28 us. Only kernels whose
+prediction the terms rebuild (one launch, no stream chain) take part. Prints the scales and, per file, the worst
+ratio and the Spearman of the ranking before and after. A scale multiplies the term as the model computes it; to
+apply a fit, divide the class's fetch gain by its f_ scale, multiply kDependentCpi by `critical`, and scale the issue,
+latency and memory terms and the back-to-back launch (kGpuLaunchUs) in autotune/src/model.cpp, then rerun the
+ModelCheck and Model tests (docs/autotune.md, "The fit of 2026-11-26" says what that broke the first time).
+"""
+import collections, glob, json, math, os, re, sys
+
+FLOOR_US = 2.28
+
+
+def points(directory):
+    out = []
+    for path in sorted(glob.glob(os.path.join(directory, "*-model.json"))):
+        groups = json.load(open(path))
+        if not isinstance(groups, list):
+            continue
+        name = os.path.basename(path)[: -len("-model.json")]
+        for g in groups:
+            for p in g["points"]:
+                # Timed alone: check-model's second group of a bench file, or a file that predates back-to-back
+                # timing (modelled with the whole launch, 3.2 us, of the model this fit starts from).
+                alone = "alone" in g.get("source", "") or abs(p["estimate"]["launch_us"] - 3.2) < 0.01
+                d = dict(file=name, alone=alone, label=p["label"], n=p["n"], meas=p["measured_us"],
+                         pred=p["predicted_us"], e=p["estimate"])
+                m = re.match(r"baked mb=(\d+) gy=(\d+) nt=(\d+) cpt=(\d+) (imm|const)", p["label"])
+                if m:
+                    gy, nt, cpt = int(m.group(2)), int(m.group(3)), int(m.group(4))
+                    tiles = math.ceil(max(p["n"], 1) / nt)
+                    warps_x = (nt // cpt + 31) // 32
+                    d["cls"] = ("many" if tiles >= 16 and m.group(5) == "imm" else "pair" if tiles >= 2 else
+                                "wide" if warps_x >= 3 else "warp2" if warps_x == 2 else "solo")
+                else:
+                    d["cls"] = "stream"
+                e = d["e"]
+                terms = max(e["fetch_us"], e["throughput_us"], e["critical_us"], e["latency_us"] + e["shared_us"],
+                            e["memory_us"])
+                rebuilt = terms + e["launch_us"] if alone else max(terms + e["launch_us"], 2.0)
+                if abs(rebuilt - d["pred"]) <= 0.02 * d["pred"] and e["launch_us"] <= (3.21 if alone else 1.21):
+                    out.append(d)
+    return out
+
+
+def predict(p, th, host):
+    e = p["e"]
+    fetch = e["fetch_us"] * th["f_" + p["cls"]] if p["cls"] != "stream" else 0.0
+    t = max(fetch, e["throughput_us"] * th["issue"], e["critical_us"] * th["critical"],
+            (e["latency_us"] + e["shared_us"]) * th["latency"], e["memory_us"] * th["memory"])
+    return t + th["launch"] + host if p["alone"] else max(t + th["launch"], FLOOR_US)
+
+
+def spearman(x, y):
+    def ranks(v):
+        r = [0] * len(v)
+        for i, j in enumerate(sorted(range(len(v)), key=lambda i: v[i])):
+            r[j] = i
+        return r
+    n = len(x)
+    if n < 3:
+        return float("nan")
+    a, b = ranks(x), ranks(y)
+    return 1 - 6 * sum((i - j) ** 2 for i, j in zip(a, b)) / (n * (n * n - 1))
+
+
+def main():
+    directory = sys.argv[1]
+    host = float(sys.argv[2]) if len(sys.argv) > 2 else 1.6
+    pts = points(directory)
+    th = dict(f_solo=1.0, f_warp2=1.0, f_wide=1.0, f_pair=1.0, f_many=1.0, issue=1.0, critical=1.0, latency=1.0,
+              memory=1.0, launch=1.2)
+    loss = lambda t: sum(math.log(predict(p, t, host) / p["meas"]) ** 2 for p in pts)
+    step = 0.5
+    while step > 0.005:
+        improved = False
+        for k in th:
+            if k == "f_solo":
+                continue  # the fetch rate itself: the classes scale against it
+            for mult in (1 + step, 1 / (1 + step)):
+                t2 = dict(th, **{k: th[k] * mult})
+                if loss(t2) < loss(th) - 1e-9:
+                    th, improved = t2, True
+        if not improved:
+            step /= 2
+    print(f"{len(pts)} kernels; loss {loss(th):.2f}")
+    print({k: round(v, 3) for k, v in th.items()})
+    groups = collections.defaultdict(list)
+    for p in pts:
+        groups[(p["file"], p["alone"])].append(p)
+    for (name, alone), v in sorted(groups.items()):
+        before = max(max(p["meas"] / p["pred"], p["pred"] / p["meas"]) for p in v)
+        after = max(max(p["meas"] / predict(p, th, host), predict(p, th, host) / p["meas"]) for p in v)
+        s0 = spearman([p["pred"] for p in v], [p["meas"] for p in v])
+        s1 = spearman([predict(p, th, host) for p in v], [p["meas"] for p in v])
+        print(f"{name:40s} {'alone' if alone else 'b2b  '} {len(v):3d} kernels  worst {before:.2f} -> {after:.2f}"
+              f"  Spearman {s0:.2f} -> {s1:.2f}")
+
+
+if __name__ == "__main__":
+    main()
