@@ -5,11 +5,6 @@
 
 namespace sparsert::autotune {
 
-double choice_margin(const Candidate& c) {
-  return c.streamed() && c.stream.layout == codegen::StreamLayout::kRows && c.stream.col_lanes > 1 ? kUntimedFormMargin
-                                                                                                   : 1.0;
-}
-
 ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilogue, const codegen::Target& target,
                             const KindSet& kinds, const std::function<bool(const Candidate&)>& accept,
                             std::optional<int32_t> max_entries) {
@@ -29,8 +24,8 @@ ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilo
     if (!e) continue;
     ++best.ranked;
     if (c.is_default) best.default_estimate = *e;
-    const double score = e->microseconds * choice_margin(c);
-    // The streamed fallback (a baked pick compile must stream after all) is ranked with the same margin.
+    const double score = e->microseconds;
+    // The streamed fallback: what compile streams where a baked pick cannot be built after all.
     if (c.streamed() && score < best_streamed_score) {
       best_streamed_score = score;
       best.best_streamed_us = e->microseconds;

@@ -246,11 +246,7 @@ int best_of(const std::vector<CandidateResult>& cands, Keep keep) {
       continue;
     }
     const CandidateResult& w = cands[static_cast<size_t>(best)];
-    // Estimates of a form no GPU has timed carry compile's margin (choice_margin); measured times stand as they are.
-    auto ranked_score = [&](const CandidateResult& x) {
-      return rank_of(x) == 0 ? x.score() : x.score() * choice_margin(x.cand);
-    };
-    if (std::pair(rank_of(r), ranked_score(r)) < std::pair(rank_of(w), ranked_score(w))) best = static_cast<int>(i);
+    if (std::pair(rank_of(r), r.score()) < std::pair(rank_of(w), w.score())) best = static_cast<int>(i);
   }
   return best;
 }

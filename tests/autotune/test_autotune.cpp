@@ -174,13 +174,16 @@ TEST(Model, BackToBackRunsHideTheHostsSubmission) {
   const Estimate alone = at(large, 64, true), b2b = at(large, 64, false);
   EXPECT_GT(alone.launch_us, b2b.launch_us);
   EXPECT_NEAR(alone.microseconds - b2b.microseconds, alone.launch_us - b2b.launch_us, 1e-9);
-  // A tiny one: however little the GPU does, back to back a run costs at least the host's submission of it, so it
-  // gains less than the launch overhead's difference, and a tinier one gains nothing more.
+  // A tiny one: however little the GPU does, back to back a run costs at least the rate the host issues runs at
+  // (2.28 us for a 16 x 16 layer on the H100, RealGpu.LaunchCostsForTheModel, 2026-11-26), and alone the host's
+  // share on top (3.87 us measured): the model within 15% of both.
   const CsrMatrix tiny = inspector::generate_pruned_gaussian(16, 16, 0.9, 2);
   const Estimate tiny_alone = at(tiny, 64, true), tiny_b2b = at(tiny, 64, false);
-  EXPECT_LT(tiny_alone.microseconds - tiny_b2b.microseconds, tiny_alone.launch_us - tiny_b2b.launch_us);
-  EXPECT_GT(tiny_b2b.microseconds, tiny_b2b.launch_us);
-  EXPECT_EQ(at(tiny, 1, false).microseconds, tiny_b2b.microseconds) << "the floor, not the GPU's work";
+  EXPECT_LE(tiny_alone.microseconds - tiny_b2b.microseconds, tiny_alone.launch_us - tiny_b2b.launch_us + 1e-9);
+  EXPECT_GE(tiny_b2b.microseconds, 2.28 - 1e-9);
+  EXPECT_NEAR(tiny_b2b.microseconds, 2.28, 0.15 * 2.28);
+  EXPECT_NEAR(tiny_alone.microseconds, 3.87, 0.15 * 3.87);
+  EXPECT_GE(at(tiny, 1, false).microseconds, 2.28 - 1e-9) << "the floor, not the GPU's work";
   EXPECT_FALSE(to_json(MachineModel::for_target(target)).at("isolated_runs").get<bool>());
 }
 
@@ -216,28 +219,23 @@ TEST(Model, EntriesBeyondTheStreamsWaitOnTheirStream) {
   EXPECT_LT(at_most_eight.microseconds, many.microseconds);
 }
 
-// The row-split kernel with column lanes has not run on a GPU: it wins compile's choice only by kUntimedFormMargin.
-// At rn50's 2048 x 1024, N = 49 shape (the projection of block 4, 0.55x the faster vendor when measured baked) it
-// does; wherever it is chosen, its estimate times the margin beats the best baked one; the estimate reported is the
-// model's own, unscaled.
-TEST(Model, ColumnLanesWinOnlyByTheUntimedMargin) {
+// The row-split kernel with column lanes ran on the H100 on 2026-11-26 (10.7-13.5 us on rn50's 2048 x 1024 layer at
+// N = 49, docs/gpu-h100.md) and its terms were fitted with the rest: it is ranked as every other form, without the
+// margin it carried while untimed. At that shape the model ranks both forms, picks the faster estimate, and reports
+// the pick's own estimate.
+TEST(Model, ColumnLanesAreRankedWithEveryOtherForm) {
   const codegen::Target target = codegen::Target::parse("sm_90");
   const CsrMatrix a = inspector::generate_pruned_gaussian(2048, 1024, 0.9, 12);
   const ModelChoice c = choose_by_model(a, 49, Epilogue{}, target);
-  ASSERT_TRUE(c.candidate.streamed()) << describe(c.candidate);
-  EXPECT_GT(c.candidate.stream.col_lanes, 1) << describe(c.candidate);
-  EXPECT_LT(c.estimate.microseconds * kUntimedFormMargin, c.best_baked_us);
-  const Estimate again = estimate_candidate(a, 49, Epilogue{}, codegen::KernelKind::kStreamed, {},
+  ASSERT_TRUE(c.best_stream.has_value());
+  EXPECT_GT(c.best_stream->col_lanes, 1) << "the fastest streamed candidate at N = 49 has column lanes";
+  EXPECT_LT(c.best_baked_us, std::numeric_limits<double>::infinity());
+  EXPECT_DOUBLE_EQ(c.estimate.microseconds, std::min(c.best_baked_us, c.best_streamed_us)) << describe(c.candidate);
+  const Estimate again = estimate_candidate(a, 49, Epilogue{}, c.candidate.kind, c.candidate.tile,
                                             c.candidate.stream, target, std::nullopt, false);
   EXPECT_DOUBLE_EQ(again.microseconds, c.estimate.microseconds);
-  EXPECT_EQ(choice_margin(c.candidate), kUntimedFormMargin);
-  Candidate ell;
-  ell.kind = codegen::KernelKind::kStreamed;
-  EXPECT_EQ(choice_margin(ell), 1.0);
-  // A small layer at N = 784 keeps a measured form.
-  const CsrMatrix small = inspector::generate_pruned_gaussian(128, 64, 0.9, 13);
-  const ModelChoice s = choose_by_model(small, 784, Epilogue{}, target);
-  EXPECT_EQ(choice_margin(s.candidate), 1.0) << describe(s.candidate);
+  // Within 1.5x of each other here (measured 2026-11-26: 11.9 us streamed against 12.0-21.1 us baked).
+  EXPECT_LT(std::max(c.best_baked_us, c.best_streamed_us) / std::min(c.best_baked_us, c.best_streamed_us), 1.5);
 }
 
 // Code shared by many column tiles is fetched at the rate fitted to the Graph Challenge's layers (3.9 against 1.7 for

@@ -1009,10 +1009,17 @@ TEST(CompileRun, ModelTileSourceRanksAtTheGivenWidths) {
 }
 
 // With ModelTileOptions::column_map the model ranks only baked kernels of one column per thread and whole warps (what
-// a column map needs), so the tile it estimates is the one built; without it the same layers pick other tiles.
+// a column map needs), so the tile it estimates is the one built; without it some layer picks another tile. The small
+// network's layers at N = 20 are launch-bound, and the grid's first tile, which gathers, wins; a 64 x 64 layer at
+// N = 3136 (as rn50's first) takes two columns a thread.
 TEST(CompileRun, ModelTileSourceWithAColumnMapRanksOnlyGatheringTiles) {
   ScratchDir dir;
-  const auto layers = load_network(read_network(write_network(dir)));
+  auto layers = load_network(read_network(write_network(dir)));
+  LoadedLayer wide;
+  wide.desc.name = "wide";
+  wide.desc.n = 3136;
+  wide.a = inspector::generate_pruned_gaussian(64, 64, 0.9, 7);
+  layers.push_back(std::move(wide));
   const std::vector<codegen::Target> targets{codegen::Target::parse("sm_90")};
   compiler::ModelTileOptions mo;
   mo.threads = 2;

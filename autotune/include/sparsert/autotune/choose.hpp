@@ -20,16 +20,8 @@ struct ModelChoice {
   // kind would cost, which compile uses to give its baked-code budget to the layers that gain most from it.
   double best_baked_us = std::numeric_limits<double>::infinity();
   double best_streamed_us = std::numeric_limits<double>::infinity();
-  std::optional<codegen::StreamParams> best_stream;  // the parameters of best_streamed_us (ranked with the margin)
+  std::optional<codegen::StreamParams> best_stream;  // the parameters of best_streamed_us
 };
-
-// A kernel form no GPU has timed yet (the row-split kernel with column lanes, StreamParams::col_lanes > 1) wins the
-// choice only where its estimate times this margin still beats every other candidate's: its terms are the row-split
-// kernel's, measured at N = 1 only (docs/autotune.md). The estimates reported stay the model's own. The same margin
-// ranks the streamed fallback here and the tuner's estimated (not measured) candidates, so that a model-mode tuning
-// record does not bring in what compile's own choice would not.
-inline constexpr double kUntimedFormMargin = 1.25;
-double choice_margin(const Candidate& c);
 
 // Throws InvalidTileParams when no candidate of `kinds` (and of `accept`, where given) is valid for this layer and
 // target. `max_entries`, where set, splits every baked candidate into at most that many entries before it is ranked
