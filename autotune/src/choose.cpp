@@ -10,7 +10,6 @@ ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilo
                             std::optional<int32_t> max_entries) {
   ModelChoice best;
   double best_us = std::numeric_limits<double>::infinity();
-  double best_streamed_score = std::numeric_limits<double>::infinity();
   auto model = [&](const Candidate& c) -> std::optional<Estimate> {
     try {
       return estimate_candidate(a, n, epilogue, c.kind, c.tile, c.stream, target, std::nullopt, false);
@@ -24,17 +23,16 @@ ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilo
     if (!e) continue;
     ++best.ranked;
     if (c.is_default) best.default_estimate = *e;
-    const double score = e->microseconds;
+    const double us = e->microseconds;
     // The streamed fallback: what compile streams where a baked pick cannot be built after all.
-    if (c.streamed() && score < best_streamed_score) {
-      best_streamed_score = score;
-      best.best_streamed_us = e->microseconds;
+    if (c.streamed() && us < best.best_streamed_us) {
+      best.best_streamed_us = us;
       best.best_stream = c.stream;
     }
-    if (!c.streamed()) best.best_baked_us = std::min(best.best_baked_us, e->microseconds);
+    if (!c.streamed()) best.best_baked_us = std::min(best.best_baked_us, us);
     // Ties keep the earlier candidate: the grid lists smaller code first.
-    if (score < best_us) {
-      best_us = score;
+    if (us < best_us) {
+      best_us = us;
       best.candidate = c;
       best.estimate = *e;
     }

@@ -181,9 +181,9 @@ namespace {
 // shared/measurements/h100-2026-11-23). They are properties of the machine's front end and memory system, so the
 // model scales them by nothing but the clock.
 //
-// A launch timed alone from an idle stream costs this much even when it does nothing (a lone 2-block kernel
-// measures 4.6-5 us between events): the host's submission and the GPU's start-up of the kernel.
-//
+// A run timed alone from an idle stream pays the host's submission (kHostSubmitUs) and the GPU's launch and fixed
+// costs of each kernel (kGpuLaunchUs); back to back the submission hides behind the GPU's work. Until 2026-11-26 that
+// was 3.2 us a launch alone (a lone 2-block kernel measured 4.6-5 us between events), 1.2 back to back.
 // Refitted on 2026-11-26 (the third H100 run, docs/measurements/h100-2026-11-26): a kernel's launch and fixed costs
 // back to back are 2.25 us, not 1.2 (every small layer of the suites ran 2.9-3.9 us where 2.0-2.4 were modelled).
 // RealGpu.LaunchCostsForTheModel put the host's share of a lone run at 3.87 - 2.28 = 1.6 us, and the floor of a run
@@ -193,7 +193,6 @@ namespace {
 // critical path as they were: the Graph Challenge's kernels, which Nsight Compute timed alone, were fitted to them.
 constexpr double kGpuLaunchUs = 2.25;
 constexpr double kHostSubmitUs = 1.6;
-constexpr double kLaunchUs = kGpuLaunchUs + kHostSubmitUs;
 constexpr double kHostRateFloorUs = 2.28;
 // Runs launched back to back overlap the host's submission with the GPU's work; it then bounds only the rate at which
 // the host issues runs (kHostRateFloorUs).
