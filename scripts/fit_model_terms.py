@@ -6,7 +6,8 @@
 
 Reads every *-model.json in DIR (check-model's predictions with each estimate's terms beside the measured time) and
 finds, by coordinate descent on the squared log ratio, the scales of: the fetch term per sharing class (one warp, two
-warps of a group, three or more, 2-15 column tiles, 16 or more with immediates), the issue and critical terms, the
+warps of a group, three or more; two or more column tiles, and with immediates 16-31 or 32 or more warps of the grid
+running each region), the issue and critical terms, the
 row-split kernel's latency and memory terms (the ELL walk's and a baked kernel's DRAM term keep theirs), and the
 launch cost of a run back to back. A run timed alone adds HOST_US (default 1.6, the host's
 share that RealGpu.LaunchCostsForTheModel measured); back to back a run takes at least 2.28 us. --fix keeps the named
@@ -20,6 +21,11 @@ ModelCheck and Model tests (docs/autotune.md, "The fit of 2026-11-26" says what 
 import collections, glob, json, math, os, re, sys
 
 FLOOR_US = 2.28
+# The model's own launch terms (autotune/src/model.cpp): kGpuLaunchUs a launch back to back, kHostSubmitUs once for a
+# run timed alone. check-model's output carries them; what a kernel's launch term holds beyond them is its further
+# entries.
+MODEL_LAUNCH_US = 2.25
+MODEL_HOST_US = 1.6
 
 
 def points(directory):
@@ -31,11 +37,12 @@ def points(directory):
         name = os.path.basename(path)[: -len("-model.json")]
         for g in groups:
             # Timed alone: check-model's second group of a bench file, or a file that predates back-to-back timing,
-            # which check-model models with the whole launch of the model this fit starts from (3.2 us; 1.2 back to
-            # back). A group with neither launch alone (every kernel of several entries) is left out.
+            # which check-model models with a lone run's launch (MODEL_LAUNCH_US + MODEL_HOST_US). A group with
+            # neither launch (every kernel of several entries) is left out.
             launches = [p["estimate"]["launch_us"] for p in g["points"]]
-            alone = "alone" in g.get("source", "") or any(abs(x - 3.2) < 0.01 for x in launches)
-            if not alone and not any(abs(x - 1.2) < 0.01 for x in launches):
+            alone_us = MODEL_LAUNCH_US + MODEL_HOST_US
+            alone = "alone" in g.get("source", "") or any(abs(x - alone_us) < 0.01 for x in launches)
+            if not alone and not any(abs(x - MODEL_LAUNCH_US) < 0.01 for x in launches):
                 continue
             for p in g["points"]:
                 d = dict(file=name, alone=alone, label=p["label"], n=p["n"], meas=p["measured_us"],
@@ -45,7 +52,9 @@ def points(directory):
                     nt, cpt = int(m.group(3)), int(m.group(4))
                     tiles = math.ceil(max(p["n"], 1) / nt)
                     warps_x = (nt // cpt + 31) // 32
-                    d["cls"] = ("many" if tiles >= 16 and m.group(5) == "imm" else "pair" if tiles >= 2 else
+                    imm, region_warps = m.group(5) == "imm", tiles * warps_x
+                    d["cls"] = ("many" if tiles >= 2 and imm and region_warps >= 32 else
+                                "several" if tiles >= 2 and imm and region_warps >= 16 else "pair" if tiles >= 2 else
                                 "wide" if warps_x >= 3 else "warp2" if warps_x == 2 else "solo")
                 else:
                     # The row-split kernel's terms (rows) are the model's own; the ELL walk's (ell) carry the time
@@ -53,10 +62,10 @@ def points(directory):
                     d["cls"] = "rows" if p["label"].startswith("streamed rows") else "ell"
                 e = d["e"]
                 # What the launch term holds beyond one launch's own cost: further entries side by side.
-                d["entries_us"] = e["launch_us"] - (3.2 if alone else 1.2)
+                d["entries_us"] = e["launch_us"] - (alone_us if alone else MODEL_LAUNCH_US)
                 terms = max(e["fetch_us"], e["throughput_us"], e["critical_us"], e["latency_us"] + e["shared_us"],
                             e["memory_us"])
-                rebuilt = terms + e["launch_us"] if alone else max(terms + e["launch_us"], 2.0)
+                rebuilt = terms + e["launch_us"] if alone else max(terms + e["launch_us"], FLOOR_US)
                 # Only kernels whose prediction the terms rebuild (not those a stream's chain of entries bounds).
                 if e["bound"] != "stream order" and abs(rebuilt - d["pred"]) <= 0.02 * d["pred"]:
                     out.append(d)
@@ -96,8 +105,8 @@ def main():
     directory = args[0]
     host = float(args[1]) if len(args) > 1 else 1.6
     pts = points(directory)
-    th = dict(f_solo=1.0, f_warp2=1.0, f_wide=1.0, f_pair=1.0, f_many=1.0, issue=1.0, critical=1.0, latency=1.0,
-              memory=1.0, launch=1.2)
+    th = dict(f_solo=1.0, f_warp2=1.0, f_wide=1.0, f_pair=1.0, f_several=1.0, f_many=1.0, issue=1.0, critical=1.0,
+              latency=1.0, memory=1.0, launch=MODEL_LAUNCH_US)
     loss = lambda t: sum(math.log(predict(p, t, host) / p["meas"]) ** 2 for p in pts)
     step = 0.5
     while step > 0.005:

@@ -3,9 +3,10 @@
 #
 #   bash scripts/gpu_checks.sh STAGE [BUILD_DIR] [OUT_DIR]
 #
-# STAGE: info | tests | bench-rn50 | bench-rest | bench-entries | bench-functions | graphchallenge | tune | tune-gc | ncu-gc | gc65536 |
-#   gc65536-1920 | gc65536-folded | all
-#   (not part of all: ncu-gc, Nsight Compute's kernel times of the 1200-input Graph Challenge run; gc65536,
+# STAGE: info | tests | bench-rn50 | bench-rest | bench-entries | bench-functions | graphchallenge | tune | tune-gc | ncu-gc |
+#   ncu-spmm | gc65536 | gc65536-1920 | gc65536-folded | all
+#   (not part of all: ncu-gc, Nsight Compute's kernel times of the 1200-input Graph Challenge run; ncu-spmm, its warp
+#   stall reasons on the 49-column baked tiles the model misprices; gc65536,
 #   gc65536-1920 and gc65536-folded, the synthetic 65536-neuron networks of 120 and 1920 layers, plain and folded,
 #   each in a device call of its own)
 # BUILD_DIR: a configured and built tree (default: build, as scripts/build.sh makes it), or the bundle that
@@ -21,7 +22,7 @@
 # (`sparsert bench` itself fails only when sparsert misses the reference; a baseline that misses is noted and passes.)
 set -euo pipefail
 
-stage=${1:?usage: gpu_checks.sh info|tests|bench-rn50|bench-rest|bench-entries|bench-functions|graphchallenge|tune|tune-gc|ncu-gc|gc65536|gc65536-1920|gc65536-folded|all [BUILD_DIR] [OUT_DIR]}
+stage=${1:?usage: gpu_checks.sh info|tests|bench-rn50|bench-rest|bench-entries|bench-functions|graphchallenge|tune|tune-gc|ncu-gc|ncu-spmm|gc65536|gc65536-1920|gc65536-folded|all [BUILD_DIR] [OUT_DIR]}
 build=${2:-build}
 out=${3:-${OUT:-gpu-results}}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -243,6 +244,43 @@ case $stage in
       else
         fail "cannot unpack the weights"
       fi
+    fi
+    ;;
+  ncu-spmm)
+    # Why a 49-column baked tile runs 1.5x the modelled time (docs/autotune.md, "Sharing by warps, not tiles"): rn50's
+    # 512 x 2048 layer at N = 49, 128 blocks of 819 nonzeros at 90% (10.5 us on 2026-11-26, 8.3 of them work) and of
+    # 410 at 95% (5.3 us), as compile builds it baked. Warp stall reasons (instruction fetch or the loads of B),
+    # instruction and L1/L2 statistics of one launch, with the caches left as the run leaves them (a timed run keeps
+    # the code in L2).
+    if ! command -v ncu > /dev/null; then
+      fail "ncu (Nsight Compute) is not on PATH"
+    else
+      tmp=$(mktemp -d)
+      trap 'rm -rf "$tmp"' EXIT
+      # A zero input [2048, 49]: the baked code's time does not depend on the values.
+      header="{'descr': '<f4', 'fortran_order': False, 'shape': (2048, 49), }"
+      header=$(printf '%-117s' "$header")  # 10 + 117 + newline = 128 bytes, as .npy aligns its header
+      { printf '\x93NUMPY\x01\x00\x76\x00%s\n' "$header"; head -c $((2048 * 49 * 4)) /dev/zero; } > "$tmp/x.npy"
+      for sparsity in 0.9 0.95; do
+        w=$data/dlmc/rn50/magnitude_pruning/$sparsity/bottleneck_1_block_group4_2_1.smtx
+        mkdir -p "$tmp/$sparsity"
+        printf '{"format": "sparsert-network/1", "layers": [{"weights": "%s", "n": 49, "activation": "none"}]}\n' \
+          "$w" > "$tmp/$sparsity/net.json"
+        # Not -q: the log names the tile (mb=128 gy=4 nt=49 on 2026-11-26).
+        if run "$sparsert" compile "$tmp/$sparsity/net.json" --target sm_90 --kernel baked --no-tuning-db \
+          -o "$tmp/$sparsity/pkg"; then
+          log "\$ ncu --cache-control none --launch-count 1 --section WarpStateStats ... sparsert run PKG --device cuda \
+> $out/ncu-spmm-$sparsity.csv"
+          rc=0
+          ncu --cache-control none --launch-count 1 --section LaunchStats --section Occupancy \
+            --section WarpStateStats --section InstructionStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+            --metrics gpu__time_duration.sum --csv --page details "$sparsert" run "$tmp/$sparsity/pkg" \
+            --input "$tmp/x.npy" --device cuda > "$out/ncu-spmm-$sparsity.csv" 2>> "$out/$stage.log" || rc=$?
+          (( rc == 0 )) || fail "ncu on the $sparsity layer (exit $rc)"
+        else
+          fail "compile of the $sparsity layer"
+        fi
+      done
     fi
     ;;
   gc65536)

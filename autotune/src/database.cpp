@@ -213,6 +213,14 @@ TuningDatabase TuningDatabase::load(const std::filesystem::path& path) {
   return db;
 }
 
+void TuningDatabase::check_writable() const {
+  std::error_code ec;
+  if (!path_.parent_path().empty()) std::filesystem::create_directories(path_.parent_path(), ec);
+  check_output_path(path_);
+  SPARSERT_USER_CHECK(!std::filesystem::exists(path_, ec) || ::access(path_.c_str(), R_OK | W_OK) == 0, path_.string(),
+                      "cannot update the tuning database: {}", std::strerror(errno));
+}
+
 void TuningDatabase::put(const std::string& key, const TuningRecord& r) {
   const auto it = records_.find(key);
   if (it != records_.end() && record_line(key, it->second) == record_line(key, r)) return;

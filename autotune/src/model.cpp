@@ -216,11 +216,14 @@ constexpr double kFetchBytesPerCycle = 2.9;
 // texture-processor cluster and one fetch serves both: the rn50 runs with 2-7 column tiles fetch 4.8-5 bytes per
 // cycle per SM where those with one tile fetch 2.7-2.8.
 constexpr double kSharedFetchGain = 1.7;
-// Two warps of one thread group on an SM (a column tile wider than 32) gain less: 1.3 fits the 49-column runs.
-// Refitted on 2026-11-26: 1.4 (1.3 before). A group of three or more warps (tiles as wide as N: 196 or 256 columns,
-// first run that day at 2.0-2.7x the modelled time) fetches its code at 0.65 of one warp's rate: its warps sit on the
-// SM's four sub-partitions, and each brings the code into its own instruction cache.
-constexpr double kWarpSharedFetchGain = 1.4;
+// Two warps of one thread group on an SM (a column tile wider than 32) gain less: 1.3 fitted the 49-column runs, 1.4
+// the fit of 2026-11-26, 1.1 the second fit that day ("sharing by warps"). At 1.4 the 49-column tiles of one entry a
+// layer ran 1.6-1.8x the modelled time (rn50-0.9's 2048 x 512 and 512 x 2048 layers: 9.1 and 10.5 us against 5.8 and
+// 5.9), which kept the model picking them over the row-split kernel that ran 7.5 us there. A group of three or more
+// warps (tiles as wide as N: 196 or 256 columns, first run that day at 2.0-2.7x the modelled time) fetches its code at
+// 0.65 of one warp's rate: its warps sit on the SM's four sub-partitions, and each brings the code into its own
+// instruction cache.
+constexpr double kWarpSharedFetchGain = 1.1;
 constexpr double kWideGroupFetchGain = 0.65;
 // Where a row block's code serves many column tiles, SMs run far more of it than that pair sharing explains. Fitted to
 // the Graph Challenge's 1024 x 1024 layers of 32768 immediates (the only measured kernels of that many tiles that
@@ -229,8 +232,16 @@ constexpr double kWideGroupFetchGain = 0.65;
 // tune-gc-l100-n60000-gpu.json), 2.2-2.8x under this term at 1.7; 8 tiles at 950 columns (23-26 us) and 15 tiles
 // (11.6-12.2 us) were not. Weights in the constant bank do not gain it: at 60000 columns they ran at the 1.7 rate
 // (430-586 us), their constant loads missing as the code does not.
+// What counts is the warps of the grid that run one region (column tiles x warps of a group), not the tiles alone.
+// Until the second fit of 2026-11-26 the gain went to 16 or more tiles, and at N = 784 the model picked 25 tiles of
+// one warp (3.9) over 13 tiles of two (1.7). On the H100 the 13 tiles ran 1.3-1.7x faster (3.5-5.5 us on 2026-11-24
+// against 4.7-9.4 on 2026-11-26, rn50-0.9's nine N = 784 layers), and both families fit 2.6-2.9
+// (scripts/fit_model_terms.py). From 16 warps a region the gain is kSeveralTilesFetchGain, from 32 the full
+// kManyTilesFetchGain (the Graph Challenge's 19 tiles of two warps keep it).
 constexpr double kManyTilesFetchGain = 3.9;
-constexpr int64_t kManyTiles = 16;
+constexpr double kSeveralTilesFetchGain = 3.0;
+constexpr int64_t kManyWarps = 32;
+constexpr int64_t kSeveralWarps = 16;
 constexpr double kInstructionBytes = 16.0;
 // The streamed kernel's inner loop waits on an 8-byte ELL load (global, streaming) and the shared load it feeds per
 // step; `unroll` steps overlap. A stage adds its copy's global loads and two barriers.
@@ -447,11 +458,13 @@ Estimate estimate(const Probe& probe, const inspector::WorkPlan& plan, const cod
     l.grid_blocks = tiles_x * blocks;
     // What the entry holds, not what the tile asked for: an entry past the 64 KB bank is built with immediates.
     const bool immediates = e.counts.of(ptxsim::InstrClass::LdConst) == 0;
-    l.fetch_gain = tiles_x >= kManyTiles && immediates ? kManyTilesFetchGain
-                   : tiles_x >= 2                      ? kSharedFetchGain
-                   : warps_x >= 3                      ? kWideGroupFetchGain
-                   : warps_x >= 2                      ? kWarpSharedFetchGain
-                                                       : 1.0;
+    const int64_t region_warps = tiles_x * warps_x;  // warps of the grid that run each region of the entry's code
+    l.fetch_gain = tiles_x >= 2 && immediates && region_warps >= kManyWarps      ? kManyTilesFetchGain
+                   : tiles_x >= 2 && immediates && region_warps >= kSeveralWarps ? kSeveralTilesFetchGain
+                   : tiles_x >= 2                                                ? kSharedFetchGain
+                   : warps_x >= 3                                                ? kWideGroupFetchGain
+                   : warps_x >= 2                                                ? kWarpSharedFetchGain
+                                                                                 : 1.0;
     l.warp_cycles = thread_work * warps;
     l.warp_instructions = static_cast<double>(e.counts.total()) * warps;
     int64_t groups = 0;

@@ -270,6 +270,25 @@ TEST(CliBadInput, AnInvalidTuningRecordIsNotUsedAndSaysSo) {
       << o.err;
 }
 
+// compile --tune keeps its results in the tuning database: one it cannot write fails the command before the tuning
+// (and before the package), not after it, with the database named.
+TEST(CliBadInput, CompileTuneRefusesADatabaseItCannotWriteBeforeTuning) {
+  ScratchDir dir;
+  const std::string net = (dir / "net").string(), pkg = (dir / "pkg").string();
+  ASSERT_EQ(run(fmt::format("gen network --layers 1 --neurons 16 --n 4 -o {}", net), dir).code, 0);
+  sparsert::write_file_atomic(dir / "plain", "a file, not a folder\n");
+  const std::string db = (dir / "plain" / "db.json").string();  // no folder can be made under a file, even by root
+  // The tuner confirms its pick with the assembler and keeps the result in the cache: what shows that it ran.
+  const std::filesystem::path cache = dir / "cache";
+  const Outcome o =
+      run(fmt::format("compile {}/net.json --target sm_90 --ptx-only --tune -q --tuning-db {} -o {}", net, db, pkg),
+          dir, fmt::format("SPARSERT_CACHE_DIR='{}'", cache.string()));
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find(db), std::string::npos) << o.err;
+  EXPECT_FALSE(std::filesystem::exists(cache / "tune-asm")) << "the layer was tuned before the database was checked";
+  EXPECT_FALSE(std::filesystem::exists(pkg));
+}
+
 // Whatever is wrong with the driver library, the one-line error names it, says what it is, and what to do.
 TEST(CliBadInput, ADriverThatCannotServeIsNamedWithWhatToDo) {
   ScratchDir dir;

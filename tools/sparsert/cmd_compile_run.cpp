@@ -269,6 +269,7 @@ Action add_compile(CLI::App& app) {
       auto db = std::make_shared<autotune::TuningDatabase>(autotune::TuningDatabase::load(db_path));
       const std::string toolkit = compile_toolkit(opt.assemble);
       if (args->tune) {
+        db->check_writable();  // before the tuning, whose results it keeps
         const codegen::Target target = primary_target(opt.targets);
         std::vector<autotune::TuneLayer> missing;
         for (autotune::TuneLayer& l : tune_layers_of(layers)) {

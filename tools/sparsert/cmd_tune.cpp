@@ -6,12 +6,9 @@
 #include "tuning_support.hpp"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
@@ -134,15 +131,8 @@ Action add_tune(CLI::App& app) {
     if (!args->no_db) {
       db = autotune::TuningDatabase::load(args->db.empty() ? autotune::TuningDatabase::default_path()
                                                            : std::filesystem::path(args->db));
-      // Its folder is made as save() would make it (a fresh machine has no cache folder yet), and the file, which
-      // save() opens for reading and writing in place, must allow both.
-      const std::filesystem::path& path = db->path();
-      std::error_code ec;
-      if (!path.parent_path().empty()) std::filesystem::create_directories(path.parent_path(), ec);
-      check_output_path(path);
-      SPARSERT_USER_CHECK(!std::filesystem::exists(path, ec) || ::access(path.c_str(), R_OK | W_OK) == 0,
-                          path.string(), "cannot update the tuning database: {}", std::strerror(errno));
-      outputs.push_back({"the tuning database", path});
+      db->check_writable();
+      outputs.push_back({"the tuning database", db->path()});
     }
     check_distinct_outputs(outputs, {{"the input", args->input}});
     const autotune::TuneReport report = autotune::tune(layers, opt);

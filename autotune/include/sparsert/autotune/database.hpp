@@ -55,6 +55,10 @@ class TuningDatabase {
   // savers never interleave, and each keeps what the others wrote. Throws UserError naming the file when it cannot be
   // written.
   void save();
+  // Before the work whose results save() will append, so that a database it cannot write fails the command before
+  // the work, not after it: makes the folder as save() would (a fresh machine has no cache folder yet), and throws
+  // UserError naming the file where save() could not write it or, as it reads the file under its lock, read it.
+  void check_writable() const;
 
   std::optional<TuningRecord> find(const std::string& key) const;
   // A record equal to the one the key already has is not written again.
