@@ -146,6 +146,14 @@ void check_distinct_outputs(const std::vector<NamedPath>& outputs, const std::ve
     const std::filesystem::path cy = std::filesystem::weakly_canonical(std::filesystem::absolute(y, ec), ec);
     return !ec && cx == cy;
   };
+  // Relative to the directory, the path starts with neither ".." nor nothing (another root): it is in there.
+  auto inside = [](const std::filesystem::path& x, const std::filesystem::path& dir) {
+    std::error_code ec;
+    const std::filesystem::path rel =
+        std::filesystem::weakly_canonical(std::filesystem::absolute(x, ec), ec)
+            .lexically_relative(std::filesystem::weakly_canonical(std::filesystem::absolute(dir, ec), ec));
+    return !ec && !rel.empty() && *rel.begin() != "..";
+  };
   for (size_t i = 0; i < outputs.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
       SPARSERT_USER_CHECK(!same(outputs[i].path, outputs[j].path), outputs[i].path.string(),
@@ -155,6 +163,11 @@ void check_distinct_outputs(const std::vector<NamedPath>& outputs, const std::ve
     for (const NamedPath& in : inputs) {
       SPARSERT_USER_CHECK(!same(outputs[i].path, in.path), outputs[i].path.string(),
                           "{} would overwrite {}, which this command reads", outputs[i].what, in.what);
+      if (in.directory) {
+        SPARSERT_USER_CHECK(!inside(outputs[i].path, in.path), outputs[i].path.string(),
+                            "{} is inside {} {}, which this command reads", outputs[i].what, in.what,
+                            in.path.string());
+      }
     }
   }
 }

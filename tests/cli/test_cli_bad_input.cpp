@@ -270,6 +270,23 @@ TEST(CliBadInput, AnInvalidTuningRecordIsNotUsedAndSaysSo) {
       << o.err;
 }
 
+// run reads the whole package: its --output may not go inside it (the files' hashes would no longer match), however
+// the path is spelled, and nothing is written.
+TEST(CliBadInput, RunRefusesAnOutputInsideThePackage) {
+  ScratchDir dir;
+  const std::string net = (dir / "net").string(), pkg = (dir / "pkg").string();
+  ASSERT_EQ(run(fmt::format("gen network --layers 1 --neurons 16 --n 4 -o {}", net), dir).code, 0);
+  ASSERT_EQ(run(fmt::format("compile {}/net.json --target sm_90 --ptx-only -q --no-tuning-db -o {}", net, pkg), dir)
+                .code,
+            0);
+  const std::string out = (dir / "pkg" / ".." / "pkg" / "y.npy").string();
+  const Outcome o =
+      run(fmt::format("run {} --input {}/input.npy --device cpu --output {}", pkg, net, out), dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("--output is inside the package"), std::string::npos) << o.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "pkg" / "y.npy"));
+}
+
 // compile --tune keeps its results in the tuning database: one it cannot write fails the command before the tuning
 // (and before the package), not after it, with the database named.
 TEST(CliBadInput, CompileTuneRefusesADatabaseItCannotWriteBeforeTuning) {

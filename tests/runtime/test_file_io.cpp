@@ -51,6 +51,38 @@ TEST(FileIo, ErrorsNameThePath) {
   }
 }
 
+// Outputs that are one file, or an input, or inside an input directory (spelled any way) are refused before any
+// write, with the option that named the output and the input it would destroy.
+TEST(FileIo, DistinctOutputsAreCheckedAgainstInputsAndInputDirectories) {
+  ScratchDir dir;
+  std::filesystem::create_directories(dir / "pkg" / "sub");
+  write_file_atomic(dir / "in.npy", "x");
+  auto refused = [&](const std::vector<NamedPath>& outs, const std::vector<NamedPath>& ins) -> std::string {
+    try {
+      check_distinct_outputs(outs, ins);
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const NamedPath package{"the package", dir / "pkg", true};
+  EXPECT_NE(refused({{"--output", dir / "pkg" / "out.npy"}}, {package}).find("--output is inside the package"),
+            std::string::npos);
+  EXPECT_NE(refused({{"--output", dir / "pkg" / "sub" / ".." / "x.npy"}}, {package}).find("inside"),
+            std::string::npos);
+  EXPECT_NE(refused({{"-o", dir / "x" / ".." / "pkg" / "new" / "y.npy"}}, {package}).find("inside"),
+            std::string::npos)
+      << "a folder not made yet is still inside";
+  EXPECT_EQ(refused({{"--output", dir / "pkg-out.npy"}}, {package}), "") << "a sibling whose name starts alike";
+  EXPECT_EQ(refused({{"--output", dir / "out.npy"}}, {package, {"--input", dir / "in.npy"}}), "");
+  EXPECT_EQ(refused({{"--output", dir / "pkg" / "out.npy"}}, {{"the package", dir / "pkg"}}), "")
+      << "only an input marked as a directory holds its outputs";
+  EXPECT_NE(refused({{"--output", dir / "." / "in.npy"}}, {{"--input", dir / "in.npy"}}).find("would overwrite"),
+            std::string::npos);
+  EXPECT_NE(refused({{"-o", dir / "r.json"}, {"--html", dir / "r.json"}}, {}).find("name the same file"),
+            std::string::npos);
+}
+
 TEST(FileIo, ReadFileBytesMatchesReadFileAndIsPadded) {
   ScratchDir dir;
   std::string content;

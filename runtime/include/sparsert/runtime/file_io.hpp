@@ -59,15 +59,18 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view bytes
 // an error it could have said at the start.
 void check_output_path(const std::filesystem::path& path);
 
-// A path and the option or role that named it ("-o", "--html", "the input matrix").
+// A path and the option or role that named it ("-o", "--html", "the input matrix"). An input that is a directory
+// read whole (a package) has `directory` set: no output may be written inside it.
 struct NamedPath {
   std::string what;
   std::filesystem::path path;
+  bool directory = false;
 };
 
 // Before any output is written: throws UserError when two outputs are one file, or an output is one of the inputs
 // (compared as weakly canonical paths, and by identity where both exist, so `./a` and `a` or a hard link are one),
-// since the second write would replace the first, or the input, with no error.
+// since the second write would replace the first, or the input, with no error; or when an output is inside an input
+// directory, whose files the command reads (a package's would no longer match their hashes).
 void check_distinct_outputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs = {});
 
 // A directory of outputs written whole or not at all. Files are written under path(), a hidden directory inside
