@@ -270,15 +270,23 @@ TEST(CliBadInput, AnInvalidTuningRecordIsNotUsedAndSaysSo) {
       << o.err;
 }
 
-// run reads the whole package: its --output may not go inside it (the files' hashes would no longer match), however
-// the path is spelled, and nothing is written.
-TEST(CliBadInput, RunRefusesAnOutputInsideThePackage) {
-  ScratchDir dir;
+namespace {
+// A one-layer 16 x 16 network in dir/net (its input.npy beside it) and its PTX-only package in dir/pkg.
+void make_small_package(const ScratchDir& dir) {
   const std::string net = (dir / "net").string(), pkg = (dir / "pkg").string();
   ASSERT_EQ(run(fmt::format("gen network --layers 1 --neurons 16 --n 4 -o {}", net), dir).code, 0);
   ASSERT_EQ(run(fmt::format("compile {}/net.json --target sm_90 --ptx-only -q --no-tuning-db -o {}", net, pkg), dir)
                 .code,
             0);
+}
+}  // namespace
+
+// run reads the whole package: its --output may not go inside it (the files' hashes would no longer match), however
+// the path is spelled, and nothing is written.
+TEST(CliBadInput, RunRefusesAnOutputInsideThePackage) {
+  ScratchDir dir;
+  const std::string net = (dir / "net").string(), pkg = (dir / "pkg").string();
+  ASSERT_NO_FATAL_FAILURE(make_small_package(dir));
   const std::string out = (dir / "pkg" / ".." / "pkg" / "y.npy").string();
   const Outcome o =
       run(fmt::format("run {} --input {}/input.npy --device cpu --output {}", pkg, net, out), dir);
@@ -310,10 +318,7 @@ TEST(CliBadInput, CompileTuneRefusesADatabaseItCannotWriteBeforeTuning) {
 TEST(CliBadInput, ADriverThatCannotServeIsNamedWithWhatToDo) {
   ScratchDir dir;
   const std::string net = (dir / "net").string(), pkg = (dir / "pkg").string();
-  ASSERT_EQ(run(fmt::format("gen network --layers 1 --neurons 16 --n 4 -o {}", net), dir).code, 0);
-  ASSERT_EQ(run(fmt::format("compile {}/net.json --target sm_90 --ptx-only -q --no-tuning-db -o {}", net, pkg), dir)
-                .code,
-            0);
+  ASSERT_NO_FATAL_FAILURE(make_small_package(dir));
   struct DriverCase {
     std::string library, expect;
   };
