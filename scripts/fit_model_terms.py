@@ -7,16 +7,17 @@
 Reads every *-model.json in DIR (check-model's predictions with each estimate's terms beside the measured time) and
 finds, by coordinate descent on the squared log ratio, the scales of: the fetch term per sharing class (one warp, two
 warps of a group, three or more; two or more column tiles, and with immediates 16-31 or 32 or more warps of the grid
-running each region), the issue and critical terms, the
-row-split kernel's latency and memory terms (the ELL walk's and a baked kernel's DRAM term keep theirs), and the
-launch cost of a run back to back. A run timed alone adds HOST_US (default 1.6, the host's
-share that RealGpu.LaunchCostsForTheModel measured); back to back a run takes at least 2.28 us. --fix keeps the named
-scales at 1 (the model's value). Only kernels whose
-prediction the terms rebuild (one launch, no stream chain) take part. Prints the scales and, per file, the worst
-ratio and the Spearman of the ranking before and after. A scale multiplies the term as the model computes it; to
-apply a fit, divide the class's fetch gain by its f_ scale, multiply kDependentCpi by `critical`, and scale the issue,
-latency and memory terms and the back-to-back launch (kGpuLaunchUs) in autotune/src/model.cpp, then rerun the
-ModelCheck and Model tests (docs/autotune.md, "The fit of 2026-11-26" says what that broke the first time).
+running each region), the issue and critical terms, the row-split kernel's latency and memory terms (the ELL walk's
+and a baked kernel's DRAM term keep theirs), and the launch cost of a run back to back. A run timed alone adds
+HOST_US (default 1.6, the host's share that RealGpu.LaunchCostsForTheModel measured); back to back a run takes at
+least 2.28 us. --fix keeps the named scales at 1 (the model's value). Only kernels whose prediction the terms rebuild
+(no stream chain) take part; a kernel of several entries keeps the model's price of its further entries (1.6 us each
+side by side), which on large layers is more than they cost (one entry against eight on rn50's N = 49 tiles: 10.5
+against 14.9 us, about 0.6 us an entry), so the fetch scales of such files lean low. Prints the scales and, per file,
+the worst ratio and the Spearman of the ranking before and after. A scale multiplies the term as the model computes
+it; to apply a fit, divide the class's fetch gain by its f_ scale, multiply kDependentCpi by `critical`, and scale
+the issue, latency and memory terms and the back-to-back launch (kGpuLaunchUs) in autotune/src/model.cpp, then rerun
+the ModelCheck and Model tests (docs/autotune.md, "The fit of 2026-11-26" says what that broke the first time).
 """
 import collections, glob, json, math, os, re, sys
 
@@ -36,13 +37,21 @@ def points(directory):
             continue
         name = os.path.basename(path)[: -len("-model.json")]
         for g in groups:
-            # Timed alone: check-model's second group of a bench file, or a file that predates back-to-back timing,
-            # which check-model models with a lone run's launch (MODEL_LAUNCH_US + MODEL_HOST_US). A group with
-            # neither launch (every kernel of several entries) is left out.
+            # Timed alone: check-model's second group of a bench file ("runs timed alone"; the first is then back to
+            # back), or a file that predates back-to-back timing, which check-model models with a lone run's launch
+            # (MODEL_LAUNCH_US + MODEL_HOST_US) and no kernel at MODEL_LAUNCH_US. The launch alone does not tell a
+            # group of the two apart: a kernel of two entries back to back has it too (1.6 us an entry). A group
+            # with neither launch (every kernel of several entries) is left out.
             launches = [p["estimate"]["launch_us"] for p in g["points"]]
             alone_us = MODEL_LAUNCH_US + MODEL_HOST_US
-            alone = "alone" in g.get("source", "") or any(abs(x - alone_us) < 0.01 for x in launches)
-            if not alone and not any(abs(x - MODEL_LAUNCH_US) < 0.01 for x in launches):
+            back_to_back = any(abs(x - MODEL_LAUNCH_US) < 0.01 for x in launches)
+            if "alone" in g.get("source", ""):
+                alone = True
+            elif any("alone" in other.get("source", "") for other in groups):
+                alone = False
+            else:
+                alone = not back_to_back and any(abs(x - alone_us) < 0.01 for x in launches)
+            if not alone and not back_to_back and not any("alone" in o.get("source", "") for o in groups):
                 continue
             for p in g["points"]:
                 d = dict(file=name, alone=alone, label=p["label"], n=p["n"], meas=p["measured_us"],
