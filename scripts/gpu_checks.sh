@@ -269,12 +269,13 @@ case $stage in
         # Not -q: the log names the tile (mb=128 gy=4 nt=49 on 2026-11-26).
         if run "$sparsert" compile "$tmp/$sparsity/net.json" --target sm_90 --kernel baked --no-tuning-db \
           -o "$tmp/$sparsity/pkg"; then
-          log "\$ ncu --cache-control none --launch-count 1 --section WarpStateStats ... sparsert run PKG --device cuda \
-> $out/ncu-spmm-$sparsity.csv"
+          log "\$ ncu --cache-control none --kernel-name regex:sparsert_layer0 --launch-count 1 --section WarpStateStats \
+... sparsert run PKG --device cuda > $out/ncu-spmm-$sparsity.csv"
           rc=0
-          ncu --cache-control none --launch-count 1 --section LaunchStats --section Occupancy \
-            --section WarpStateStats --section InstructionStats --section SchedulerStats --section MemoryWorkloadAnalysis \
-            --metrics gpu__time_duration.sum --csv --page details "$sparsert" run "$tmp/$sparsity/pkg" \
+          ncu --cache-control none --kernel-name regex:sparsert_layer0 --launch-count 1 --section LaunchStats \
+            --section Occupancy --section WarpStateStats --section InstructionStats --section SchedulerStats \
+            --section MemoryWorkloadAnalysis --metrics gpu__time_duration.sum --csv --page details \
+            "$sparsert" run "$tmp/$sparsity/pkg" \
             --input "$tmp/x.npy" --device cuda > "$out/ncu-spmm-$sparsity.csv" 2>> "$out/$stage.log" || rc=$?
           (( rc == 0 )) || fail "ncu on the $sparsity layer (exit $rc)"
         else
