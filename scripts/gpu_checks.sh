@@ -6,7 +6,7 @@
 # STAGE: info | tests | bench-rn50 | bench-rest | bench-entries | bench-functions | graphchallenge | tune | tune-gc | ncu-gc |
 #   ncu-spmm | gc65536 | gc65536-1920 | gc65536-folded | all
 #   (not part of all: ncu-gc, Nsight Compute's kernel times of the 1200-input Graph Challenge run; ncu-spmm, its warp
-#   stall reasons on the 49-column baked tiles the model misprices; gc65536,
+#   stall reasons on a 49-column layer baked (the tiles the model misprices) and streamed (row-split); gc65536,
 #   gc65536-1920 and gc65536-folded, the synthetic 65536-neuron networks of 120 and 1920 layers, plain and folded,
 #   each in a device call of its own)
 # BUILD_DIR: a configured and built tree (default: build, as scripts/build.sh makes it), or the bundle that
@@ -263,24 +263,32 @@ case $stage in
       { printf '\x93NUMPY\x01\x00\x76\x00%s\n' "$header"; head -c $((2048 * 49 * 4)) /dev/zero; } > "$tmp/x.npy"
       for sparsity in 0.9 0.95; do
         w=$data/dlmc/rn50/magnitude_pruning/$sparsity/bottleneck_1_block_group4_2_1.smtx
-        mkdir -p "$tmp/$sparsity"
-        printf '{"format": "sparsert-network/1", "layers": [{"weights": "%s", "n": 49, "activation": "none"}]}\n' \
-          "$w" > "$tmp/$sparsity/net.json"
-        # Not -q: the log names the tile (mb=128 gy=4 nt=49 on 2026-11-26).
-        if run "$sparsert" compile "$tmp/$sparsity/net.json" --target sm_90 --kernel baked --no-tuning-db \
-          -o "$tmp/$sparsity/pkg"; then
-          log "\$ ncu --cache-control none --kernel-name regex:sparsert_layer0 --launch-count 1 --section WarpStateStats \
-... sparsert run PKG --device cuda > $out/ncu-spmm-$sparsity.csv"
-          rc=0
-          ncu --cache-control none --kernel-name regex:sparsert_layer0 --launch-count 1 --section LaunchStats \
-            --section Occupancy --section WarpStateStats --section InstructionStats --section SchedulerStats \
-            --section MemoryWorkloadAnalysis --metrics gpu__time_duration.sum --csv --page details \
-            "$sparsert" run "$tmp/$sparsity/pkg" \
-            --input "$tmp/x.npy" --device cuda > "$out/ncu-spmm-$sparsity.csv" 2>> "$out/$stage.log" || rc=$?
-          (( rc == 0 )) || fail "ncu on the $sparsity layer (exit $rc)"
-        else
-          fail "compile of the $sparsity layer"
-        fi
+        # Baked as compile builds it, then streamed (the row-split kernel with the model's parameters: rpb=16 lanes=4
+        # cl=8 nt=16 cpt=2 u=4 at 90%), whose 10.5-12 us at N = 49 (2026-11-26's tune-rows-cols-n49) may be its
+        # entry loads' latency chain or B's L1/L2 traffic: the same sections say which.
+        for kind in baked streamed; do
+          # The entry's name: sparsert_layer0 baked, sparsert_stream streamed (one module for every streamed layer).
+          suffix=$sparsity kernel=sparsert_layer0
+          [[ $kind == streamed ]] && suffix=$sparsity-streamed kernel=sparsert_stream
+          mkdir -p "$tmp/$suffix"
+          printf '{"format": "sparsert-network/1", "layers": [{"weights": "%s", "n": 49, "activation": "none"}]}\n' \
+            "$w" > "$tmp/$suffix/net.json"
+          # Not -q: the log names the tile (mb=128 gy=4 nt=49 on 2026-11-26).
+          if run "$sparsert" compile "$tmp/$suffix/net.json" --target sm_90 --kernel $kind --no-tuning-db \
+            -o "$tmp/$suffix/pkg"; then
+            log "\$ ncu --cache-control none --kernel-name regex:$kernel --launch-count 1 --section WarpStateStats \
+... sparsert run PKG --device cuda > $out/ncu-spmm-$suffix.csv"
+            rc=0
+            ncu --cache-control none --kernel-name regex:$kernel --launch-count 1 --section LaunchStats \
+              --section Occupancy --section WarpStateStats --section InstructionStats --section SchedulerStats \
+              --section MemoryWorkloadAnalysis --metrics gpu__time_duration.sum --csv --page details \
+              "$sparsert" run "$tmp/$suffix/pkg" \
+              --input "$tmp/x.npy" --device cuda > "$out/ncu-spmm-$suffix.csv" 2>> "$out/$stage.log" || rc=$?
+            (( rc == 0 )) || fail "ncu on the $sparsity layer, $kind (exit $rc)"
+          else
+            fail "compile of the $sparsity layer, $kind"
+          fi
+        done
       done
     fi
     ;;

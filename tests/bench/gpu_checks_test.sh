@@ -130,6 +130,33 @@ check "ncu-gc ran the fused run" grep -q -E '^graphchallenge .*--replicate 1 --d
 check "ncu-gc ran the filter-kernel run" grep -q -E '^graphchallenge .*--compaction kernel' "$CALLS"
 check "ncu-gc wrote the fused CSV" grep -q 'Kernel Name' "$work/out5/gc1200-fused-ncu.csv"
 check "ncu-gc wrote the kernel CSV" grep -q 'Kernel Name' "$work/out5/gc1200-kernel-ncu.csv"
+# ncu-spmm: rn50's 512 x 2048 layer at N = 49 compiled baked and streamed at 90% and 95%, each kernel profiled by its
+# entry's name to its own CSV.
+: > "$CALLS"
+cat > "$work/path/ncu" << 'EOF'
+#!/usr/bin/env bash
+echo "ncu $*" >> "$CALLS"
+while [[ $1 == --* ]]; do
+  if [[ $1 == --csv ]]; then shift; else shift 2; fi
+done
+echo '"ID","Kernel Name","Metric Value"'
+exec "$@"
+EOF
+bash "$script" ncu-spmm "$fake" "$work/out7" > "$work/log7" 2>&1
+rc=$?
+check "ncu-spmm exits 0 with ncu (got $rc)" test "$rc" -eq 0
+for sp in 0.9 0.95; do
+  for kind in baked streamed; do
+    check "ncu-spmm compiled the $sp layer $kind" grep -q -E \
+      "^compile .*/net.json --target sm_90 --kernel $kind --no-tuning-db -o .*" "$CALLS"
+  done
+  check "ncu-spmm wrote the $sp baked CSV" grep -q 'Kernel Name' "$work/out7/ncu-spmm-$sp.csv"
+  check "ncu-spmm wrote the $sp streamed CSV" grep -q 'Kernel Name' "$work/out7/ncu-spmm-$sp-streamed.csv"
+done
+check "ncu-spmm profiled the baked entry twice" test "$(grep -c -- '--kernel-name regex:sparsert_layer0 ' "$CALLS")" -eq 2
+check "ncu-spmm profiled the streamed entry twice" \
+  test "$(grep -c -- '--kernel-name regex:sparsert_stream ' "$CALLS")" -eq 2
+check "ncu-spmm ran each package" test "$(grep -c -E '^run .*/pkg --input .*/x.npy --device cuda$' "$CALLS")" -eq 4
 rm "$work/path/ncu"
 bash "$script" ncu-gc "$fake" "$work/out6" > "$work/log6" 2>&1
 rc=$?
