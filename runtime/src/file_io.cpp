@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <tuple>
 #include <utility>
@@ -135,24 +136,33 @@ void check_output_path(const std::filesystem::path& path) {
   ::unlink(probe.c_str());
 }
 
+namespace {
+// The path as the file system resolves it, or nothing where it cannot be resolved. Absolute first: weakly_canonical
+// keeps a relative path relative when its first component does not exist, so "r.json" and "./r.json" (neither
+// written yet) would compare as two files.
+std::optional<std::filesystem::path> resolved(const std::filesystem::path& p) {
+  std::error_code ec;
+  const std::filesystem::path abs = std::filesystem::absolute(p, ec);
+  if (ec) return std::nullopt;
+  std::filesystem::path out = std::filesystem::weakly_canonical(abs, ec);
+  if (ec) return std::nullopt;
+  return out;
+}
+}  // namespace
+
 void check_distinct_outputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs) {
   auto same = [](const std::filesystem::path& x, const std::filesystem::path& y) {
     std::error_code ec;
     if (std::filesystem::equivalent(x, y, ec) && !ec) return true;
-    // Absolute first: weakly_canonical keeps a relative path relative when its first component does not exist,
-    // so "r.json" and "./r.json" (neither written yet) would compare as two files.
-    const std::filesystem::path cx = std::filesystem::weakly_canonical(std::filesystem::absolute(x, ec), ec);
-    if (ec) return false;
-    const std::filesystem::path cy = std::filesystem::weakly_canonical(std::filesystem::absolute(y, ec), ec);
-    return !ec && cx == cy;
+    const auto cx = resolved(x), cy = resolved(y);
+    return cx && cy && *cx == *cy;
   };
   // Relative to the directory, the path starts with neither ".." nor nothing (another root): it is in there.
   auto inside = [](const std::filesystem::path& x, const std::filesystem::path& dir) {
-    std::error_code ec;
-    const std::filesystem::path rel =
-        std::filesystem::weakly_canonical(std::filesystem::absolute(x, ec), ec)
-            .lexically_relative(std::filesystem::weakly_canonical(std::filesystem::absolute(dir, ec), ec));
-    return !ec && !rel.empty() && *rel.begin() != "..";
+    const auto cx = resolved(x), cdir = resolved(dir);
+    if (!cx || !cdir) return false;
+    const std::filesystem::path rel = cx->lexically_relative(*cdir);
+    return !rel.empty() && *rel.begin() != "..";
   };
   for (size_t i = 0; i < outputs.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
