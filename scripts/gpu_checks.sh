@@ -180,11 +180,17 @@ case $stage in
     # Every core assembles (the default is 2 threads): a device call has 10 minutes, and the candidates of a run are
     # assembled before they are timed.
     jobs=$(nproc)
-    # The model's ranking against measured times on one DLMC layer (docs/autotune.md). 24 candidates (--top 3): the
-    # tiles as wide as N (196 columns here, never timed on a GPU) beside the narrower ones the H100 measured.
-    layer=$data/dlmc/rn50/magnitude_pruning/0.9/bottleneck_2_block_group3_2_1.smtx
-    step "$sparsert" tune "$layer" --n 196 --mode gpu --top 3 -o "$out/tune-gpu.json" --no-db -j "$jobs"
-    step "$sparsert" tune "$layer" --n 196 --mode model -o "$out/tune-model.json" --no-db -j "$jobs"
+    # The model's ranking against measured times on one DLMC layer (docs/autotune.md): the baked tiles of rn50's
+    # 2048 x 512 layer at N = 49, which ran about 1.5x the modelled time on 2026-11-26 (mb=128 gy=2: 9.1 us against
+    # 6.2) while the row-split kernel ran 7.5-8 us. 16 candidates (--top 2) from 6 to 50 KB of code a block (128 to
+    # 1024 blocks, 1 to 8 groups, 32- and 49-column tiles) say whether a block's code size or the 49-column tile sets
+    # the time. (Until 2026-11-26 this was the N = 196 layer bottleneck_2_block_group3_2_1, measured on 2026-11-24 and
+    # -26: docs/measurements/h100-2026-11-26/tune-gpu.json.)
+    layer=$data/dlmc/rn50/magnitude_pruning/0.9/bottleneck_3_block_group4_2_1.smtx
+    step "$sparsert" tune "$layer" --n 49 --mode gpu --kernel baked --top 2 -o "$out/tune-baked-n49-gpu.json" \
+      --no-db -j "$jobs"
+    step "$sparsert" tune "$layer" --n 49 --mode model --kernel baked -o "$out/tune-baked-n49-model.json" --no-db \
+      -j "$jobs"
     # The row-split streamed kernel (N <= 16) has not run on a GPU: time its candidates at N = 1 on ResNet-50's final
     # layer, so that `sparsert check-model tune-gemv-gpu.json` can calibrate its terms (docs/autotune.md).
     step "$sparsert" tune "$data/dlmc/rn50/magnitude_pruning/0.9/final_dense.smtx" --n 1 --mode gpu --kernel streamed \
@@ -200,7 +206,7 @@ case $stage in
       -o "$out/tune-rows-cols-n256-gpu.json" --no-db -j "$jobs"
     rm -rf "$gen"
     # (tune-rows-cols-n256-gpu.json's layer is generated here, so check-model cannot rebuild it.)
-    model_check "$out/tune-gpu.json" "$out/tune-gemv-gpu.json" "$out/tune-rows-cols-n49-gpu.json"
+    model_check "$out/tune-baked-n49-gpu.json" "$out/tune-gemv-gpu.json" "$out/tune-rows-cols-n49-gpu.json"
     ;;
   tune-gc)
     # A stage of its own: at N = 60000 each candidate's verification and timing take long, and a run killed at the

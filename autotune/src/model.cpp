@@ -172,6 +172,7 @@ nlohmann::json to_json(const Estimate& e) {
   return {{"microseconds", e.microseconds}, {"throughput_us", e.throughput_us}, {"critical_us", e.critical_us},
           {"launch_us", e.launch_us},       {"fetch_us", e.fetch_us},           {"latency_us", e.latency_us},
           {"shared_us", e.shared_us},       {"memory_us", e.memory_us},
+          {"code_bytes_per_block", e.code_bytes_per_block},
           {"bound", e.bound},               {"blocks_per_sm", e.blocks_per_sm}, {"occupancy", e.occupancy},
           {"grid_blocks", e.grid_blocks},   {"warp_instructions", e.warp_instructions}};
 }
@@ -381,6 +382,7 @@ Estimate combine(const std::vector<LaunchWork>& launches, int warps_per_block, i
   for (const LaunchWork& l : launches) {
     if (l.grid_blocks <= 0) continue;
     est.grid_blocks += l.grid_blocks;
+    est.code_bytes_per_block += l.block_code_bytes * static_cast<double>(l.grid_blocks);
     est.warp_instructions += static_cast<int64_t>(std::llround(l.warp_instructions));
     const LaunchTerms t = launch_terms(l, warps_per_block, bps, m);
     sum.tp += t.tp;
@@ -393,6 +395,7 @@ Estimate combine(const std::vector<LaunchWork>& launches, int warps_per_block, i
     cycles += t.cycles();
     worst[t.bound()] += t.cycles();  // for `bound`: the launch's time goes to the term that set it
   }
+  if (est.grid_blocks > 0) est.code_bytes_per_block /= static_cast<double>(est.grid_blocks);
   const double cycles_per_us = m.clock_ghz * 1e3;
   est.throughput_us = sum.tp / cycles_per_us;
   est.critical_us = sum.critical / cycles_per_us;

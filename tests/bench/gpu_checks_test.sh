@@ -58,7 +58,8 @@ check "all exits 1 when a stage failed (got $rc)" test "$rc" -eq 1
 for call in 'bench --suite rn50-0.9 ' 'bench --suite rn50-0.95 ' 'bench --suite transformer ' \
   'bench --suite mobilenet ' 'bench --suite graphchallenge ' 'bench --suite rn50-conv3x3-0\.9 ' \
   'bench --suite rn50-conv3x3-0\.95 ' 'graphchallenge .*--device cuda' \
-  'graphchallenge .*--device cpu' 'tune .*--mode gpu' 'tune .*--mode model' \
+  'graphchallenge .*--device cpu' 'tune .*bottleneck_3_block_group4_2_1\.smtx --n 49 --mode gpu --kernel baked ' \
+  'tune .*bottleneck_3_block_group4_2_1\.smtx --n 49 --mode model --kernel baked ' \
   'tune .*final_dense\.smtx --n 1 --mode gpu --kernel streamed' \
   'tune .*projection_block_group4\.smtx --n 49 --mode gpu --kernel streamed' \
   'gen pruned --rows 512 --cols 2048 --sparsity 0\.9 --seed 100 ' \
@@ -78,7 +79,7 @@ done
 # the stage generated.
 for f in rn50-0\.95-cuda transformer-cuda mobilenet-cuda graphchallenge-cuda rn50-conv3x3-0\.9-cuda \
   rn50-conv3x3-0\.95-cuda rn50-0\.9-cuda-e8 rn50-0\.9-cuda-e2 transformer-cuda-e8 rn50-0\.9-cuda-nofunc \
-  transformer-cuda-nofunc tune-gpu tune-gemv-gpu tune-rows-cols-n49-gpu tune-gc-l100-n950-gpu tune-gc-l100-n60000-gpu; do
+  transformer-cuda-nofunc tune-baked-n49-gpu tune-gemv-gpu tune-rows-cols-n49-gpu tune-gc-l100-n950-gpu tune-gc-l100-n60000-gpu; do
   check "check-model on $f" grep -q -E "^check-model --data .* -q -o $out/$f-model\.json $out/$f\.json$" "$CALLS"
 done
 check "no check-model on a file a failed step did not write" \

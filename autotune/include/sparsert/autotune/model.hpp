@@ -138,6 +138,7 @@ struct Estimate {
   double latency_us = 0.0;     // the streamed kernel's chain of dependent loads (ELL steps and stages)
   double shared_us = 0.0;      // the streamed kernel's shared-memory wavefronts on the busiest SM (bank conflicts)
   double memory_us = 0.0;      // the row-split kernel's bytes at the part's memory bandwidth
+  double code_bytes_per_block = 0.0;  // baked: the distinct instruction bytes a block runs, over every launch's blocks
   const char* bound = "";      // the term that set most of the time: issue, critical, fetch, latency, shared,
                                // memory, launch
 };
