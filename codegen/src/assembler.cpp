@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <regex>
+#include <string_view>
 
 namespace sparsert::codegen {
 
@@ -175,19 +177,30 @@ ResourceUsage parse_resource_report(const std::string& log, const std::string& e
     find_int(part, R"((\d+) bytes stack frame)", u.stack_bytes);
   }
   if (ptxas) {
-    // The entry's and its block functions' (ENTRY_b<block>, codegen's names) spills.
-    const std::regex spills(R"(Function properties for (\S+)\n\s*\d+ bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
-    auto callee = [&](const std::string& name) {
+    // The entry's and its block functions' (ENTRY_b<block>, codegen's names) spills. Scanned by hand, not with
+    // std::regex: libstdc++'s matcher recurses once per character of a name, and a long one overflowed the stack.
+    auto callee = [&](std::string_view name) {
       const std::string prefix = entry + "_b";
-      return name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
+      return name.size() > prefix.size() && name.substr(0, prefix.size()) == prefix &&
              std::all_of(name.begin() + static_cast<std::ptrdiff_t>(prefix.size()), name.end(),
                          [](char c) { return c >= '0' && c <= '9'; });
     };
-    for (auto it = std::sregex_iterator(log.begin(), log.end(), spills); it != std::sregex_iterator(); ++it) {
-      const std::string name = (*it)[1];
+    static constexpr std::string_view kHeader = "Function properties for ";
+    for (size_t at = log.find(kHeader); at != std::string::npos; at = log.find(kHeader, at + 1)) {
+      const size_t name_begin = at + kHeader.size();
+      const size_t name_end = log.find_first_of(" \t\n'", name_begin);
+      if (name_end == std::string::npos || log[name_end] != '\n') continue;  // the summary's 'NAME': form
+      const std::string_view name(log.data() + name_begin, name_end - name_begin);
       if (name != entry && !callee(name)) continue;
-      u.spill_store_bytes += std::stoi((*it)[2]);
-      u.spill_load_bytes += std::stoi((*it)[3]);
+      const size_t line_end = log.find('\n', name_end + 1);
+      const std::string line = log.substr(name_end + 1, line_end == std::string::npos ? std::string::npos
+                                                                                     : line_end - name_end - 1);
+      long frame = 0, stores = 0, loads = 0;
+      if (std::sscanf(line.c_str(), " %ld bytes stack frame, %ld bytes spill stores, %ld bytes spill loads", &frame,
+                      &stores, &loads) == 3) {
+        u.spill_store_bytes += static_cast<int>(stores);
+        u.spill_load_bytes += static_cast<int>(loads);
+      }
     }
   } else {
     // Our kernels keep nothing in local memory but spills, so local memory is what spilled (counted once, as

@@ -273,7 +273,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
   check_replaceable(out_dir);
   // What a compile of this package that was killed left beside it. Not ".old." folders: where one is left, it may be
   // the only copy of the user's previous package (the two-rename fallback below names it in its error).
-  remove_stale_temporaries(parent, fmt::format(".{}.tmp.", out_dir.filename().string()));
+  remove_stale_temporaries(parent, temp_prefix(out_dir.filename().string()));
   const std::filesystem::path tmp = hidden_temp_path(parent, out_dir.filename().string());
   SPARSERT_USER_CHECK(std::filesystem::create_directory(tmp, ec) && !ec, out_dir.string(),
                       "parent directory {} is not writable ({})", parent.string(), ec ? ec.message() : "it exists");

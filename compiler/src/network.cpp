@@ -17,6 +17,8 @@ namespace sparsert::compiler {
 
 namespace {
 constexpr const char* kNetworkFormat = "sparsert-network/1";
+// Names become kernel names, cache keys and report lines; none needs more.
+constexpr size_t kMaxLayerNameLength = 200;
 
 // A number of the description as a float: read as a double and refused past float's range (converting 1e39 to float
 // is undefined), or where it is not finite.
@@ -113,6 +115,15 @@ NetworkDesc read_network(const std::filesystem::path& json_path) {
   return parse_network(read_file(json_path), json_path);
 }
 
+std::vector<NamedPath> network_files(const NetworkDesc& net) {
+  std::vector<NamedPath> out = {{"the network description", net.source}};
+  for (size_t i = 0; i < net.layers.size(); ++i) {
+    out.push_back({fmt::format("layer {}'s weights", i), net.layers[i].weights});
+    if (!net.layers[i].bias_file.empty()) out.push_back({fmt::format("layer {}'s bias", i), net.layers[i].bias_file});
+  }
+  return out;
+}
+
 NetworkDesc parse_network(const std::string& json_text, const std::filesystem::path& source) {
   const std::string file = source.string();
   const nlohmann::json j = parse_json_text(json_text, file);
@@ -173,6 +184,8 @@ NetworkDesc parse_network(const std::string& json_text, const std::filesystem::p
     d.name = l.contains("name") ? l["name"].get<std::string>() : fmt::format("layer{}", i);
     // Names appear in messages, reports and kernel names: a control character (a newline) would break them.
     SPARSERT_USER_CHECK(!has_control_character(d.name), where + ": name", "contains a control character");
+    SPARSERT_USER_CHECK(d.name.size() <= kMaxLayerNameLength, where + ": name", "is {} characters long; at most {}",
+                        d.name.size(), kMaxLayerNameLength);
     SPARSERT_USER_CHECK(l.contains("weights") && l["weights"].is_string(), where + ": weights",
                         "expected a file name");
     SPARSERT_USER_CHECK(!has_control_character(l["weights"].get<std::string>()), where + ": weights",
@@ -190,6 +203,7 @@ NetworkDesc parse_network(const std::string& json_text, const std::filesystem::p
         SPARSERT_USER_CHECK(!has_control_character(b.get<std::string>()), where + ": bias",
                             "file name '{}' contains a control character", printable(b.get<std::string>()));
         const std::filesystem::path p = base / b.get<std::string>();
+        d.bias_file = p;
         DenseTensor t;
         try {
           t = read_npy_f32(p);
@@ -284,6 +298,10 @@ std::vector<LoadedLayer> load_network(const NetworkDesc& net) {
     const bool conv_npy = d.conv && d.weights.extension() == ".npy";
     CsrMatrix a = conv_npy ? read_conv_npy(d.weights, *d.conv, where) : inspector::load_matrix(d.weights, net.load).a;
     if (d.transpose) a = transpose(a);
+    // A package's layers have outputs and inputs (`run` refuses a manifest without): refused here, before compile
+    // replaces a package with one that cannot run.
+    SPARSERT_USER_CHECK(a.rows > 0 && a.cols > 0, where + ": weights", "{} is {}x{}: a layer needs at least one "
+                        "output and one input", d.weights.string(), a.rows, a.cols);
     SPARSERT_USER_CHECK(d.bias.size() <= 1 || d.bias.size() == static_cast<size_t>(a.rows), where + ": bias",
                         "has {} values; the layer has {} outputs", d.bias.size(), a.rows);
     if (net.input) {

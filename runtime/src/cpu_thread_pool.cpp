@@ -2,7 +2,10 @@
 
 #include "sparsert/runtime/error.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <system_error>
 
 namespace sparsert {
 
@@ -15,16 +18,27 @@ ThreadPool::ThreadPool(int threads) {
   SPARSERT_USER_CHECK(threads >= 0, "threads", "{} is negative", threads);
   if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   workers_.reserve(static_cast<size_t>(threads - 1));
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  try {
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  } catch (const std::system_error& e) {
+    // The destructor does not run for a constructor that throws: the threads already started are stopped here, or
+    // they would wait forever on wake_ (and their joinable handles would terminate the process).
+    stop_workers();
+    throw UserError("threads", fmt::format("cannot start {} threads (started {}): {}", threads,
+                                           workers_.size() + 1, e.what()));
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stop_workers(); }
+
+void ThreadPool::stop_workers() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
   for (std::thread& t : workers_) t.join();
+  workers_.clear();
 }
 
 void ThreadPool::run_tasks() {

@@ -112,6 +112,13 @@ void refuse_special_output(const std::filesystem::path& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return;
   if (const char* kind = special_kind(st)) throw_user_error(path.string(), "cannot write: it is {}, not a file", kind);
+  // A link to a device or a pipe (/dev/stdout) would be replaced by the renamed file, not written through.
+  struct stat target {};
+  if (S_ISLNK(st.st_mode) && ::stat(path.c_str(), &target) == 0) {
+    if (const char* kind = special_kind(target)) {
+      throw_user_error(path.string(), "cannot write: it is a link to {}, not to a file", kind);
+    }
+  }
 }
 }  // namespace
 
@@ -204,8 +211,16 @@ std::string unique_temp_suffix() {
   return fmt::format("{}.{}.{:08x}", host_tag(), ::getpid(), rd());
 }
 
+std::string temp_prefix(std::string_view name, std::string_view kind) {
+  constexpr size_t kLongName = 64, kKept = 48;
+  if (name.size() <= kLongName) return fmt::format(".{}.{}.", name, kind);
+  uint32_t h = 2166136261u;  // FNV-1a: names the cut one apart from others that start alike
+  for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
+  return fmt::format(".{}~{:08x}.{}.", name.substr(0, kKept), h, kind);
+}
+
 std::filesystem::path hidden_temp_path(const std::filesystem::path& dir, std::string_view name, std::string_view kind) {
-  return dir / fmt::format(".{}.{}.{}", name, kind, unique_temp_suffix());
+  return dir / (temp_prefix(name, kind) + unique_temp_suffix());
 }
 
 void remove_stale_temporaries(const std::filesystem::path& dir, std::string_view prefix) {
@@ -324,7 +339,7 @@ StagedDirectory::StagedDirectory(std::filesystem::path dir) : dir_(std::move(dir
   SPARSERT_USER_CHECK(::access(base.c_str(), W_OK) == 0, dir_.string(), "cannot write: directory {} is not writable",
                       base.string());
   if (stem.empty() || stem == "." || stem == "..") stem = "out";
-  remove_stale_temporaries(base, "." + stem + ".tmp.");
+  remove_stale_temporaries(base, temp_prefix(stem));
   staging_ = hidden_temp_path(base, stem);
   SPARSERT_USER_CHECK(std::filesystem::create_directory(staging_, ec) && !ec, dir_.string(), "cannot write ({})",
                       ec.message());

@@ -17,6 +17,10 @@ namespace sparsert {
 
 namespace {
 constexpr char kCsrMagic[8] = {'S', 'P', 'R', 'T', 'C', 'S', 'R', '1'};
+// Package limits on convolution layouts (conv_layout_from_json): a border is a padding, below the kernel size; a
+// bordered tensor of 2^40 floats is 4 TB.
+constexpr int32_t kMaxConvBorder = 1 << 12;
+constexpr double kMaxConvElements = 1099511627776.0;
 
 template <typename T>
 void put(std::string& out, const T& v) {
@@ -96,6 +100,20 @@ ConvLayout conv_layout_from_json(const nlohmann::json& j, const std::string& whe
   check_conv_shape(s, where);
   SPARSERT_USER_CHECK(c.in_border >= s.pad && c.out_border >= 0, where, "borders {} and {} do not hold padding {}",
                       c.in_border, c.out_border, s.pad);
+  // A border is the padding of this layer or the next (below its kernel size): compile never writes more. The
+  // bordered tensors are sized in 64 bits from these, so a huge border must not reach them (2^31 wrapped a plane to
+  // 0 elements, then the executors wrote far past it).
+  for (const auto& [field, border] : {std::pair{"in_border", c.in_border}, std::pair{"out_border", c.out_border}}) {
+    SPARSERT_USER_CHECK(border <= kMaxConvBorder, where + "." + field, "{} is more than {}: no padding is that wide",
+                        border, kMaxConvBorder);
+  }
+  const auto bordered = [](double images, double channels, double h, double w, double border) {
+    return images * channels * (h + 2 * border) * (w + 2 * border);
+  };
+  const double in = bordered(s.images, s.in_channels, s.in_h, s.in_w, c.in_border);
+  const double out = bordered(s.images, s.out_channels, s.out_h(), s.out_w(), c.out_border);
+  SPARSERT_USER_CHECK(std::max(in, out) <= kMaxConvElements, where, "its bordered input and output hold {:.4g} and "
+                      "{:.4g} floats, more than 2^40", in, out);
   return c;
 }
 
@@ -223,6 +241,9 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     const nlohmann::json& lj = layers[i];
     PackageLayer l;
     l.name = json_get<std::string>(lj, lw, "name");
+    // Names reach messages and tables: a newline in one would forge a line of output.
+    SPARSERT_USER_CHECK(!has_control_character(l.name), lw + ".name", "'{}' contains a control character",
+                        printable(l.name));
     l.kind = json_get<std::string>(lj, lw, "kind");
     SPARSERT_USER_CHECK(l.kind == "baked" || l.kind == "streamed", lw + ".kind", "'{}' is not baked or streamed",
                         printable(l.kind));
@@ -310,9 +331,12 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
       const std::string ew = fmt::format("{}.entries[{}]", lw, e);
       PackageEntry pe;
       pe.name = json_get<std::string>(entries[e], ew, "name");
+      SPARSERT_USER_CHECK(!has_control_character(pe.name), ew + ".name", "'{}' contains a control character",
+                          printable(pe.name));
       const auto blocks = json_get<std::vector<int32_t>>(entries[e], ew, "blocks");
-      SPARSERT_USER_CHECK(blocks.size() == 2 && blocks[0] >= 0 && blocks[0] <= blocks[1], ew + ".blocks",
-                          "expected [begin, end]");
+      // At least one block: a launch of grid.y = 0 fails in the driver, far from the field that caused it.
+      SPARSERT_USER_CHECK(blocks.size() == 2 && blocks[0] >= 0 && blocks[0] < blocks[1], ew + ".blocks",
+                          "expected [begin, end] with begin < end");
       // The range is the launch's grid.y.
       SPARSERT_USER_CHECK(blocks[1] - blocks[0] <= 65535, ew + ".blocks", "{} row blocks exceed grid.y's 65535",
                           blocks[1] - blocks[0]);

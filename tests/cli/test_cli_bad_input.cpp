@@ -244,6 +244,68 @@ TEST(CliBadInput, AnOutputThatIsNotAFileIsRefused) {
   EXPECT_TRUE(std::filesystem::is_fifo(fifo));
 }
 
+// A link to a device or a pipe (/dev/stdout is one) is refused like the device itself: the renamed output would
+// replace the link, not write through it.
+TEST(CliBadInput, AnOutputThatLinksToADeviceIsRefused) {
+  ScratchDir dir;
+  const std::filesystem::path link = dir / "out.mtx";
+  std::filesystem::create_symlink("/dev/null", link);
+  const Outcome o = run("gen pruned --rows 4 --cols 4 --sparsity 0.5 -o " + link.string(), dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("out.mtx: cannot write: it is a link to a character device, not to a file"),
+            std::string::npos) << o.err;
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+}
+
+// The files a network names are its inputs too: `tune NET.json` does not write its report over a layer's weights or
+// bias, which the next compile would then fail to read.
+TEST(CliBadInput, TuneOfANetworkRefusesToReplaceItsLayersFiles) {
+  ScratchDir dir;
+  const std::string net = (dir / "net").string();
+  ASSERT_EQ(run(fmt::format("gen network --layers 2 --neurons 16 --n 4 -o {}", net), dir).code, 0);
+  const std::string weights = sparsert::read_file(dir / "net" / "layer0.mtx");
+  Outcome o = run(fmt::format("tune {0}/net.json --mode model -q --no-db -o {0}/layer0.mtx", net), dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("-o would overwrite layer 0's weights, which this command reads"), std::string::npos) << o.err;
+  EXPECT_EQ(sparsert::read_file(dir / "net" / "layer0.mtx"), weights);
+  o = run(fmt::format("tune {0}/net.json --mode model -q --no-db -o {0}/r.json --html {0}/layer1.mtx", net), dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("--html would overwrite layer 1's weights"), std::string::npos) << o.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "net" / "r.json"));
+}
+
+// The Graph Challenge's sizes apply to --graphchallenge only: with a network description they would be ignored.
+TEST(CliBadInput, CompileRefusesGraphChallengeSizesForANetworkDescription) {
+  ScratchDir dir;
+  const std::string net = (dir / "net").string();
+  ASSERT_EQ(run(fmt::format("gen network --layers 1 --neurons 16 --n 4 -o {}", net), dir).code, 0);
+  for (const char* option : {"--n 1200", "--layers 1", "--neurons 64"}) {
+    const Outcome o = run(fmt::format("compile {}/net.json --ptx-only -q {} -o {}/pkg", net, option, net), dir);
+    EXPECT_EQ(o.code, 2) << option << ": " << o.err;
+    EXPECT_NE(o.err.find("--graphchallenge"), std::string::npos) << o.err;
+    EXPECT_FALSE(std::filesystem::exists(dir / "net" / "pkg"));
+  }
+}
+
+// emit names its sidecar after the kernel (NAME.json beside NAME.ptx): a file of that name that emit did not write is
+// not replaced; an earlier sidecar is.
+TEST(CliBadInput, EmitDoesNotReplaceAFileItsSidecarWouldBe) {
+  ScratchDir dir;
+  const std::string net = (dir / "net").string();
+  ASSERT_EQ(run(fmt::format("gen network --layers 1 --neurons 16 --n 4 -o {}", net), dir).code, 0);
+  const std::string description = sparsert::read_file(dir / "net" / "net.json");
+  Outcome o = run(fmt::format("emit {0}/layer0.mtx --n 4 -o {0}/net.ptx", net), dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("net.json: exists and is not a kernel sidecar"), std::string::npos) << o.err;
+  EXPECT_EQ(sparsert::read_file(dir / "net" / "net.json"), description);
+  EXPECT_FALSE(std::filesystem::exists(dir / "net" / "net.ptx"));
+  // Twice to one name: the second run replaces the first's sidecar.
+  EXPECT_EQ(run(fmt::format("emit {0}/layer0.mtx --n 4 -o {0}/k.ptx", net), dir).code, 0);
+  o = run(fmt::format("emit {0}/layer0.mtx --n 8 -o {0}/k.ptx", net), dir);
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(sparsert::read_file(dir / "net" / "k.json").find("\"ld\": 8"), std::string::npos);
+}
+
 // A tuning record whose parameters the tile check refuses (an older generator's, or edited by hand) is not used, and
 // compile says so on stderr instead of falling back in silence.
 TEST(CliBadInput, AnInvalidTuningRecordIsNotUsedAndSaysSo) {
@@ -498,4 +560,42 @@ TEST(CliBadInput, TuneOnAFreshMachineMakesTheCacheFolder) {
                         dir, fmt::format("SPARSERT_CACHE_DIR='{}'", cache));
   EXPECT_EQ(o.code, 0) << o.err;
   EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::path(cache) / "tuning.json"));
+}
+
+// A layer without outputs or inputs compiles to a package `run` refuses: compile refuses it first, and the package
+// that was there stays.
+TEST(CliBadInput, CompileRefusesALayerWithNoRowsOrNoColumns) {
+  ScratchDir dir;
+  ASSERT_NO_FATAL_FAILURE(make_small_package(dir));
+  const std::string pkg = (dir / "pkg").string();
+  const std::string manifest = sparsert::read_file(dir / "pkg" / "manifest.json");
+  for (const char* shape : {"4 0 0", "0 4 0", "0 0 0"}) {
+    sparsert::write_file_atomic(dir / "empty.mtx", fmt::format("%%MatrixMarket matrix coordinate real general\n{}\n",
+                                                                shape));
+    sparsert::write_file_atomic(dir / "e.json",
+                                R"({"format": "sparsert-network/1", "layers": [{"weights": "empty.mtx", "n": 4}]})");
+    const Outcome o = run(fmt::format("compile {} --ptx-only -q -o {}", (dir / "e.json").string(), pkg), dir);
+    EXPECT_EQ(o.code, 2) << shape << ": " << o.err;
+    EXPECT_NE(o.err.find("e.json: layer 0: weights: "), std::string::npos) << o.err;
+    EXPECT_NE(o.err.find("a layer needs at least one output and one input"), std::string::npos) << o.err;
+    EXPECT_EQ(lines(o.err), 1) << o.err;
+    EXPECT_EQ(sparsert::read_file(dir / "pkg" / "manifest.json"), manifest);
+  }
+}
+
+// A thread pool that cannot start all its threads stops the ones it started and says so: it used to wait for them
+// for ever (a constructor that throws runs no destructor).
+TEST(CliBadInput, ThreadsThatCannotStartAreAnErrorNotAHang) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer needs more address space than this case allows";
+#endif
+  ScratchDir dir;
+  ASSERT_NO_FATAL_FAILURE(make_small_package(dir));
+  // 1 GB of address space holds the program, not 1024 thread stacks of 8 MB; `timeout` turns a hang into a failure.
+  const Outcome o = run(fmt::format("run {0}/pkg --input {0}/net/input.npy --device cpu --threads 1024",
+                                    dir.path().string()),
+                        dir, "ulimit -v 1000000; timeout 120");
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("threads: cannot start 1024 threads"), std::string::npos) << o.err;
+  EXPECT_EQ(lines(o.err), 1) << o.err;
 }

@@ -94,6 +94,21 @@ TEST(ResourceReport, BlockFunctionsCountInTheLinkedKernel) {
   EXPECT_FALSE(parse_resource_report(clean, "sparsert_l3_e0").spills());
 }
 
+// An entry named after a long layer name: the log is read without a matcher that recurses per character (a
+// 40000-character name overflowed std::regex's stack in `sparsert compile`).
+TEST(ResourceReport, LongEntryNamesAreRead) {
+  const std::string entry = "sparsert_" + std::string(100000, 'x');
+  std::string log = kBlockFunctions;
+  for (size_t at = log.find("sparsert_l3_e0"); at != std::string::npos; at = log.find("sparsert_l3_e0", at)) {
+    log.replace(at, 14, entry);
+    at += entry.size();
+  }
+  const ResourceUsage u = parse_resource_report(log, entry);
+  EXPECT_EQ(u.registers, 62);
+  EXPECT_EQ(u.spill_store_bytes, 8);
+  EXPECT_EQ(u.spill_load_bytes, 4);
+}
+
 // The summary alone: ptxas keeps spills in the stack frame, so a stack with no local memory is still spills, unless
 // the kernel calls functions (then it is their frames).
 TEST(ResourceReport, AStackInTheSummaryIsSpillsUnlessTheKernelCalls) {

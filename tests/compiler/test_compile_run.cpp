@@ -663,7 +663,13 @@ TEST(CompileRun, BadPackagesAndInputs) {
            // Integers are integers in range: nlohmann would read 8.5 as 8 and 2^32 + 32 as 32.
            {"/n", "8.5", ".n: unexpected value 8.5"},
            {"/layers/1/m", "4294967328", ".m: unexpected value 4294967328"},
-           {"/layers/0/k", "-32", ".k: -32 is not a positive column count"}}) {
+           {"/layers/0/k", "-32", ".k: -32 is not a positive column count"},
+           // An empty row-block range would be a launch of grid.y = 0, which the driver refuses far from here.
+           {"/layers/1/entries/0/blocks", "[0, 0]", ".entries[0].blocks: expected [begin, end] with begin < end"},
+           // Names reach messages and tables: a newline would forge a line of output.
+           {"/layers/0/name", "\"fc\\nsparsert: forged\"", "layers[0].name: 'fc\\nsparsert: forged' contains a "
+                                                           "control character"},
+           {"/layers/1/entries/0/name", "\"k\\n\"", ".entries[0].name: 'k\\n' contains a control character"}}) {
     nlohmann::json m = nlohmann::json::parse(read_file(dir / "pkg" / "manifest.json"));
     m[nlohmann::json::json_pointer(path)] = nlohmann::json::parse(value);
     write_file_atomic(dir / "badjson" / "manifest.json", m.dump());

@@ -8,13 +8,16 @@
 #include "sparsert/runtime/file_io.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
 #include "sparsert/runtime/npy.hpp"
+#include "sparsert/runtime/package.hpp"
 #include "test_support.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <filesystem>
+#include <tuple>
 
 using namespace sparsert;
 using namespace sparsert::compiler;
@@ -232,4 +235,34 @@ TEST(ConvNetwork, Rn50BottleneckBlockFromDlmc) {
   GpuNetwork net(load_package(dir / "pkg"));
   const DenseTensor x = random_images(2, 256, 12, 12, 5);
   EXPECT_LE(max_relative_error(net.run(x), reference(layers, x)), 1e-4);
+}
+
+// The borders a manifest gives size the executors' bordered tensors: one past any padding (2^31 wrapped a plane to 0
+// elements, and `run` wrote far past the buffer) is refused when the package is read, naming the field.
+TEST(ConvNetwork, APackageWithBordersNoPaddingNeedsIsRefused) {
+  ScratchDir dir;
+  const std::vector<LoadedLayer> layers = load_network(read_network(write_small_network(dir)));
+  compile_network(layers, dir / "pkg", options(dir, codegen::KernelKind::kBaked));
+  std::filesystem::copy(dir / "pkg", dir / "bad", std::filesystem::copy_options::recursive);
+  for (const auto& [pointer, value, says] : std::vector<std::tuple<std::string, int64_t, std::string>>{
+           {"/layers/0/conv/out_border", 2147483647, "layers[0].conv.out_border: 2147483647 is more than 4096"},
+           {"/layers/0/conv/in_border", 2147483647, "layers[0].conv.in_border: 2147483647 is more than 4096"},
+           {"/layers/1/conv/out_border", 4097, "layers[1].conv.out_border: 4097 is more than 4096"}}) {
+    nlohmann::json m = nlohmann::json::parse(read_file(dir / "pkg" / "manifest.json"));
+    m[nlohmann::json::json_pointer(pointer)] = value;
+    write_file_atomic(dir / "bad" / "manifest.json", m.dump());
+    EXPECT_NE(user_error([&] { load_package(dir / "bad"); }).find(says), std::string::npos)
+        << pointer << ": " << user_error([&] { load_package(dir / "bad"); });
+  }
+  // A shape within every limit of its own whose input is 2^43 floats (2^20 channels of 2048 x 2048, two images).
+  nlohmann::json m = nlohmann::json::parse(read_file(dir / "pkg" / "manifest.json"));
+  m["layers"][3]["conv"]["in_channels"] = 1 << 20;
+  m["layers"][3]["conv"]["in_h"] = 2048;
+  m["layers"][3]["conv"]["in_w"] = 2048;
+  write_file_atomic(dir / "bad" / "manifest.json", m.dump());
+  EXPECT_NE(user_error([&] { load_package(dir / "bad"); }).find("layers[3].conv: its bordered input and output hold"),
+            std::string::npos)
+      << user_error([&] { load_package(dir / "bad"); });
+  // The borders compile writes are read back as they are.
+  EXPECT_EQ(load_package(dir / "pkg").layers[0].conv->out_border, 1);
 }

@@ -54,4 +54,9 @@ TEST(NetworkDesc, UnknownOrRepeatedFieldsAreErrorsNamingThem) {
   // A name with a newline would split every message and report line that names the layer.
   EXPECT_EQ(error_of(head + R"("layers": [{"name": "fc\n1", "weights": "a.smtx", "n": 4}]})"),
             "dir/net.json: layer 0: name: contains a control character");
+  // Names become kernel names: 200 characters are plenty, and 40000 once crashed the assembler log's reader.
+  EXPECT_EQ(error_of(head + R"("layers": [{"name": ")" + std::string(201, 'x') + R"(", "weights": "a.smtx", "n": 4}]})"),
+            "dir/net.json: layer 0: name: is 201 characters long; at most 200");
+  EXPECT_EQ(error_of(head + R"("layers": [{"name": ")" + std::string(200, 'x') + R"(", "weights": "a.smtx", "n": 4}]})"),
+            "(no error)");
 }

@@ -257,3 +257,26 @@ TEST(FileIo, StaleTemporariesOfProcessesThatAreGoneAreRemoved) {
   std::sort(want.begin(), want.end());
   EXPECT_EQ(left, want);
 }
+
+// A file name near the file system's limit (255 bytes) is written: the temporary beside it has a cut name, not the
+// whole one plus its suffix (which failed with "File name too long" after the work was done). Two long names that
+// start alike get different temporaries.
+TEST(FileIo, LongOutputNamesHaveShortTemporaries) {
+  ScratchDir dir;
+  const std::string name = std::string(240, 'a') + ".npy";
+  write_file_atomic(dir / name, "long");
+  EXPECT_EQ(read_file(dir / name), "long");
+  const std::string a = temp_prefix(name), b = temp_prefix(std::string(240, 'a') + ".npz");
+  EXPECT_LE(a.size(), 64u);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(a.substr(0, 49), "." + std::string(48, 'a'));
+  EXPECT_EQ(temp_prefix("pkg"), ".pkg.tmp.");
+  EXPECT_EQ(temp_prefix("pkg", "old"), ".pkg.old.");
+  // A package's staging folder too.
+  {
+    StagedDirectory staged(dir / std::string(250, 'b'));
+    write_file_atomic(staged.path() / "f", "x");
+    staged.commit();
+  }
+  EXPECT_EQ(read_file(dir / std::string(250, 'b') / "f"), "x");
+}

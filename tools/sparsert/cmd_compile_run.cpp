@@ -203,11 +203,13 @@ Action add_compile(CLI::App& app) {
   CLI::Option* gc = sub->add_option("--graphchallenge", args->gc_dir,
                                     "Instead of a JSON file: the Graph Challenge network in DIR (n{N}-l{1..L}.tsv)");
   network->excludes(gc);
-  sub->add_option("--neurons", args->gc_neurons, "--graphchallenge: neurons per layer")->default_val(1024);
-  sub->add_option("--layers", args->gc_layers, "--graphchallenge: number of layers")->default_val(120);
+  // Only with --graphchallenge: a network description gives its own sizes, and these would be ignored.
+  sub->add_option("--neurons", args->gc_neurons, "--graphchallenge: neurons per layer")->default_val(1024)->needs(gc);
+  sub->add_option("--layers", args->gc_layers, "--graphchallenge: number of layers")->default_val(120)->needs(gc);
   sub->add_option("--n", args->gc_n, "--graphchallenge: input columns (images) the kernels are compiled for")
       ->default_val(1200)
-      ->check(CLI::Range(1, 1 << 30));  // the network format's limit
+      ->check(CLI::Range(1, 1 << 30))  // the network format's limit
+      ->needs(gc);
   sub->add_option("-o,--output", args->output, "Package directory to write")->required();
   sub->add_option("--target", args->targets, "Comma-separated targets")->default_val("sm_80,sm_90");
   sub->add_option("-j,--threads", args->threads, "Assembler threads (0: one per core)")
@@ -428,8 +430,9 @@ Action add_run(CLI::App& app) {
       rc = check_output(out, ref, "the reference");
     }
     if (!args->output.empty()) {
-      write_npy(args->output, args->layout == "batch-major" ? transpose_dense(out) : out);
-      fmt::print("wrote {} {}\n", args->output, out.shape_string());
+      const DenseTensor written = args->layout == "batch-major" ? transpose_dense(out) : out;
+      write_npy(args->output, written);
+      fmt::print("wrote {} {}\n", args->output, written.shape_string());
     }
     return rc;
   };

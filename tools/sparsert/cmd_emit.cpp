@@ -7,14 +7,33 @@
 #include "sparsert/runtime/file_io.hpp"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
-#include <cmath>
 #include <chrono>
+#include <cmath>
+#include <filesystem>
 #include <memory>
 
 namespace sparsert::cli {
 
 namespace {
+// The sidecar's name is derived from the kernel's (NAME.json beside NAME.ptx), so the user never named it: a file
+// there that an earlier emit did not write (a network description, say) is not replaced.
+void refuse_foreign_sidecar(const std::filesystem::path& sidecar) {
+  std::error_code ec;
+  if (!std::filesystem::exists(sidecar, ec)) return;
+  bool ours = false;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(read_file(sidecar));
+    ours = j.is_object() && j.contains("format") && j["format"].is_string() &&
+           j["format"].get<std::string>().rfind("sparsert-kernel/", 0) == 0;
+  } catch (const std::exception&) {
+    ours = false;
+  }
+  SPARSERT_USER_CHECK(ours, sidecar.string(), "exists and is not a kernel sidecar (sparsert-kernel/1), which emit "
+                      "writes beside its PTX; not overwriting it (name the output differently)");
+}
+
 struct EmitArgs {
   std::string file;
   MatrixOptions matrix;
@@ -125,6 +144,7 @@ Action add_emit(CLI::App& app) {
     }
     files.push_back({"the sidecar", stem.string() + ".json"});
     for (const NamedPath& f : files) check_output_path(f.path);
+    refuse_foreign_sidecar(files.back().path);
     check_distinct_outputs(files, {{"the input matrix", args->file}});
     for (size_t i = 0; i < kernel.entries.size(); ++i) {
       const codegen::SpmmEntry& e = kernel.entries[i];

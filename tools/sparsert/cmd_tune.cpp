@@ -101,9 +101,12 @@ Action add_tune(CLI::App& app) {
     // CLI11's range check lets a NaN through (every comparison with it is false).
     SPARSERT_USER_CHECK(std::isfinite(args->budget), "--budget", "{} is not a number of seconds", args->budget);
     std::vector<autotune::TuneLayer> layers;
+    std::vector<NamedPath> inputs = {{"the input", args->input}};
     if (is_network(args->input)) {
       SPARSERT_USER_CHECK(args->n == 0, "--n", "is for a matrix input; a network gives n per layer");
-      layers = tune_layers_of(compiler::load_network(compiler::read_network(args->input)));
+      const compiler::NetworkDesc net = compiler::read_network(args->input);
+      inputs = compiler::network_files(net);
+      layers = tune_layers_of(compiler::load_network(net));
     } else {
       SPARSERT_USER_CHECK(args->n >= 1, "--n", "a matrix input needs the number of columns of B (--n N, N >= 1)");
       inspector::LoadedMatrix m = load_matrix_for_cli(args->input, args->matrix);
@@ -134,7 +137,7 @@ Action add_tune(CLI::App& app) {
       db->check_writable();
       outputs.push_back({"the tuning database", db->path()});
     }
-    check_distinct_outputs(outputs, {{"the input", args->input}});
+    check_distinct_outputs(outputs, inputs);
     const autotune::TuneReport report = autotune::tune(layers, opt);
     write_file_atomic(args->output, autotune::to_json(report).dump(1));
     write_file_atomic(html, autotune::render_html(report));

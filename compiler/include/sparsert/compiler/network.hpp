@@ -13,6 +13,7 @@
 // .npy [C_out, C_in, R, S] (crs). Activations are NCHW; each layer's input is the previous layer's output.
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/runtime/conv.hpp"
+#include "sparsert/runtime/file_io.hpp"
 #include "sparsert/runtime/reference.hpp"
 
 #include <filesystem>
@@ -27,6 +28,7 @@ struct LayerDesc {
   std::filesystem::path weights;     // resolved against the JSON file's directory
   bool transpose = false;            // the file stores Aᵀ (Graph Challenge weights are input × output)
   std::vector<float> bias;           // empty, one value, or M values
+  std::filesystem::path bias_file;   // the .npy the bias came from, if it came from one
   Activation activation = Activation::kNone;
   std::optional<float> clamp;
   int32_t n = 0;  // columns; a convolution: its output pixels (images × out_h × out_w), derived when loading
@@ -52,6 +54,8 @@ struct NetworkDesc {
 };
 
 NetworkDesc read_network(const std::filesystem::path& json_path);
+// The files a network reads: its description, then each layer's weights and bias file, named for messages.
+std::vector<NamedPath> network_files(const NetworkDesc& net);
 NetworkDesc parse_network(const std::string& json_text, const std::filesystem::path& source);
 
 struct LoadedLayer {

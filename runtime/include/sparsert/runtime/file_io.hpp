@@ -40,8 +40,13 @@ FileBytes read_file_bytes(const std::filesystem::path& path);
 // and process wrote it, so that its leftovers can be told from another's.
 std::string unique_temp_suffix();
 
+// The start of the temporaries' names for `name`: ".NAME.KIND.", a NAME longer than 64 bytes cut to 48 and its hash,
+// so that a temporary (this and about 30 bytes of suffix) stays within the file system's name limit wherever NAME
+// does.
+std::string temp_prefix(std::string_view name, std::string_view kind = "tmp");
+
 // A fresh hidden name in `dir` for a temporary that stands for `name` until it is renamed into place:
-// ".NAME.KIND.HOST.PID.RANDOM". Nothing is created.
+// temp_prefix(name, kind) + "HOST.PID.RANDOM". Nothing is created.
 std::filesystem::path hidden_temp_path(const std::filesystem::path& dir, std::string_view name,
                                        std::string_view kind = "tmp");
 

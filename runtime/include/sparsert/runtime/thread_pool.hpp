@@ -30,6 +30,7 @@ class ThreadPool {
 
  private:
   void worker_loop();
+  void stop_workers();  // joins every worker; the destructor, and a constructor that could not start them all
   void run_tasks();
 
   std::vector<std::thread> workers_;
