@@ -208,8 +208,15 @@ nlohmann::json manifest_json(const Package& p) {
           {"sha256", p.sha256}};
 }
 
+std::string manifest_digest(nlohmann::json manifest) {
+  if (manifest.is_object()) manifest.erase("manifest_sha256");
+  return sha256_hex(manifest.dump());
+}
+
 void write_manifest(const Package& p) {
-  write_file_atomic(p.dir / "manifest.json", manifest_json(p).dump(2) + "\n");
+  nlohmann::json j = manifest_json(p);
+  j["manifest_sha256"] = manifest_digest(j);
+  write_file_atomic(p.dir / "manifest.json", j.dump(2) + "\n");
 }
 
 Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
@@ -390,6 +397,14 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
   for (const auto& [file, hash] : p.sha256) inside(file, "sha256");
   each_layer_file(inside);
   if (verify_hashes) {
+    // The kernels were built for these fields (n, the launch tile, the flags that add parameters): an edit the
+    // checks above cannot see would give wrong answers or out-of-bounds accesses. Packages written before the digest
+    // existed have none.
+    if (j.contains("manifest_sha256")) {
+      const std::string stated = json_get<std::string>(j, where, "manifest_sha256");
+      SPARSERT_USER_CHECK(stated == manifest_digest(j), where + ": manifest_sha256",
+                          "does not match the manifest's fields (edited or corrupted; compile the package again)");
+    }
     for (const auto& [file, hash] : p.sha256) {
       const std::filesystem::path path = dir / file;
       // Not a link (it could read anything outside the package), a pipe (the read would block) or a device.

@@ -644,6 +644,25 @@ TEST(CompileRun, BadPackagesAndInputs) {
             std::string::npos);
   EXPECT_EQ(cli(fmt::format("run {}/trunc --input {}", dir.path().string(), (dir / "x.npy").string()), &err), 2);
 
+  // An edited field the other checks cannot see (n, which the kernels' row stride bakes in: 32 gave wrong answers,
+  // 8 out-of-bounds reads) fails the manifest's digest; without the digest (a package from before it) it loads.
+  std::filesystem::copy(dir / "pkg", dir / "edited", std::filesystem::copy_options::recursive);
+  nlohmann::json edited = nlohmann::json::parse(read_file(dir / "pkg" / "manifest.json"));
+  ASSERT_TRUE(edited.contains("manifest_sha256"));
+  edited["n"] = edited["n"].get<int>() * 2;
+  write_file_atomic(dir / "edited" / "manifest.json", edited.dump(2));
+  EXPECT_NE(user_error([&] { load_package(dir / "edited"); })
+                .find("manifest.json: manifest_sha256: does not match the manifest's fields"),
+            std::string::npos);
+  EXPECT_EQ(cli(fmt::format("run {}/edited --input {} --device cpu", dir.path().string(), (dir / "x.npy").string()),
+                &err),
+            2);
+  EXPECT_NE(err.find("manifest_sha256"), std::string::npos) << err;
+  edited = nlohmann::json::parse(read_file(dir / "pkg" / "manifest.json"));
+  edited.erase("manifest_sha256");
+  write_file_atomic(dir / "edited" / "manifest.json", edited.dump(2));
+  EXPECT_EQ(load_package(dir / "edited").n, load_package(dir / "pkg").n);
+
   // A corrupted manifest.
   std::filesystem::copy(dir / "pkg", dir / "badjson", std::filesystem::copy_options::recursive);
   write_file_atomic(dir / "badjson" / "manifest.json", read_file(dir / "pkg" / "manifest.json").substr(0, 100));
@@ -692,7 +711,10 @@ TEST(CompileRun, BadPackagesAndInputs) {
   for (size_t p = manifest.find("\"sm_90\""); p != std::string::npos; p = manifest.find("\"sm_90\"", p)) {
     manifest.replace(p, 7, "\"sm_100\"");
   }
-  write_file_atomic(dir / "arch" / "manifest.json", manifest);
+  // Sealed again (manifest_sha256), as a compile for sm_100 would have written it.
+  nlohmann::json arch = nlohmann::json::parse(manifest);
+  arch["manifest_sha256"] = manifest_digest(arch);
+  write_file_atomic(dir / "arch" / "manifest.json", arch.dump(2));
   const Package other = load_package(dir / "arch");
   const std::string msg = user_error([&] { GpuNetwork net(other); });
   EXPECT_NE(msg.find("package has kernels for sm_100 only"), std::string::npos) << msg;
@@ -1606,6 +1628,7 @@ TEST(CompileRun, OneEntryLayersLaunchAsProgrammaticDependentsOfTheLayerBefore) {
     std::filesystem::copy(dir / "plain", dir / "forged", std::filesystem::copy_options::recursive);
     nlohmann::json m = nlohmann::json::parse(read_file(dir / "forged" / "manifest.json"));
     m["layers"][1]["dependent_launch"] = true;
+    m["manifest_sha256"] = manifest_digest(m);  // forged whole: the digest agrees, the PTX does not
     std::ofstream(dir / "forged" / "manifest.json") << m.dump();
     const std::string msg = user_error([&] { GpuNetwork forged(load_package(dir / "forged")); });
     EXPECT_NE(msg.find("has no griddepcontrol.wait"), std::string::npos) << msg;

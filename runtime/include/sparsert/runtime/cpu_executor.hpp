@@ -26,6 +26,8 @@ struct CpuExecutorOptions {
   CpuIsa isa = CpuIsa::kAuto;  // the kernel's instruction set (resolve_cpu_isa); the constructor resolves it
 };
 
+// One caller at a time: spmm keeps packed panels and scratch in the executor between calls, so two threads sharing
+// one executor would resize them under each other. Give each thread its own.
 class CpuExecutor {
  public:
   explicit CpuExecutor(CpuExecutorOptions options = {});

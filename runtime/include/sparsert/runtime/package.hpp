@@ -4,7 +4,7 @@
 //   layerI.csr           the layer's weights and bias in a compact binary CSR (CPU executor, recompiling)
 //   layerI.eJ.SM.ptx     the PTX of entry J for target SM
 //   layerI.eJ.SM.cubin   its cubin (absent in a PTX-only package, made where the toolkit was missing)
-// Every file's sha256 is in the manifest and is checked on load.
+// Every file's sha256 is in the manifest, and the manifest's own digest of its fields; both are checked on load.
 #include "sparsert/runtime/conv.hpp"
 #include "sparsert/runtime/csr.hpp"
 #include "sparsert/runtime/reference.hpp"
@@ -114,9 +114,12 @@ nlohmann::json manifest_json(const Package& p);
 // A layer's convolution in the manifest, and back (UserError naming the field).
 nlohmann::json conv_layout_json(const ConvLayout& c);
 ConvLayout conv_layout_from_json(const nlohmann::json& j, const std::string& where);
-// Writes manifest.json atomically (the other files must already be in p.dir).
+// The manifest's digest: sha256 of its JSON (keys sorted, compact) without its own "manifest_sha256" field.
+std::string manifest_digest(nlohmann::json manifest);
+// Writes manifest.json atomically (the other files must already be in p.dir), with its digest.
 void write_manifest(const Package& p);
-// Reads and checks manifest.json: format version, fields (UserError naming the field), and every file's sha256.
+// Reads and checks manifest.json: format version, fields (UserError naming the field), and with verify_hashes its
+// digest (manifest_sha256) and every file's sha256.
 Package load_package(const std::filesystem::path& dir, bool verify_hashes = true);
 
 // Reads the layer's weights and checks they agree with the manifest (a UserError for a layer with arrays_at_load,
