@@ -46,7 +46,7 @@ void check_supplied_arrays(const PackageLayer& pl, const std::vector<std::vector
     SPARSERT_USER_CHECK(!a.empty(), where, "layer {}: an empty streamed array supplied", pl.name);
   }
   const bool rows = pl.row_split();
-  const int64_t rows_per_block = pl.tile.is_object() ? pl.tile.value("rows_per_block", int64_t{0}) : 0;
+  const int64_t rows_per_block = tile_int(pl.tile, "rows_per_block");
   const PackageEntry& e = pl.entries.front();
   const int64_t slots = int64_t{e.block_end - e.block_begin} * rows_per_block, words = rows ? 4 : 2;
   const std::vector<uint32_t>& s = arrays.back();
@@ -84,8 +84,8 @@ void check_supplied_arrays(const PackageLayer& pl, const std::vector<std::vector
   }
   // A stage stages at most stage_rows rows (the shared tile holds that many and the zero row), and a warp walks its
   // segment in passes of 32 x unroll entries: a segment of another length would read past it.
-  const uint64_t stage_rows = static_cast<uint64_t>(pl.tile.value("stage_rows", int64_t{0}));
-  const uint64_t pass = 32 * static_cast<uint64_t>(pl.tile.value("unroll", int64_t{0}));
+  const uint64_t stage_rows = static_cast<uint64_t>(std::max<int64_t>(tile_int(pl.tile, "stage_rows"), 0));
+  const uint64_t pass = 32 * static_cast<uint64_t>(std::max<int64_t>(tile_int(pl.tile, "unroll"), 0));
   SPARSERT_USER_CHECK(stage_rows > 0 && pass > 0, where, "layer {}: its tile has no stage_rows or unroll", pl.name);
   for (size_t r = 0; r + record <= stages.size(); r += record) {
     bool inside =

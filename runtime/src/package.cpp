@@ -208,6 +208,11 @@ nlohmann::json manifest_json(const Package& p) {
           {"sha256", p.sha256}};
 }
 
+int64_t tile_int(const nlohmann::json& tile, const char* key, int64_t fallback) {
+  if (!tile.is_object() || !tile.contains(key) || !tile[key].is_number_integer()) return fallback;
+  return tile[key].get<int64_t>();
+}
+
 std::string manifest_digest(nlohmann::json manifest) {
   if (manifest.is_object()) manifest.erase("manifest_sha256");
   return sha256_hex(manifest.dump());
@@ -357,9 +362,8 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
       // The loader checks supplied arrays against this launch (GpuRunOptions::streamed_arrays): it must be the one
       // shared kernel over every row block, with the block the tile says.
       const bool rows = l.row_split();
-      const int64_t rpb = l.tile.is_object() ? l.tile.value("rows_per_block", int64_t{0}) : 0;
-      const int64_t lanes =
-          rows ? l.tile.value("lanes_per_row", int64_t{0}) * l.tile.value("col_lanes", int64_t{1}) : 1;
+      const int64_t rpb = tile_int(l.tile, "rows_per_block");
+      const int64_t lanes = rows ? tile_int(l.tile, "lanes_per_row") * tile_int(l.tile, "col_lanes", 1) : 1;
       SPARSERT_USER_CHECK(l.entries.size() == 1 && l.entries.front().block_begin == 0 && rpb > 0 &&
                               l.block_x == rpb * lanes,
                           lw + ".arrays_at_load", "needs one entry from block 0 and a block of rows_per_block{} "

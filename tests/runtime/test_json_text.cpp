@@ -1,5 +1,6 @@
 #include "sparsert/runtime/error.hpp"
 #include "sparsert/runtime/json_text.hpp"
+#include "sparsert/runtime/printable.hpp"
 
 #include <gtest/gtest.h>
 
@@ -39,4 +40,17 @@ TEST(JsonText, SyntaxErrorsNameLineAndColumn) {
   EXPECT_EQ(error_of("{\"a\": 1"), "net.json: not valid JSON at line 1, column 8");
   EXPECT_EQ(error_of(""), "net.json: not valid JSON at line 1, column 1");
   EXPECT_EQ(error_of("{\"n\": 1e999}"), "net.json: not valid JSON (a number past the range of a double)");
+}
+
+// Messages quote text from users' files on one line: control characters and bytes that are not UTF-8 (an .npy's
+// magic 0x93 read as a tuning database) are escaped, UTF-8 names are kept, and long text is cut.
+TEST(Printable, EscapesControlCharactersAndBytesThatAreNotUtf8) {
+  EXPECT_EQ(printable("a\nb\tc\x01"), "a\\nb\\tc\\x01");
+  EXPECT_EQ(printable("\x93NUMPY"), "\\x93NUMPY");
+  EXPECT_EQ(printable("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x99\x82"), "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x99\x82");
+  EXPECT_EQ(printable("\xc3"), "\\xc3");                  // truncated
+  EXPECT_EQ(printable("\xc0\xaf"), "\\xc0\\xaf");         // overlong '/'
+  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a surrogate
+  EXPECT_EQ(printable("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");  // past U+10FFFF
+  EXPECT_EQ(printable(std::string(100, 'x'), 8), "xxxxxxxx...");
 }

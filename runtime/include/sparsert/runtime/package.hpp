@@ -79,7 +79,9 @@ struct PackageLayer {
   std::vector<PackageEntry> entries;
   nlohmann::json tile;  // the tile parameters used, for reports
   // A streamed layer in the row-split layout (its tile says "layout": "rows"), whose kernel takes two arrays.
-  bool row_split() const { return tile.is_object() && tile.value("layout", "") == "rows"; }
+  bool row_split() const {
+    return tile.is_object() && tile.contains("layout") && tile["layout"].is_string() && tile["layout"] == "rows";
+  }
   // Who chose the kernel: "tuned" (tuning database), "model" (the static model's fastest estimate), "heuristic"
   // (codegen's rules), "streamed" (compile's stream parameters); empty in packages written before it was recorded.
   std::string tile_source;
@@ -114,6 +116,9 @@ nlohmann::json manifest_json(const Package& p);
 // A layer's convolution in the manifest, and back (UserError naming the field).
 nlohmann::json conv_layout_json(const ConvLayout& c);
 ConvLayout conv_layout_from_json(const nlohmann::json& j, const std::string& where);
+// An integer field of a layer's tile (kept as the manifest has it), or `fallback` where it is absent or not an
+// integer: the callers' checks then name the layer, where nlohmann's value() would throw its own type_error.
+int64_t tile_int(const nlohmann::json& tile, const char* key, int64_t fallback = 0);
 // The manifest's digest: sha256 of its JSON (keys sorted, compact) without its own "manifest_sha256" field.
 std::string manifest_digest(nlohmann::json manifest);
 // Writes manifest.json atomically (the other files must already be in p.dir), with its digest.

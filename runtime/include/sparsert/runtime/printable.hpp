@@ -1,7 +1,8 @@
 #pragma once
 // Text taken from a user's file (a header field, a JSON key or string) for a message, which must stay on one line
-// (error.hpp): control characters become \n, \r, \t or \xNN, as the sparsert command prints messages, and text past
-// `max` bytes is cut ("..." after it) so that a mangled file cannot make a message of its whole contents.
+// (error.hpp): control characters become \n, \r, \t or \xNN, as the sparsert command prints messages, and so do bytes
+// that are not UTF-8 (a binary file's); text past `max` bytes is cut ("..." after it) so that a mangled file cannot
+// make a message of its whole contents.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,11 +11,37 @@
 
 namespace sparsert {
 
+// The length of the well-formed UTF-8 sequence that starts `text` (1 to 4), or 0 where none does (a stray
+// continuation byte, a truncated or overlong sequence, a surrogate, past U+10FFFF).
+inline size_t utf8_sequence_length(std::string_view text) {
+  const auto b = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char c = b(0);
+  const size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c <= 0xdf ? 2 : 0;
+  if (n == 0 || text.size() < n) return 0;
+  for (size_t i = 1; i < n; ++i) {
+    if ((b(i) & 0xc0) != 0x80) return 0;
+  }
+  if (n == 3 && ((c == 0xe0 && b(1) < 0xa0) || (c == 0xed && b(1) >= 0xa0))) return 0;  // overlong, surrogate
+  if (n == 4 && ((c == 0xf0 && b(1) < 0x90) || (c == 0xf4 && b(1) >= 0x90))) return 0;  // overlong, past U+10FFFF
+  return n;
+}
+
 inline std::string printable(std::string_view text, size_t max = 80) {
   std::string out;
-  for (const char c : text.substr(0, max)) {
+  const std::string_view shown = text.substr(0, max);
+  for (size_t i = 0; i < shown.size(); ++i) {
+    const char c = shown[i];
     const auto u = static_cast<unsigned char>(c);
-    if (c == '\n') {
+    // Bytes of a binary file (an .npy's 0x93) are escaped; a name in UTF-8 is kept as it is.
+    if (u >= 0x80) {
+      const size_t n = utf8_sequence_length(shown.substr(i));
+      if (n == 0) {
+        out += fmt::format("\\x{:02x}", u);
+      } else {
+        out.append(shown.substr(i, n));
+        i += n - 1;
+      }
+    } else if (c == '\n') {
       out += "\\n";
     } else if (c == '\r') {
       out += "\\r";
