@@ -170,7 +170,7 @@ NetworkDesc parse_network(const std::string& json_text, const std::filesystem::p
   }
   if (j.contains("input")) net.input = parse_conv_input(j["input"], file + ": input");
   static const std::vector<std::string> known = {"name", "weights",   "bias", "activation",
-                                                 "clamp", "n", "transpose", "conv"};
+                                                 "clamp", "n", "transpose", "conv", "shape"};
   for (size_t i = 0; i < j["layers"].size(); ++i) {
     const nlohmann::json& l = j["layers"][i];
     const std::string where = fmt::format("{}: layer {}", file, i);
@@ -219,6 +219,15 @@ NetworkDesc parse_network(const std::string& json_text, const std::filesystem::p
         throw_user_error(where + ": bias", "expected a number or a .npy file name");
       }
       for (float v : d.bias) SPARSERT_USER_CHECK(std::isfinite(v), where + ": bias", "value {} is not finite", v);
+    }
+    if (l.contains("shape")) {
+      const nlohmann::json& sh = l["shape"];
+      const auto dim = [](const nlohmann::json& v) {
+        return v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= (int64_t{1} << 31) - 1;
+      };
+      SPARSERT_USER_CHECK(sh.is_array() && sh.size() == 2 && dim(sh[0]) && dim(sh[1]), where + ": shape",
+                          "expected [outputs, inputs], two positive integers");
+      d.shape = std::pair{sh[0].get<int32_t>(), sh[1].get<int32_t>()};
     }
     if (l.contains("activation")) {
       const std::string act = l["activation"].is_string() ? l["activation"].get<std::string>() : "";
@@ -296,8 +305,18 @@ std::vector<LoadedLayer> load_network(const NetworkDesc& net) {
     SPARSERT_USER_CHECK(std::filesystem::exists(d.weights), where + ": weights", "{} does not exist",
                         d.weights.string());
     const bool conv_npy = d.conv && d.weights.extension() == ".npy";
-    CsrMatrix a = conv_npy ? read_conv_npy(d.weights, *d.conv, where) : inspector::load_matrix(d.weights, net.load).a;
+    inspector::LoadOptions load = net.load;
+    if (d.shape) {  // the file's rows and columns: a transposed file holds inputs × outputs
+      load.tsv_shape.rows = d.transpose ? d.shape->second : d.shape->first;
+      load.tsv_shape.cols = d.transpose ? d.shape->first : d.shape->second;
+    }
+    CsrMatrix a = conv_npy ? read_conv_npy(d.weights, *d.conv, where) : inspector::load_matrix(d.weights, load).a;
     if (d.transpose) a = transpose(a);
+    if (d.shape) {
+      SPARSERT_USER_CHECK(a.rows == d.shape->first && a.cols == d.shape->second, where + ": shape",
+                          "[{}, {}], but {} holds a {}x{} layer", d.shape->first, d.shape->second, d.weights.string(),
+                          a.rows, a.cols);
+    }
     // A package's layers have outputs and inputs (`run` refuses a manifest without): refused here, before compile
     // replaces a package with one that cannot run.
     SPARSERT_USER_CHECK(a.rows > 0 && a.cols > 0, where + ": weights", "{} is {}x{}: a layer needs at least one "

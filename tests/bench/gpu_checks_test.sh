@@ -51,13 +51,17 @@ export PATH=$work/path:$PATH CALLS=$work/calls
 # 1. Steps fail in two stages: every step of every stage still runs, and the run fails naming those two stages.
 out=$work/out1
 : > "$CALLS"
-FAIL_PATTERN='^bench --suite rn50-0\.9 --device cuda --repeats 20 --data|^graphchallenge .*--device cuda' \
+FAIL_PATTERN='^bench --suite rn50-0\.9 --device cuda --repeats 20 --choose measured --data|^graphchallenge .*--device cuda' \
   bash "$script" all "$fake" "$out" > "$work/log1" 2>&1
 rc=$?
 check "all exits 1 when a stage failed (got $rc)" test "$rc" -eq 1
-for call in 'bench --suite rn50-0.9 ' 'bench --suite rn50-0.95 ' 'bench --suite transformer ' \
-  'bench --suite mobilenet ' 'bench --suite graphchallenge ' 'bench --suite rn50-conv3x3-0\.9 ' \
-  'bench --suite rn50-conv3x3-0\.95 ' 'graphchallenge .*--device cuda' \
+for call in 'bench --suite rn50-0.9 --device cuda --repeats 20 --choose measured ' \
+  'bench --suite rn50-0.95 --device cuda --repeats 20 --choose measured ' \
+  'bench --suite transformer --device cuda --repeats 20 --choose measured ' \
+  'bench --suite mobilenet --device cuda --repeats 20 --choose measured ' \
+  'bench --suite graphchallenge --device cuda --repeats 20 --choose measured ' \
+  'bench --suite rn50-conv3x3-0\.9 --device cuda --repeats 20 --data ' \
+  'bench --suite rn50-conv3x3-0\.95 --device cuda --repeats 20 --data ' 'graphchallenge .*--device cuda' \
   'graphchallenge .*--device cpu' 'tune .*bottleneck_3_block_group4_2_1\.smtx --n 49 --mode gpu --kernel baked ' \
   'tune .*bottleneck_3_block_group4_2_1\.smtx --n 49 --mode model --kernel baked ' \
   'tune .*final_dense\.smtx --n 1 --mode gpu --kernel streamed' \

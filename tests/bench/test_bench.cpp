@@ -446,22 +446,34 @@ TEST(Bench, CudaWithoutADriverIsOneLineAndExit2) {
 }
 
 #ifdef SPARSERT_EMU_LIB
-// The GPU path end to end through ptxsim's emulated driver: sparsert's kernels compile, run and verify. cuBLAS and
-// cuSPARSE are pointed at a missing file: they would bind to a real driver, not the emulated one.
-TEST(Bench, GpuPathRunsOnTheEmulatedDriver) {
-  ScratchDir dir;
+namespace {
+// ptxsim's emulated driver for the GPU methods, a kernel cache in `dir`; cuBLAS and cuSPARSE are pointed at a missing
+// file: they would bind to a real driver, not the emulated one.
+void use_the_emulated_driver(const ScratchDir& dir) {
   ::setenv("SPARSERT_LIBCUDA", SPARSERT_EMU_LIB, 1);
   ::setenv("SPARSERT_LIBCUBLAS", (dir / "none.so").c_str(), 1);
   ::setenv("SPARSERT_LIBCUSPARSE", (dir / "none.so").c_str(), 1);
   ::setenv("SPARSERT_CACHE_DIR", (dir / "cache").c_str(), 1);
+}
+
+// Two small generated products (9 and 20 columns), quickly, on the GPU methods.
+nlohmann::json run_two_small_problems(MethodSet& set) {
+  RunOptions o = quick("smoke", "cuda");
+  o.min_sample_ms = 0;
+  return run_suite({generated_problem("smoke", "tiny", 24, 40, 9, 0.8, 5),
+                    generated_problem("smoke", "wider", 64, 48, 20, 0.7, 6)},
+                   set, o);
+}
+}  // namespace
+
+// The GPU path end to end through ptxsim's emulated driver: sparsert's kernels compile, run and verify.
+TEST(Bench, GpuPathRunsOnTheEmulatedDriver) {
+  ScratchDir dir;
+  use_the_emulated_driver(dir);
   MethodSet set = gpu_methods(dir / "scratch");
   EXPECT_EQ(set.subject, "sparsert-gpu");
   EXPECT_EQ(set.unavailable.size(), 3u);  // cublas-fp32, cublas-tf32, cusparse
-  RunOptions o = quick("smoke", "cuda");
-  o.min_sample_ms = 0;
-  const nlohmann::json r = run_suite({generated_problem("smoke", "tiny", 24, 40, 9, 0.8, 5),
-                                     generated_problem("smoke", "wider", 64, 48, 20, 0.7, 6)},
-                                    set, o);
+  const nlohmann::json r = run_two_small_problems(set);
   EXPECT_TRUE(r["all_verified"].get<bool>()) << r.dump();
   expect_timed(r["problems"][0]["results"]["sparsert-gpu"], "sparsert-gpu");
   // Every problem's kernels were compiled side by side before the first was timed: prepare found them in the cache.
@@ -472,6 +484,38 @@ TEST(Bench, GpuPathRunsOnTheEmulatedDriver) {
   // The samples are back-to-back products as the baselines' are; runs timed alone are recorded beside them.
   EXPECT_EQ(r.value("sparsert_timing", ""), "back-to-back");
   EXPECT_TRUE(r["problems"][0]["results"]["sparsert-gpu"].contains("isolated_median_ms")) << r.dump();
+  EXPECT_FALSE(r["problems"][0]["results"]["sparsert-gpu"].contains("kind_choice")) << r.dump();
+}
+
+// --choose measured: each problem's baked and streamed kernels (the model's fastest of each) are timed on the device
+// and the faster is the subject's kernel; both times, the model's pick and the one kept are in the result, and the
+// product timed and verified is the kept one's.
+TEST(Bench, MeasuredKindChoiceKeepsTheFasterKernelAndRecordsBoth) {
+  ScratchDir dir;
+  use_the_emulated_driver(dir);
+  MethodSet set = gpu_methods(dir / "scratch", std::nullopt, std::nullopt, /*measure_kinds=*/true);
+  EXPECT_NE(set.notes["sparsert-gpu"].get<std::string>().find("kernel kind by measurement"), std::string::npos);
+  const nlohmann::json r = run_two_small_problems(set);
+  EXPECT_TRUE(r["all_verified"].get<bool>()) << r.dump();
+  for (const nlohmann::json& p : r["problems"]) {
+    const nlohmann::json& g = p["results"]["sparsert-gpu"];
+    expect_timed(g, "sparsert-gpu");
+    ASSERT_TRUE(g.contains("kind_choice")) << g.dump();
+    const nlohmann::json& c = g["kind_choice"];
+    ASSERT_TRUE(c.contains("baked") && c.contains("streamed")) << c.dump();
+    ASSERT_EQ(c["baked"].value("status", ""), "measured") << c.dump();
+    ASSERT_EQ(c["streamed"].value("status", ""), "measured") << c.dump();
+    const double baked = c["baked"]["median_us"], streamed = c["streamed"]["median_us"];
+    EXPECT_GT(baked, 0.0);
+    EXPECT_GT(streamed, 0.0);
+    const std::string picked = baked <= streamed ? "baked" : "streamed";
+    EXPECT_EQ(c.value("picked", ""), picked) << c.dump();
+    EXPECT_TRUE(c.contains("model_pick")) << c.dump();
+    // The detail names the kept kernel, as check-model reads it.
+    EXPECT_EQ(g.value("detail", ""), c[picked]["detail"].get<std::string>());
+    EXPECT_NE(g.value("detail", "").find(picked == "baked" ? " baked tile {" : " streamed stream {"),
+              std::string::npos);
+  }
 }
 #endif
 

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -298,6 +299,45 @@ TEST(ModelCheck, ReadsTheGraphChallengeTuningRunsByLayerName) {
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("n1024-l121"), std::string::npos) << e.what();
   }
+}
+
+// bench --choose measured records, beside the kept kernel, the other kind's kernel and its measured time: check-model
+// puts those in a group of their own, each rebuilt from its detail and estimated like the kept ones.
+TEST(ModelCheck, ReadsTheKindAMeasuredChoiceDidNotKeep) {
+  SPARSERT_REQUIRE_SHARED_DATA(data);
+  const auto file = std::filesystem::path(SPARSERT_SOURCE_DIR) / "docs/measurements/h100-2026-11-26/mobilenet-cuda.json";
+  nlohmann::json j = nlohmann::json::parse(read_file(file));
+  std::string baked, streamed;  // one kernel of each kind that ran in this file, the other kind for every problem
+  for (const nlohmann::json& p : j["problems"]) {
+    const std::string d = p["results"]["sparsert-gpu"].value("detail", "");
+    (d.find(" streamed stream {") != std::string::npos ? streamed : baked) = d;
+  }
+  ASSERT_FALSE(baked.empty());
+  ASSERT_FALSE(streamed.empty());
+  for (nlohmann::json& p : j["problems"]) {
+    nlohmann::json& r = p["results"]["sparsert-gpu"];
+    const bool kept_streamed = r.value("detail", "").find(" streamed stream {") != std::string::npos;
+    r["kind_choice"] = {{"picked", kept_streamed ? "streamed" : "baked"},
+                        {kept_streamed ? "baked" : "streamed",
+                         {{"status", "measured"}, {"median_us", 12.5}, {"detail", kept_streamed ? baked : streamed}}}};
+  }
+  sparsert::testing::ScratchDir dir;
+  const std::filesystem::path edited = dir.path() / "mobilenet-cuda.json";
+  write_file_atomic(edited, j.dump());
+  bench::ModelCheckOptions o;
+  o.data_dir = data;
+  const std::vector<bench::ModelGroup> groups = bench::check_model(edited, o);
+  const auto other = std::find_if(groups.begin(), groups.end(), [](const bench::ModelGroup& g) {
+    return g.source.find("the kind not kept") != std::string::npos;
+  });
+  ASSERT_NE(other, groups.end());
+  ASSERT_EQ(other->points.size(), j["problems"].size());
+  for (const bench::ModelPoint& pt : other->points) {
+    EXPECT_EQ(pt.measured_us, 12.5) << pt.layer;
+    EXPECT_GT(pt.predicted_us, 0.0) << pt.layer;
+  }
+  // The kept kernels' group is as it was.
+  EXPECT_EQ(groups.front().points.size(), j["problems"].size());
 }
 
 TEST(ModelCheck, BadFilesAreUserErrorsNamingTheFile) {

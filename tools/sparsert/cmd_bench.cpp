@@ -29,6 +29,7 @@ struct BenchArgs {
   int gc_layers = 12;
   std::optional<int32_t> max_entries;
   std::string block_functions = "auto";
+  std::string choose = "model";
   std::vector<std::string> report;
   std::string output;
 };
@@ -89,11 +90,13 @@ int run_bench(const BenchArgs& a) {
                       "applies to sparsert's baked SpMM kernels on the GPU (--device cuda, not a convolution suite)");
   SPARSERT_USER_CHECK(a.block_functions == "auto" || (a.device == "cuda" && !conv), "--block-functions",
                       "applies to sparsert's baked SpMM kernels on the GPU (--device cuda, not a convolution suite)");
+  SPARSERT_USER_CHECK(a.choose == "model" || (a.device == "cuda" && !conv), "--choose",
+                      "applies to sparsert's SpMM kernels on the GPU (--device cuda, not a convolution suite)");
   const std::optional<bool> block_functions =
       a.block_functions == "auto" ? std::nullopt : std::optional<bool>(a.block_functions == "on");
   bench::MethodSet methods =
       a.device == "cuda" ? (conv ? bench::conv_gpu_methods(scratch)
-                                 : bench::gpu_methods(scratch, a.max_entries, block_functions))
+                                 : bench::gpu_methods(scratch, a.max_entries, block_functions, a.choose == "measured"))
                          : (conv ? bench::conv_cpu_methods(a.threads) : bench::cpu_methods(a.threads));
   for (const auto& u : methods.unavailable) fmt::print("note: {} not measured: {}\n", u.method, u.reason);
 
@@ -166,6 +169,12 @@ Action add_bench(CLI::App& app) {
                   "rule (auto: entries above 32768 fmas)")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->default_val("auto");
+  sub->add_option("--choose", args->choose,
+                  "cuda: sparsert's kernel kind for each problem: model (what compile builds without a tuning record) "
+                  "or measured (the model's fastest baked and streamed kernels timed on the device, the faster kept, "
+                  "both times recorded)")
+      ->check(CLI::IsMember({"model", "measured"}))
+      ->default_val("model");
   sub->add_option("--report", args->report, "Results files to turn into the Markdown report (-o)")->expected(1, -1);
   sub->add_option("-o,--output", args->output, "results.json, or with --report the Markdown file")->required();
   return [args, sub] {
@@ -176,6 +185,7 @@ Action add_bench(CLI::App& app) {
       SPARSERT_USER_CHECK(!args->max_entries, "--max-entries", "applies to a run (--suite), not to --report");
       SPARSERT_USER_CHECK(args->block_functions == "auto", "--block-functions",
                           "applies to a run (--suite), not to --report");
+      SPARSERT_USER_CHECK(args->choose == "model", "--choose", "applies to a run (--suite), not to --report");
       return report(*args);
     }
     return run_bench(*args);

@@ -564,27 +564,41 @@ class Cudnn final : public GpuMethod {
 class SparsertGpu final : public GpuMethod {
  public:
   SparsertGpu(std::shared_ptr<Gpu> gpu, std::filesystem::path scratch, std::optional<int32_t> max_entries = {},
-              std::optional<bool> block_functions = {})
+              std::optional<bool> block_functions = {}, bool measure_kinds = false)
       : GpuMethod(std::move(gpu)), scratch_(std::move(scratch)),
         target_(codegen::Target::newest_for(gpu_->info.sm(), gpu_->info.name)), max_entries_(max_entries),
-        block_functions_(block_functions) {}
+        block_functions_(block_functions), measure_kinds_(measure_kinds) {}
   static constexpr int kIsolatedRuns = 50;
+  // The kind choice by measurement: each kind's kernel replayed this many times back to back, the median of
+  // kChoiceSamples such samples. A few milliseconds a problem on a GPU; the choice needs a ranking, not a figure.
+  static constexpr int kChoiceRuns = 20;
+  static constexpr int kChoiceSamples = 3;
   std::string name() const override { return "sparsert-gpu"; }
   std::string detail() const override { return detail_; }
   // Every problem's kernels compiled side by side, one compile a core, into the kernel cache, so that prepare() finds
   // them there: a baked layer is one entry by default, which ptxas assembles on one core (rn50's largest, 40 s), and
   // one problem after another the rn50 suites spent minutes of a lent GPU's time on it. A failure is left for
-  // prepare() to meet again and record against its problem.
+  // prepare() to meet again and record against its problem. With measure_kinds, both kinds' kernels.
   void prebuild(const std::vector<Problem>& problems) override {
     const std::filesystem::path root = scratch_ / fmt::format("prebuild-{}", counter_++);
     try {
       std::filesystem::create_directories(root);
-      parallel_for(static_cast<int64_t>(problems.size()), 0, [&](int64_t i) {
-        const Problem& p = problems[static_cast<size_t>(i)];
+      std::vector<std::pair<size_t, std::optional<codegen::KernelKind>>> jobs;
+      for (size_t i = 0; i < problems.size(); ++i) {
+        if (measured(problems[i])) {
+          for (codegen::KernelKind k : autotune::all_kinds()) jobs.push_back({i, k});
+        } else {
+          jobs.push_back({i, std::nullopt});
+        }
+      }
+      parallel_for(static_cast<int64_t>(jobs.size()), 0, [&](int64_t j) {
+        const auto& [i, kind] = jobs[static_cast<size_t>(j)];
+        const Problem& p = problems[i];
         try {
-          compiler::CompileOptions o = compile_options(p);
-          o.threads = 1;
-          compiler::compile_network({layer_of(p)}, root / std::to_string(i), o);
+          std::optional<compiler::CompileOptions> o = compile_options(p, kind);
+          if (!o) return;
+          o->threads = 1;
+          compiler::compile_network({layer_of(p)}, root / std::to_string(j), *o);
         } catch (const std::exception&) {
         }
       });
@@ -595,19 +609,46 @@ class SparsertGpu final : public GpuMethod {
   }
   void prepare(const Problem& p, const DenseTensor& b, const DenseTensor&) override {
     release();
-    const compiler::CompileOptions o = compile_options(p);
     std::filesystem::create_directories(scratch_);
-    dir_ = scratch_ / fmt::format("pkg-{}", counter_++);
-    const compiler::CompileReport r = compiler::compile_network({layer_of(p)}, dir_, o);
-    // "sm_90 baked tile {...} (model)" or "sm_90 streamed stream {...} (model)": check-model rebuilds it from this.
-    detail_ = r.layers.empty() ? std::string{}
-                               : fmt::format("{} {}{} {} {} ({})", target_.name(), p.conv ? "conv " : "",
-                                             r.layers[0].kind, r.layers[0].kind == "streamed" ? "stream" : "tile",
-                                             r.layers[0].tile.dump(), r.layers[0].tile_source);
-    from_cache_ = !r.layers.empty() && std::all_of(r.layers.begin(), r.layers.end(),
-                                                    [](const compiler::LayerTargetReport& l) { return l.cache_hit; });
-    net_ = std::make_unique<GpuNetwork>(load_package(dir_));
     b_ = &b;
+    if (!measured(p)) {
+      adopt(build(p, *compile_options(p, std::nullopt)));
+      return;
+    }
+    // Each kind's fastest kernel under the model, timed here; the faster one is the subject's kernel, as cuSPARSE's
+    // fastest algorithm is the baseline's. Both times and the model's own pick are recorded beside it.
+    choice_ = nlohmann::json::object();
+    if (const std::optional<codegen::KernelKind> pick = model_kind(p)) choice_["model_pick"] = codegen::to_string(*pick);
+    Built best;
+    double best_us = std::numeric_limits<double>::infinity();
+    for (codegen::KernelKind k : autotune::all_kinds()) {
+      const std::string kind = codegen::to_string(k);
+      const std::optional<compiler::CompileOptions> o = compile_options(p, k);
+      if (!o) {
+        choice_[kind] = {{"status", "no valid candidate"}};
+        continue;
+      }
+      Built cand;
+      try {
+        cand = build(p, *o);
+      } catch (const UserError& e) {  // a kind that does not build is recorded, not fatal: the other may
+        choice_[kind] = {{"status", "failed"}, {"reason", e.what()}};
+        continue;
+      }
+      std::vector<double> us;
+      for (int s = 0; s < kChoiceSamples; ++s) us.push_back(cand.net->time_back_to_back(b, kChoiceRuns) * 1e3);
+      std::sort(us.begin(), us.end());
+      const double median_us = us[us.size() / 2];
+      choice_[kind] = {{"status", "measured"}, {"median_us", median_us}, {"detail", cand.detail}};
+      if (median_us < best_us) {
+        best_us = median_us;
+        choice_["picked"] = kind;
+        std::swap(best, cand);
+      }
+      drop(cand);
+    }
+    SPARSERT_USER_CHECK(best.net != nullptr, p.name, "no kernel kind could be built: {}", choice_.dump());
+    adopt(std::move(best));
   }
   static compiler::LoadedLayer layer_of(const Problem& p) {
     compiler::LoadedLayer layer;
@@ -618,8 +659,10 @@ class SparsertGpu final : public GpuMethod {
     if (p.conv) layer.conv = ConvLayout{*p.conv, p.conv->pad, 0};
     return layer;
   }
-  // What `sparsert compile` builds for the problem without a tuning record.
-  compiler::CompileOptions compile_options(const Problem& p) const {
+  // What `sparsert compile` builds for the problem without a tuning record (kind: nothing), or the model's fastest
+  // kernel of that kind (nothing where the kind has no valid candidate for the problem).
+  std::optional<compiler::CompileOptions> compile_options(const Problem& p,
+                                                          std::optional<codegen::KernelKind> kind) const {
     compiler::CompileOptions o;
     o.targets = {target_};
     o.progress = false;
@@ -627,11 +670,12 @@ class SparsertGpu final : public GpuMethod {
     // A convolution takes codegen's rules (the model ranks plain SpMM kernels); anything else the kernel the static
     // model ranks fastest, every baked candidate ranked and built in at most --max-entries entries.
     if (!p.conv) try {
-      const autotune::ModelChoice c =
-          autotune::choose_by_model(p.a, p.n, Epilogue{}, target_, autotune::all_kinds(), {}, max_entries_);
+      const autotune::ModelChoice c = autotune::choose_by_model(
+          p.a, p.n, Epilogue{}, target_, kind ? autotune::KindSet{*kind} : autotune::all_kinds(), {}, max_entries_);
       compiler::TunedKernel pick{c.candidate.kind, c.candidate.tile, c.candidate.stream, "model"};
       o.tiles = [pick](const compiler::LoadedLayer&, const codegen::Target&) { return pick; };
     } catch (const inspector::InvalidTileParams&) {
+      if (kind) return std::nullopt;
       o.tiles = nullptr;  // nothing in the grid fits: compile's rules
     }
     return o;
@@ -646,7 +690,10 @@ class SparsertGpu final : public GpuMethod {
   // timed candidates until 2026-11-24): the difference to the samples is the host's submission of one run.
   nlohmann::json further_measures() override {
     // kernel_from_cache: prepare() found the kernels prebuilt (or from an earlier run) instead of assembling them.
-    return {{"isolated_median_ms", net_->time_isolated(*b_, kIsolatedRuns)}, {"kernel_from_cache", from_cache_}};
+    nlohmann::json out = {{"isolated_median_ms", net_->time_isolated(*b_, kIsolatedRuns)},
+                          {"kernel_from_cache", from_cache_}};
+    if (!choice_.is_null()) out["kind_choice"] = choice_;
+    return out;
   }
   DenseTensor result() override { return c_; }
   void release() override {
@@ -657,17 +704,66 @@ class SparsertGpu final : public GpuMethod {
       std::filesystem::remove_all(dir_, ec);
       dir_.clear();
     }
+    choice_ = nullptr;
   }
   ~SparsertGpu() override { release(); }
 
  private:
+  // A compiled and loaded package; in a measured choice, one kind's while the other is timed.
+  struct Built {
+    std::filesystem::path dir;
+    std::unique_ptr<GpuNetwork> net;
+    bool from_cache = false;
+    std::string detail;
+  };
+  static void drop(Built& b) {
+    b.net.reset();
+    if (!b.dir.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(b.dir, ec);
+      b.dir.clear();
+    }
+  }
+  void adopt(Built b) {
+    net_ = std::move(b.net);
+    dir_ = b.dir;
+    from_cache_ = b.from_cache;
+    detail_ = b.detail;
+  }
+  bool measured(const Problem& p) const { return measure_kinds_ && !p.conv; }
+  std::optional<codegen::KernelKind> model_kind(const Problem& p) const {
+    try {
+      return autotune::choose_by_model(p.a, p.n, Epilogue{}, target_, autotune::all_kinds(), {}, max_entries_)
+          .candidate.kind;
+    } catch (const inspector::InvalidTileParams&) {
+      return std::nullopt;
+    }
+  }
+  Built build(const Problem& p, const compiler::CompileOptions& o) {
+    Built out;
+    out.dir = scratch_ / fmt::format("pkg-{}", counter_++);
+    const compiler::CompileReport r = compiler::compile_network({layer_of(p)}, out.dir, o);
+    // "sm_90 baked tile {...} (model)" or "sm_90 streamed stream {...} (model)": check-model rebuilds it from this.
+    out.detail = r.layers.empty() ? std::string{}
+                                  : fmt::format("{} {}{} {} {} ({})", target_.name(), p.conv ? "conv " : "",
+                                                r.layers[0].kind, r.layers[0].kind == "streamed" ? "stream" : "tile",
+                                                r.layers[0].tile.dump(), r.layers[0].tile_source);
+    out.from_cache = !r.layers.empty() && std::all_of(r.layers.begin(), r.layers.end(), [](const auto& l) {
+      return l.cache_hit;
+    });
+    out.net = std::make_unique<GpuNetwork>(load_package(out.dir));
+    return out;
+  }
+
   std::filesystem::path scratch_;
   codegen::Target target_;
   std::optional<int32_t> max_entries_;
   std::optional<bool> block_functions_;
+  bool measure_kinds_ = false;
   std::filesystem::path dir_;
   int counter_ = 0;
   std::unique_ptr<GpuNetwork> net_;
+  nlohmann::json choice_;  // measured choice: each kind's median, the model's pick and the one kept
   const DenseTensor* b_ = nullptr;
   DenseTensor c_;
   std::string detail_;
@@ -722,20 +818,26 @@ std::string resolve_cudnn(const std::string& path) { return resolve<CudnnApi>(pa
 }  // namespace vendor
 
 MethodSet gpu_methods(const std::filesystem::path& scratch_dir, std::optional<int32_t> max_entries,
-                      std::optional<bool> block_functions) {
+                      std::optional<bool> block_functions, bool measure_kinds) {
   std::string why;
   if (!cuda::Driver::available(&why)) throw cuda::DriverUnavailable("--device cuda", why);
   auto gpu = std::make_shared<Gpu>();
   MethodSet set;
 #if SPARSERT_BENCH_HAVE_COMPILER
-  set.methods.push_back(std::make_unique<SparsertGpu>(gpu, scratch_dir, max_entries, block_functions));
+  set.methods.push_back(std::make_unique<SparsertGpu>(gpu, scratch_dir, max_entries, block_functions, measure_kinds));
   set.subject = "sparsert-gpu";
-  set.notes["sparsert-gpu"] = fmt::format("compile_network + GpuNetwork (CUDA Graph replay) on {} (sm_{}), driver {}",
-                                          gpu->info.name, gpu->info.sm(), cuda::Driver::get().library());
+  set.notes["sparsert-gpu"] = fmt::format(
+      "compile_network + GpuNetwork (CUDA Graph replay) on {} (sm_{}), driver {}{}", gpu->info.name, gpu->info.sm(),
+      cuda::Driver::get().library(),
+      measure_kinds ? fmt::format("; kernel kind by measurement (the model's fastest baked and streamed kernels, {} x "
+                                  "{} runs each, the faster kept)",
+                                  SparsertGpu::kChoiceSamples, SparsertGpu::kChoiceRuns)
+                    : "");
 #else
   (void)scratch_dir;
   (void)max_entries;
   (void)block_functions;
+  (void)measure_kinds;
   throw UserError("--device cuda", "this sparsert was built without the compiler layer");
 #endif
   std::string cublas_why;

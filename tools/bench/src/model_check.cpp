@@ -194,9 +194,10 @@ std::vector<ModelGroup> check_bench(const json& j, const std::string& file, cons
   SuiteOptions so;
   so.data_dir = o.data_dir;
   const std::vector<Problem> problems = make_suite(suite, so);
-  ModelGroup g, isolated;
+  ModelGroup g, isolated, other_kind;
   g.source = std::filesystem::path(file).filename().string();
   isolated.source = g.source + " (runs timed alone)";
+  other_kind.source = g.source + " (the kind not kept, timed for bench --choose measured)";
   for (const json& p : j["problems"]) {
     const std::string name = p.value("name", "");
     const std::string where = fmt::format("{}: problem {}", file, name);
@@ -236,10 +237,36 @@ std::vector<ModelGroup> check_bench(const json& j, const std::string& file, cons
       iso.predicted_us = iso.estimate.microseconds;
       isolated.points.push_back(std::move(iso));
     }
+    if (r.contains("kind_choice") && r["kind_choice"].is_object()) {
+      // bench --choose measured timed the model's fastest kernel of each kind: the one not kept is a measured kernel
+      // too (its median of a few back-to-back samples, in microseconds).
+      const json& choice = r["kind_choice"];
+      for (const auto& [kind, e] : choice.items()) {
+        if (!e.is_object() || e.value("status", "") != "measured" || kind == choice.value("picked", "")) continue;
+        const std::string ew = where + ": kind_choice." + kind;
+        const auto k = kernel_in_detail(e.value("detail", ""), ew);
+        if (!k || !e.contains("median_us")) continue;
+        autotune::Candidate oc;
+        oc.kind = k->kind;
+        oc.tile = k->tile;
+        oc.stream = k->stream;
+        ModelPoint op;
+        op.layer = name;
+        op.label = autotune::describe(oc);
+        op.n = it->n;
+        op.measured_us = measured_time(e["median_us"], ew + ".median_us");
+        checked(oc, it->a, it->n, target_of(j, file), ew);
+        op.estimate = autotune::estimate_candidate(it->a, it->n, Epilogue{}, oc.kind, oc.tile, oc.stream,
+                                                   target_of(j, file), std::nullopt, o.simulate,
+                                                   version_of(j, oc.stream));
+        op.predicted_us = op.estimate.microseconds;
+        other_kind.points.push_back(std::move(op));
+      }
+    }
     g.points.push_back(std::move(pt));
   }
   std::vector<ModelGroup> out;
-  for (ModelGroup* group : {&g, &isolated}) {
+  for (ModelGroup* group : {&g, &isolated, &other_kind}) {
     if (group->points.empty()) continue;
     finish(*group);
     out.push_back(std::move(*group));

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sparsert::compiler {
@@ -27,6 +28,10 @@ struct LayerDesc {
   std::string name;                  // "layer0" unless given
   std::filesystem::path weights;     // resolved against the JSON file's directory
   bool transpose = false;            // the file stores Aᵀ (Graph Challenge weights are input × output)
+  // The layer's outputs × inputs where the JSON gives them ("shape": [M, K]): a .tsv of triples has no header, so
+  // without it an output (or input) whose row (column) holds no entry past the last one would be dropped. Other
+  // formats are checked against it.
+  std::optional<std::pair<int32_t, int32_t>> shape;
   std::vector<float> bias;           // empty, one value, or M values
   std::filesystem::path bias_file;   // the .npy the bias came from, if it came from one
   Activation activation = Activation::kNone;
