@@ -340,6 +340,12 @@ std::vector<size_t> rank_candidates(LayerContext& ctx, LayerResult& lr) {
         ++streamed;
       }
     }
+    // And the best baked one where the analytic ranking put streamed kernels first: the race between the kinds is
+    // then run on simulated counts for both (and gpu mode times both, confirm()).
+    const auto best_baked = std::find_if(analytic.begin(), analytic.end(), [&](size_t i) {
+      return !lr.candidates[i].cand.streamed() && !lr.candidates[i].cand.is_default;
+    });
+    if (best_baked != analytic.end()) include(*best_baked);
     for (size_t i : sim) {
       CandidateResult& r = lr.candidates[i];
       r.estimate.reset();
@@ -400,6 +406,16 @@ void confirm(LayerContext& ctx, LayerResult& lr, const std::vector<size_t>& rank
   auto streamed = [&](size_t i) { return lr.candidates[i].cand.streamed(); };
   if (std::none_of(chosen.begin(), chosen.end(), streamed)) {
     if (auto it = std::find_if(ranked.begin(), ranked.end(), streamed); it != ranked.end()) chosen.push_back(*it);
+  }
+  // And in gpu mode the best baked one where the model ranked streamed kernels first (codegen's default and its
+  // register budgets aside, which are timed anyway): the kind is the choice the model gets most wrong (rn50's N = 49
+  // layers, 2026-11-26), so both kinds are timed, whatever the baked one costs to assemble.
+  auto baked = [&](size_t i) {
+    const Candidate& c = lr.candidates[i].cand;
+    return !c.streamed() && !c.is_default && c.tile.max_registers == 0;
+  };
+  if (gpu && std::none_of(chosen.begin(), chosen.end(), baked)) {
+    if (auto it = std::find_if(ranked.begin(), ranked.end(), baked); it != ranked.end()) chosen.push_back(*it);
   }
   const Clock::time_point layer_deadline = run.budget.layer_deadline(layers_left);
   std::vector<std::optional<std::promise<Built>>> promises(chosen.size());

@@ -808,3 +808,28 @@ TEST(Gpu, EmulatedDriverTimesAndVerifiesStreamedCandidates) {
   EXPECT_EQ(r.layers[0].winner_kind, codegen::KernelKind::kStreamed);
   EXPECT_EQ(r.layers[0].best_streamed.status, "measured");
 }
+
+// In gpu mode both kinds are timed: a GEMV (N = 1), where the model ranks the row-split kernels first, still has its
+// best baked candidate measured, so a wrong kind under the model cannot hide the faster one.
+TEST(Gpu, BothKindsAreTimedWhereTheModelRanksOneFirst) {
+  if (!codegen::Assembler::available()) GTEST_SKIP() << codegen::Assembler::unavailable_reason();
+  TuneOptions o = on_emulated_gpu(model_options(), 1);
+  o.measure_top = 1;
+  const TuneReport r = tune({small_layer("gemv", 23, 96, 512, 1)}, o);
+  ASSERT_EQ(r.mode, "gpu");
+  int baked = 0, streamed = 0;
+  for (const CandidateResult& c : r.layers[0].candidates) {
+    if (c.status != "measured") continue;
+    (c.cand.streamed() ? streamed : baked) += 1;
+    EXPECT_TRUE(c.verified) << describe(c.cand);
+  }
+  EXPECT_GE(streamed, 1);
+  EXPECT_GE(baked, 1);
+  EXPECT_EQ(r.layers[0].best_baked.status, "measured");
+  EXPECT_EQ(r.layers[0].best_streamed.status, "measured");
+  // Not only codegen's default (always timed as the baseline) and its register budgets: a baked candidate the model
+  // ranked.
+  EXPECT_TRUE(std::any_of(r.layers[0].candidates.begin(), r.layers[0].candidates.end(), [](const CandidateResult& c) {
+    return c.status == "measured" && !c.cand.streamed() && !c.cand.is_default && c.cand.tile.max_registers == 0;
+  }));
+}
