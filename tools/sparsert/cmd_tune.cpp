@@ -15,11 +15,18 @@
 
 namespace sparsert::cli {
 
-std::vector<autotune::TuneLayer> tune_layers_of(const std::vector<compiler::LoadedLayer>& layers) {
+std::vector<autotune::TuneLayer> tune_layers_of(const std::vector<compiler::LoadedLayer>& layers,
+                                                size_t* convolutions) {
   std::vector<autotune::TuneLayer> out;
+  size_t conv = 0;
   for (const compiler::LoadedLayer& l : layers) {
+    if (l.conv) {
+      ++conv;
+      continue;
+    }
     out.push_back({l.desc.name, l.a, Epilogue{l.desc.bias, l.desc.activation, l.desc.clamp}, l.desc.n});
   }
+  if (convolutions) *convolutions = conv;
   return out;
 }
 
@@ -106,7 +113,11 @@ Action add_tune(CLI::App& app) {
       SPARSERT_USER_CHECK(args->n == 0, "--n", "is for a matrix input; a network gives n per layer");
       const compiler::NetworkDesc net = compiler::read_network(args->input);
       inputs = compiler::network_files(net);
-      layers = tune_layers_of(compiler::load_network(net));
+      size_t convolutions = 0;
+      layers = tune_layers_of(compiler::load_network(net), &convolutions);
+      // (A network with an input is convolutional throughout.)
+      SPARSERT_USER_CHECK(!layers.empty(), args->input, "is a convolutional network ({} layers), which tune does not "
+                          "search: compile builds convolutions by codegen's rules", convolutions);
     } else {
       SPARSERT_USER_CHECK(args->n >= 1, "--n", "a matrix input needs the number of columns of B (--n N, N >= 1)");
       inspector::LoadedMatrix m = load_matrix_for_cli(args->input, args->matrix);

@@ -24,6 +24,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <optional>
 
 namespace sparsert::bench {
@@ -669,16 +671,37 @@ class SparsertGpu final : public GpuMethod {
     o.block_functions = block_functions_;
     // A convolution takes codegen's rules (the model ranks plain SpMM kernels); anything else the kernel the static
     // model ranks fastest, every baked candidate ranked and built in at most --max-entries entries.
-    if (!p.conv) try {
-      const autotune::ModelChoice c = autotune::choose_by_model(
-          p.a, p.n, Epilogue{}, target_, kind ? autotune::KindSet{*kind} : autotune::all_kinds(), {}, max_entries_);
-      compiler::TunedKernel pick{c.candidate.kind, c.candidate.tile, c.candidate.stream, "model"};
-      o.tiles = [pick](const compiler::LoadedLayer&, const codegen::Target&) { return pick; };
-    } catch (const inspector::InvalidTileParams&) {
-      if (kind) return std::nullopt;
-      o.tiles = nullptr;  // nothing in the grid fits: compile's rules
+    if (!p.conv) {
+      const std::optional<compiler::TunedKernel> pick = model_pick(p, kind);
+      if (pick) {
+        o.tiles = [pick = *pick](const compiler::LoadedLayer&, const codegen::Target&) { return pick; };
+      } else if (kind) {
+        return std::nullopt;
+      } else {
+        o.tiles = nullptr;  // nothing in the grid fits: compile's rules
+      }
     }
     return o;
+  }
+  // The model's fastest kernel for the problem (of `kind`, where given), or nothing where no candidate is valid.
+  // Ranking a layer's grid takes a tenth of a second or so; prebuild and prepare ask for the same ones, so each is
+  // ranked once.
+  std::optional<compiler::TunedKernel> model_pick(const Problem& p, std::optional<codegen::KernelKind> kind) const {
+    const std::string key = fmt::format("{}/{}/{}/{}", p.family, p.name, p.n, kind ? codegen::to_string(*kind) : "any");
+    {
+      std::lock_guard<std::mutex> lock(picks_mutex_);
+      if (auto it = picks_.find(key); it != picks_.end()) return it->second;
+    }
+    std::optional<compiler::TunedKernel> pick;
+    try {
+      const autotune::ModelChoice c = autotune::choose_by_model(
+          p.a, p.n, Epilogue{}, target_, kind ? autotune::KindSet{*kind} : autotune::all_kinds(), {}, max_entries_);
+      pick = compiler::TunedKernel{c.candidate.kind, c.candidate.tile, c.candidate.stream, "model"};
+    } catch (const inspector::InvalidTileParams&) {
+    }
+    std::lock_guard<std::mutex> lock(picks_mutex_);
+    picks_.emplace(key, pick);
+    return pick;
   }
   void run() override { c_ = net_->run(*b_); }
   // GpuNetwork times `inner` CUDA Graph replays (one per product) launched back to back between two events, as the
@@ -732,12 +755,8 @@ class SparsertGpu final : public GpuMethod {
   }
   bool measured(const Problem& p) const { return measure_kinds_ && !p.conv; }
   std::optional<codegen::KernelKind> model_kind(const Problem& p) const {
-    try {
-      return autotune::choose_by_model(p.a, p.n, Epilogue{}, target_, autotune::all_kinds(), {}, max_entries_)
-          .candidate.kind;
-    } catch (const inspector::InvalidTileParams&) {
-      return std::nullopt;
-    }
+    const std::optional<compiler::TunedKernel> pick = model_pick(p, std::nullopt);
+    return pick ? std::optional<codegen::KernelKind>(pick->kind) : std::nullopt;
   }
   Built build(const Problem& p, const compiler::CompileOptions& o) {
     Built out;
@@ -764,6 +783,8 @@ class SparsertGpu final : public GpuMethod {
   int counter_ = 0;
   std::unique_ptr<GpuNetwork> net_;
   nlohmann::json choice_;  // measured choice: each kind's median, the model's pick and the one kept
+  mutable std::mutex picks_mutex_;  // prebuild asks from every core
+  mutable std::map<std::string, std::optional<compiler::TunedKernel>> picks_;
   const DenseTensor* b_ = nullptr;
   DenseTensor c_;
   std::string detail_;
