@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -515,8 +516,16 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
   pkg.toolkit = toolkit;
   // known: the bytes' sha256 where the kernel cache has it already (they are hundreds of megabytes for the Graph
   // Challenge's network, and each pass of hashing them took about a second).
+  // A write that fails (a full disk) names the package and the file, not the hidden folder it is built in.
+  auto into_package = [&](const std::string& name, const std::function<void()>& write) {
+    try {
+      write();
+    } catch (const UserError& e) {
+      throw UserError(out_dir.string(), fmt::format("cannot write its {}: {}", name, e.reason()));
+    }
+  };
   auto add_file = [&](const std::string& name, std::string_view bytes, const std::string& known = {}) {
-    write_file_atomic(tmp / name, bytes);
+    into_package(name, [&] { write_file_atomic(tmp / name, bytes); });
     pkg.sha256[name] = known.empty() ? sha256_hex(bytes) : known;
   };
   // Row blocks of the streamed layers packed at load (the plan the loader's packing makes), layers side by side.
@@ -549,7 +558,8 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     pl.arrays_at_load = streamed && options.streamed_arrays_at_load;
     if (!pl.arrays_at_load) {
       pl.weights_file = fmt::format("layer{}.csr", li);
-      write_layer_weights(tmp / pl.weights_file, LayerWeights{l.matrix(), l.desc.bias});
+      into_package(pl.weights_file,
+                   [&] { write_layer_weights(tmp / pl.weights_file, LayerWeights{l.matrix(), l.desc.bias}); });
       pkg.sha256[pl.weights_file] = sha256_hex(read_file(tmp / pl.weights_file));
     }
     // Its sm_90+ kernels wait for the grid before them; the loader launches them as dependents only on such a device.
@@ -640,7 +650,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     }
     pkg.layers.push_back(std::move(pl));
   }
-  write_manifest(pkg);
+  into_package("manifest.json", [&] { write_manifest(pkg); });
   replace_directory(tmp, out_dir);
   report.seconds = since(t0);
   return report;

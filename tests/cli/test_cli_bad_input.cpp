@@ -618,3 +618,22 @@ TEST(CliBadInput, TuneRefusesAConvolutionalNetwork) {
   EXPECT_EQ(lines(o.err), 1) << o.err;
   EXPECT_FALSE(std::filesystem::exists(dir / "r.json"));
 }
+
+// A package file that cannot be written (a full disk; here a file-size limit, its signal ignored) is named with the
+// package, not the hidden folder the package is built in, and the package that was there stays.
+TEST(CliBadInput, AWriteThatFailsNamesThePackage) {
+  ScratchDir dir;
+  const std::string net = (dir / "net").string(), pkg = (dir / "pkg").string();
+  const std::string cache = fmt::format("SPARSERT_CACHE_DIR='{}'", (dir / "cache").string());
+  ASSERT_EQ(run(fmt::format("gen network --layers 2 --neurons 64 --n 8 -o {}", net), dir).code, 0);
+  const std::string compile = fmt::format("compile {}/net.json --ptx-only -q -o {}", net, pkg);
+  ASSERT_EQ(run(compile, dir, cache).code, 0);  // the kernels are in the cache now: only the package is written
+  const std::string manifest = sparsert::read_file(dir / "pkg" / "manifest.json");
+  const Outcome o = run(compile, dir, "trap '' XFSZ; ulimit -f 4; " + cache);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find(pkg + ": cannot write its layer"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("write failed (File too large)"), std::string::npos) << o.err;
+  EXPECT_EQ(o.err.find("/.pkg.tmp."), std::string::npos) << o.err;
+  EXPECT_EQ(lines(o.err), 1) << o.err;
+  EXPECT_EQ(sparsert::read_file(dir / "pkg" / "manifest.json"), manifest);
+}
