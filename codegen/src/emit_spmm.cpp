@@ -95,7 +95,8 @@ class EntryEmitter {
         use_const_(use_const),
         cpt_(opt.tile.cols_per_thread),
         gy_(opt.tile.plan.gy),
-        bx_(block_threads_x(opt.tile)) {}
+        bx_(block_threads_x(opt.tile)),
+        slot_floats_(opt.tile.plan.gy > 1 ? partial_slot_floats(opt.tile, plan) : opt.tile.n_tile) {}
 
   SpmmEntry emit() {
     // Only rows with nonzeros accumulate; an empty row stores a constant from one shared register.
@@ -231,8 +232,11 @@ class EntryEmitter {
     return most;
   }
 
-  // Bytes of one partial-sum slot in shared memory: a float per column of the tile.
-  int32_t slot_bytes() const { return opt_.tile.n_tile * 4; }
+  // Bytes of one partial-sum slot in shared memory: a float per thread column of the block where that fits, else per
+  // column of the tile (partial_slot_floats, the rule the resource check counts by).
+  int32_t slot_bytes() const { return slot_floats_ * 4; }
+  // Padding threads that own no float of a slot: their stores of partial sums are guarded.
+  bool guards_partials() const { return padded() && slot_floats_ < bx_ * cpt_; }
   // Threads beyond the tile's columns pad every thread group to whole warps (block_threads_x).
   bool padded() const { return bx_ * cpt_ > opt_.tile.n_tile; }
   // Warps lie within one thread group (whole warps in x), so a warp whose columns are all past the limit can skip
@@ -375,9 +379,9 @@ class EntryEmitter {
       const Reg base = b_.reg(RegClass::kB64), off = b_.reg(RegClass::kB64);
       s_ptr_ = b_.reg(RegClass::kB64);
       Reg shared_col = lane_col;
-      if (padded()) {
+      if (guards_partials()) {
         // Padding threads store no partial sums and read the tile's last column (in bounds; never stored by them):
-        // the slots stay n_tile floats wide.
+        // the slots stay n_tile floats wide (a float for every thread would pass the static shared memory).
         b_.comment("padding threads write no partial sums and read the last column's");
         in_tile_ = b_.reg(RegClass::kPred);
         shared_col = b_.reg(RegClass::kB32);
@@ -492,7 +496,7 @@ class EntryEmitter {
           b_.inst(fmt::format("st.shared{}.f32", vec_suffix(cpt_)),
                   {Address{s_ptr_, static_cast<int64_t>(slot[g][m]) * slot_bytes()},
                    cpt_ == 1 ? ptx::Operand{v[0]} : ptx::Operand{Vector{v}}},
-                  padded() ? std::optional<Guard>(Guard{in_tile_}) : std::nullopt);
+                  guards_partials() ? std::optional<Guard>(Guard{in_tile_}) : std::nullopt);
         }
         b_.inst("bra.uni", {Symbol{after}});
       }
@@ -880,7 +884,7 @@ class EntryEmitter {
   int32_t block_begin_, block_end_;
   std::string name_;
   bool use_const_;
-  int32_t cpt_, gy_, bx_;
+  int32_t cpt_, gy_, bx_, slot_floats_;
   Builder b_;
   Reg dispatch_pred_, far_, n_reg_, limit_, in_tile_, group_reg_, block_reg_, b_ptr_, c_ptr_, s_ptr_, in_range_,
       full_, c0_, f_ptr_, one_, idle_;

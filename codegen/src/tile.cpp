@@ -84,22 +84,38 @@ namespace {
 constexpr int32_t kFixedRegisters = 24;
 }  // namespace
 
+namespace {
+// Partial-sum slots of the plan's largest block: one per (group, row) pair that has work, bounded by the block's rows
+// with nonzeros (the emitter counts an entry's exact slots, never more than this).
+int64_t max_partial_slots(const inspector::WorkPlan& plan) {
+  int64_t max_slots = 0;
+  for (const inspector::BlockPlan& b : plan.blocks) {
+    int64_t slots = 0;
+    for (const inspector::GroupRange& g : b.groups) {
+      if (g.nnz > 0) slots += std::min<int64_t>(g.nnz, b.live_rows);
+    }
+    max_slots = std::max(max_slots, slots);
+  }
+  return max_slots;
+}
+}  // namespace
+
+int32_t partial_slot_floats(const TileParams& t, const inspector::WorkPlan& plan) {
+  const int64_t padded = int64_t{block_threads_x(t)} * std::max(t.cols_per_thread, 1);
+  if (padded <= t.n_tile) return t.n_tile;
+  // The static limit is the same on every target.
+  const int64_t limit = Target::all().front().max_static_shared_bytes();
+  return max_partial_slots(plan) * padded * 4 <= limit ? static_cast<int32_t>(padded) : t.n_tile;
+}
+
 ResourceEstimate estimate_resources(const TileParams& t, const inspector::WorkPlan& plan) {
   ResourceEstimate r;
   r.threads = threads_per_block(t);
   r.registers = plan.stats.max_block_live_rows * t.cols_per_thread + t.loads_per_batch * t.cols_per_thread +
                 kFixedRegisters;
   if (t.plan.gy > 1) {
-    // One slot of n_tile partial sums per (group, row) pair that has work; the largest block sizes the array.
-    int64_t max_slots = 0;
-    for (const inspector::BlockPlan& b : plan.blocks) {
-      int64_t slots = 0;
-      for (const inspector::GroupRange& g : b.groups) {
-        if (g.nnz > 0) slots += std::min<int64_t>(g.nnz, b.live_rows);
-      }
-      max_slots = std::max(max_slots, slots);
-    }
-    r.shared_bytes = static_cast<int32_t>(std::min<int64_t>(max_slots * t.n_tile * 4, int64_t{1} << 30));
+    r.shared_bytes = static_cast<int32_t>(
+        std::min<int64_t>(max_partial_slots(plan) * partial_slot_floats(t, plan) * 4, int64_t{1} << 30));
   }
   return r;
 }

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <regex>
 
 using namespace sparsert;
 using namespace sparsert::codegen;
@@ -205,6 +206,47 @@ TEST(SimCorpus, GroupsStartOnWarpBoundaries) {
     EXPECT_NE(k.entries[0].ptx.find(fmt::format(".reqntid {}, {}, 1", c.block_x, c.gy)), std::string::npos) << what;
     const bool padded = c.block_x * c.cpt > c.n_tile;
     EXPECT_EQ(k.entries[0].ptx.find("padding threads") != std::string::npos, padded) << what;
+  }
+}
+
+// With gy > 1, a padded tile's partial-sum slots give every thread of the block a float where they fit the 48 KB of
+// static shared memory, so that no store of a partial sum needs a predicate (ptxas wraps predicated stores in branches
+// and convergence barriers: about 10% of rn50's 196-column kernels). Where the wider slots would not fit, they stay
+// n_tile floats and the padding threads' stores are guarded. Both run exact in ptxsim with its race checks, and the
+// resource check counts what codegen declares.
+TEST(SimCorpus, PaddingThreadsOwnPartialSumFloatsWhereTheyFit) {
+  const std::regex guarded_store(R"(@%p[0-9]+ st\.shared)");
+  struct Case {
+    int32_t rows, cols, m_blocks, n_tile, cpt, gy, ld, n;
+    bool wide;  // slots of block_threads_x * cpt floats
+  };
+  // 33 columns, gy = 2, three row blocks of about 134 rows that every group touches: about 268 slots, 35 KB at 33
+  // floats, 68 KB at 64.
+  for (const Case& c : {Case{96, 200, 6, 49, 1, 4, 49, 49, true}, Case{96, 200, 6, 196, 1, 2, 196, 190, true},
+                        Case{96, 200, 6, 80, 2, 3, 160, 150, true}, Case{400, 120, 3, 33, 1, 2, 33, 33, false}}) {
+    const CsrMatrix a = positive(inspector::generate_pruned_gaussian(c.rows, c.cols, c.wide ? 0.8 : 0.3, 43));
+    TileParams t;
+    t.plan = {c.m_blocks, c.gy, inspector::Balance::kNonzeros, false};
+    t.n_tile = c.n_tile;
+    t.cols_per_thread = c.cpt;
+    const std::string what = fmt::format("{}x{} mb={} nt={} cpt={} gy={}", c.rows, c.cols, c.m_blocks, c.n_tile, c.cpt, c.gy);
+    const inspector::WorkPlan plan = inspector::make_plan(a, t.plan);
+    const int32_t padded = block_threads_x(t) * c.cpt;
+    ASSERT_GT(padded, c.n_tile) << what;
+    EXPECT_EQ(partial_slot_floats(t, plan), c.wide ? padded : c.n_tile) << what;
+    SpmmOptions opt;
+    opt.tile = t;
+    opt.ld = c.ld;
+    const SpmmKernel k = emit_spmm(a, plan, Target::parse("sm_90"), opt);
+    ASSERT_EQ(k.entries.size(), 1u) << what;
+    const SpmmEntry& e = k.entries[0];
+    EXPECT_EQ(std::regex_search(e.ptx, guarded_store), !c.wide) << what;
+    EXPECT_EQ(e.shared_bytes % ((c.wide ? padded : c.n_tile) * 4), 0) << what << ": " << e.shared_bytes << " bytes";
+    const ResourceEstimate r = estimate_resources(t, plan);
+    EXPECT_GE(r.shared_bytes, e.shared_bytes) << what;
+    EXPECT_LE(r.shared_bytes, Target::parse("sm_90").max_static_shared_bytes()) << what;
+    if (!c.wide) EXPECT_GT(r.shared_bytes / c.n_tile * padded, Target::parse("sm_90").max_static_shared_bytes()) << what;
+    check(a, t, c.ld, c.n, {{0.1f}, Activation::kRelu, std::nullopt}, what);
   }
 }
 
