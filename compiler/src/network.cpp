@@ -297,6 +297,25 @@ LoadedLayer conv_layer(const NetworkDesc& net, std::vector<LoadedLayer>& before,
 }
 }  // namespace
 
+int32_t aligned_columns(int32_t n, int32_t floats, const std::string& field) {
+  SPARSERT_USER_CHECK(floats == 1 || floats == 2 || floats == 4 || floats == 8, field, "{} is not 1, 2, 4 or 8 floats",
+                      floats);
+  if (n <= 1) return n;
+  const int64_t aligned = (int64_t{n} + floats - 1) / floats * floats;
+  SPARSERT_USER_CHECK(aligned <= std::numeric_limits<int32_t>::max(), field, "{} columns rounded up to {} floats pass "
+                      "the largest width", n, floats);
+  return static_cast<int32_t>(aligned);
+}
+
+void align_rows(std::vector<LoadedLayer>& layers, int32_t floats, const std::string& field) {
+  if (floats == 1) return;
+  for (const LoadedLayer& l : layers) {
+    SPARSERT_USER_CHECK(!l.conv, field, "layer {} is a convolution, whose columns are pixels laid out with borders of "
+                        "their own: only networks of matrix layers align their rows", l.desc.name);
+  }
+  for (LoadedLayer& l : layers) l.desc.n = aligned_columns(l.desc.n, floats, field);
+}
+
 std::vector<LoadedLayer> load_network(const NetworkDesc& net) {
   std::vector<LoadedLayer> out;
   for (size_t i = 0; i < net.layers.size(); ++i) {

@@ -320,7 +320,15 @@ TEST(ModelCheck, ReadsTheKindAMeasuredChoiceDidNotKeep) {
     r["kind_choice"] = {{"picked", kept_streamed ? "streamed" : "baked"},
                         {kept_streamed ? "baked" : "streamed",
                          {{"status", "measured"}, {"median_us", 12.5}, {"detail", kept_streamed ? baked : streamed}}}};
+    // At N = 49 the choice also timed a kernel built for rows of 4 floats: its detail names the width, 52.
+    if (p["n"].get<int>() == 49) {
+      r["kind_choice"]["streamed-aligned"] = {
+          {"status", "measured"}, {"median_us", 11.0}, {"detail", streamed + " ld=52"}};
+    }
   }
+  const auto at_49 = std::count_if(j["problems"].begin(), j["problems"].end(),
+                                   [](const nlohmann::json& p) { return p["n"].get<int>() == 49; });
+  ASSERT_GT(at_49, 0);
   sparsert::testing::ScratchDir dir;
   const std::filesystem::path edited = dir.path() / "mobilenet-cuda.json";
   write_file_atomic(edited, j.dump());
@@ -331,13 +339,30 @@ TEST(ModelCheck, ReadsTheKindAMeasuredChoiceDidNotKeep) {
     return g.source.find("the kind not kept") != std::string::npos;
   });
   ASSERT_NE(other, groups.end());
-  ASSERT_EQ(other->points.size(), j["problems"].size());
+  ASSERT_EQ(other->points.size(), j["problems"].size() + static_cast<size_t>(at_49));
+  int aligned = 0;
   for (const bench::ModelPoint& pt : other->points) {
-    EXPECT_EQ(pt.measured_us, 12.5) << pt.layer;
+    EXPECT_EQ(pt.measured_us, pt.n == 52 ? 11.0 : 12.5) << pt.layer;
     EXPECT_GT(pt.predicted_us, 0.0) << pt.layer;
+    aligned += pt.n == 52;  // estimated at the width it was built for
   }
+  EXPECT_EQ(aligned, at_49);
   // The kept kernels' group is as it was.
   EXPECT_EQ(groups.front().points.size(), j["problems"].size());
+  // A width below the problem's N is the file's error, named.
+  for (nlohmann::json& p : j["problems"]) {
+    if (p["n"].get<int>() != 49) continue;
+    p["results"]["sparsert-gpu"]["kind_choice"]["streamed-aligned"]["detail"] = streamed + " ld=40";
+    break;
+  }
+  write_file_atomic(edited, j.dump());
+  try {
+    bench::check_model(edited, o);
+    ADD_FAILURE() << "a width below N was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("streamed-aligned"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ld="), std::string::npos) << e.what();
+  }
 }
 
 TEST(ModelCheck, BadFilesAreUserErrorsNamingTheFile) {

@@ -23,6 +23,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -1288,16 +1289,21 @@ TEST(CompileRun, ModelStreamsGemvLayersRowSplit) {
       << out;
 }
 
+// Two layers (256 -> 320 -> 200, ReLU, the second clamped) at N = 49; returns the network's path.
+std::string forty_nine_column_network(const ScratchDir& dir) {
+  save_scaled_layer(dir / "first.mtx", 320, 256, 41, 0.2f);
+  save_scaled_layer(dir / "second.mtx", 200, 320, 42, 0.2f);
+  return dir.write("cols.json", R"({"format": "sparsert-network/1", "layers": [
+    {"weights": "first.mtx", "bias": 0.01, "activation": "relu", "n": 49},
+    {"weights": "second.mtx", "bias": -0.02, "activation": "relu", "clamp": 4.0, "n": 49}]})").string();
+}
+
 // Streamed layers at N = 49 (rn50's last stage): the model's pick among the streamed kernels is the row-split kernel
 // whose lanes span the columns (col_lanes, in the manifest's tile and the block's x), and the package runs exact on
 // the emulated driver, each layer after the first as a programmatic dependent of the one before.
 TEST(CompileRun, StreamedLayersAtFortyNineColumnsSpanThemWithColumnLanes) {
   ScratchDir dir;
-  save_scaled_layer(dir / "first.mtx", 320, 256, 41, 0.2f);
-  save_scaled_layer(dir / "second.mtx", 200, 320, 42, 0.2f);
-  const std::string net = dir.write("cols.json", R"({"format": "sparsert-network/1", "layers": [
-    {"weights": "first.mtx", "bias": 0.01, "activation": "relu", "n": 49},
-    {"weights": "second.mtx", "bias": -0.02, "activation": "relu", "clamp": 4.0, "n": 49}]})").string();
+  const std::string net = forty_nine_column_network(dir);
   const CacheDir cache_dir(dir / "cache");
   std::string err;
   ASSERT_EQ(cli(fmt::format("compile {} -o {} --target sm_90 --ptx-only --no-tuning-db --tiles model --kernel "
@@ -1319,6 +1325,69 @@ TEST(CompileRun, StreamedLayersAtFortyNineColumnsSpanThemWithColumnLanes) {
   const auto layers = load_network(read_network(net));
   const DenseTensor x = input(256, 49);
   EXPECT_LE(max_relative_error(GpuNetwork(pkg).run(x), reference(layers, x)), 1e-5);
+}
+
+// compile --row-align 4 at N = 49: the package is compiled for 52 columns, so that every row of B starts on 16 bytes
+// and the row-split kernel reads a lane's 4 columns in one vector load (at 49 it takes four scalar loads, each with
+// its own address); runs of 49 columns are exact on the emulated driver and the CPU executor, baked and streamed.
+TEST(CompileRun, RowsAlignedToFourFloatsAreCompiledForTheRoundedWidthAndRunExact) {
+  ScratchDir dir;
+  const std::string net = forty_nine_column_network(dir);
+  const CacheDir cache_dir(dir / "cache");
+  const auto layers = load_network(read_network(net));
+  const DenseTensor x = input(256, 49);
+  const DenseTensor want = reference(layers, x);
+  write_npy(dir / "x.npy", x);
+  const std::regex vector_b(R"(ld\.global\.nc\.v[24]\.f32)");
+  for (const std::string kernel : {"streamed", "baked"}) {
+    for (const int align : {1, 4}) {
+      const std::filesystem::path pkg_dir = dir / fmt::format("pkg-{}-{}", kernel, align);
+      std::string out;
+      ASSERT_EQ(sparsert::testing::run_sparsert(fmt::format("compile {} -o {} --target sm_90 --ptx-only --no-tuning-db "
+                                                            "--tiles model --kernel {} --row-align {}",
+                                                            net, pkg_dir.string(), kernel, align),
+                                                &out, true),
+                0)
+          << out;
+      EXPECT_EQ(out.find("49 columns compiled as 52 (rows of activations aligned to 16 bytes)") != std::string::npos,
+                align == 4)
+          << out;
+      const Package pkg = load_package(pkg_dir);
+      EXPECT_EQ(pkg.n, align == 4 ? 52 : 49) << kernel;
+      for (const PackageLayer& l : pkg.layers) {
+        EXPECT_EQ(l.kind, kernel) << l.name;
+        if (kernel != "streamed") continue;
+        // The row-split kernel's loads of B: vectors only where the rows are aligned.
+        const std::string ptx = read_file(pkg_dir / l.entries[0].ptx.at("sm_90"));
+        EXPECT_EQ(std::regex_search(ptx, vector_b), align == 4) << l.name << ": " << l.tile.dump();
+      }
+      const std::string what = fmt::format("{} --row-align {}", kernel, align);
+      const DenseTensor got = GpuNetwork(pkg).run(x);
+      ASSERT_EQ(got.cols(), 49) << what;
+      EXPECT_LE(max_relative_error(got, want), 1e-5) << what;
+      // The CLI's run on the CPU executor, and its check against the reference, take the package's 49 columns.
+      std::string err;
+      EXPECT_EQ(cli(fmt::format("run {} --input {} --output {} --device cpu --check", pkg_dir.string(),
+                                (dir / "x.npy").string(), (dir / "y.npy").string()),
+                    &err),
+                0)
+          << what << ": " << err;
+      EXPECT_EQ(read_npy_f32(dir / "y.npy").cols(), 49) << what;
+    }
+  }
+  // Only matrix networks align their rows; the alignment is 1, 2, 4 or 8 floats, and one column stays one.
+  EXPECT_EQ(aligned_columns(1, 4), 1);
+  EXPECT_EQ(aligned_columns(49, 4), 52);
+  EXPECT_EQ(aligned_columns(52, 4), 52);
+  EXPECT_EQ(aligned_columns(49, 8), 56);
+  EXPECT_EQ(aligned_columns(49, 1), 49);
+  std::string err;
+  EXPECT_EQ(cli(fmt::format("compile {} -o {} --target sm_90 --ptx-only --no-tuning-db --row-align 3", net,
+                            (dir / "pkg-3").string()),
+                &err),
+            2);
+  EXPECT_NE(err.find("--row-align: 3 is not 1, 2, 4 or 8 floats"), std::string::npos) << err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "pkg-3"));
 }
 
 TEST(CompileRun, ModelTotalSumsOneTargetsEstimates) {

@@ -68,6 +68,7 @@ struct CompileArgs {
   bool no_tuning_db = false;
   std::string tuning_db;
   std::optional<int32_t> max_entries;
+  int32_t row_align = 1;
   std::string block_functions = "auto";
   std::string dependent_launch = "on";
   bool fold_duplicates = false;
@@ -243,6 +244,11 @@ Action add_compile(CLI::App& app) {
                   "can overlap each layer's launch with the end of the one before: on or off")
       ->check(CLI::IsMember({"on", "off"}))
       ->default_val("on");
+  sub->add_option("--row-align", args->row_align,
+                  "Rows of activations aligned to this many floats (1, 2, 4 or 8): the package is compiled for the "
+                  "network's columns rounded up to a multiple of it, so kernels may read rows of B as vectors; runs "
+                  "of the network's own width use the first columns. Matrix networks only")
+      ->default_val(1);
   sub->add_flag("--fold-duplicates", args->fold_duplicates,
                 "Compute each layer's duplicate neurons (rows with the same nonzeros and bias) once and read the first "
                 "copy in the next layer; the last layer keeps every row. Chains of matrix layers only");
@@ -255,6 +261,12 @@ Action add_compile(CLI::App& app) {
             : compiler::graph_challenge_network(args->gc_dir, args->gc_neurons, args->gc_layers, args->gc_n);
     std::vector<compiler::LoadedLayer> layers = compiler::load_network(net);
     if (args->fold_duplicates) fold_layers(layers, args->threads, args->quiet);
+    const int32_t columns = layers.empty() ? 0 : layers.front().desc.n;
+    compiler::align_rows(layers, args->row_align);
+    if (!layers.empty() && layers.front().desc.n != columns && !args->quiet) {
+      fmt::print("{} columns compiled as {} (rows of activations aligned to {} bytes)\n", columns,
+                 layers.front().desc.n, 4 * args->row_align);
+    }
     compiler::CompileOptions opt;
     opt.targets = codegen::Target::parse_list(args->targets, "--target");
     opt.threads = args->threads;

@@ -13,6 +13,7 @@
 #if SPARSERT_BENCH_HAVE_COMPILER
 #include "sparsert/codegen/target.hpp"
 #include "sparsert/compiler/compile.hpp"
+#include "sparsert/compiler/network.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
 #include "sparsert/runtime/package.hpp"
 #include "sparsert/runtime/thread_pool.hpp"
@@ -575,6 +576,8 @@ class SparsertGpu final : public GpuMethod {
   // kChoiceSamples such samples. A few milliseconds a problem on a GPU; the choice needs a ranking, not a figure.
   static constexpr int kChoiceRuns = 20;
   static constexpr int kChoiceSamples = 3;
+  // The measured choice also times each kind with rows of this many floats (16 bytes) where N is not a multiple.
+  static constexpr int32_t kMeasuredRowAlign = 4;
   std::string name() const override { return "sparsert-gpu"; }
   std::string detail() const override { return detail_; }
   // Every problem's kernels compiled side by side, one compile a core, into the kernel cache, so that prepare() finds
@@ -585,22 +588,22 @@ class SparsertGpu final : public GpuMethod {
     const std::filesystem::path root = scratch_ / fmt::format("prebuild-{}", counter_++);
     try {
       std::filesystem::create_directories(root);
-      std::vector<std::pair<size_t, std::optional<codegen::KernelKind>>> jobs;
+      std::vector<std::pair<size_t, Variant>> jobs;
       for (size_t i = 0; i < problems.size(); ++i) {
         if (measured(problems[i])) {
-          for (codegen::KernelKind k : autotune::all_kinds()) jobs.push_back({i, k});
+          for (const Variant& v : variants(problems[i])) jobs.push_back({i, v});
         } else {
-          jobs.push_back({i, std::nullopt});
+          jobs.push_back({i, Variant{std::nullopt, problems[i].n}});
         }
       }
       parallel_for(static_cast<int64_t>(jobs.size()), 0, [&](int64_t j) {
-        const auto& [i, kind] = jobs[static_cast<size_t>(j)];
+        const auto& [i, v] = jobs[static_cast<size_t>(j)];
         const Problem& p = problems[i];
         try {
-          std::optional<compiler::CompileOptions> o = compile_options(p, kind);
+          std::optional<compiler::CompileOptions> o = compile_options(p, v.kind, v.columns);
           if (!o) return;
           o->threads = 1;
-          compiler::compile_network({layer_of(p)}, root / std::to_string(j), *o);
+          compiler::compile_network({layer_of(p, v.columns)}, root / std::to_string(j), *o);
         } catch (const std::exception&) {
         }
       });
@@ -614,25 +617,26 @@ class SparsertGpu final : public GpuMethod {
     std::filesystem::create_directories(scratch_);
     b_ = &b;
     if (!measured(p)) {
-      adopt(build(p, *compile_options(p, std::nullopt)));
+      adopt(build(p, *compile_options(p, std::nullopt, p.n), p.n));
       return;
     }
     // Each kind's fastest kernel under the model, timed here; the faster one is the subject's kernel, as cuSPARSE's
-    // fastest algorithm is the baseline's. Both times and the model's own pick are recorded beside it.
+    // fastest algorithm is the baseline's. Both times and the model's own pick are recorded beside it. Where N is
+    // not a multiple of 4, each kind is also built for rows of 16 bytes (compile --row-align 4; run with N columns).
     choice_ = nlohmann::json::object();
     if (const std::optional<codegen::KernelKind> pick = model_kind(p)) choice_["model_pick"] = codegen::to_string(*pick);
     Built best;
     double best_us = std::numeric_limits<double>::infinity();
-    for (codegen::KernelKind k : autotune::all_kinds()) {
-      const std::string kind = codegen::to_string(k);
-      const std::optional<compiler::CompileOptions> o = compile_options(p, k);
+    for (const Variant& v : variants(p)) {
+      const std::string kind = codegen::to_string(*v.kind) + (v.columns != p.n ? "-aligned" : "");
+      const std::optional<compiler::CompileOptions> o = compile_options(p, v.kind, v.columns);
       if (!o) {
         choice_[kind] = {{"status", "no valid candidate"}};
         continue;
       }
       Built cand;
       try {
-        cand = build(p, *o);
+        cand = build(p, *o, v.columns);
       } catch (const UserError& e) {  // a kind that does not build is recorded, not fatal: the other may
         choice_[kind] = {{"status", "failed"}, {"reason", e.what()}};
         continue;
@@ -652,10 +656,12 @@ class SparsertGpu final : public GpuMethod {
     SPARSERT_USER_CHECK(best.net != nullptr, p.name, "no kernel kind could be built: {}", choice_.dump());
     adopt(std::move(best));
   }
-  static compiler::LoadedLayer layer_of(const Problem& p) {
+  // The problem as a one-layer network compiled for `columns` (p.n, or p.n with rows aligned: the package then takes
+  // the problem's p.n columns in rows of `columns` floats).
+  static compiler::LoadedLayer layer_of(const Problem& p, int32_t columns) {
     compiler::LoadedLayer layer;
     layer.desc.name = "layer0";
-    layer.desc.n = p.n;
+    layer.desc.n = columns;
     layer.a = p.a;
     // A convolution: the input buffer's border is the padding, the output has none (NCHW in, NCHW out).
     if (p.conv) layer.conv = ConvLayout{*p.conv, p.conv->pad, 0};
@@ -663,8 +669,8 @@ class SparsertGpu final : public GpuMethod {
   }
   // What `sparsert compile` builds for the problem without a tuning record (kind: nothing), or the model's fastest
   // kernel of that kind (nothing where the kind has no valid candidate for the problem).
-  std::optional<compiler::CompileOptions> compile_options(const Problem& p,
-                                                          std::optional<codegen::KernelKind> kind) const {
+  std::optional<compiler::CompileOptions> compile_options(const Problem& p, std::optional<codegen::KernelKind> kind,
+                                                          int32_t columns) const {
     compiler::CompileOptions o;
     o.targets = {target_};
     o.progress = false;
@@ -672,7 +678,7 @@ class SparsertGpu final : public GpuMethod {
     // A convolution takes codegen's rules (the model ranks plain SpMM kernels); anything else the kernel the static
     // model ranks fastest, every baked candidate ranked and built in at most --max-entries entries.
     if (!p.conv) {
-      const std::optional<compiler::TunedKernel> pick = model_pick(p, kind);
+      const std::optional<compiler::TunedKernel> pick = model_pick(p, kind, columns);
       if (pick) {
         o.tiles = [pick = *pick](const compiler::LoadedLayer&, const codegen::Target&) { return pick; };
       } else if (kind) {
@@ -686,8 +692,9 @@ class SparsertGpu final : public GpuMethod {
   // The model's fastest kernel for the problem (of `kind`, where given), or nothing where no candidate is valid.
   // Ranking a layer's grid takes a tenth of a second or so; prebuild and prepare ask for the same ones, so each is
   // ranked once.
-  std::optional<compiler::TunedKernel> model_pick(const Problem& p, std::optional<codegen::KernelKind> kind) const {
-    const std::string key = fmt::format("{}/{}/{}/{}", p.family, p.name, p.n, kind ? codegen::to_string(*kind) : "any");
+  std::optional<compiler::TunedKernel> model_pick(const Problem& p, std::optional<codegen::KernelKind> kind,
+                                                  int32_t columns) const {
+    const std::string key = fmt::format("{}/{}/{}/{}", p.family, p.name, columns, kind ? codegen::to_string(*kind) : "any");
     {
       std::lock_guard<std::mutex> lock(picks_mutex_);
       if (auto it = picks_.find(key); it != picks_.end()) return it->second;
@@ -695,7 +702,7 @@ class SparsertGpu final : public GpuMethod {
     std::optional<compiler::TunedKernel> pick;
     try {
       const autotune::ModelChoice c = autotune::choose_by_model(
-          p.a, p.n, Epilogue{}, target_, kind ? autotune::KindSet{*kind} : autotune::all_kinds(), {}, max_entries_);
+          p.a, columns, Epilogue{}, target_, kind ? autotune::KindSet{*kind} : autotune::all_kinds(), {}, max_entries_);
       pick = compiler::TunedKernel{c.candidate.kind, c.candidate.tile, c.candidate.stream, "model"};
     } catch (const inspector::InvalidTileParams&) {
     }
@@ -754,19 +761,36 @@ class SparsertGpu final : public GpuMethod {
     detail_ = b.detail;
   }
   bool measured(const Problem& p) const { return measure_kinds_ && !p.conv; }
+  // A kernel the measured choice builds and times: the model's fastest of a kind (any kind: nothing), compiled for
+  // `columns`.
+  struct Variant {
+    std::optional<codegen::KernelKind> kind;
+    int32_t columns = 0;
+  };
+  static std::vector<Variant> variants(const Problem& p) {
+    std::vector<Variant> out;
+    for (codegen::KernelKind k : autotune::all_kinds()) out.push_back({k, p.n});
+    const int32_t aligned = compiler::aligned_columns(p.n, kMeasuredRowAlign);
+    if (aligned != p.n) {
+      for (codegen::KernelKind k : autotune::all_kinds()) out.push_back({k, aligned});
+    }
+    return out;
+  }
   std::optional<codegen::KernelKind> model_kind(const Problem& p) const {
-    const std::optional<compiler::TunedKernel> pick = model_pick(p, std::nullopt);
+    const std::optional<compiler::TunedKernel> pick = model_pick(p, std::nullopt, p.n);
     return pick ? std::optional<codegen::KernelKind>(pick->kind) : std::nullopt;
   }
-  Built build(const Problem& p, const compiler::CompileOptions& o) {
+  Built build(const Problem& p, const compiler::CompileOptions& o, int32_t columns) {
     Built out;
     out.dir = scratch_ / fmt::format("pkg-{}", counter_++);
-    const compiler::CompileReport r = compiler::compile_network({layer_of(p)}, out.dir, o);
-    // "sm_90 baked tile {...} (model)" or "sm_90 streamed stream {...} (model)": check-model rebuilds it from this.
+    const compiler::CompileReport r = compiler::compile_network({layer_of(p, columns)}, out.dir, o);
+    // "sm_90 baked tile {...} (model)" or "sm_90 streamed stream {...} (model)", and " ld=52" where the rows were
+    // aligned past N: check-model rebuilds the kernel from this.
     out.detail = r.layers.empty() ? std::string{}
-                                  : fmt::format("{} {}{} {} {} ({})", target_.name(), p.conv ? "conv " : "",
+                                  : fmt::format("{} {}{} {} {} ({}){}", target_.name(), p.conv ? "conv " : "",
                                                 r.layers[0].kind, r.layers[0].kind == "streamed" ? "stream" : "tile",
-                                                r.layers[0].tile.dump(), r.layers[0].tile_source);
+                                                r.layers[0].tile.dump(), r.layers[0].tile_source,
+                                                columns != p.n ? fmt::format(" ld={}", columns) : std::string{});
     out.from_cache = !r.layers.empty() && std::all_of(r.layers.begin(), r.layers.end(), [](const auto& l) {
       return l.cache_hit;
     });
@@ -850,9 +874,12 @@ MethodSet gpu_methods(const std::filesystem::path& scratch_dir, std::optional<in
   set.notes["sparsert-gpu"] = fmt::format(
       "compile_network + GpuNetwork (CUDA Graph replay) on {} (sm_{}), driver {}{}", gpu->info.name, gpu->info.sm(),
       cuda::Driver::get().library(),
-      measure_kinds ? fmt::format("; kernel kind by measurement (the model's fastest baked and streamed kernels, {} x "
-                                  "{} runs each, the faster kept)",
-                                  SparsertGpu::kChoiceSamples, SparsertGpu::kChoiceRuns)
+      measure_kinds ? fmt::format("; kernel kind by measurement (the model's fastest baked and streamed kernels, and "
+                                  "where N is not a multiple of {0} the same kinds compiled for rows of {0} floats "
+                                  "(compile --row-align {0}, B and C staged in them, N columns run), {1} x {2} runs "
+                                  "each, the fastest kept)",
+                                  SparsertGpu::kMeasuredRowAlign, SparsertGpu::kChoiceSamples,
+                                  SparsertGpu::kChoiceRuns)
                     : "");
 #else
   (void)scratch_dir;

@@ -15,8 +15,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <numeric>
 
 namespace sparsert::bench {
@@ -185,6 +187,20 @@ std::optional<DetailKernel> kernel_in_detail(const std::string& detail, const st
   return k;
 }
 
+// The width a bench result's kernel was compiled for: " ld=52" at the end of its detail where bench --choose measured
+// built it for aligned rows (compile --row-align), else the problem's n.
+int32_t columns_in_detail(const std::string& detail, int32_t n, const std::string& where) {
+  const size_t at = detail.rfind(" ld=");
+  if (at == std::string::npos) return n;
+  int64_t ld = 0;
+  const char* first = detail.data() + at + 4;
+  const char* last = detail.data() + detail.size();
+  const auto [end, ec] = std::from_chars(first, last, ld);
+  SPARSERT_USER_CHECK(ec == std::errc{} && end == last && ld >= n && ld <= std::numeric_limits<int32_t>::max(), where,
+                      "the width ' ld=' in field 'detail' is not a whole number of at least n = {}", n);
+  return static_cast<int32_t>(ld);
+}
+
 std::vector<ModelGroup> check_bench(const json& j, const std::string& file, const ModelCheckOptions& o) {
   const std::string subject = j.value("subject", "");
   SPARSERT_USER_CHECK(subject == "sparsert-gpu", file, "field 'subject' is '{}': only GPU runs (sparsert-gpu) are "
@@ -220,10 +236,11 @@ std::vector<ModelGroup> check_bench(const json& j, const std::string& file, cons
     c.tile = kernel->tile;
     c.stream = kernel->stream;
     pt.label = autotune::describe(c);
-    pt.n = it->n;
+    const int32_t columns = columns_in_detail(r.value("detail", ""), it->n, where);
+    pt.n = columns;
     pt.measured_us = measured_time(r["median_ms"], where + ": median_ms") * 1e3;
-    checked(c, it->a, it->n, target_of(j, file), where);
-    pt.estimate = autotune::estimate_candidate(it->a, it->n, Epilogue{}, c.kind, c.tile, c.stream, target_of(j, file),
+    checked(c, it->a, columns, target_of(j, file), where);
+    pt.estimate = autotune::estimate_candidate(it->a, columns, Epilogue{}, c.kind, c.tile, c.stream, target_of(j, file),
                                                std::nullopt, o.simulate, version_of(j, c.stream));
     pt.predicted_us = pt.estimate.microseconds;
     if (r.contains("isolated_median_ms") && r["isolated_median_ms"].is_number()) {
@@ -232,7 +249,7 @@ std::vector<ModelGroup> check_bench(const json& j, const std::string& file, cons
       autotune::KernelVersion v = version_of(j, c.stream);
       v.isolated_runs = true;
       iso.measured_us = measured_time(r["isolated_median_ms"], where + ": isolated_median_ms") * 1e3;
-      iso.estimate = autotune::estimate_candidate(it->a, it->n, Epilogue{}, c.kind, c.tile, c.stream,
+      iso.estimate = autotune::estimate_candidate(it->a, columns, Epilogue{}, c.kind, c.tile, c.stream,
                                                   target_of(j, file), std::nullopt, o.simulate, v);
       iso.predicted_us = iso.estimate.microseconds;
       isolated.points.push_back(std::move(iso));
@@ -253,10 +270,11 @@ std::vector<ModelGroup> check_bench(const json& j, const std::string& file, cons
         ModelPoint op;
         op.layer = name;
         op.label = autotune::describe(oc);
-        op.n = it->n;
+        const int32_t other_columns = columns_in_detail(e.value("detail", ""), it->n, ew);
+        op.n = other_columns;
         op.measured_us = measured_time(e["median_us"], ew + ".median_us");
-        checked(oc, it->a, it->n, target_of(j, file), ew);
-        op.estimate = autotune::estimate_candidate(it->a, it->n, Epilogue{}, oc.kind, oc.tile, oc.stream,
+        checked(oc, it->a, other_columns, target_of(j, file), ew);
+        op.estimate = autotune::estimate_candidate(it->a, other_columns, Epilogue{}, oc.kind, oc.tile, oc.stream,
                                                    target_of(j, file), std::nullopt, o.simulate,
                                                    version_of(j, oc.stream));
         op.predicted_us = op.estimate.microseconds;

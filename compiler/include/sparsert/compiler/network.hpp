@@ -79,6 +79,17 @@ struct LoadedLayer {
 // Reads every layer's weights and checks that shapes chain and biases fit; errors name the layer and field.
 std::vector<LoadedLayer> load_network(const NetworkDesc& net);
 
+// The width a network of n columns is compiled for with rows of activations aligned to `floats` floats (compile
+// --row-align): n rounded up to a multiple of it, so that every row of B and C starts on a 4 * floats-byte boundary
+// and kernels may read B in vectors (the row-split kernel reads a row's columns in one vector load a lane where a row
+// is 16 bytes aligned, in cols_per_thread scalar loads otherwise). The package then accepts up to that many columns;
+// runs of n use the first n. One column is a vector, with no rows to align: it stays 1. `floats` is 1, 2, 4 or 8
+// (UserError naming `field` otherwise).
+int32_t aligned_columns(int32_t n, int32_t floats, const std::string& field = "--row-align");
+// Every layer's n made aligned_columns(n, floats); a convolutional network (whose columns are pixels with borders of
+// their own) is a UserError naming `field`.
+void align_rows(std::vector<LoadedLayer>& layers, int32_t floats, const std::string& field = "--row-align");
+
 // The description of an official Graph Challenge network: DIR/n{N}-l{1..L}.tsv, bias by size, ReLU, clamp 32.
 NetworkDesc graph_challenge_network(const std::filesystem::path& dir, int32_t neurons, int32_t layers, int32_t n);
 float graph_challenge_bias(int32_t neurons);

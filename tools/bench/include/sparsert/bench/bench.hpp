@@ -119,8 +119,10 @@ MethodSet cpu_methods(int threads);
 // sparsert's baked kernels ranked and built in at most that many entries (TileParams::max_entries; 0: no limit),
 // else the tile's own (1); block_functions, where set: every baked entry with or without a function per row block
 // (compiler::CompileOptions::block_functions), else codegen's rule. measure_kinds: sparsert's kernel for each SpMM
-// problem is the faster, timed on the device, of the model's fastest baked and fastest streamed kernels (as cuSPARSE's
-// is its fastest algorithm), both times and the model's own pick recorded in the result's "kind_choice"; without it,
+// problem is the fastest, timed on the device, of the model's fastest baked and fastest streamed kernels (as cuSPARSE's
+// is its fastest algorithm), and where N is not a multiple of 4 of the same two compiled for rows of 4 floats
+// (compiler::aligned_columns; "baked-aligned", "streamed-aligned"), every time and the model's own pick recorded in
+// the result's "kind_choice"; without it,
 // the model's pick (what `sparsert compile` builds without a tuning record).
 MethodSet gpu_methods(const std::filesystem::path& scratch_dir, std::optional<int32_t> max_entries = std::nullopt,
                       std::optional<bool> block_functions = std::nullopt, bool measure_kinds = false);
