@@ -103,8 +103,10 @@ int64_t max_partial_slots(const inspector::WorkPlan& plan) {
 int32_t partial_slot_floats(const TileParams& t, const inspector::WorkPlan& plan) {
   const int64_t padded = int64_t{block_threads_x(t)} * std::max(t.cols_per_thread, 1);
   if (padded <= t.n_tile) return t.n_tile;
-  // The static limit is the same on every target.
-  const int64_t limit = Target::all().front().max_static_shared_bytes();
+  // The static limit is the same on every target. A layer with a column map also declares its compaction's sums, a
+  // word a warp and one more (at most 132 bytes), which the wider slots leave room for.
+  const int64_t compaction = 4 * (Target::all().front().max_threads_per_block() / 32) + 4;
+  const int64_t limit = Target::all().front().max_static_shared_bytes() - compaction;
   return max_partial_slots(plan) * padded * 4 <= limit ? static_cast<int32_t>(padded) : t.n_tile;
 }
 

@@ -297,9 +297,13 @@ LoadedLayer conv_layer(const NetworkDesc& net, std::vector<LoadedLayer>& before,
 }
 }  // namespace
 
-int32_t aligned_columns(int32_t n, int32_t floats, const std::string& field) {
+void check_row_align(int32_t floats, const std::string& field) {
   SPARSERT_USER_CHECK(floats == 1 || floats == 2 || floats == 4 || floats == 8, field, "{} is not 1, 2, 4 or 8 floats",
                       floats);
+}
+
+int32_t aligned_columns(int32_t n, int32_t floats, const std::string& field) {
+  check_row_align(floats, field);
   if (n <= 1) return n;
   const int64_t aligned = (int64_t{n} + floats - 1) / floats * floats;
   SPARSERT_USER_CHECK(aligned <= std::numeric_limits<int32_t>::max(), field, "{} columns rounded up to {} floats pass "

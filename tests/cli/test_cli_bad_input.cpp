@@ -332,6 +332,31 @@ TEST(CliBadInput, AnInvalidTuningRecordIsNotUsedAndSaysSo) {
       << o.err;
 }
 
+// tune --row-align tunes a network at the width compile --row-align builds it for (7 columns -> 8), so compile finds
+// the record; an alignment that is not 1, 2, 4 or 8 floats is refused before any work.
+TEST(CliBadInput, TuneWithRowAlignKeysItsRecordsAtTheWidthCompileBuilds) {
+  ScratchDir dir;
+  const std::string net = (dir / "net").string(), db = (dir / "db.json").string(), pkg = (dir / "pkg").string();
+  ASSERT_EQ(run(fmt::format("gen network --layers 1 --neurons 64 --n 7 -o {}", net), dir).code, 0);
+  Outcome o = run(fmt::format("tune {}/net.json --row-align 3 --mode model -q --no-db -o {}", net,
+                              (dir / "bad.json").string()),
+                  dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("--row-align: 3 is not 1, 2, 4 or 8 floats"), std::string::npos) << o.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "bad.json"));
+  o = run(fmt::format("tune {}/net.json --row-align 4 --mode model --kernel baked --top 1 -j 1 -q --db {} -o {}", net,
+                      db, (dir / "report.json").string()),
+          dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  const nlohmann::json report = nlohmann::json::parse(sparsert::read_file(dir / "report.json"));
+  EXPECT_EQ(report["layers"][0].value("n", 0), 8) << report["layers"][0].dump().substr(0, 300);
+  o = run(fmt::format("compile {}/net.json --row-align 4 --target sm_90 -q --tuning-db {} -o {}", net, db, pkg), dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  const nlohmann::json manifest = nlohmann::json::parse(sparsert::read_file(dir / "pkg" / "manifest.json"));
+  EXPECT_EQ(manifest.value("n", 0), 8);
+  EXPECT_EQ(manifest["layers"][0].value("tile_source", ""), "tuned") << manifest["layers"][0].dump().substr(0, 300);
+}
+
 namespace {
 // A one-layer 16 x 16 network in dir/net (its input.npy beside it) and its PTX-only package in dir/pkg.
 void make_small_package(const ScratchDir& dir) {

@@ -248,6 +248,19 @@ TEST(SimCorpus, PaddingThreadsOwnPartialSumFloatsWhereTheyFit) {
     if (!c.wide) EXPECT_GT(r.shared_bytes / c.n_tile * padded, Target::parse("sm_90").max_static_shared_bytes()) << what;
     check(a, t, c.ld, c.n, {{0.1f}, Activation::kRelu, std::nullopt}, what);
   }
+  // The wide slots leave room for a column map's compaction words (a word a warp and one more, at most 132 bytes): 192
+  // slots of 64 floats, exactly 48 KB, stay 49 floats wide; 190 slots (47.5 KB) widen.
+  TileParams t;
+  t.plan = {1, 2, inspector::Balance::kNonzeros, false};
+  t.n_tile = 49;
+  for (const auto& [live_rows, wide] : {std::pair{96, false}, std::pair{95, true}}) {
+    inspector::WorkPlan plan;
+    inspector::BlockPlan b;
+    b.live_rows = live_rows;
+    b.groups = {inspector::GroupRange{0, 10, 1000}, inspector::GroupRange{10, 20, 1000}};
+    plan.blocks = {b};
+    EXPECT_EQ(partial_slot_floats(t, plan), wide ? 64 : 49) << live_rows << " rows";
+  }
 }
 
 TEST(SimCorpus, EveryTarget) {

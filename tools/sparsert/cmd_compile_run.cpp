@@ -255,6 +255,7 @@ Action add_compile(CLI::App& app) {
   return [args] {
     SPARSERT_USER_CHECK(!args->network.empty() || !args->gc_dir.empty(), "compile",
                         "give a network description (.json) or --graphchallenge DIR");
+    compiler::check_row_align(args->row_align);
     const compiler::NetworkDesc net =
         args->gc_dir.empty()
             ? compiler::read_network(args->network)

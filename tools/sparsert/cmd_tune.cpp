@@ -62,6 +62,7 @@ struct TuneArgs {
   int top = 1, threads = 2;
   bool quiet = false, no_share = false, no_db = false;
   std::optional<int32_t> max_entries;
+  int32_t row_align = 1;
   MatrixOptions matrix;
 };
 
@@ -103,10 +104,15 @@ Action add_tune(CLI::App& app) {
   sub->add_option("--max-entries", args->max_entries, "Baked candidates in at most this many kernels, as `compile "
                   "--max-entries` builds them (0: no limit; default: the tile's, 1)")
       ->check(CLI::Range(0, 1 << 20));
+  sub->add_option("--row-align", args->row_align,
+                  "Tune for the columns rounded up to a multiple of this many floats, as `compile --row-align` "
+                  "builds them (1, 2, 4 or 8)")
+      ->default_val(1);
   add_matrix_options(*sub, args->matrix);
   return [args] {
     // CLI11's range check lets a NaN through (every comparison with it is false).
     SPARSERT_USER_CHECK(std::isfinite(args->budget), "--budget", "{} is not a number of seconds", args->budget);
+    compiler::check_row_align(args->row_align);
     std::vector<autotune::TuneLayer> layers;
     std::vector<NamedPath> inputs = {{"the input", args->input}};
     if (is_network(args->input)) {
@@ -114,14 +120,19 @@ Action add_tune(CLI::App& app) {
       const compiler::NetworkDesc net = compiler::read_network(args->input);
       inputs = compiler::network_files(net);
       size_t convolutions = 0;
-      layers = tune_layers_of(compiler::load_network(net), &convolutions);
+      std::vector<compiler::LoadedLayer> loaded = compiler::load_network(net);
+      if (std::none_of(loaded.begin(), loaded.end(), [](const compiler::LoadedLayer& l) { return l.conv; })) {
+        compiler::align_rows(loaded, args->row_align);
+      }
+      layers = tune_layers_of(loaded, &convolutions);
       // (A network with an input is convolutional throughout.)
       SPARSERT_USER_CHECK(!layers.empty(), args->input, "is a convolutional network ({} layers), which tune does not "
                           "search: compile builds convolutions by codegen's rules", convolutions);
     } else {
       SPARSERT_USER_CHECK(args->n >= 1, "--n", "a matrix input needs the number of columns of B (--n N, N >= 1)");
       inspector::LoadedMatrix m = load_matrix_for_cli(args->input, args->matrix);
-      layers.push_back({std::filesystem::path(args->input).stem().string(), std::move(m.a), Epilogue{}, args->n});
+      layers.push_back({std::filesystem::path(args->input).stem().string(), std::move(m.a), Epilogue{},
+                        compiler::aligned_columns(args->n, args->row_align)});
     }
     autotune::TuneOptions opt;
     opt.target = codegen::Target::parse(args->target, "--target");

@@ -235,8 +235,9 @@ std::vector<ModelGroup> check_bench(const json& j, const std::string& file, cons
     c.kind = kernel->kind;
     c.tile = kernel->tile;
     c.stream = kernel->stream;
-    pt.label = autotune::describe(c);
     const int32_t columns = columns_in_detail(r.value("detail", ""), it->n, where);
+    // A kernel built for aligned rows ran the problem's n columns in rows of `columns`: it is estimated at that width.
+    pt.label = autotune::describe(c) + (columns != it->n ? fmt::format(" ld={}", columns) : std::string{});
     pt.n = columns;
     pt.measured_us = measured_time(r["median_ms"], where + ": median_ms") * 1e3;
     checked(c, it->a, columns, target_of(j, file), where);
@@ -269,8 +270,8 @@ std::vector<ModelGroup> check_bench(const json& j, const std::string& file, cons
         oc.stream = k->stream;
         ModelPoint op;
         op.layer = name;
-        op.label = autotune::describe(oc);
         const int32_t other_columns = columns_in_detail(e.value("detail", ""), it->n, ew);
+        op.label = autotune::describe(oc) + (other_columns != it->n ? fmt::format(" ld={}", other_columns) : std::string{});
         op.n = other_columns;
         op.measured_us = measured_time(e["median_us"], ew + ".median_us");
         checked(oc, it->a, other_columns, target_of(j, file), ew);

@@ -90,7 +90,7 @@ ResourceEstimate estimate_resources(const TileParams& t, const inspector::WorkPl
 
 // Floats in one partial-sum slot of a block with gy > 1 (one slot per (group, row) pair with work). Every thread of
 // the block, padding threads included, owns a float of each slot where the largest block's slots fit the 48 KB of
-// static shared memory that way: no store then needs a predicate, which ptxas turns into branches and convergence
+// static shared memory that way (less the few words a column map's compaction declares): no store then needs a predicate, which ptxas turns into branches and convergence
 // barriers around the stores, code every warp fetches (about 10 instructions a group on rn50's 196-column tiles).
 // Otherwise n_tile floats, and padding threads store nothing. codegen emits, and the resource check counts, by this
 // one rule.

@@ -86,6 +86,8 @@ std::vector<LoadedLayer> load_network(const NetworkDesc& net);
 // runs of n use the first n. One column is a vector, with no rows to align: it stays 1. `floats` is 1, 2, 4 or 8
 // (UserError naming `field` otherwise).
 int32_t aligned_columns(int32_t n, int32_t floats, const std::string& field = "--row-align");
+// The check aligned_columns makes of `floats`, for commands to make before their work.
+void check_row_align(int32_t floats, const std::string& field = "--row-align");
 // Every layer's n made aligned_columns(n, floats); a convolutional network (whose columns are pixels with borders of
 // their own) is a UserError naming `field`.
 void align_rows(std::vector<LoadedLayer>& layers, int32_t floats, const std::string& field = "--row-align");
