@@ -101,10 +101,15 @@ void ContentStore::discard(const std::string& key) const {
 
 std::map<std::string, std::string> ContentStore::put(const std::string& key, const StoreEntry& entry) const {
   const std::filesystem::path final_dir = entry_dir(key);
-  std::filesystem::create_directories(final_dir.parent_path());
   const std::filesystem::path tmp = unique_sibling(dir_, "tmp." + key.substr(0, 12));
-  std::filesystem::create_directories(tmp);
+  // A failure names the cache and the entry, not the hidden folder the entry is written in first.
+  const auto fail = [&](const std::string& reason) {
+    throw UserError(dir_.string(), fmt::format("cannot store cache entry {}: {}", key.substr(0, 12), reason));
+  };
   std::error_code ec;
+  std::filesystem::create_directories(final_dir.parent_path(), ec);
+  if (!ec) std::filesystem::create_directories(tmp, ec);
+  if (ec) fail(ec.message());
   std::map<std::string, std::string> hashes;
   try {
     nlohmann::json files = nlohmann::json::object();
@@ -116,6 +121,9 @@ std::map<std::string, std::string> ContentStore::put(const std::string& key, con
     const nlohmann::json manifest = {
         {"format", kFormat}, {"key", key}, {"files", std::move(files)}, {"meta", entry.meta}};
     write_file_atomic(tmp / kManifest, manifest.dump(1));
+  } catch (const UserError& e) {
+    std::filesystem::remove_all(tmp, ec);
+    fail(e.reason());
   } catch (...) {
     std::filesystem::remove_all(tmp, ec);
     throw;

@@ -646,6 +646,26 @@ TEST(CliBadInput, TuneRefusesAConvolutionalNetwork) {
 
 // A package file that cannot be written (a full disk; here a file-size limit, its signal ignored) is named with the
 // package, not the hidden folder the package is built in, and the package that was there stays.
+// A kernel cache that cannot be written (a full disk: a file-size limit here, 16 blocks of /bin/sh's 512 bytes, which
+// the layer's 3.5 KB weights pass and its 57 KB of PTX do not) is named with the entry, not the hidden
+// folder the entry is written in first, and no half-written entry is left; the package that was there stays.
+TEST(CliBadInput, ACacheWriteThatFailsNamesTheCache) {
+  ScratchDir dir;
+  const std::string net = (dir / "net").string(), pkg = (dir / "pkg").string(), cache_dir = (dir / "cache").string();
+  ASSERT_EQ(run(fmt::format("gen network --layers 1 --neurons 64 --n 8 -o {}", net), dir).code, 0);
+  const std::string compile = fmt::format("compile {}/net.json --ptx-only -q -o {}", net, pkg);
+  const Outcome o = run(compile, dir, fmt::format("trap '' XFSZ; ulimit -f 16; SPARSERT_CACHE_DIR='{}'", cache_dir));
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find(cache_dir + ": cannot store cache entry "), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("write failed (File too large)"), std::string::npos) << o.err;
+  EXPECT_EQ(o.err.find("/tmp."), std::string::npos) << o.err;
+  EXPECT_EQ(lines(o.err), 1) << o.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "pkg"));
+  for (const auto& e : std::filesystem::recursive_directory_iterator(cache_dir)) {
+    EXPECT_EQ(e.path().filename().string().rfind("tmp.", 0), std::string::npos) << e.path();
+  }
+}
+
 TEST(CliBadInput, AWriteThatFailsNamesThePackage) {
   ScratchDir dir;
   const std::string net = (dir / "net").string(), pkg = (dir / "pkg").string();
