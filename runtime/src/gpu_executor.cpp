@@ -496,6 +496,17 @@ const std::vector<std::string>& GpuNetwork::load_notes() const { return impl_->n
 
 DenseTensor GpuNetwork::run(const DenseTensor& input) {
   impl_->ctx->make_current();  // every entry point: the network may have been made on another thread
+  const int64_t width = impl_->pkg.n;
+  if (!impl_->layers.front().conv && input.rank() == 2 && input.cols() > width) {
+    // Wider than the package: `width` columns at a time, each chunk a run of its own, the outputs side by side.
+    DenseTensor out;
+    for (int64_t c0 = 0; c0 < input.cols(); c0 += width) {
+      const DenseTensor y = run(column_range(input, c0, std::min(width, input.cols() - c0)));
+      if (c0 == 0) out = DenseTensor({y.rows(), input.cols()});
+      set_column_range(out, c0, y);
+    }
+    return out;
+  }
   const uint32_t n = impl_->upload(input);
   const cuda::DeviceBuffer& out = impl_->launch_all(n);
   impl_->stream->synchronize();

@@ -127,6 +127,39 @@ TEST(CompileRun, PackageRunsThroughEmulatedDriverAndCpu) {
   }
 }
 
+// An input wider than the package runs the package's n columns at a time (47 columns of a 20-column package: 20, 20
+// and 7), through the library and the CLI on both executors; the timings take one chunk at most.
+TEST(CompileRun, InputsWiderThanThePackageRunInChunks) {
+  ScratchDir dir;
+  const std::filesystem::path net_json = write_network(dir);
+  const auto layers = load_network(read_network(net_json));
+  compile_network(layers, dir / "pkg", emu_options(dir, false));
+  const Package pkg = load_package(dir / "pkg");
+  ASSERT_EQ(pkg.n, 20);
+  const DenseTensor x = input(48, 47);
+  const DenseTensor want = reference(layers, x);
+  GpuNetwork net(pkg);
+  const DenseTensor got = net.run(x);
+  ASSERT_EQ(got.cols(), 47);
+  EXPECT_LE(max_relative_error(got, want), 1e-5);
+  EXPECT_NE(user_error([&] { net.time(x, 1); }).find("47 columns; the package is compiled for 1 to 20"),
+            std::string::npos);
+  write_npy(dir / "x.npy", x);
+  for (const std::string device : {"cuda", "cpu"}) {
+    std::string out;
+    ASSERT_EQ(sparsert::testing::run_sparsert(fmt::format("run {} --input {} --output {} --device {} --check",
+                                                          (dir / "pkg").string(), (dir / "x.npy").string(),
+                                                          (dir / "y.npy").string(), device),
+                                              &out, true),
+              0)
+        << device << ": " << out;
+    EXPECT_EQ(out.find("47 columns run in 3 chunks of at most 20 (the package's width)") != std::string::npos,
+              device == "cuda")
+        << out;
+    EXPECT_LE(max_relative_error(read_npy_f32(dir / "y.npy"), want), 1e-5) << device;
+  }
+}
+
 // A network made on one thread runs on another and is freed on a third (a server's workers): each entry point makes
 // its context current there, as the driver keeps one per thread, and the frees find it too.
 TEST(CompileRun, ANetworkMadeOnOneThreadRunsAndIsFreedOnOthers) {
@@ -592,8 +625,14 @@ TEST(CompileRun, BadPackagesAndInputs) {
   write_npy(dir / "wrong.npy", input(47, 20));
   EXPECT_EQ(cli(fmt::format("run {} --input {}", pkg, (dir / "wrong.npy").string()), &err), 2);
   EXPECT_NE(err.find("does not match the first layer's 48 inputs"), std::string::npos) << err;
+  // Wider than the package runs in chunks (CompileRun.InputsWiderThanThePackageRunInChunks); no columns at all is
+  // refused.
   write_npy(dir / "wide.npy", input(48, 21));
-  EXPECT_EQ(cli(fmt::format("run {} --input {}", pkg, (dir / "wide.npy").string()), &err), 2);
+  EXPECT_EQ(cli(fmt::format("run {} --input {} --device cpu --check", pkg, (dir / "wide.npy").string()), &err), 0)
+      << err;
+  write_npy(dir / "empty.npy", DenseTensor({48, 0}));
+  EXPECT_EQ(cli(fmt::format("run {} --input {}", pkg, (dir / "empty.npy").string()), &err), 2);
+  EXPECT_NE(err.find("has no columns of inputs"), std::string::npos) << err;
   write_npy_f64(dir / "f64.npy", {48, 20}, std::vector<double>(48 * 20, 0.5));
   EXPECT_EQ(cli(fmt::format("run {} --input {} --device cpu --check", pkg, (dir / "f64.npy").string()), &err), 0)
       << "float64 inputs are converted";

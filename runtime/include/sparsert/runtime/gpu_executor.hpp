@@ -51,10 +51,12 @@ class GpuNetwork {
   GpuNetwork(const GpuNetwork&) = delete;
   GpuNetwork& operator=(const GpuNetwork&) = delete;
 
-  // input: [K of the first layer, N] with 1 <= N <= package n; returns [M of the last layer, N]. A convolutional
-  // package: input NCHW [images, C, H, W] with at most the compiled images; returns NCHW.
+  // input: [K of the first layer, N], N >= 1; returns [M of the last layer, N]. Inputs wider than the package's n run
+  // n columns at a time, one run a chunk. A convolutional package: input NCHW [images, C, H, W] with at most the
+  // compiled images; returns NCHW.
   DenseTensor run(const DenseTensor& input);
-  // Runs `repeats` times after one warm-up; per-layer times from events between layers.
+  // The timings take 1 to package n columns (a chunk of a wider run). time: runs `repeats` times after one warm-up;
+  // per-layer times from events between layers.
   GpuTimings time(const DenseTensor& input, int repeats);
   // Milliseconds per run over `runs` whole-network runs launched back to back (one CUDA Graph replay each where
   // supported; the graph is captured once per input width and kept).

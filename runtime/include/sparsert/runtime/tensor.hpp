@@ -42,4 +42,9 @@ class DenseTensor {
 // Number of elements of a shape; throws UserError (naming `what`) on negative dims or overflow.
 int64_t element_count(const std::vector<int64_t>& shape, const std::string& what);
 
+// Columns [first, first + count) of a matrix, and `part` written into `into` from column `first` (internal errors
+// where they do not fit).
+DenseTensor column_range(const DenseTensor& m, int64_t first, int64_t count);
+void set_column_range(DenseTensor& into, int64_t first, const DenseTensor& part);
+
 }  // namespace sparsert
