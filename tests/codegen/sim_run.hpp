@@ -50,11 +50,6 @@ inline SimResult run_in_ptxsim(const codegen::SpmmKernel& k, const DenseTensor& 
 }
 
 // The first n columns of a row-major matrix with leading dimension ld.
-inline DenseTensor first_columns(const DenseTensor& x, int32_t n) {
-  DenseTensor out({x.rows(), n});
-  for (int64_t r = 0; r < x.rows(); ++r)
-    for (int32_t c = 0; c < n; ++c) out.at(r, c) = x.at(r, c);
-  return out;
-}
+inline DenseTensor first_columns(const DenseTensor& x, int32_t n) { return column_range(x, 0, n); }
 
 }  // namespace sparsert::testing
