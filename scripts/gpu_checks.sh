@@ -274,7 +274,8 @@ case $stage in
       header=$(printf '%-117s' "$header")  # 10 + 117 + newline = 128 bytes, as .npy aligns its header
       { printf '\x93NUMPY\x01\x00\x76\x00%s\n' "$header"; head -c $((2048 * 49 * 4)) /dev/zero; } > "$tmp/x.npy"
       for sparsity in 0.9 0.95; do
-        w=$(realpath "$data/dlmc/rn50/magnitude_pruning/$sparsity/bottleneck_1_block_group4_2_1.smtx")
+        # Absolute: the network file is read from a folder of its own, relative to which its paths are taken.
+        w=$(realpath -m "$data/dlmc/rn50/magnitude_pruning/$sparsity/bottleneck_1_block_group4_2_1.smtx")
         # Baked as compile builds it, then streamed (the row-split kernel with the model's parameters: rpb=16 lanes=4
         # cl=8 nt=16 cpt=2 u=4 at 90%), whose 10.5-12 us at N = 49 (2026-11-26's tune-rows-cols-n49) may be its
         # entry loads' latency chain or B's L1/L2 traffic: the same sections say which.

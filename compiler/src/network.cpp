@@ -302,6 +302,20 @@ void check_row_align(int32_t floats, const std::string& field) {
                       floats);
 }
 
+std::optional<int32_t> parse_row_align(const std::string& text, const std::string& field) {
+  if (text == "auto") return std::nullopt;
+  for (const int32_t floats : {1, 2, 4, 8}) {
+    if (text == std::to_string(floats)) return floats;
+  }
+  throw UserError(field, fmt::format("{} is not auto or 1, 2, 4 or 8 floats", text));
+}
+
+int32_t row_align_for(const std::vector<LoadedLayer>& layers, std::optional<int32_t> floats) {
+  if (floats) return *floats;
+  const bool convolutional = std::any_of(layers.begin(), layers.end(), [](const LoadedLayer& l) { return l.conv; });
+  return convolutional ? 1 : kDefaultRowAlign;
+}
+
 int32_t aligned_columns(int32_t n, int32_t floats, const std::string& field) {
   check_row_align(floats, field);
   if (n <= 1) return n;

@@ -481,6 +481,12 @@ TEST(Bench, GpuPathRunsOnTheEmulatedDriver) {
     EXPECT_TRUE(p["results"]["sparsert-gpu"].value("kernel_from_cache", false)) << p.dump();
   }
   EXPECT_NE(r["problems"][0]["results"]["sparsert-gpu"].value("detail", "").find("tile"), std::string::npos);
+  // The kernel is what `sparsert compile` builds by default: at 9 columns, for rows of 4 floats (12), run with 9.
+  for (const nlohmann::json& p : r["problems"]) {
+    const bool aligned = p["n"].get<int>() % 4 != 0;
+    EXPECT_EQ(p["results"]["sparsert-gpu"].value("detail", "").find(" ld=12") != std::string::npos, aligned)
+        << p.dump();
+  }
   // The samples are back-to-back products as the baselines' are; runs timed alone are recorded beside them.
   EXPECT_EQ(r.value("sparsert_timing", ""), "back-to-back");
   EXPECT_TRUE(r["problems"][0]["results"]["sparsert-gpu"].contains("isolated_median_ms")) << r.dump();
@@ -526,7 +532,11 @@ TEST(Bench, MeasuredKindChoiceKeepsTheFasterKernelAndRecordsBoth) {
                 kind.find("aligned") != std::string::npos) << c.dump();
     }
     EXPECT_EQ(c.value("picked", ""), picked) << c.dump();
-    EXPECT_TRUE(c.contains("model_pick")) << c.dump();
+    // The model's pick is named as the variants are, at the width compile builds by default (aligned rows).
+    ASSERT_TRUE(c.contains("model_pick")) << c.dump();
+    const std::string model_pick = c["model_pick"];
+    EXPECT_NE(std::find(kinds.begin(), kinds.end(), model_pick), kinds.end()) << c.dump();
+    EXPECT_EQ(model_pick.ends_with("-aligned"), aligned) << c.dump();
     // The detail names the kept kernel, as check-model reads it.
     EXPECT_EQ(g.value("detail", ""), c[picked]["detail"].get<std::string>());
     EXPECT_NE(g.value("detail", "").find(picked.starts_with("baked") ? " baked tile {" : " streamed stream {"),
@@ -659,4 +669,21 @@ TEST(Bench, ReportHoldsEachProblemAgainstTheFasterVendor) {
                       "below 0.9× — **met**."),
             std::string::npos)
       << fast;
+  // Two runs of the suite (two GPUs, say): each is held against the goals on a line of its own, named by its file,
+  // not the last one alone.
+  const nlohmann::json slow = nlohmann::json::parse(read_file(file));
+  const std::string both = write_report({slow, run}, {"slow.json", "fast.json"}, dir / "c3", "c3", "x");
+  EXPECT_NE(both.find("rn50-0.9 (≥ 2×, none below 0.9×) [slow.json]: measured **1.29×**"), std::string::npos) << both;
+  EXPECT_NE(both.find("rn50-0.9 (≥ 2×, none below 0.9×) [fast.json]: measured **12.95×**"), std::string::npos) << both;
+  EXPECT_NE(both.find("the paper's T4 ratio over cuBLAS at 90% (≥ 3.4×) [slow.json]: measured"), std::string::npos)
+      << both;
+  EXPECT_NE(both.find("the paper's T4 ratio over cuBLAS at 90% (≥ 3.4×) [fast.json]: measured"), std::string::npos)
+      << both;
+  // Each run its own chart: named after a results file that starts with the suite and device, else numbered.
+  EXPECT_TRUE(std::filesystem::exists(dir / "c3" / "rn50-0_9-cuda.svg"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "c3" / "rn50-0_9-cuda-2.svg"));
+  EXPECT_NE(both.find("(c3/rn50-0_9-cuda-2.svg)"), std::string::npos) << both;
+  write_report({slow, run}, {"rn50-0.9-cuda.json", "rn50-0.9-cuda-h200.json"}, dir / "c4", "c4", "x");
+  EXPECT_TRUE(std::filesystem::exists(dir / "c4" / "rn50-0_9-cuda.svg"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "c4" / "rn50-0_9-cuda-h200.svg"));
 }

@@ -1369,6 +1369,7 @@ TEST(CompileRun, StreamedLayersAtFortyNineColumnsSpanThemWithColumnLanes) {
 // compile --row-align 4 at N = 49: the package is compiled for 52 columns, so that every row of B starts on 16 bytes
 // and the row-split kernel reads a lane's 4 columns in one vector load (at 49 it takes four scalar loads, each with
 // its own address); runs of 49 columns are exact on the emulated driver and the CPU executor, baked and streamed.
+// It is the default (--row-align auto, align 0 below) for networks of matrix layers.
 TEST(CompileRun, RowsAlignedToFourFloatsAreCompiledForTheRoundedWidthAndRunExact) {
   ScratchDir dir;
   const std::string net = forty_nine_column_network(dir);
@@ -1379,17 +1380,21 @@ TEST(CompileRun, RowsAlignedToFourFloatsAreCompiledForTheRoundedWidthAndRunExact
   write_npy(dir / "x.npy", x);
   const std::regex vector_b(R"(ld\.global\.nc\.v[24]\.f32)");
   for (const std::string kernel : {"streamed", "baked"}) {
-    for (const int align : {1, 4}) {
-      const std::filesystem::path pkg_dir = dir / fmt::format("pkg-{}-{}", kernel, align);
+    for (const int given : {1, 4, 0}) {
+      const int align = given == 0 ? 4 : given;
+      const std::filesystem::path pkg_dir = dir / fmt::format("pkg-{}-{}", kernel, given);
       std::string out;
       ASSERT_EQ(sparsert::testing::run_sparsert(fmt::format("compile {} -o {} --target sm_90 --ptx-only --no-tuning-db "
-                                                            "--tiles model --kernel {} --row-align {}",
-                                                            net, pkg_dir.string(), kernel, align),
+                                                            "--tiles model --kernel {}{}",
+                                                            net, pkg_dir.string(), kernel,
+                                                            given == 0 ? "" : fmt::format(" --row-align {}", given)),
                                                 &out, true),
                 0)
           << out;
-      EXPECT_EQ(out.find("49 columns compiled as 52 (rows of activations aligned to 16 bytes)") != std::string::npos,
+      EXPECT_EQ(out.find("49 columns compiled as 52 (rows of activations aligned to 16 bytes") != std::string::npos,
                 align == 4)
+          << out;
+      EXPECT_EQ(out.find("the default: --row-align 1 compiles the width itself") != std::string::npos, given == 0)
           << out;
       const Package pkg = load_package(pkg_dir);
       EXPECT_EQ(pkg.n, align == 4 ? 52 : 49) << kernel;
@@ -1400,7 +1405,7 @@ TEST(CompileRun, RowsAlignedToFourFloatsAreCompiledForTheRoundedWidthAndRunExact
         const std::string ptx = read_file(pkg_dir / l.entries[0].ptx.at("sm_90"));
         EXPECT_EQ(std::regex_search(ptx, vector_b), align == 4) << l.name << ": " << l.tile.dump();
       }
-      const std::string what = fmt::format("{} --row-align {}", kernel, align);
+      const std::string what = fmt::format("{} --row-align {}", kernel, given == 0 ? "auto" : std::to_string(given));
       const DenseTensor got = GpuNetwork(pkg).run(x);
       ASSERT_EQ(got.cols(), 49) << what;
       EXPECT_LE(max_relative_error(got, want), 1e-5) << what;
@@ -1420,12 +1425,22 @@ TEST(CompileRun, RowsAlignedToFourFloatsAreCompiledForTheRoundedWidthAndRunExact
   EXPECT_EQ(aligned_columns(52, 4), 52);
   EXPECT_EQ(aligned_columns(49, 8), 56);
   EXPECT_EQ(aligned_columns(49, 1), 49);
+  // auto: 4 floats for matrix layers, 1 (their own layout) for a convolutional network.
+  EXPECT_EQ(parse_row_align("auto"), std::nullopt);
+  EXPECT_EQ(parse_row_align("8"), 8);
+  EXPECT_THROW(parse_row_align("16"), UserError);
+  EXPECT_THROW(parse_row_align(""), UserError);
+  EXPECT_EQ(row_align_for(layers, std::nullopt), 4);
+  EXPECT_EQ(row_align_for(layers, 2), 2);
+  std::vector<LoadedLayer> conv_layers(1);
+  conv_layers[0].conv = ConvLayout{};
+  EXPECT_EQ(row_align_for(conv_layers, std::nullopt), 1);
   std::string err;
   EXPECT_EQ(cli(fmt::format("compile {} -o {} --target sm_90 --ptx-only --no-tuning-db --row-align 3", net,
                             (dir / "pkg-3").string()),
                 &err),
             2);
-  EXPECT_NE(err.find("--row-align: 3 is not 1, 2, 4 or 8 floats"), std::string::npos) << err;
+  EXPECT_NE(err.find("--row-align: 3 is not auto or 1, 2, 4 or 8 floats"), std::string::npos) << err;
   EXPECT_FALSE(std::filesystem::exists(dir / "pkg-3"));
 }
 

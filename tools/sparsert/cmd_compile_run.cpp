@@ -68,7 +68,7 @@ struct CompileArgs {
   bool no_tuning_db = false;
   std::string tuning_db;
   std::optional<int32_t> max_entries;
-  int32_t row_align = 1;
+  std::string row_align = "auto";
   std::string block_functions = "auto";
   std::string dependent_launch = "on";
   bool fold_duplicates = false;
@@ -247,15 +247,16 @@ Action add_compile(CLI::App& app) {
   sub->add_option("--row-align", args->row_align,
                   "Rows of activations aligned to this many floats (1, 2, 4 or 8): the package is compiled for the "
                   "network's columns rounded up to a multiple of it, so kernels may read rows of B as vectors; runs "
-                  "of the network's own width use the first columns. Matrix networks only")
-      ->default_val(1);
+                  "of the network's own width use the first columns. Matrix networks only. auto: 4 for networks of "
+                  "matrix layers (49 columns compiled as 52), 1 for convolutional ones")
+      ->default_val("auto");
   sub->add_flag("--fold-duplicates", args->fold_duplicates,
                 "Compute each layer's duplicate neurons (rows with the same nonzeros and bias) once and read the first "
                 "copy in the next layer; the last layer keeps every row. Chains of matrix layers only");
   return [args] {
     SPARSERT_USER_CHECK(!args->network.empty() || !args->gc_dir.empty(), "compile",
                         "give a network description (.json) or --graphchallenge DIR");
-    compiler::check_row_align(args->row_align);
+    const std::optional<int32_t> row_align = compiler::parse_row_align(args->row_align);
     const compiler::NetworkDesc net =
         args->gc_dir.empty()
             ? compiler::read_network(args->network)
@@ -263,10 +264,12 @@ Action add_compile(CLI::App& app) {
     std::vector<compiler::LoadedLayer> layers = compiler::load_network(net);
     if (args->fold_duplicates) fold_layers(layers, args->threads, args->quiet);
     const int32_t columns = layers.empty() ? 0 : layers.front().desc.n;
-    compiler::align_rows(layers, args->row_align);
+    const int32_t floats = compiler::row_align_for(layers, row_align);
+    compiler::align_rows(layers, floats);
     if (!layers.empty() && layers.front().desc.n != columns && !args->quiet) {
-      fmt::print("{} columns compiled as {} (rows of activations aligned to {} bytes)\n", columns,
-                 layers.front().desc.n, 4 * args->row_align);
+      fmt::print("{} columns compiled as {} (rows of activations aligned to {} bytes{}; runs of {} use the first "
+                 "columns)\n", columns, layers.front().desc.n, 4 * floats,
+                 row_align ? "" : ", the default: --row-align 1 compiles the width itself", columns);
     }
     compiler::CompileOptions opt;
     opt.targets = codegen::Target::parse_list(args->targets, "--target");

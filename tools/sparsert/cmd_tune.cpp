@@ -62,7 +62,7 @@ struct TuneArgs {
   int top = 1, threads = 2;
   bool quiet = false, no_share = false, no_db = false;
   std::optional<int32_t> max_entries;
-  int32_t row_align = 1;
+  std::string row_align = "auto";
   MatrixOptions matrix;
 };
 
@@ -71,6 +71,13 @@ std::string kind_comparison(const autotune::LayerResult& l) {
   if (l.best_baked.index < 0 || l.best_streamed.index < 0 || l.best_baked.score <= 0) return "";
   return fmt::format("  streamed/baked {:.2f} ({}/{})", l.best_streamed.score / l.best_baked.score,
                      l.best_streamed.status, l.best_baked.status);
+}
+
+// Tuning records are keyed by the width compile builds, so a width that alignment changed is said, with the way out.
+void aligned_note(int32_t columns, int32_t aligned, int32_t floats, bool by_default, bool quiet) {
+  if (columns == aligned || quiet) return;
+  fmt::print("{} columns tuned as {}, the width compile builds{} (rows aligned to {} bytes); --row-align 1 tunes {}\n",
+             columns, aligned, by_default ? " by default" : "", 4 * floats, columns);
 }
 
 bool is_network(const std::string& path) {
@@ -106,13 +113,13 @@ Action add_tune(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20));
   sub->add_option("--row-align", args->row_align,
                   "Tune for the columns rounded up to a multiple of this many floats, as `compile --row-align` "
-                  "builds them (1, 2, 4 or 8)")
-      ->default_val(1);
+                  "builds them (auto, 1, 2, 4 or 8; auto: compile's default, 4 for matrix layers)")
+      ->default_val("auto");
   add_matrix_options(*sub, args->matrix);
   return [args] {
     // CLI11's range check lets a NaN through (every comparison with it is false).
     SPARSERT_USER_CHECK(std::isfinite(args->budget), "--budget", "{} is not a number of seconds", args->budget);
-    compiler::check_row_align(args->row_align);
+    const std::optional<int32_t> row_align = compiler::parse_row_align(args->row_align);
     std::vector<autotune::TuneLayer> layers;
     std::vector<NamedPath> inputs = {{"the input", args->input}};
     if (is_network(args->input)) {
@@ -122,7 +129,10 @@ Action add_tune(CLI::App& app) {
       size_t convolutions = 0;
       std::vector<compiler::LoadedLayer> loaded = compiler::load_network(net);
       if (std::none_of(loaded.begin(), loaded.end(), [](const compiler::LoadedLayer& l) { return l.conv; })) {
-        compiler::align_rows(loaded, args->row_align);
+        const int32_t columns = loaded.empty() ? 0 : loaded.front().desc.n;
+        const int32_t floats = compiler::row_align_for(loaded, row_align);
+        compiler::align_rows(loaded, floats);
+        if (!loaded.empty()) aligned_note(columns, loaded.front().desc.n, floats, !row_align, args->quiet);
       }
       layers = tune_layers_of(loaded, &convolutions);
       // (A network with an input is convolutional throughout.)
@@ -131,8 +141,10 @@ Action add_tune(CLI::App& app) {
     } else {
       SPARSERT_USER_CHECK(args->n >= 1, "--n", "a matrix input needs the number of columns of B (--n N, N >= 1)");
       inspector::LoadedMatrix m = load_matrix_for_cli(args->input, args->matrix);
-      layers.push_back({std::filesystem::path(args->input).stem().string(), std::move(m.a), Epilogue{},
-                        compiler::aligned_columns(args->n, args->row_align)});
+      const int32_t floats = row_align.value_or(compiler::kDefaultRowAlign);
+      const int32_t columns = compiler::aligned_columns(args->n, floats);
+      aligned_note(args->n, columns, floats, !row_align, args->quiet);
+      layers.push_back({std::filesystem::path(args->input).stem().string(), std::move(m.a), Epilogue{}, columns});
     }
     autotune::TuneOptions opt;
     opt.target = codegen::Target::parse(args->target, "--target");

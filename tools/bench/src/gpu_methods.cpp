@@ -576,8 +576,9 @@ class SparsertGpu final : public GpuMethod {
   // kChoiceSamples such samples. A few milliseconds a problem on a GPU; the choice needs a ranking, not a figure.
   static constexpr int kChoiceRuns = 20;
   static constexpr int kChoiceSamples = 3;
-  // The measured choice also times each kind with rows of this many floats (16 bytes) where N is not a multiple.
-  static constexpr int32_t kMeasuredRowAlign = 4;
+  // The measured choice also times each kind with rows of this many floats (16 bytes, compile's default) where N is
+  // not a multiple.
+  static constexpr int32_t kMeasuredRowAlign = compiler::kDefaultRowAlign;
   std::string name() const override { return "sparsert-gpu"; }
   std::string detail() const override { return detail_; }
   // Every problem's kernels compiled side by side, one compile a core, into the kernel cache, so that prepare() finds
@@ -593,7 +594,7 @@ class SparsertGpu final : public GpuMethod {
         if (measured(problems[i])) {
           for (const Variant& v : variants(problems[i])) jobs.push_back({i, v});
         } else {
-          jobs.push_back({i, Variant{std::nullopt, problems[i].n}});
+          jobs.push_back({i, Variant{std::nullopt, compiled_columns(problems[i])}});
         }
       }
       parallel_for(static_cast<int64_t>(jobs.size()), 0, [&](int64_t j) {
@@ -617,14 +618,18 @@ class SparsertGpu final : public GpuMethod {
     std::filesystem::create_directories(scratch_);
     b_ = &b;
     if (!measured(p)) {
-      adopt(build(p, *compile_options(p, std::nullopt, p.n), p.n));
+      const int32_t columns = compiled_columns(p);
+      adopt(build(p, *compile_options(p, std::nullopt, columns), columns));
       return;
     }
     // Each kind's fastest kernel under the model, timed here; the faster one is the subject's kernel, as cuSPARSE's
     // fastest algorithm is the baseline's. Both times and the model's own pick are recorded beside it. Where N is
     // not a multiple of 4, each kind is also built for rows of 16 bytes (compile --row-align 4; run with N columns).
     choice_ = nlohmann::json::object();
-    if (const std::optional<codegen::KernelKind> pick = model_kind(p)) choice_["model_pick"] = codegen::to_string(*pick);
+    // What compile builds by default, named as the variants below are ("streamed-aligned": at the aligned width).
+    if (const std::optional<codegen::KernelKind> pick = model_kind(p)) {
+      choice_["model_pick"] = codegen::to_string(*pick) + (compiled_columns(p) != p.n ? "-aligned" : "");
+    }
     Built best;
     double best_us = std::numeric_limits<double>::infinity();
     for (const Variant& v : variants(p)) {
@@ -761,6 +766,11 @@ class SparsertGpu final : public GpuMethod {
     detail_ = b.detail;
   }
   bool measured(const Problem& p) const { return measure_kinds_ && !p.conv; }
+  // The width `sparsert compile` builds the problem for by default (--row-align auto): rows of kDefaultRowAlign
+  // floats for a matrix layer, the problem's own for a convolution.
+  static int32_t compiled_columns(const Problem& p) {
+    return p.conv ? p.n : compiler::aligned_columns(p.n, compiler::kDefaultRowAlign);
+  }
   // A kernel the measured choice builds and times: the model's fastest of a kind (any kind: nothing), compiled for
   // `columns`.
   struct Variant {
@@ -777,7 +787,7 @@ class SparsertGpu final : public GpuMethod {
     return out;
   }
   std::optional<codegen::KernelKind> model_kind(const Problem& p) const {
-    const std::optional<compiler::TunedKernel> pick = model_pick(p, std::nullopt, p.n);
+    const std::optional<compiler::TunedKernel> pick = model_pick(p, std::nullopt, compiled_columns(p));
     return pick ? std::optional<codegen::KernelKind>(pick->kind) : std::nullopt;
   }
   Built build(const Problem& p, const compiler::CompileOptions& o, int32_t columns) {

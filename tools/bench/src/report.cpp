@@ -186,11 +186,14 @@ std::string chart_svg(const json& run, const std::vector<Group>& groups, std::op
   return s;
 }
 
-std::string run_id(const json& run) {
-  std::string id = run["suite"].get<std::string>() + "-" + run["device"].get<std::string>();
+// A name for a file: letters, digits and '-', anything else '_'.
+std::string file_id(std::string id) {
   for (char& c : id)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') c = '_';
   return id;
+}
+std::string run_id(const json& run) {
+  return file_id(run["suite"].get<std::string>() + "-" + run["device"].get<std::string>());
 }
 
 // Text inside a Markdown table cell: one line, no column separators.
@@ -259,12 +262,21 @@ constexpr BestOfGoal kBestOfGoals[] = {
 };
 constexpr const char* kBestOfBaselines[] = {"cublas-fp32", "cusparse"};
 
-std::string best_of_goal_line(const BestOfGoal& g, const std::vector<json>& runs) {
-  const std::string what = fmt::format("sparsert-gpu over the faster of {} per problem, {} (≥ {:g}×, none below {:g}×)",
-                                       fmt::join(kBestOfBaselines, " and "), g.suite, g.ratio, g.floor);
-  const json* run = nullptr;
-  for (const json& r : runs)
-    if (r["suite"] == g.suite && r["device"] == g.device) run = &r;
+// The runs a goal is held against: every run of its suite on its device (one line each, named by its file where
+// there are several, as when two GPUs ran a suite).
+std::vector<size_t> goal_runs(const std::vector<json>& runs, const char* suite, const char* device) {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < runs.size(); ++i)
+    if (runs[i]["suite"] == suite && runs[i]["device"] == device) out.push_back(i);
+  return out;
+}
+std::string run_label(const std::vector<size_t>& matching, const std::vector<std::string>& run_files, size_t i) {
+  return matching.size() > 1 ? fmt::format(" [{}]", run_files.at(i)) : std::string{};
+}
+
+std::string best_of_goal_line(const BestOfGoal& g, const json* run, const std::string& label) {
+  const std::string what = fmt::format("sparsert-gpu over the faster of {} per problem, {} (≥ {:g}×, none below {:g}×){}",
+                                       fmt::join(kBestOfBaselines, " and "), g.suite, g.ratio, g.floor, label);
   if (run == nullptr) return fmt::format("- {}: **not measured** in these runs.\n", what);
   std::vector<double> ratios;
   std::string worst_name;
@@ -338,26 +350,32 @@ std::string write_report(const std::vector<json>& runs, const std::vector<std::s
   }
   md += "\n### Goals\n\n";
   for (const Goal& g : kGoals) {
-    const json* run = nullptr;
-    for (const json& r : runs)
-      if (r["suite"] == g.suite && r["device"] == g.device) run = &r;
-    if (run == nullptr) {
+    const std::vector<size_t> matching = goal_runs(runs, g.suite, g.device);
+    if (matching.empty()) {
       md += fmt::format("- {} (≥ {:g}×, suite {} on {}): **not measured** in these runs.\n", g.what, g.ratio, g.suite,
                         g.device);
       continue;
     }
-    const auto s = speedups(all_problems(*run), (*run)["subject"], g.baseline);
-    if (s.empty()) {
-      md += fmt::format("- {} (≥ {:g}×): **no verified {} times** in the {} run.\n", g.what, g.ratio, g.baseline,
-                        g.suite);
-      continue;
+    for (const size_t i : matching) {
+      const json& run = runs[i];
+      const std::string label = run_label(matching, run_files, i);
+      const auto s = speedups(all_problems(run), run["subject"], g.baseline);
+      if (s.empty()) {
+        md += fmt::format("- {} (≥ {:g}×){}: **no verified {} times** in the {} run.\n", g.what, g.ratio, label,
+                          g.baseline, g.suite);
+        continue;
+      }
+      const double gm = geomean(s);
+      md += fmt::format("- {} (≥ {:g}×){}: measured **{:.2f}×** (geometric mean over {} problems) — **{}**.\n", g.what,
+                        g.ratio, label, gm, s.size(), gm >= g.ratio ? "met" : "NOT met");
     }
-    const double gm = geomean(s);
-    md += fmt::format("- {} (≥ {:g}×): measured **{:.2f}×** (geometric mean over {} problems) — **{}**.\n", g.what,
-                      g.ratio, gm, s.size(), gm >= g.ratio ? "met" : "NOT met");
   }
 
-  for (const BestOfGoal& g : kBestOfGoals) md += best_of_goal_line(g, runs);
+  for (const BestOfGoal& g : kBestOfGoals) {
+    const std::vector<size_t> matching = goal_runs(runs, g.suite, g.device);
+    if (matching.empty()) md += best_of_goal_line(g, nullptr, "");
+    for (const size_t i : matching) md += best_of_goal_line(g, &runs[i], run_label(matching, run_files, i));
+  }
 
   // ---- the convolution suites on the CPU, side by side (issue 15)
   std::vector<const json*> conv_runs;
@@ -405,9 +423,17 @@ std::string write_report(const std::vector<json>& runs, const std::vector<std::s
   }
 
   // ---- one section per run
+  std::set<std::string> chart_ids;
   for (size_t ri = 0; ri < runs.size(); ++ri) {
     const json& run = runs[ri];
     const std::string subject = run["subject"];
+    // Each run its own chart, also where several ran one suite on one device (1 and 2 threads, two GPUs): named
+    // after the results file where that starts with the suite and device (rn50-0.9-cuda-h200.json ->
+    // rn50-0_9-cuda-h200.svg), else after the suite and device, numbered past the first.
+    const std::string stem = std::filesystem::path(run_files.at(ri)).stem().string();
+    const std::string prefix = run["suite"].get<std::string>() + "-" + run["device"].get<std::string>();
+    std::string chart_id = stem.rfind(prefix, 0) == 0 ? file_id(stem) : run_id(run);
+    for (int k = 2; !chart_ids.insert(chart_id).second; ++k) chart_id = run_id(run) + fmt::format("-{}", k);
     const std::vector<std::string> baselines = run["baselines"];
     const std::vector<Group> groups = groups_of(run);
     md += fmt::format("\n## {} on {}\n\n", run["suite"].get<std::string>(), run["device"].get<std::string>());
@@ -464,12 +490,12 @@ std::string write_report(const std::vector<json>& runs, const std::vector<std::s
         goal_baseline = b;
         break;
       }
-    const std::string svg_name = run_id(run) + ".svg";
+    const std::string svg_name = chart_id + ".svg";
     std::error_code ec;
     std::filesystem::create_directories(svg_dir, ec);
     if (ec) throw_user_error(svg_dir.string(), "cannot create the charts' directory ({})", ec.message());
     write_file_atomic(svg_dir / svg_name, chart_svg(run, groups, goal, goal_baseline));
-    md += fmt::format("\n![{} speedups]({}/{})\n", run_id(run), svg_link_prefix, svg_name);
+    md += fmt::format("\n![{} speedups]({}/{})\n", chart_id, svg_link_prefix, svg_name);
 
     // By shape group.
     md += "\n### By shape group\n\nTimes: geometric mean over the group's instances of each median. Speedups: "
