@@ -84,6 +84,26 @@ TEST(GraphChallengeGenerator, ImagesAreSparseStrokes) {
   EXPECT_THROW(generate_layer(1000, 1, 1), UserError);
 }
 
+// The images are drawn side by side since 2026-11-27 (the draws stay one stream, in order): the same images on any
+// number of threads, and the very images the one-core version made (its fingerprints, taken before the change), so
+// the measured synthetic runs (live inputs, categories) still describe what the command makes.
+TEST(GraphChallengeGenerator, ImagesDoNotDependOnTheThreads) {
+  auto fnv = [](const CsrMatrix& m) {
+    uint64_t h = 1469598103934665603ULL;
+    for (const int32_t v : m.row_ptr) h = (h ^ static_cast<uint32_t>(v)) * 1099511628211ULL;
+    for (const int32_t v : m.col_idx) h = (h ^ static_cast<uint32_t>(v)) * 1099511628211ULL;
+    return h;
+  };
+  const CsrMatrix one = generate_images(4096, 500, 7, 1);
+  EXPECT_EQ(one.nnz(), 160924);
+  EXPECT_EQ(fnv(one), 11069208819585988957ULL);
+  EXPECT_EQ(generate_images(4096, 500, 7, 3), one);
+  const CsrMatrix wide = generate_images(65536, 40, 1, 2);
+  EXPECT_EQ(wide.nnz(), 199426);
+  EXPECT_EQ(fnv(wide), 985225138851430019ULL);
+  for (const float v : wide.values) ASSERT_EQ(v, 1.0f);
+}
+
 TEST(GraphChallengeGenerator, WrittenNetworkReadsBackAndGivesAStableNonzeroCategoryCount) {
   testing::ScratchDir scratch;
   const std::filesystem::path weights = write_network(scratch.path(), 1024, 30, 300, 4);

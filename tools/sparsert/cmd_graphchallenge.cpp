@@ -125,7 +125,7 @@ int run(const GraphChallengeArgs& a) {
     } else {
       net = graphchallenge::synthetic_network(a.neurons, a.layers, *a.synthetic, a.threads, bias);
     }
-    images = graphchallenge::generate_images(a.neurons, a.images, *a.synthetic);
+    images = graphchallenge::generate_images(a.neurons, a.images, *a.synthetic, a.threads);
   } else {
     net = gc::make_network(graphchallenge::read_layers(a.weights, a.neurons, a.layers), a.neurons, bias);
     images = graphchallenge::read_images(a.inputs, a.neurons);

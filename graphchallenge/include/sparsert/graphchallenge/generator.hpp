@@ -21,7 +21,8 @@ namespace sparsert::graphchallenge {
 CsrMatrix generate_layer(int32_t neurons, int32_t layer, uint64_t seed);
 
 // `images` synthetic sparse images (rows) on N neurons (N a perfect square): a few thick random strokes each, values 1.
-CsrMatrix generate_images(int32_t neurons, int32_t images, uint64_t seed);
+// The same images for any number of `threads` (0: one per core).
+CsrMatrix generate_images(int32_t neurons, int32_t images, uint64_t seed, int threads = 0);
 
 // What synthetic_network (with `folded`: synthetic_network_folded) checks before it allocates anything: a size the
 // recipe makes, at least one layer, and nonzeros within 80% of this machine's memory. UserError naming --neurons or
