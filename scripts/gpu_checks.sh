@@ -192,11 +192,12 @@ case $stage in
     # 1024 blocks, 1 to 8 groups, 32- and 49-column tiles) say whether a block's code size or the 49-column tile sets
     # the time. (Until 2026-11-26 this was the N = 196 layer bottleneck_2_block_group3_2_1, measured on 2026-11-24 and
     # -26: docs/measurements/h100-2026-11-26/tune-gpu.json.)
+    # --row-align 1: at 49 columns, as the files of 2026-11-26 and -27 (compile's default builds 52 since 2026-11-27).
     layer=$data/dlmc/rn50/magnitude_pruning/0.9/bottleneck_3_block_group4_2_1.smtx
-    step "$sparsert" tune "$layer" --n 49 --mode gpu --kernel baked --top 2 -o "$out/tune-baked-n49-gpu.json" \
+    step "$sparsert" tune "$layer" --n 49 --row-align 1 --mode gpu --kernel baked --top 2 \
+      -o "$out/tune-baked-n49-gpu.json" --no-db -j "$jobs"
+    step "$sparsert" tune "$layer" --n 49 --row-align 1 --mode model --kernel baked -o "$out/tune-baked-n49-model.json" \
       --no-db -j "$jobs"
-    step "$sparsert" tune "$layer" --n 49 --mode model --kernel baked -o "$out/tune-baked-n49-model.json" --no-db \
-      -j "$jobs"
     # The row-split streamed kernel (N <= 16) has not run on a GPU: time its candidates at N = 1 on ResNet-50's final
     # layer, so that `sparsert check-model tune-gemv-gpu.json` can calibrate its terms (docs/autotune.md).
     step "$sparsert" tune "$data/dlmc/rn50/magnitude_pruning/0.9/final_dense.smtx" --n 1 --mode gpu --kernel streamed \
@@ -205,7 +206,8 @@ case $stage in
     # the layers the 2026-11-24 bench lost (2048 x 1024 at N = 49, 0.55x the faster vendor baked; the transformer's
     # 512 x 2048 at N = 256, 0.53x), against bench-rn50's and bench-rest's cuSPARSE times of the same layers.
     step "$sparsert" tune "$data/dlmc/rn50/magnitude_pruning/0.9/bottleneck_projection_block_group_projection_block_group4.smtx" \
-      --n 49 --mode gpu --kernel streamed --top 4 -o "$out/tune-rows-cols-n49-gpu.json" --no-db -j "$jobs"
+      --n 49 --row-align 1 --mode gpu --kernel streamed --top 4 -o "$out/tune-rows-cols-n49-gpu.json" --no-db \
+      -j "$jobs"
     gen=$(mktemp -d)
     step "$sparsert" gen pruned --rows 512 --cols 2048 --sparsity 0.9 --seed 100 -o "$gen/nlp_512x2048.mtx"
     step "$sparsert" tune "$gen/nlp_512x2048.mtx" --n 256 --mode gpu --kernel streamed --top 4 \
@@ -224,8 +226,9 @@ case $stage in
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
     if run tar xzf "$gc/neuron1024.tar.gz" -C "$tmp" neuron1024/n1024-l100.tsv; then
+      # --row-align 1: the Graph Challenge executor compiles for the live columns themselves.
       for n in 950 60000; do
-        step "$sparsert" tune "$tmp/neuron1024/n1024-l100.tsv" --n "$n" --mode gpu --top 4 \
+        step "$sparsert" tune "$tmp/neuron1024/n1024-l100.tsv" --n "$n" --row-align 1 --mode gpu --top 4 \
           -o "$out/tune-gc-l100-n$n-gpu.json" --no-db -j "$jobs" --budget 200
         model_check "$out/tune-gc-l100-n$n-gpu.json"
       done
@@ -261,7 +264,8 @@ case $stage in
   ncu-spmm)
     # Why a 49-column baked tile runs 1.5x the modelled time (docs/autotune.md, "Sharing by warps, not tiles"): rn50's
     # 512 x 2048 layer at N = 49, 128 blocks of 819 nonzeros at 90% (10.5 us on 2026-11-26, 8.3 of them work) and of
-    # 410 at 95% (5.3 us), as compile builds it baked. Warp stall reasons (instruction fetch or the loads of B),
+    # 410 at 95% (5.3 us), as compile builds it baked (since 2026-11-27 for 52 columns, rows of 16 bytes, run with 49;
+    # the profiles of 2026-11-27 are of the 49-column kernels). Warp stall reasons (instruction fetch or the loads of B),
     # instruction and L1/L2 statistics of one launch, with the caches left as the run leaves them (a timed run keeps
     # the code in L2).
     if ! command -v ncu > /dev/null; then

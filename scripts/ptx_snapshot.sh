@@ -27,8 +27,9 @@ for sparsity in 0.9 0.95; do
     for kernel in auto streamed; do
       printf '{"format": "sparsert-network/1", "layers": [{"name": "%s", "weights": "%s", "n": %s, "activation": "relu"}]}\n' \
         "$name" "$file" "$n" > "$work/net.json"
+      # --row-align 1: at the layer's real N, as the snapshots before compile aligned rows by default (2026-11-27).
       "$sparsert" compile "$work/net.json" -o "$work/pkg" --target sm_90 --ptx-only --no-tuning-db -q \
-        --kernel "$kernel" > /dev/null
+        --kernel "$kernel" --row-align 1 > /dev/null
       for f in "$work/pkg"/*.ptx "$work/pkg"/*/*.ptx; do
         [[ -f "$f" ]] && cp "$f" "$dest/compile-$kernel-$(basename "$f")"
       done

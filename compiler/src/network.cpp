@@ -310,10 +310,16 @@ std::optional<int32_t> parse_row_align(const std::string& text, const std::strin
   throw UserError(field, fmt::format("{} is not auto or 1, 2, 4 or 8 floats", text));
 }
 
+int32_t default_row_align(int32_t n) { return n >= kMinAlignedColumns ? kDefaultRowAlign : 1; }
+
 int32_t row_align_for(const std::vector<LoadedLayer>& layers, std::optional<int32_t> floats) {
   if (floats) return *floats;
+  if (layers.empty()) return 1;
   const bool convolutional = std::any_of(layers.begin(), layers.end(), [](const LoadedLayer& l) { return l.conv; });
-  return convolutional ? 1 : kDefaultRowAlign;
+  const auto narrowest = std::min_element(layers.begin(), layers.end(), [](const LoadedLayer& a, const LoadedLayer& b) {
+    return a.desc.n < b.desc.n;
+  });
+  return convolutional ? 1 : default_row_align(narrowest->desc.n);
 }
 
 int32_t aligned_columns(int32_t n, int32_t floats, const std::string& field) {

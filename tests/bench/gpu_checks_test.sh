@@ -62,19 +62,19 @@ for call in 'bench --suite rn50-0.9 --device cuda --repeats 20 --choose measured
   'bench --suite graphchallenge --device cuda --repeats 20 --choose measured ' \
   'bench --suite rn50-conv3x3-0\.9 --device cuda --repeats 20 --data ' \
   'bench --suite rn50-conv3x3-0\.95 --device cuda --repeats 20 --data ' 'graphchallenge .*--device cuda' \
-  'graphchallenge .*--device cpu' 'tune .*bottleneck_3_block_group4_2_1\.smtx --n 49 --mode gpu --kernel baked ' \
-  'tune .*bottleneck_3_block_group4_2_1\.smtx --n 49 --mode model --kernel baked ' \
+  'graphchallenge .*--device cpu' 'tune .*bottleneck_3_block_group4_2_1\.smtx --n 49 --row-align 1 --mode gpu --kernel baked ' \
+  'tune .*bottleneck_3_block_group4_2_1\.smtx --n 49 --row-align 1 --mode model --kernel baked ' \
   'tune .*final_dense\.smtx --n 1 --mode gpu --kernel streamed' \
-  'tune .*projection_block_group4\.smtx --n 49 --mode gpu --kernel streamed' \
+  'tune .*projection_block_group4\.smtx --n 49 --row-align 1 --mode gpu --kernel streamed' \
   'gen pruned --rows 512 --cols 2048 --sparsity 0\.9 --seed 100 ' \
   'tune .*nlp_512x2048\.mtx --n 256 --mode gpu --kernel streamed' \
   'graphchallenge .*--replicate 1 --device cuda --compaction fused' \
   'graphchallenge .*--replicate 1 --device cuda --compaction kernel' \
   'graphchallenge .*--replicate 1 --device cuda --max-entries 8' \
-  'graphchallenge .*--replicate 1 --device cuda --dependent-launch off' 'tune .*n1024-l100\.tsv --n 950 --mode gpu' \
+  'graphchallenge .*--replicate 1 --device cuda --dependent-launch off' 'tune .*n1024-l100\.tsv --n 950 --row-align 1 --mode gpu' \
   'graphchallenge .*--replicate 50 --device cuda --fold-duplicates' \
   'graphchallenge .*--replicate 1 --device cuda --fold-duplicates' \
-  'tune .*n1024-l100\.tsv --n 60000 --mode gpu' 'bench --suite rn50-0\.9 .*--max-entries 8 ' \
+  'tune .*n1024-l100\.tsv --n 60000 --row-align 1 --mode gpu' 'bench --suite rn50-0\.9 .*--max-entries 8 ' \
   'bench --suite rn50-0\.9 .*--max-entries 2 ' 'bench --suite transformer .*--max-entries 8 ' \
   'bench --suite rn50-0\.9 .*--block-functions off ' 'bench --suite transformer .*--block-functions off '; do
   check "ran: $call" grep -q -E "^$call" "$CALLS"

@@ -28,6 +28,13 @@ Outcome run(const std::string& args, const ScratchDir& dir, const std::string& e
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, sparsert::read_file(err_file)};
 }
 
+// As run(), with what the command printed on either stream, for cases that read its report.
+Outcome run_printing(const std::string& args, const ScratchDir& dir) {
+  const std::string out_file = (dir / "printed.txt").string();
+  const int status = std::system(fmt::format("'{}' {} >'{}' 2>&1", SPARSERT_CLI, args, out_file).c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, sparsert::read_file(out_file)};
+}
+
 int lines(const std::string& s) {
   int n = 0;
   for (char c : s) n += c == '\n';
@@ -355,6 +362,28 @@ TEST(CliBadInput, TuneWithRowAlignKeysItsRecordsAtTheWidthCompileBuilds) {
   const nlohmann::json manifest = nlohmann::json::parse(sparsert::read_file(dir / "pkg" / "manifest.json"));
   EXPECT_EQ(manifest.value("n", 0), 8);
   EXPECT_EQ(manifest["layers"][0].value("tile_source", ""), "tuned") << manifest["layers"][0].dump().substr(0, 300);
+
+  // Both defaults (--row-align auto) at 33 columns: tune says it tunes 36, the width compile then builds and finds.
+  const std::string wide = (dir / "wide").string(), db2 = (dir / "db2.json").string();
+  ASSERT_EQ(run(fmt::format("gen network --layers 1 --neurons 64 --n 33 -o {}", wide), dir).code, 0);
+  o = run_printing(fmt::format("tune {}/net.json --mode model --kernel baked --top 1 -j 1 --db {} -o {}", wide, db2,
+                               (dir / "wide.json").string()),
+                   dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.err.find("33 columns tuned as 36, the width compile builds by default (rows aligned to 16 bytes); "
+                       "--row-align 1 tunes 33"),
+            std::string::npos)
+      << o.err;
+  o = run_printing(
+      fmt::format("compile {}/net.json --target sm_90 --tuning-db {} -o {}", wide, db2, (dir / "wpkg").string()), dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.err.find("33 columns compiled as 36 (rows of activations aligned to 16 bytes, the default"),
+            std::string::npos)
+      << o.err;
+  const nlohmann::json wide_manifest = nlohmann::json::parse(sparsert::read_file(dir / "wpkg" / "manifest.json"));
+  EXPECT_EQ(wide_manifest.value("n", 0), 36);
+  EXPECT_EQ(wide_manifest["layers"][0].value("tile_source", ""), "tuned")
+      << wide_manifest["layers"][0].dump().substr(0, 300);
 }
 
 namespace {

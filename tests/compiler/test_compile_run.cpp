@@ -1339,18 +1339,20 @@ std::string forty_nine_column_network(const ScratchDir& dir) {
 
 // Streamed layers at N = 49 (rn50's last stage): the model's pick among the streamed kernels is the row-split kernel
 // whose lanes span the columns (col_lanes, in the manifest's tile and the block's x), and the package runs exact on
-// the emulated driver, each layer after the first as a programmatic dependent of the one before.
+// the emulated driver, each layer after the first as a programmatic dependent of the one before. At the 49 columns
+// themselves (--row-align 1; by default compile builds 52, which the test after this one runs).
 TEST(CompileRun, StreamedLayersAtFortyNineColumnsSpanThemWithColumnLanes) {
   ScratchDir dir;
   const std::string net = forty_nine_column_network(dir);
   const CacheDir cache_dir(dir / "cache");
   std::string err;
   ASSERT_EQ(cli(fmt::format("compile {} -o {} --target sm_90 --ptx-only --no-tuning-db --tiles model --kernel "
-                            "streamed -q", net, (dir / "pkg").string()),
+                            "streamed --row-align 1 -q", net, (dir / "pkg").string()),
                 &err),
             0)
       << err;
   const Package pkg = load_package(dir / "pkg");
+  ASSERT_EQ(pkg.n, 49);
   ASSERT_EQ(pkg.layers.size(), 2u);
   for (const PackageLayer& l : pkg.layers) {
     EXPECT_EQ(l.kind, "streamed") << l.name;
@@ -1425,7 +1427,10 @@ TEST(CompileRun, RowsAlignedToFourFloatsAreCompiledForTheRoundedWidthAndRunExact
   EXPECT_EQ(aligned_columns(52, 4), 52);
   EXPECT_EQ(aligned_columns(49, 8), 56);
   EXPECT_EQ(aligned_columns(49, 1), 49);
-  // auto: 4 floats for matrix layers, 1 (their own layout) for a convolutional network.
+  // auto: 4 floats for matrix layers of 32 columns or more, 1 below and for a convolutional network (its own layout).
+  EXPECT_EQ(default_row_align(31), 1);
+  EXPECT_EQ(default_row_align(32), 4);
+  EXPECT_EQ(default_row_align(1), 1);
   EXPECT_EQ(parse_row_align("auto"), std::nullopt);
   EXPECT_EQ(parse_row_align("8"), 8);
   EXPECT_THROW(parse_row_align("16"), UserError);
@@ -1435,6 +1440,10 @@ TEST(CompileRun, RowsAlignedToFourFloatsAreCompiledForTheRoundedWidthAndRunExact
   std::vector<LoadedLayer> conv_layers(1);
   conv_layers[0].conv = ConvLayout{};
   EXPECT_EQ(row_align_for(conv_layers, std::nullopt), 1);
+  std::vector<LoadedLayer> narrow = layers;
+  narrow.back().desc.n = 20;  // the narrowest layer decides
+  EXPECT_EQ(row_align_for(narrow, std::nullopt), 1);
+  EXPECT_EQ(row_align_for({}, std::nullopt), 1);
   std::string err;
   EXPECT_EQ(cli(fmt::format("compile {} -o {} --target sm_90 --ptx-only --no-tuning-db --row-align 3", net,
                             (dir / "pkg-3").string()),

@@ -248,7 +248,7 @@ Action add_compile(CLI::App& app) {
                   "Rows of activations aligned to this many floats (1, 2, 4 or 8): the package is compiled for the "
                   "network's columns rounded up to a multiple of it, so kernels may read rows of B as vectors; runs "
                   "of the network's own width use the first columns. Matrix networks only. auto: 4 for networks of "
-                  "matrix layers (49 columns compiled as 52), 1 for convolutional ones")
+                  "matrix layers of 32 columns or more (49 compiled as 52), else 1")
       ->default_val("auto");
   sub->add_flag("--fold-duplicates", args->fold_duplicates,
                 "Compute each layer's duplicate neurons (rows with the same nonzeros and bias) once and read the first "

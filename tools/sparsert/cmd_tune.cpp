@@ -113,7 +113,7 @@ Action add_tune(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20));
   sub->add_option("--row-align", args->row_align,
                   "Tune for the columns rounded up to a multiple of this many floats, as `compile --row-align` "
-                  "builds them (auto, 1, 2, 4 or 8; auto: compile's default, 4 for matrix layers)")
+                  "builds them (auto, 1, 2, 4 or 8; auto: compile's default, 4 for matrix layers of 32 columns or more)")
       ->default_val("auto");
   add_matrix_options(*sub, args->matrix);
   return [args] {
@@ -141,7 +141,7 @@ Action add_tune(CLI::App& app) {
     } else {
       SPARSERT_USER_CHECK(args->n >= 1, "--n", "a matrix input needs the number of columns of B (--n N, N >= 1)");
       inspector::LoadedMatrix m = load_matrix_for_cli(args->input, args->matrix);
-      const int32_t floats = row_align.value_or(compiler::kDefaultRowAlign);
+      const int32_t floats = row_align.value_or(compiler::default_row_align(args->n));
       const int32_t columns = compiler::aligned_columns(args->n, floats);
       aligned_note(args->n, columns, floats, !row_align, args->quiet);
       layers.push_back({std::filesystem::path(args->input).stem().string(), std::move(m.a), Epilogue{}, columns});

@@ -766,10 +766,10 @@ class SparsertGpu final : public GpuMethod {
     detail_ = b.detail;
   }
   bool measured(const Problem& p) const { return measure_kinds_ && !p.conv; }
-  // The width `sparsert compile` builds the problem for by default (--row-align auto): rows of kDefaultRowAlign
-  // floats for a matrix layer, the problem's own for a convolution.
+  // The width `sparsert compile` builds the problem for by default (--row-align auto): rows of 16 bytes for a matrix
+  // layer of at least 32 columns, the problem's own width otherwise and for a convolution.
   static int32_t compiled_columns(const Problem& p) {
-    return p.conv ? p.n : compiler::aligned_columns(p.n, compiler::kDefaultRowAlign);
+    return p.conv ? p.n : compiler::aligned_columns(p.n, compiler::default_row_align(p.n));
   }
   // A kernel the measured choice builds and times: the model's fastest of a kind (any kind: nothing), compiled for
   // `columns`.
@@ -890,7 +890,9 @@ MethodSet gpu_methods(const std::filesystem::path& scratch_dir, std::optional<in
                                   "each, the fastest kept)",
                                   SparsertGpu::kMeasuredRowAlign, SparsertGpu::kChoiceSamples,
                                   SparsertGpu::kChoiceRuns)
-                    : "");
+                    : fmt::format("; the model's kernel as compile builds it by default (N of {} or more compiled for "
+                                  "rows of {} floats, N columns run)",
+                                  compiler::kMinAlignedColumns, compiler::kDefaultRowAlign));
 #else
   (void)scratch_dir;
   (void)max_entries;

@@ -187,8 +187,9 @@ std::optional<DetailKernel> kernel_in_detail(const std::string& detail, const st
   return k;
 }
 
-// The width a bench result's kernel was compiled for: " ld=52" at the end of its detail where bench --choose measured
-// built it for aligned rows (compile --row-align), else the problem's n.
+// The width a bench result's kernel was compiled for: " ld=52" at the end of its detail where the bench built it for
+// aligned rows (compile --row-align: its default at N >= 32 since 2026-11-27, and bench --choose measured's aligned
+// variants), else the problem's n.
 int32_t columns_in_detail(const std::string& detail, int32_t n, const std::string& where) {
   const size_t at = detail.rfind(" ld=");
   if (at == std::string::npos) return n;

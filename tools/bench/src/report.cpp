@@ -350,7 +350,16 @@ std::string write_report(const std::vector<json>& runs, const std::vector<std::s
   }
   md += "\n### Goals\n\n";
   for (const Goal& g : kGoals) {
-    const std::vector<size_t> matching = goal_runs(runs, g.suite, g.device);
+    // Runs without the goal's baseline (a 1-thread CPU run has no multi-threaded Eigen) are not held to it, unless
+    // none has it.
+    const std::vector<size_t> all_matching = goal_runs(runs, g.suite, g.device);
+    std::vector<size_t> matching = all_matching;
+    std::vector<size_t> with_baseline;
+    for (const size_t i : matching) {
+      const json& bs = runs[i]["baselines"];
+      if (std::find(bs.begin(), bs.end(), g.baseline) != bs.end()) with_baseline.push_back(i);
+    }
+    if (!with_baseline.empty()) matching = with_baseline;
     if (matching.empty()) {
       md += fmt::format("- {} (≥ {:g}×, suite {} on {}): **not measured** in these runs.\n", g.what, g.ratio, g.suite,
                         g.device);
@@ -358,7 +367,7 @@ std::string write_report(const std::vector<json>& runs, const std::vector<std::s
     }
     for (const size_t i : matching) {
       const json& run = runs[i];
-      const std::string label = run_label(matching, run_files, i);
+      const std::string label = run_label(all_matching, run_files, i);
       const auto s = speedups(all_problems(run), run["subject"], g.baseline);
       if (s.empty()) {
         md += fmt::format("- {} (≥ {:g}×){}: **no verified {} times** in the {} run.\n", g.what, g.ratio, label,
@@ -436,7 +445,12 @@ std::string write_report(const std::vector<json>& runs, const std::vector<std::s
     for (int k = 2; !chart_ids.insert(chart_id).second; ++k) chart_id = run_id(run) + fmt::format("-{}", k);
     const std::vector<std::string> baselines = run["baselines"];
     const std::vector<Group> groups = groups_of(run);
-    md += fmt::format("\n## {} on {}\n\n", run["suite"].get<std::string>(), run["device"].get<std::string>());
+    // Several runs of the suite on the device: the heading names the file too.
+    const auto same = std::count_if(runs.begin(), runs.end(), [&](const json& r) {
+      return r["suite"] == run["suite"] && r["device"] == run["device"];
+    });
+    md += fmt::format("\n## {} on {}{}\n\n", run["suite"].get<std::string>(), run["device"].get<std::string>(),
+                      same > 1 ? fmt::format(" ({})", run_files[ri]) : std::string{});
     md += fmt::format("- machine: {}, {} cores, {}\n", run["machine"].value("cpu", "?"),
                       run["machine"].value("cores", 0), run["machine"].value("os", "?"));
     if (run["machine"].contains("load_average")) {

@@ -88,12 +88,17 @@ std::vector<LoadedLayer> load_network(const NetworkDesc& net);
 int32_t aligned_columns(int32_t n, int32_t floats, const std::string& field = "--row-align");
 // The check aligned_columns makes of `floats`, for commands to make before their work.
 void check_row_align(int32_t floats, const std::string& field = "--row-align");
-// compile's and tune's default row alignment for networks of matrix layers: rows of 16 bytes. Measured on an H200
-// (2026-11-27, docs/measurements/h200-2026-11-27): at N = 49 the row-split kernel built for 52 columns ran 1.01-1.57x
-// faster than the one built for 49 on 13 of the 14 such layers of rn50 and mobilenet (5% slower on the other), and
-// the baked kernels within 3% either way but for one (7% slower). Convolutions keep their own layout (1).
+// compile's and tune's default row alignment for networks of matrix layers of at least kMinAlignedColumns columns:
+// rows of 16 bytes. Measured on an H200 (2026-11-27, docs/measurements/h200-2026-11-27) at N = 49 only: the row-split
+// kernel built for 52 columns ran 1.01-1.57x faster than the one built for 49 on 13 of the 14 such layers of rn50
+// and mobilenet (5% slower on the other), the baked kernels within 3% either way but for one (7% slower). Narrower
+// layers keep their width: padding would add up to half their columns (2 -> 4), and nothing was measured there.
+// Convolutions keep their own layout (1).
 constexpr int32_t kDefaultRowAlign = 4;
-// --row-align's value: "auto" (nothing: kDefaultRowAlign for networks of matrix layers, 1 for convolutional ones) or
+constexpr int32_t kMinAlignedColumns = 32;
+// The default alignment of a matrix layer of n columns: kDefaultRowAlign from kMinAlignedColumns up, else 1.
+int32_t default_row_align(int32_t n);
+// --row-align's value: "auto" (nothing: default_row_align for networks of matrix layers, 1 for convolutional ones) or
 // 1, 2, 4 or 8 floats; anything else is a UserError naming `field`.
 std::optional<int32_t> parse_row_align(const std::string& text, const std::string& field = "--row-align");
 // The alignment `align_rows` applies for a --row-align of `floats` (nothing: auto) to these layers.
