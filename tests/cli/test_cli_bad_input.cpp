@@ -364,26 +364,49 @@ TEST(CliBadInput, TuneWithRowAlignKeysItsRecordsAtTheWidthCompileBuilds) {
   EXPECT_EQ(manifest["layers"][0].value("tile_source", ""), "tuned") << manifest["layers"][0].dump().substr(0, 300);
 
   // Both defaults (--row-align auto) at 33 columns: tune says it tunes 36, the width compile then builds and finds.
-  const std::string wide = (dir / "wide").string(), db2 = (dir / "db2.json").string();
+  const std::string wide = (dir / "wide").string();
   ASSERT_EQ(run(fmt::format("gen network --layers 1 --neurons 64 --n 33 -o {}", wide), dir).code, 0);
-  o = run_printing(fmt::format("tune {}/net.json --mode model --kernel baked --top 1 -j 1 --db {} -o {}", wide, db2,
-                               (dir / "wide.json").string()),
-                   dir);
-  ASSERT_EQ(o.code, 0) << o.err;
-  EXPECT_NE(o.err.find("33 columns tuned as 36, the width compile builds by default (rows aligned to 16 bytes); "
+  // Tunes the 33-column network into DB (with `align` appended), then compiles it by default into dir/PKG: what the
+  // two printed, and the compiled layer's manifest entry.
+  auto tune_then_compile = [&](const std::string& db, const std::string& align, const std::string& pkg_name,
+                               std::string* tune_printed, nlohmann::json* layer) {
+    const Outcome t = run_printing(fmt::format("tune {}/net.json --mode model --kernel baked --top 1 -j 1 --db {} -o "
+                                               "{}{}",
+                                               wide, db, (dir / (pkg_name + ".json")).string(), align),
+                                   dir);
+    EXPECT_EQ(t.code, 0) << t.err;
+    *tune_printed = t.err;
+    const Outcome c =
+        run_printing(fmt::format("compile {}/net.json --target sm_90 --tuning-db {} -o {}", wide, db,
+                                 (dir / pkg_name).string()),
+                     dir);
+    EXPECT_EQ(c.code, 0) << c.err;
+    const nlohmann::json manifest = nlohmann::json::parse(sparsert::read_file(dir / pkg_name / "manifest.json"));
+    EXPECT_EQ(manifest.value("n", 0), 36);
+    *layer = manifest["layers"][0];
+    return c.err;
+  };
+  std::string tuned;
+  nlohmann::json layer;
+  std::string compiled = tune_then_compile((dir / "db2.json").string(), "", "wpkg", &tuned, &layer);
+  EXPECT_NE(tuned.find("33 columns tuned as 36, the width compile builds by default (rows aligned to 16 bytes); "
                        "--row-align 1 tunes 33"),
             std::string::npos)
-      << o.err;
-  o = run_printing(
-      fmt::format("compile {}/net.json --target sm_90 --tuning-db {} -o {}", wide, db2, (dir / "wpkg").string()), dir);
-  ASSERT_EQ(o.code, 0) << o.err;
-  EXPECT_NE(o.err.find("33 columns compiled as 36 (rows of activations aligned to 16 bytes, the default"),
+      << tuned;
+  EXPECT_NE(compiled.find("33 columns compiled as 36 (rows of activations aligned to 16 bytes, the default"),
             std::string::npos)
-      << o.err;
-  const nlohmann::json wide_manifest = nlohmann::json::parse(sparsert::read_file(dir / "wpkg" / "manifest.json"));
-  EXPECT_EQ(wide_manifest.value("n", 0), 36);
-  EXPECT_EQ(wide_manifest["layers"][0].value("tile_source", ""), "tuned")
-      << wide_manifest["layers"][0].dump().substr(0, 300);
+      << compiled;
+  EXPECT_EQ(layer.value("tile_source", ""), "tuned") << layer.dump().substr(0, 300);
+  EXPECT_EQ(compiled.find("sparsert: note:"), std::string::npos) << compiled;
+
+  // A record tuned at the network's own width (--row-align 1, or before the default aligned rows) is not what the
+  // default compile looks up: it says so, and compiles with the model's pick.
+  compiled = tune_then_compile((dir / "db3.json").string(), " --row-align 1", "opkg", &tuned, &layer);
+  EXPECT_NE(compiled.find("sparsert: note: 1 layer has tuning records for 33 columns, not for 36, the width compiled "
+                          "by default; --row-align 1 uses them, or tune again"),
+            std::string::npos)
+      << compiled;
+  EXPECT_NE(layer.value("tile_source", ""), "tuned");
 }
 
 namespace {

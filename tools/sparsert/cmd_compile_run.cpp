@@ -264,6 +264,8 @@ Action add_compile(CLI::App& app) {
     std::vector<compiler::LoadedLayer> layers = compiler::load_network(net);
     if (args->fold_duplicates) fold_layers(layers, args->threads, args->quiet);
     const int32_t columns = layers.empty() ? 0 : layers.front().desc.n;
+    std::vector<int32_t> own_widths;
+    for (const compiler::LoadedLayer& l : layers) own_widths.push_back(l.desc.n);
     const int32_t floats = compiler::row_align_for(layers, row_align);
     compiler::align_rows(layers, floats);
     if (!layers.empty() && layers.front().desc.n != columns && !args->quiet) {
@@ -308,6 +310,26 @@ Action add_compile(CLI::App& app) {
         }
       }
       if (db->size() > 0) opt.tiles = database_tile_source(db, toolkit, primary_target(opt.targets));
+      // Records tuned before the default aligned rows (2026-11-27) are keyed by the network's own width, which the
+      // default compile no longer looks up: said, not silently passed over.
+      if (!row_align && db->size() > 0) {
+        const codegen::Target target = primary_target(opt.targets);
+        size_t own_width_only = 0;
+        for (size_t i = 0; i < layers.size(); ++i) {
+          const compiler::LoadedLayer& l = layers[i];
+          if (l.conv || l.desc.n == own_widths[i]) continue;
+          const Epilogue ep{l.desc.bias, l.desc.activation, l.desc.clamp};
+          if (!db->find(autotune::tuning_key(l.a, ep, l.desc.n, target, toolkit)) &&
+              db->find(autotune::tuning_key(l.a, ep, own_widths[i], target, toolkit))) {
+            ++own_width_only;
+          }
+        }
+        if (own_width_only > 0) {
+          fmt::print(stderr, "sparsert: note: {} layer{} tuning records for {} columns, not for {}, the width "
+                     "compiled by default; --row-align 1 uses them, or tune again\n",
+                     own_width_only, own_width_only == 1 ? " has" : "s have", columns, layers.front().desc.n);
+        }
+      }
     }
     if (args->tiles == "model") {
       compiler::ModelTileOptions mo;
