@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <cmath>
 
@@ -297,14 +298,18 @@ LoadedLayer conv_layer(const NetworkDesc& net, std::vector<LoadedLayer>& before,
 }
 }  // namespace
 
+namespace {
+constexpr int32_t kRowAligns[] = {1, 2, 4, 8};  // floats a row of activations may be aligned to
+}  // namespace
+
 void check_row_align(int32_t floats, const std::string& field) {
-  SPARSERT_USER_CHECK(floats == 1 || floats == 2 || floats == 4 || floats == 8, field, "{} is not 1, 2, 4 or 8 floats",
-                      floats);
+  SPARSERT_USER_CHECK(std::find(std::begin(kRowAligns), std::end(kRowAligns), floats) != std::end(kRowAligns), field,
+                      "{} is not 1, 2, 4 or 8 floats", floats);
 }
 
 std::optional<int32_t> parse_row_align(const std::string& text, const std::string& field) {
   if (text == "auto") return std::nullopt;
-  for (const int32_t floats : {1, 2, 4, 8}) {
+  for (const int32_t floats : kRowAligns) {
     if (text == std::to_string(floats)) return floats;
   }
   throw UserError(field, fmt::format("{} is not auto or 1, 2, 4 or 8 floats", text));

@@ -71,7 +71,7 @@ TileSource model_tile_source(const std::vector<LoadedLayer>& layers, const std::
         };
       }
       const autotune::ModelChoice c = autotune::choose_by_model(
-          l.matrix(), n, Epilogue{l.desc.bias, l.desc.activation, l.desc.clamp}, primary,
+          l.matrix(), n, l.desc.epilogue(), primary,
           options.column_map ? autotune::KindSet{codegen::KernelKind::kBaked} : kinds, accept, options.max_entries);
       // Ranked at the width the layer runs on, built for the width it is compiled for.
       for (const codegen::Target& t : targets) autotune::check_candidate(c.candidate, l.matrix(), l.desc.n, t);

@@ -1172,7 +1172,7 @@ TEST(CompileRun, ModelChoosesKernelsWithoutATuningRecord) {
       if (std::string(tiles) == "model") {
         // The pick is the model's argmin over the tuner's grid for the primary target.
         const autotune::ModelChoice c = autotune::choose_by_model(
-            layers[i].a, layers[i].desc.n, Epilogue{layers[i].desc.bias, layers[i].desc.activation, layers[i].desc.clamp},
+            layers[i].a, layers[i].desc.n, layers[i].desc.epilogue(),
             codegen::Target::parse("sm_90"));
         EXPECT_EQ(pkg.layers[i].kind, codegen::to_string(c.candidate.kind)) << i;
         EXPECT_LE(c.estimate.microseconds, c.default_estimate.microseconds) << i;

@@ -253,7 +253,7 @@ TEST(RealGpu, SmallLayerLaunchWays) {
   const DenseTensor in({16, kN}, x);
   DenseTensor want = in;
   for (const compiler::LoadedLayer& l : layers) {
-    want = reference_spmm(l.a, want, Epilogue{l.desc.bias, l.desc.activation, l.desc.clamp});
+    want = reference_spmm(l.a, want, l.desc.epilogue());
   }
   nlohmann::json rows = nlohmann::json::array();
   for (const bool dependent : {false, true}) {

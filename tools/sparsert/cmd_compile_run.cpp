@@ -318,9 +318,8 @@ Action add_compile(CLI::App& app) {
         for (size_t i = 0; i < layers.size(); ++i) {
           const compiler::LoadedLayer& l = layers[i];
           if (l.conv || l.desc.n == own_widths[i]) continue;
-          const Epilogue ep{l.desc.bias, l.desc.activation, l.desc.clamp};
-          if (!db->find(autotune::tuning_key(l.a, ep, l.desc.n, target, toolkit)) &&
-              db->find(autotune::tuning_key(l.a, ep, own_widths[i], target, toolkit))) {
+          if (!db->find(autotune::tuning_key(l.a, l.desc.epilogue(), l.desc.n, target, toolkit)) &&
+              db->find(autotune::tuning_key(l.a, l.desc.epilogue(), own_widths[i], target, toolkit))) {
             ++own_width_only;
           }
         }

@@ -24,7 +24,7 @@ std::vector<autotune::TuneLayer> tune_layers_of(const std::vector<compiler::Load
       ++conv;
       continue;
     }
-    out.push_back({l.desc.name, l.a, Epilogue{l.desc.bias, l.desc.activation, l.desc.clamp}, l.desc.n});
+    out.push_back({l.desc.name, l.a, l.desc.epilogue(), l.desc.n});
   }
   if (convolutions) *convolutions = conv;
   return out;

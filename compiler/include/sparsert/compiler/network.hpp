@@ -44,6 +44,9 @@ struct LayerDesc {
     Im2colOrder order = Im2colOrder::kCRS;
   };
   std::optional<Conv> conv;
+
+  // What follows the product: the bias, the activation and the clamp.
+  Epilogue epilogue() const { return Epilogue{bias, activation, clamp}; }
 };
 
 // The input of a convolutional network: NCHW.
