@@ -205,6 +205,9 @@ case $stage in
     # The row-split kernel with column lanes (N > 16) has not run on a GPU either: its streamed candidates, timed on
     # the layers the 2026-11-24 bench lost (2048 x 1024 at N = 49, 0.55x the faster vendor baked; the transformer's
     # 512 x 2048 at N = 256, 0.53x), against bench-rn50's and bench-rest's cuSPARSE times of the same layers.
+    # Since 2026-11-27 every row-split candidate also comes with its entries loaded an iteration ahead ("prefetch": 1,
+    # docs/codegen.md), priced no cheaper than its plain twin: the timed top 32 hold both forms of the best shapes,
+    # and their times side by side say whether the prefetching loop pays (it has never run on a GPU).
     step "$sparsert" tune "$data/dlmc/rn50/magnitude_pruning/0.9/bottleneck_projection_block_group_projection_block_group4.smtx" \
       --n 49 --row-align 1 --mode gpu --kernel streamed --top 4 -o "$out/tune-rows-cols-n49-gpu.json" --no-db \
       -j "$jobs"

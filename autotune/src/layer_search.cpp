@@ -28,8 +28,8 @@ std::string plan_key(const inspector::PlanParams& p) {
 }
 
 std::string stream_key(const codegen::StreamParams& p) {
-  return fmt::format("{}/{}/{}/{}/{}/{}/{}/{}", codegen::to_string(p.layout), p.lanes_per_row, p.col_lanes,
-                     p.rows_per_block, p.n_tile, p.cols_per_thread, p.stage_rows, p.unroll);
+  return fmt::format("{}/{}/{}/{}/{}/{}/{}/{}/{}", codegen::to_string(p.layout), p.lanes_per_row, p.col_lanes,
+                     p.rows_per_block, p.n_tile, p.cols_per_thread, p.stage_rows, p.unroll, p.prefetch);
 }
 
 struct LayerContext {

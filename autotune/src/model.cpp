@@ -257,6 +257,10 @@ constexpr double kPaddedStreamTimeScale = 2.0;
 // hit for a vector at N = 1, L2 for wider B) before the fma. An assumption, not yet measured: 150 + 100. The chain
 // starts with the slot load, then the first entry.
 constexpr double kRowsStepCycles = 250.0;
+// The same with the entries loaded an iteration ahead (StreamParams::prefetch): not cheaper until measured. ptxas 13.5
+// already unrolls the plain loop four times more and issues later steps' entry loads ahead of earlier steps' fmas
+// (nvdisasm of cl=8 nt=16 cpt=2 u=4 at ld 52, 2026-11-27), so the chain is not two loads a step there either; the
+// model charges the prefetching loop its moves and leaves both to the `tune` stage's timings.
 constexpr double kRowsPreambleCycles = 1000.0;
 // Sustained DRAM reads reach about this share of the data-sheet bandwidth.
 constexpr double kDramEfficiency = 0.8;
@@ -632,6 +636,8 @@ Probe analytic_rows_probe(const StreamShape& s, const codegen::StreamParams& p, 
   add(C::Fma, lane_steps * cpt);
   add(C::Compare, iterations);
   add(C::Control, iterations);
+  // Prefetching: per unrolled iteration the pointer's move and the prefetched pairs' (two a step).
+  if (p.prefetch) add(C::Move, 2 * lane_steps + lane_steps / p.unroll);
   add(C::Warp, log_lanes * cpt * threads);
   add(C::FpArith, log_lanes * cpt * threads + epi_fp * cpt * row_lanes);
   add(C::StGlobal, cpt * row_lanes);

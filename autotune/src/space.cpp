@@ -27,10 +27,10 @@ std::string describe(const Candidate& c) {
   if (!c.streamed()) return "baked " + describe(c.tile);
   const codegen::StreamParams def;
   if (c.stream.layout == codegen::StreamLayout::kRows) {
-    return fmt::format("streamed rows rpb={} lanes={}{} nt={} cpt={} u={}", c.stream.rows_per_block,
+    return fmt::format("streamed rows rpb={} lanes={}{} nt={} cpt={} u={}{}", c.stream.rows_per_block,
                        c.stream.lanes_per_row,
                        c.stream.col_lanes != 1 ? fmt::format(" cl={}", c.stream.col_lanes) : "", c.stream.n_tile,
-                       c.stream.cols_per_thread, c.stream.unroll);
+                       c.stream.cols_per_thread, c.stream.unroll, c.stream.prefetch ? " pf" : "");
   }
   std::string s = fmt::format("streamed rpb={} nt={} cpt={}", c.stream.rows_per_block, c.stream.n_tile,
                               c.stream.cols_per_thread);
@@ -100,7 +100,7 @@ codegen::StreamParams stream_from_json(const nlohmann::json& j, const std::strin
   for (auto [field, out] : {std::pair{"rows_per_block", &p.rows_per_block}, std::pair{"n_tile", &p.n_tile},
                             std::pair{"cols_per_thread", &p.cols_per_thread}, std::pair{"stage_rows", &p.stage_rows},
                             std::pair{"unroll", &p.unroll}, std::pair{"lanes_per_row", &p.lanes_per_row},
-                            std::pair{"col_lanes", &p.col_lanes}}) {
+                            std::pair{"col_lanes", &p.col_lanes}, std::pair{"prefetch", &p.prefetch}}) {
     if (!j.contains(field)) continue;
     *out = json_int<int32_t>(j.at(field), where, field);
   }
@@ -250,7 +250,8 @@ std::vector<Candidate> streamed_grid(int32_t n) {
   add(codegen::StreamParams{});
   // The row-split layout for small N (N = 1 is a sparse GEMV): 128 threads a block, so that even a layer of a few
   // hundred rows launches a full wave; lanes per row from short rows (4) to long ones (32). Above kRowsMaxN its
-  // lanes span columns instead (col_lanes, below).
+  // lanes span columns instead (col_lanes, below). Every row-split candidate also comes with its entries loaded an
+  // iteration ahead (prefetch).
   if (n <= kRowsMaxN) {
     const int32_t nt = static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(std::max(n, 1))));
     for (int32_t lanes : {4, 8, 16, 32})
@@ -264,7 +265,10 @@ std::vector<Candidate> streamed_grid(int32_t n) {
           c.stream.n_tile = nt;
           c.stream.cols_per_thread = cpt;
           c.stream.unroll = unroll;
-          if (std::find(grid.begin(), grid.end(), c) == grid.end()) grid.push_back(c);
+          for (int32_t prefetch : {0, 1}) {
+            c.stream.prefetch = prefetch;
+            if (std::find(grid.begin(), grid.end(), c) == grid.end()) grid.push_back(c);
+          }
         }
   } else {
     // Above kRowsMaxN, the row-split kernel with column lanes (issue 12's "row-split CSR with vectorised B loads"):
@@ -288,7 +292,10 @@ std::vector<Candidate> streamed_grid(int32_t n) {
             c.stream.n_tile = span;
             c.stream.cols_per_thread = cpt;
             c.stream.unroll = 4;
-            grid.push_back(c);
+            for (int32_t prefetch : {0, 1}) {
+              c.stream.prefetch = prefetch;
+              grid.push_back(c);
+            }
           }
   }
   return grid;

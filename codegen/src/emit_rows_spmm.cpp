@@ -53,7 +53,11 @@ int32_t rows_registers_estimate(const StreamParams& p) {
   // unrolled step holds up to 3·cpt floats; with them the entry pairs and addresses, the accumulators and the ids.
   // Measured: 40 (cpt 1, unroll 2), 56 (1, 4), 70-80 (4, 2), 96-112 (8, 2), 110-168 (16, 4); the upper ends are
   // column tiles that pass ld, which keep one base pointer per load chunk.
-  return std::min(255, 40 + p.cols_per_thread * (3 * p.unroll + 2) + 6 * p.unroll);
+  // Prefetching holds the next iteration's entry pairs as well (2 registers a step). Measured with it: 48 (cpt 1,
+  // unroll 2), 64 (1, 4), 72-80 (4, 2), 52-64 (4, 4: fewer than without, as ptxas then holds fewer rows of B ahead),
+  // 80-120 (8, 2), 118-168 (16, 4).
+  const int32_t ahead = p.prefetch ? 2 * p.unroll : 0;
+  return std::min(255, 40 + p.cols_per_thread * (3 * p.unroll + 2) + 6 * p.unroll + ahead);
 }
 
 void check_rows_params(const StreamParams& p, int32_t ld, const Target& target) {
@@ -72,6 +76,10 @@ void check_rows_params(const StreamParams& p, int32_t ld, const Target& target) 
                                       p.lanes_per_row, p.col_lanes));
   }
   check_common_params(p, ld);
+  if (p.prefetch != 0 && p.prefetch != 1) bad("prefetch", fmt::format("{} is not 0 or 1", p.prefetch));
+  if (p.prefetch == 1 && p.unroll < 2) {
+    bad("prefetch", fmt::format("prefetching needs an unrolled loop (unroll 2 or 4, not {})", p.unroll));
+  }
   if (p.n_tile % (int64_t{p.cols_per_thread} * p.col_lanes) != 0) {
     bad("n_tile", fmt::format("{} is not a multiple of col_lanes × cols_per_thread ({} × {})", p.n_tile, p.col_lanes,
                               p.cols_per_thread));
@@ -202,20 +210,31 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
     b.inst("add.s64", {pend, g[3], eoff});
   }
 
-  // One step: the entry pair, the row of B it names, cpt fmas. `steps` of them back to back, loads first so that
-  // they are in flight together.
-  auto emit_steps = [&](int32_t steps) {
+  // The entry pairs of `steps` steps from `from` (at its 0, step_bytes, ...), as one batch in flight together.
+  struct Pairs {
     std::vector<Reg> w, k;
+  };
+  auto load_pairs = [&](const Reg& from, int32_t steps, std::optional<Guard> guard) {
+    Pairs out;
     for (int32_t u = 0; u < steps; ++u) {
-      w.push_back(b.reg(RegClass::kB32));
-      k.push_back(b.reg(RegClass::kB32));
-      const Reg pair[2] = {w.back(), k.back()};
-      b.inst("ld.global.nc.v2.u32", {Vector{pair}, Address{pe, u * step_bytes}});
+      out.w.push_back(b.reg(RegClass::kB32));
+      out.k.push_back(b.reg(RegClass::kB32));
+      const Reg pair[2] = {out.w.back(), out.k.back()};
+      if (guard) {
+        b.inst("ld.global.nc.v2.u32", {Vector{pair}, Address{from, u * step_bytes}}, *guard);
+      } else {
+        b.inst("ld.global.nc.v2.u32", {Vector{pair}, Address{from, u * step_bytes}});
+      }
     }
+    return out;
+  };
+  // The rows of B the pairs name (loads first, so that they are in flight together), then cpt fmas each.
+  auto use_pairs = [&](const Pairs& pairs) {
+    const size_t steps = pairs.w.size();
     std::vector<std::vector<Reg>> bv;
-    for (int32_t u = 0; u < steps; ++u) {
+    for (size_t u = 0; u < steps; ++u) {
       const Reg off = b.reg(RegClass::kB64);
-      b.inst("mul.wide.u32", {off, k[u], IntImm{int64_t{ld} * 4}});
+      b.inst("mul.wide.u32", {off, pairs.k[u], IntImm{int64_t{ld} * 4}});
       bv.push_back(b.regs(RegClass::kF32, cpt));
       // One address per chunk when chunks are clamped separately, else one for all (the chunks at offsets).
       Reg ptr;
@@ -231,9 +250,13 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
       }
     }
     // The weight's bits are in a .b32 register, which f32 instructions accept as is.
-    for (int32_t u = 0; u < steps; ++u) {
-      for (int32_t c = 0; c < cpt; ++c) b.inst("fma.rn.f32", {acc[c], w[u], bv[u][c], acc[c]});
+    for (size_t u = 0; u < steps; ++u) {
+      for (int32_t c = 0; c < cpt; ++c) b.inst("fma.rn.f32", {acc[c], pairs.w[u], bv[u][c], acc[c]});
     }
+  };
+  // One step at a time or `steps` back to back: the entry pairs, the rows of B they name, cpt fmas each.
+  auto emit_steps = [&](int32_t steps) {
+    use_pairs(load_pairs(pe, steps, std::nullopt));
     b.inst("add.s64", {pe, pe, IntImm{steps * step_bytes}});
   };
 
@@ -244,10 +267,29 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
     b.inst("sub.s64", {last, pend, IntImm{(p.unroll - 1) * step_bytes}});
     b.inst("setp.ge.s64", {pr, pe, last});
     b.inst("bra", {Symbol{"$tail"}}, Guard{pr});
-    b.label("$loop");
-    emit_steps(p.unroll);
-    b.inst("setp.lt.s64", {pr, pe, last});
-    b.inst("bra", {Symbol{"$loop"}}, Guard{pr});
+    if (p.prefetch) {
+      // The next iteration's entry pairs load while this one's rows of B do, so that an iteration waits for one
+      // load's latency, not for the entries' and then B's.
+      b.comment("the first iteration's entry pairs; each iteration loads the next one's before its own rows of B");
+      const Pairs now = load_pairs(pe, p.unroll, std::nullopt);
+      b.label("$loop");
+      const Reg next = b.reg(RegClass::kB64), more = b.reg(RegClass::kPred);
+      b.inst("add.s64", {next, pe, IntImm{p.unroll * step_bytes}});
+      b.inst("setp.lt.s64", {more, next, last});
+      const Pairs ahead = load_pairs(next, p.unroll, Guard{more});
+      use_pairs(now);
+      b.inst("mov.b64", {pe, next});
+      for (int32_t u = 0; u < p.unroll; ++u) {
+        b.inst("mov.b32", {now.w[u], ahead.w[u]}, Guard{more});
+        b.inst("mov.b32", {now.k[u], ahead.k[u]}, Guard{more});
+      }
+      b.inst("bra", {Symbol{"$loop"}}, Guard{more});
+    } else {
+      b.label("$loop");
+      emit_steps(p.unroll);
+      b.inst("setp.lt.s64", {pr, pe, last});
+      b.inst("bra", {Symbol{"$loop"}}, Guard{pr});
+    }
     b.label("$tail");
   }
   b.comment("one step at a time to the row's end");
@@ -307,10 +349,11 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
   out += fmt::format(".version {}\n.target {}\n.address_size 64\n\n", target.ptx_version(), target.name());
   out += fmt::format(
       "// launch: grid = (ceil(N / {}), row blocks, 1), block = ({}, {}, 1), no shared memory\n"
-      "// C[m x ld] = act(A * B + bias), A streamed row by row ({} rows per block, {} lanes per row{}); ld = {}; "
+      "// C[m x ld] = act(A * B + bias), A streamed row by row ({} rows per block, {} lanes per row{}{}); ld = {}; "
       "epilogue:{}{}{}\n",
       p.n_tile, bx, by, p.rows_per_block, lanes,
-      col_lanes > 1 ? fmt::format(", {} column lanes of {} columns", col_lanes, cpt) : "", ld,
+      col_lanes > 1 ? fmt::format(", {} column lanes of {} columns", col_lanes, cpt) : "",
+      p.prefetch ? ", entries loaded an iteration ahead" : "", ld,
       epilogue.activation == Activation::kRelu ? " relu" : "",
       epilogue.clamp ? fmt::format(" clamp {}", *epilogue.clamp) : "",
       epilogue.live_flags ? " live-column flags (F[col] = 1 where nonzero or NaN; zeroed by the caller)" : "");

@@ -109,6 +109,7 @@ nlohmann::json to_json(const StreamParams& p) {
                         {"cols_per_thread", p.cols_per_thread},
                         {"unroll", p.unroll}};
     if (p.col_lanes != 1) j["col_lanes"] = p.col_lanes;  // absent: the keys of kernels made before it are unchanged
+    if (p.prefetch != 0) j["prefetch"] = p.prefetch;     // likewise
     return j;
   }
   return {{"rows_per_block", p.rows_per_block},
@@ -150,6 +151,7 @@ void check_stream_params(const StreamParams& p, int32_t ld, const Target& target
   if (p.lanes_per_row != 0) bad("lanes_per_row", fmt::format("{}: only the rows layout has lanes per row",
                                                             p.lanes_per_row));
   if (p.col_lanes != 1) bad("col_lanes", fmt::format("{}: only the rows layout has column lanes", p.col_lanes));
+  if (p.prefetch != 0) bad("prefetch", fmt::format("{}: only the rows layout prefetches its entries", p.prefetch));
   if (p.rows_per_block < kWarp || p.rows_per_block % kWarp != 0) {
     bad("rows_per_block", fmt::format("{} is not a positive multiple of 32 (one ELL segment per warp)",
                                       p.rows_per_block));

@@ -116,9 +116,17 @@ TEST(SimRows, RandomShapesParametersAndEpilogues) {
     std::vector<Epilogue> all(std::begin(eps), std::end(eps));
     all.push_back({per_row, Activation::kRelu, std::nullopt});
     for (const Epilogue& ep : all) {
-      check(a, c.p, c.ld, c.n, ep,
-            fmt::format("{}x{} s={} n={}/{} rows={} lanes={} tile={}x{} unroll={}", c.m, c.k, c.sparsity, c.n, c.ld,
-                        c.p.rows_per_block, c.p.lanes_per_row, c.p.n_tile, c.p.cols_per_thread, c.p.unroll));
+      // Each unrolled case also with its entries loaded an iteration ahead (rows longer and shorter than two
+      // iterations, and the last iteration's guarded prefetch).
+      for (int32_t prefetch : {0, 1}) {
+        if (prefetch && c.p.unroll < 2) continue;
+        StreamParams p = c.p;
+        p.prefetch = prefetch;
+        check(a, p, c.ld, c.n, ep,
+              fmt::format("{}x{} s={} n={}/{} rows={} lanes={} tile={}x{} unroll={} prefetch={}", c.m, c.k,
+                          c.sparsity, c.n, c.ld, p.rows_per_block, p.lanes_per_row, p.n_tile, p.cols_per_thread,
+                          p.unroll, p.prefetch));
+      }
     }
   }
 }
@@ -142,10 +150,15 @@ TEST(SimRows, ColumnLanesSpanTheColumnsOfARow) {
   for (const ShapeCase& c : cases) {
     const CsrMatrix a = inspector::generate_pruned_gaussian(c.m, c.k, c.sparsity, seed++);
     for (const Epilogue& ep : eps) {
-      check(a, c.p, c.ld, c.n, ep,
-            fmt::format("{}x{} s={} n={}/{} rows={} lanes={} col_lanes={} tile={}x{} unroll={}", c.m, c.k, c.sparsity,
-                        c.n, c.ld, c.p.rows_per_block, c.p.lanes_per_row, c.p.col_lanes, c.p.n_tile,
-                        c.p.cols_per_thread, c.p.unroll));
+      for (int32_t prefetch : {0, 1}) {
+        if (prefetch && c.p.unroll < 2) continue;
+        StreamParams p = c.p;
+        p.prefetch = prefetch;
+        check(a, p, c.ld, c.n, ep,
+              fmt::format("{}x{} s={} n={}/{} rows={} lanes={} col_lanes={} tile={}x{} unroll={} prefetch={}", c.m,
+                          c.k, c.sparsity, c.n, c.ld, p.rows_per_block, p.lanes_per_row, p.col_lanes, p.n_tile,
+                          p.cols_per_thread, p.unroll, p.prefetch));
+      }
     }
   }
   // The live-column flags and a kernel launched as a programmatic dependent, with column lanes.
@@ -165,6 +178,15 @@ TEST(SimRows, ColumnLanesReadEachEntryOncePerColumnLane) {
   EXPECT_EQ(c.of(ptxsim::InstrClass::Fma), static_cast<uint64_t>(a.nnz()) * 64);
   // Per thread: five parameters and its slot; per nonzero and column lane, the entry and one vector of B.
   EXPECT_EQ(c.loads(), static_cast<uint64_t>(2 * a.nnz() * 16 + 6 * 256 * 16));
+  // Loaded an iteration ahead, each entry is still read once: the last iteration's prefetch is issued predicated off
+  // (ptxsim counts it), one batch of `unroll` loads by each thread whose row has an unrolled iteration.
+  StreamParams pf = p;
+  pf.prefetch = 1;
+  const ptxsim::InstrCounts cp = check(a, pf, 64, 64, {}, "column lanes counts, prefetched");
+  int64_t looping_rows = 0;
+  for (int32_t r = 0; r < a.rows; ++r) looping_rows += a.row_nnz(r) >= pf.unroll;
+  EXPECT_EQ(cp.of(ptxsim::InstrClass::Fma), c.of(ptxsim::InstrClass::Fma));
+  EXPECT_EQ(cp.loads(), c.loads() + static_cast<uint64_t>(looping_rows * 16 * pf.unroll));
 }
 
 TEST(SimRows, LiveFlagsAndEmptyMatrix) {
@@ -266,6 +288,20 @@ TEST(RowsPtx, InvalidParametersAreTypedAndJsonRoundTrips) {
   EXPECT_EQ(stream_block_y(col_params(8, 2, 16, 128, 4, 4)), 2);
   EXPECT_EQ(to_json(col_params(8, 1, 16, 64, 4, 4)).at("col_lanes"), 16);
   EXPECT_FALSE(to_json(rows_params(4, 32, 1, 1, 2)).contains("col_lanes"));  // keys made before it are unchanged
+  // Prefetching the entries: rows layout, 0 or 1, an unrolled loop; written only when set.
+  StreamParams pf = col_params(8, 1, 16, 64, 4, 4);
+  pf.prefetch = 1;
+  EXPECT_EQ(field(pf), "");
+  EXPECT_EQ(to_json(pf).at("prefetch"), 1);
+  EXPECT_FALSE(to_json(col_params(8, 1, 16, 64, 4, 4)).contains("prefetch"));
+  pf.prefetch = 2;
+  EXPECT_EQ(field(pf), "prefetch");
+  pf = rows_params(4, 32, 1, 1, 1);
+  pf.prefetch = 1;
+  EXPECT_EQ(field(pf), "prefetch");  // nothing to load ahead of without an unrolled loop
+  StreamParams ell_pf;
+  ell_pf.prefetch = 1;
+  EXPECT_EQ(field(ell_pf), "prefetch");
   const nlohmann::json j = to_json(rows_params(4, 32, 1, 1, 2));
   EXPECT_EQ(j.at("layout"), "rows");
   EXPECT_FALSE(j.contains("stage_rows"));
@@ -279,8 +315,13 @@ TEST(RowsAssemble, Sm80AndSm90NoSpills) {
                                  rows_params(128, 1, 8, 8, 2),       col_params(8, 1, 16, 64, 4, 4),
                                  col_params(16, 2, 16, 64, 4, 4),    col_params(16, 1, 32, 128, 4, 2),
                                  col_params(16, 4, 8, 32, 4, 4)};
+  std::vector<StreamParams> all(std::begin(params), std::end(params));
+  for (const StreamParams& p : params) {  // each also with its entries loaded an iteration ahead
+    all.push_back(p);
+    all.back().prefetch = 1;
+  }
   for (const Target& t : {Target::parse("sm_80"), Target::parse("sm_90")}) {
-    for (const StreamParams& p : params) {
+    for (const StreamParams& p : all) {
       for (int32_t ld : {1, 64, 45}) {
         const std::string ptx = emit_stream_spmm_ptx(p, t, ld, {Activation::kRelu, 32.0f}, "rows_spmm");
         const Assembled as = Assembler::instance().assemble(ptx, t, "rows_spmm");

@@ -51,11 +51,16 @@ struct StreamParams {
   // layout for N from tens to hundreds, where a lane per row reads B in 32 scattered places. block.x = rows_per_block
   // × lanes_per_row × col_lanes, block.y = n_tile / (col_lanes × cols_per_thread).
   int32_t col_lanes = 1;
+  // kRows only, 0 or 1 (with unroll of 2 or more): 1 loads the entry pairs of the next unrolled iteration while this
+  // one's rows of B load, so that an iteration waits for one global load's latency instead of two in a chain (the
+  // entry, then the row of B it names). Costs 2 x unroll registers.
+  int32_t prefetch = 0;
   bool operator==(const StreamParams&) const = default;
 };
 
 // kEll writes the five fields above (as before kRows existed, so cache keys are unchanged); kRows writes "layout":
-// "rows", lanes_per_row, rows_per_block, n_tile, cols_per_thread and unroll, and col_lanes where it is not 1.
+// "rows", lanes_per_row, rows_per_block, n_tile, cols_per_thread and unroll, col_lanes where it is not 1 and
+// prefetch where it is not 0.
 nlohmann::json to_json(const StreamParams& p);
 
 // The launch shape and static shared memory of a kernel with these parameters.
