@@ -210,6 +210,28 @@ void release_failed(CUresult r, const char* call) noexcept {
   }
 }
 
+namespace {
+// Runs `release` (a destructor's driver calls) with the context the object was made in current on this thread, and
+// then makes current again what was: a destructor may run on a thread where no context is current (a worker, or one
+// that never made a Context) or where another is, and the driver's release calls act on the current one. Never
+// throws; a context switch that fails is reported like a failed release.
+template <class Release>
+void in_context(const ContextRef& ctx, Release&& release) noexcept {
+  const Api& a = Driver::get().api();
+  CUcontext was = nullptr;
+  const bool swap = ctx && a.cuCtxGetCurrent(&was) == CUDA_SUCCESS && was != ctx->ctx;
+  if (swap) {
+    const CUresult r = a.cuCtxSetCurrent(ctx->ctx);
+    if (r != CUDA_SUCCESS) release_failed(r, "cuCtxSetCurrent");
+  }
+  release();
+  if (swap) {
+    const CUresult r = a.cuCtxSetCurrent(was);
+    if (r != CUDA_SUCCESS) release_failed(r, "cuCtxSetCurrent");
+  }
+}
+}  // namespace
+
 ContextRef current_context(const char* call) {
   const Driver& d = Driver::get();
   CUcontext c = nullptr;
@@ -280,8 +302,10 @@ DeviceBuffer::DeviceBuffer(size_t bytes) : ctx_(current_context("cuMemAlloc")), 
 
 void DeviceBuffer::release() noexcept {
   if (ptr_) {
-    const CUresult r = Driver::get().api().cuMemFree_v2(std::exchange(ptr_, 0));
-    if (r != CUDA_SUCCESS) release_failed(r, "cuMemFree");
+    in_context(ctx_, [&] {
+      const CUresult r = Driver::get().api().cuMemFree_v2(std::exchange(ptr_, 0));
+      if (r != CUDA_SUCCESS) release_failed(r, "cuMemFree");
+    });
   }
   bytes_ = 0;
   ctx_.reset();
@@ -326,8 +350,10 @@ HostBuffer::HostBuffer(size_t bytes) : ctx_(current_context("cuMemHostAlloc")), 
 
 void HostBuffer::release() noexcept {
   if (ptr_) {
-    const CUresult r = Driver::get().api().cuMemFreeHost(std::exchange(ptr_, nullptr));
-    if (r != CUDA_SUCCESS) release_failed(r, "cuMemFreeHost");
+    in_context(ctx_, [&] {
+      const CUresult r = Driver::get().api().cuMemFreeHost(std::exchange(ptr_, nullptr));
+      if (r != CUDA_SUCCESS) release_failed(r, "cuMemFreeHost");
+    });
   }
   bytes_ = 0;
   ctx_.reset();
@@ -367,8 +393,10 @@ Stream::Stream() : ctx_(current_context("cuStreamCreate")) {
 }
 Stream::~Stream() {
   if (!s_) return;
-  const CUresult r = Driver::get().api().cuStreamDestroy_v2(s_);
-  if (r != CUDA_SUCCESS) release_failed(r, "cuStreamDestroy");
+  in_context(ctx_, [&] {
+    const CUresult r = Driver::get().api().cuStreamDestroy_v2(s_);
+    if (r != CUDA_SUCCESS) release_failed(r, "cuStreamDestroy");
+  });
 }
 void Stream::synchronize() const {
   Driver::get().check(Driver::get().api().cuStreamSynchronize(s_), "cuStreamSynchronize");
@@ -384,8 +412,10 @@ Event::Event(unsigned flags) : ctx_(current_context("cuEventCreate")) {
 }
 Event::~Event() {
   if (!e_) return;
-  const CUresult r = Driver::get().api().cuEventDestroy_v2(e_);
-  if (r != CUDA_SUCCESS) release_failed(r, "cuEventDestroy");
+  in_context(ctx_, [&] {
+    const CUresult r = Driver::get().api().cuEventDestroy_v2(e_);
+    if (r != CUDA_SUCCESS) release_failed(r, "cuEventDestroy");
+  });
 }
 void Event::record(const Stream& s) {
   Driver::get().check(Driver::get().api().cuEventRecord(e_, s.get()), "cuEventRecord");
@@ -422,8 +452,10 @@ Module::Module(const void* image, const std::string& what) : ctx_(current_contex
 
 Module::~Module() {
   if (!m_) return;
-  const CUresult r = Driver::get().api().cuModuleUnload(m_);
-  if (r != CUDA_SUCCESS) release_failed(r, "cuModuleUnload");
+  in_context(ctx_, [&] {
+    const CUresult r = Driver::get().api().cuModuleUnload(m_);
+    if (r != CUDA_SUCCESS) release_failed(r, "cuModuleUnload");
+  });
 }
 
 CUfunction Module::function(const std::string& name) const {
@@ -469,15 +501,17 @@ void Graph::release() noexcept {
     ctx_.reset();
     return;
   }
-  const Api& a = Driver::get().api();
-  if (exec_) {
-    const CUresult r = a.cuGraphExecDestroy(std::exchange(exec_, nullptr));
-    if (r != CUDA_SUCCESS) release_failed(r, "cuGraphExecDestroy");
-  }
-  if (graph_) {
-    const CUresult r = a.cuGraphDestroy(std::exchange(graph_, nullptr));
-    if (r != CUDA_SUCCESS) release_failed(r, "cuGraphDestroy");
-  }
+  in_context(ctx_, [&] {
+    const Api& a = Driver::get().api();
+    if (exec_) {
+      const CUresult r = a.cuGraphExecDestroy(std::exchange(exec_, nullptr));
+      if (r != CUDA_SUCCESS) release_failed(r, "cuGraphExecDestroy");
+    }
+    if (graph_) {
+      const CUresult r = a.cuGraphDestroy(std::exchange(graph_, nullptr));
+      if (r != CUDA_SUCCESS) release_failed(r, "cuGraphDestroy");
+    }
+  });
   ctx_.reset();
 }
 

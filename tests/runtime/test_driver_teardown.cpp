@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #ifdef SPARSERT_EMU_LIB
@@ -88,6 +89,48 @@ TEST(DriverTeardown, ContextsShareTheDeviceAndTheLastOwnerReleasesIt) {
     std::vector<uint32_t> host(64);
     buf.download(host.data(), 256);
     EXPECT_EQ(host[63], 1u);
+  }
+  int failures = 0;
+  const std::string text = emu().teardown_failures(&failures);
+  EXPECT_EQ(failures, 0) << text;
+  EXPECT_FALSE(cuda::Context::retained(0));
+}
+
+// Objects handed to a thread on which no context is current (a worker that never made a Context) are released there
+// with their own context made current for the calls, and the thread is left as it was: before 2026-11-27 every
+// release call failed with CUDA_ERROR_INVALID_CONTEXT and leaked (the emulated driver records such failures).
+TEST(DriverTeardown, ObjectsAreReleasedOnAThreadWhereNoContextIsCurrent) {
+  emu();
+  ASSERT_TRUE(cuda::Driver::available());
+  emu().clear_teardown_failures();
+  const int modules_before = emu().live_modules();
+  {
+    cuda::Context ctx(0);
+    struct Objects {
+      cuda::Module mod{vadd_ptx().c_str(), "vadd.ptx"};
+      cuda::DeviceBuffer buf{256};
+      cuda::HostBuffer host{256};
+      cuda::Stream stream;
+      cuda::Event event;
+      cuda::Graph graph;
+    };
+    auto objects = std::make_unique<Objects>();
+    objects->graph.begin_capture(objects->stream);
+    objects->buf.fill_u32_async(3, 64, objects->stream);
+    objects->graph.end_capture(objects->stream);
+    ASSERT_TRUE(objects->graph.ready());
+    EXPECT_EQ(emu().live_modules(), modules_before + 1);
+    CUcontext on_worker = reinterpret_cast<CUcontext>(1);
+    std::thread worker([&] {
+      objects.reset();
+      cuda::Driver::get().api().cuCtxGetCurrent(&on_worker);
+    });
+    worker.join();
+    EXPECT_EQ(on_worker, nullptr) << "the worker was left with a context current";
+    EXPECT_EQ(emu().live_modules(), modules_before);
+    CUcontext here = nullptr;
+    cuda::Driver::get().api().cuCtxGetCurrent(&here);
+    EXPECT_EQ(here, ctx.get());  // this thread's current context is untouched
   }
   int failures = 0;
   const std::string text = emu().teardown_failures(&failures);

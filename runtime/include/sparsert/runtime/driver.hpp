@@ -88,7 +88,9 @@ using ContextRef = std::shared_ptr<const detail::ContextState>;
 // holding it are gone. So nothing outlives its context, whatever the order in which owners (members, statics,
 // unique_ptrs) are destroyed, and the primary context is released after the last object made in it. Making one of
 // these objects when no Context's context is current on the thread is an InternalError naming the call. Destructors
-// cannot throw: a release call that fails is reported on stderr (release_failed below).
+// cannot throw: a release call that fails is reported on stderr (release_failed below). Each object is released with
+// its own context current (made current for the release calls, then what was current is restored), so it may be
+// destroyed on any thread, whatever context is current there, or none.
 
 // The device's primary context, made current for the calling thread. Move-only.
 class Context {
