@@ -214,7 +214,7 @@ struct GpuNetwork::Impl {
       const std::string key = (ptx ? "ptx:" : "cubin:") + (h != p.sha256.end() ? h->second : "file:" + file);
       auto it = by_hash.find(key);
       if (it == by_hash.end()) {
-        const std::string image = read_file(p.dir / file);
+        const std::string image = read_package_file(p, file);
         image_waits[key] = ptx && image.find("griddepcontrol.wait;") != std::string::npos;
         it = by_hash
                  .emplace(key, std::make_shared<const cuda::Module>(
@@ -243,7 +243,7 @@ struct GpuNetwork::Impl {
                           "layer {} mixes convolutions and plain layers in one network", pl.name);
       std::string note;
       for (const std::string& f : pl.arrays) {
-        const std::string bytes = read_file(p.dir / f);
+        const std::string bytes = read_package_file(p, f);
         SPARSERT_USER_CHECK(!bytes.empty(), (p.dir / f).string(), "empty weight array");
         ll.arrays.emplace_back(bytes.size());
         ll.arrays.back().upload(bytes.data(), bytes.size());

@@ -132,8 +132,10 @@ void write_layer_weights(const std::filesystem::path& path, const LayerWeights& 
 }
 
 LayerWeights read_layer_weights(const std::filesystem::path& path) {
-  const std::string bytes = read_file(path);
-  const std::string where = path.string();
+  return parse_layer_weights(read_file(path), path.string());
+}
+
+LayerWeights parse_layer_weights(const std::string& bytes, const std::string& where) {
   SPARSERT_USER_CHECK(bytes.size() >= 8 && std::memcmp(bytes.data(), kCsrMagic, 8) == 0, where,
                       "not a sparsert weight file (bad magic)");
   Reader r(bytes, where);
@@ -223,6 +225,16 @@ void write_manifest(const Package& p) {
   j["manifest_sha256"] = manifest_digest(j);
   write_file_atomic(p.dir / "manifest.json", j.dump(2) + "\n");
 }
+
+namespace {
+// Not a link (it could read anything outside the package), a pipe (the read would block) or a device.
+void check_regular(const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::symlink_status(path, ec);
+  SPARSERT_USER_CHECK(!std::filesystem::exists(st) || std::filesystem::is_regular_file(st), path.string(),
+                      "is not a regular file (a link, a pipe or a device in a package)");
+}
+}  // namespace
 
 Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
   const std::filesystem::path manifest_path = dir / "manifest.json";
@@ -409,28 +421,34 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
       SPARSERT_USER_CHECK(stated == manifest_digest(j), where + ": manifest_sha256",
                           "does not match the manifest's fields (edited or corrupted; compile the package again)");
     }
-    for (const auto& [file, hash] : p.sha256) {
-      const std::filesystem::path path = dir / file;
-      // Not a link (it could read anything outside the package), a pipe (the read would block) or a device.
-      const auto st = std::filesystem::symlink_status(path, ec);
-      SPARSERT_USER_CHECK(!std::filesystem::exists(st) || std::filesystem::is_regular_file(st), path.string(),
-                          "is not a regular file (a link, a pipe or a device in a package)");
-      const std::string actual = sha256_hex(read_file(path));
-      SPARSERT_USER_CHECK(actual == hash, path.string(), "content does not match the manifest's sha256 (corrupted or "
-                          "altered package)");
-    }
+    // The contents are checked as read_package_file reads them, once each.
+    for (const auto& [file, hash] : p.sha256) check_regular(dir / file);
     each_layer_file([&](const std::string& f, const char* what) {
       SPARSERT_USER_CHECK(p.sha256.count(f), where, "{} file '{}' has no sha256 in the manifest", what, f);
     });
+    p.verify_files = true;
   }
   return p;
+}
+
+std::string read_package_file(const Package& p, const std::string& file) {
+  const std::filesystem::path path = p.dir / file;
+  check_regular(path);
+  std::string bytes = read_file(path);
+  if (p.verify_files) {
+    const auto h = p.sha256.find(file);
+    SPARSERT_USER_CHECK(h != p.sha256.end(), path.string(), "has no sha256 in the package's manifest");
+    SPARSERT_USER_CHECK(sha256_hex(bytes) == h->second, path.string(),
+                        "content does not match the manifest's sha256 (corrupted or altered package)");
+  }
+  return bytes;
 }
 
 LayerWeights load_layer_weights(const Package& p, size_t layer) {
   const PackageLayer& l = p.layers.at(layer);
   SPARSERT_USER_CHECK(!l.arrays_at_load, p.dir.string(), "layer {}: its weights are not in the package (arrays_at_load: "
                       "compiled for a caller that supplies its streamed arrays when loading)", l.name);
-  LayerWeights w = read_layer_weights(p.dir / l.weights_file);
+  LayerWeights w = parse_layer_weights(read_package_file(p, l.weights_file), (p.dir / l.weights_file).string());
   SPARSERT_USER_CHECK(w.a.rows == l.m && w.a.cols == l.k, (p.dir / l.weights_file).string(),
                       "holds a {}x{} matrix, the manifest says {}x{}", w.a.rows, w.a.cols, l.m, l.k);
   return w;

@@ -658,13 +658,35 @@ TEST(CompileRun, BadPackagesAndInputs) {
             2);
   EXPECT_NE(err.find("/nonexistent/y.npy: cannot write"), std::string::npos) << err;
 
-  // A truncated kernel file fails its hash.
+  // A truncated kernel file fails its hash when it is read (once: the bytes checked are the bytes used), and not
+  // where the package was loaded without verification; the weights are checked the same way.
   std::filesystem::copy(dir / "pkg", dir / "trunc", std::filesystem::copy_options::recursive);
-  const std::string kernel_file = load_package(dir / "trunc").layers[1].entries[0].ptx.at("sm_90");
+  const Package intact = load_package(dir / "trunc");
+  const std::string kernel_file = intact.layers[1].entries[0].ptx.at("sm_90");
   const std::string text = read_file(dir / "trunc" / kernel_file);
+  EXPECT_EQ(read_package_file(intact, kernel_file), text);
   write_file_atomic(dir / "trunc" / kernel_file, text.substr(0, text.size() / 2));
-  EXPECT_NE(user_error([&] { load_package(dir / "trunc"); }).find("does not match the manifest's sha256"),
+  const Package truncated = load_package(dir / "trunc");
+  EXPECT_TRUE(truncated.verify_files);
+  EXPECT_NE(user_error([&] { read_package_file(truncated, kernel_file); })
+                .find(kernel_file + ": content does not match the manifest's sha256"),
             std::string::npos);
+  EXPECT_EQ(read_package_file(load_package(dir / "trunc", false), kernel_file).size(), text.size() / 2);
+  {
+    std::filesystem::copy(dir / "pkg", dir / "badweights", std::filesystem::copy_options::recursive);
+    const std::string wfile = intact.layers[0].weights_file;
+    std::string w = read_file(dir / "badweights" / wfile);
+    w[w.size() - 1] ^= 1;  // a flipped bit in the last bias value: still a well-formed weight file
+    write_file_atomic(dir / "badweights" / wfile, w);
+    EXPECT_NE(user_error([&] { load_layer_weights(load_package(dir / "badweights"), 0); })
+                  .find(wfile + ": content does not match the manifest's sha256"),
+              std::string::npos);
+    EXPECT_EQ(cli(fmt::format("run {}/badweights --input {} --device cpu", dir.path().string(),
+                              (dir / "x.npy").string()),
+                  &err),
+              2);
+    EXPECT_NE(err.find("does not match the manifest's sha256"), std::string::npos) << err;
+  }
   // A kernel file that is a pipe (the read would block for ever) or a link (it could read outside the package).
   std::filesystem::remove(dir / "trunc" / kernel_file);
   ASSERT_EQ(::mkfifo((dir / "trunc" / kernel_file).c_str(), 0644), 0);

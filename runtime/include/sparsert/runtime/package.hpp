@@ -102,6 +102,8 @@ struct Package {
   std::string toolkit;  // nvJitLink version, or "none"
   std::vector<PackageLayer> layers;
   std::map<std::string, std::string> sha256;  // file -> hash
+  // Set by load_package(dir, true): read_package_file checks each file's bytes against `sha256` as it reads them.
+  bool verify_files = false;
 };
 
 // Weights and bias of one layer in the binary CSR file.
@@ -111,6 +113,8 @@ struct LayerWeights {
 };
 void write_layer_weights(const std::filesystem::path& path, const LayerWeights& w);
 LayerWeights read_layer_weights(const std::filesystem::path& path);
+// The same from the file's bytes; `where` names it in errors.
+LayerWeights parse_layer_weights(const std::string& bytes, const std::string& where);
 
 nlohmann::json manifest_json(const Package& p);
 // A layer's convolution in the manifest, and back (UserError naming the field).
@@ -123,9 +127,15 @@ int64_t tile_int(const nlohmann::json& tile, const char* key, int64_t fallback =
 std::string manifest_digest(nlohmann::json manifest);
 // Writes manifest.json atomically (the other files must already be in p.dir), with its digest.
 void write_manifest(const Package& p);
-// Reads and checks manifest.json: format version, fields (UserError naming the field), and with verify_hashes its
-// digest (manifest_sha256) and every file's sha256.
+// Reads and checks manifest.json: format version, fields (UserError naming the field), that every file it names stays
+// in the package and is a regular file where it exists, and with verify_hashes its digest (manifest_sha256), that
+// every layer file has a sha256, and (through read_package_file) each file's content as it is read.
 Package load_package(const std::filesystem::path& dir, bool verify_hashes = true);
+
+// One of the package's files, read once: where the package was loaded with verify_hashes, the bytes returned are the
+// bytes checked against the manifest's sha256 (a UserError naming the file otherwise), so a file is neither read
+// twice nor changed between its check and its use.
+std::string read_package_file(const Package& p, const std::string& file);
 
 // Reads the layer's weights and checks they agree with the manifest (a UserError for a layer with arrays_at_load,
 // whose weights are not in the package).
