@@ -256,11 +256,11 @@ constexpr double kPaddedStreamTimeScale = 2.0;
 // The row-split layout's step: the 8-byte entry load (as the ELL walk's) feeds a dependent global load of B (an L1
 // hit for a vector at N = 1, L2 for wider B) before the fma. An assumption, not yet measured: 150 + 100. The chain
 // starts with the slot load, then the first entry.
+// With the entries loaded an iteration ahead (StreamParams::prefetch) the step is charged the same, not less, until
+// measured: ptxas 13.5 already unrolls the plain loop four times more and issues later steps' entry loads ahead of
+// earlier steps' fmas (nvdisasm of cl=8 nt=16 cpt=2 u=4 at ld 52, 2026-11-27), so the chain is not two loads a step
+// there either; the model charges the prefetching loop its moves and leaves both to the `tune` stage's timings.
 constexpr double kRowsStepCycles = 250.0;
-// The same with the entries loaded an iteration ahead (StreamParams::prefetch): not cheaper until measured. ptxas 13.5
-// already unrolls the plain loop four times more and issues later steps' entry loads ahead of earlier steps' fmas
-// (nvdisasm of cl=8 nt=16 cpt=2 u=4 at ld 52, 2026-11-27), so the chain is not two loads a step there either; the
-// model charges the prefetching loop its moves and leaves both to the `tune` stage's timings.
 constexpr double kRowsPreambleCycles = 1000.0;
 // Sustained DRAM reads reach about this share of the data-sheet bandwidth.
 constexpr double kDramEfficiency = 0.8;

@@ -215,19 +215,27 @@ namespace {
 // then makes current again what was: a destructor may run on a thread where no context is current (a worker, or one
 // that never made a Context) or where another is, and the driver's release calls act on the current one. Never
 // throws; a context switch that fails is reported like a failed release.
+// Where the switch itself fails the release is still tried (the driver finds a buffer's or module's context from its
+// handle where any context is current), and nothing is restored.
 template <class Release>
 void in_context(const ContextRef& ctx, Release&& release) noexcept {
   const Api& a = Driver::get().api();
   CUcontext was = nullptr;
-  const bool swap = ctx && a.cuCtxGetCurrent(&was) == CUDA_SUCCESS && was != ctx->ctx;
-  if (swap) {
-    const CUresult r = a.cuCtxSetCurrent(ctx->ctx);
-    if (r != CUDA_SUCCESS) release_failed(r, "cuCtxSetCurrent");
+  bool switched = false;
+  if (ctx) {
+    const CUresult got = a.cuCtxGetCurrent(&was);
+    if (got != CUDA_SUCCESS) {
+      release_failed(got, "cuCtxGetCurrent (before a release)");
+    } else if (was != ctx->ctx) {
+      const CUresult r = a.cuCtxSetCurrent(ctx->ctx);
+      switched = r == CUDA_SUCCESS;
+      if (!switched) release_failed(r, "cuCtxSetCurrent (to the released object's context)");
+    }
   }
   release();
-  if (swap) {
+  if (switched) {
     const CUresult r = a.cuCtxSetCurrent(was);
-    if (r != CUDA_SUCCESS) release_failed(r, "cuCtxSetCurrent");
+    if (r != CUDA_SUCCESS) release_failed(r, "cuCtxSetCurrent (restoring the thread's context)");
   }
 }
 }  // namespace

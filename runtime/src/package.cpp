@@ -422,7 +422,11 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
                           "does not match the manifest's fields (edited or corrupted; compile the package again)");
     }
     // The contents are checked as read_package_file reads them, once each.
-    for (const auto& [file, hash] : p.sha256) check_regular(dir / file);
+    for (const auto& [file, hash] : p.sha256) {
+      check_regular(dir / file);
+      SPARSERT_USER_CHECK(std::filesystem::exists(dir / file, ec), (dir / file).string(),
+                          "is missing (the manifest lists its sha256)");
+    }
     each_layer_file([&](const std::string& f, const char* what) {
       SPARSERT_USER_CHECK(p.sha256.count(f), where, "{} file '{}' has no sha256 in the manifest", what, f);
     });

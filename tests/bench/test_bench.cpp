@@ -502,6 +502,7 @@ TEST(Bench, MeasuredKindChoiceKeepsTheFasterKernelAndRecordsBoth) {
   EXPECT_NE(set.notes["sparsert-gpu"].get<std::string>().find("kernel kind by measurement"), std::string::npos);
   const nlohmann::json r = run_two_small_problems(set);
   EXPECT_TRUE(r["all_verified"].get<bool>()) << r.dump();
+  int row_split_picks = 0;
   for (const nlohmann::json& p : r["problems"]) {
     const nlohmann::json& g = p["results"]["sparsert-gpu"];
     expect_timed(g, "sparsert-gpu");
@@ -515,6 +516,15 @@ TEST(Bench, MeasuredKindChoiceKeepsTheFasterKernelAndRecordsBoth) {
     if (aligned) kinds.insert(kinds.end(), {"baked-aligned", "streamed-aligned"});
     EXPECT_EQ(c.contains("baked-aligned"), aligned) << c.dump();
     EXPECT_EQ(c.contains("streamed-aligned"), aligned) << c.dump();
+    // Where the streamed pick (at compile's width: below 32 columns the width itself) is a row-split kernel, its twin
+    // with the entries prefetched is timed too, and named so.
+    const bool rows = c["streamed"]["detail"].get<std::string>().find("\"layout\":\"rows\"") != std::string::npos;
+    EXPECT_EQ(c.contains("streamed-prefetch"), rows) << c.dump();
+    if (rows) {
+      kinds.push_back("streamed-prefetch");
+      EXPECT_NE(c["streamed-prefetch"].value("detail", "").find("\"prefetch\":1"), std::string::npos) << c.dump();
+      ++row_split_picks;
+    }
     std::string picked;
     double fastest = 0.0;
     for (const std::string& kind : kinds) {
@@ -541,6 +551,7 @@ TEST(Bench, MeasuredKindChoiceKeepsTheFasterKernelAndRecordsBoth) {
     EXPECT_NE(g.value("detail", "").find(picked.starts_with("baked") ? " baked tile {" : " streamed stream {"),
               std::string::npos);
   }
+  EXPECT_GT(row_split_picks, 0) << "no problem here has a row-split streamed pick: the prefetched twin went untimed";
 }
 #endif
 

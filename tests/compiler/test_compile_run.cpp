@@ -686,6 +686,10 @@ TEST(CompileRun, BadPackagesAndInputs) {
                   &err),
               2);
     EXPECT_NE(err.find("does not match the manifest's sha256"), std::string::npos) << err;
+    // A file the manifest lists but the package lacks is still refused at load.
+    std::filesystem::copy(dir / "pkg", dir / "missing", std::filesystem::copy_options::recursive);
+    std::filesystem::remove(dir / "missing" / kernel_file);
+    EXPECT_NE(user_error([&] { load_package(dir / "missing"); }).find(kernel_file + ": is missing"), std::string::npos);
   }
   // A kernel file that is a pipe (the read would block for ever) or a link (it could read outside the package).
   std::filesystem::remove(dir / "trunc" / kernel_file);

@@ -601,7 +601,7 @@ class SparsertGpu final : public GpuMethod {
         const auto& [i, v] = jobs[static_cast<size_t>(j)];
         const Problem& p = problems[i];
         try {
-          std::optional<compiler::CompileOptions> o = compile_options(p, v.kind, v.columns);
+          std::optional<compiler::CompileOptions> o = compile_options(p, v.kind, v.columns, v.prefetch);
           if (!o) return;
           o->threads = 1;
           compiler::compile_network({layer_of(p, v.columns)}, root / std::to_string(j), *o);
@@ -625,6 +625,8 @@ class SparsertGpu final : public GpuMethod {
     // Each kind's fastest kernel under the model, timed here; the faster one is the subject's kernel, as cuSPARSE's
     // fastest algorithm is the baseline's. Both times and the model's own pick are recorded beside it. Where N is
     // not a multiple of 4, each kind is also built for rows of 16 bytes (compile --row-align 4; run with N columns).
+    // Where the streamed pick at compile's width is a row-split kernel, its twin with the entries prefetched
+    // ("prefetch": 1, offered to the tuner but priced no cheaper by the model) is timed too.
     choice_ = nlohmann::json::object();
     // What compile builds by default, named as the variants below are ("streamed-aligned": at the aligned width).
     if (const std::optional<codegen::KernelKind> pick = model_kind(p)) {
@@ -633,10 +635,11 @@ class SparsertGpu final : public GpuMethod {
     Built best;
     double best_us = std::numeric_limits<double>::infinity();
     for (const Variant& v : variants(p)) {
-      const std::string kind = codegen::to_string(*v.kind) + (v.columns != p.n ? "-aligned" : "");
-      const std::optional<compiler::CompileOptions> o = compile_options(p, v.kind, v.columns);
+      const std::string kind = codegen::to_string(*v.kind) + (v.columns != p.n ? "-aligned" : "") +
+                               (v.prefetch ? "-prefetch" : "");
+      const std::optional<compiler::CompileOptions> o = compile_options(p, v.kind, v.columns, v.prefetch);
       if (!o) {
-        choice_[kind] = {{"status", "no valid candidate"}};
+        if (!v.prefetch) choice_[kind] = {{"status", "no valid candidate"}};  // a twin only where one exists
         continue;
       }
       Built cand;
@@ -673,9 +676,10 @@ class SparsertGpu final : public GpuMethod {
     return layer;
   }
   // What `sparsert compile` builds for the problem without a tuning record (kind: nothing), or the model's fastest
-  // kernel of that kind (nothing where the kind has no valid candidate for the problem).
+  // kernel of that kind (nothing where the kind has no valid candidate for the problem). prefetch: that kernel with
+  // its entries prefetched, where it is a row-split kernel with an unrolled loop (nothing otherwise).
   std::optional<compiler::CompileOptions> compile_options(const Problem& p, std::optional<codegen::KernelKind> kind,
-                                                          int32_t columns) const {
+                                                          int32_t columns, bool prefetch = false) const {
     compiler::CompileOptions o;
     o.targets = {target_};
     o.progress = false;
@@ -683,7 +687,14 @@ class SparsertGpu final : public GpuMethod {
     // A convolution takes codegen's rules (the model ranks plain SpMM kernels); anything else the kernel the static
     // model ranks fastest, every baked candidate ranked and built in at most --max-entries entries.
     if (!p.conv) {
-      const std::optional<compiler::TunedKernel> pick = model_pick(p, kind, columns);
+      std::optional<compiler::TunedKernel> pick = model_pick(p, kind, columns);
+      if (prefetch) {
+        if (!pick || pick->kind != codegen::KernelKind::kStreamed ||
+            pick->stream.layout != codegen::StreamLayout::kRows || pick->stream.unroll < 2) {
+          return std::nullopt;
+        }
+        pick->stream.prefetch = 1;
+      }
       if (pick) {
         o.tiles = [pick = *pick](const compiler::LoadedLayer&, const codegen::Target&) { return pick; };
       } else if (kind) {
@@ -776,6 +787,7 @@ class SparsertGpu final : public GpuMethod {
   struct Variant {
     std::optional<codegen::KernelKind> kind;
     int32_t columns = 0;
+    bool prefetch = false;  // the streamed pick with its entries prefetched (compile_options)
   };
   static std::vector<Variant> variants(const Problem& p) {
     std::vector<Variant> out;
@@ -784,6 +796,7 @@ class SparsertGpu final : public GpuMethod {
     if (aligned != p.n) {
       for (codegen::KernelKind k : autotune::all_kinds()) out.push_back({k, aligned});
     }
+    out.push_back({codegen::KernelKind::kStreamed, compiled_columns(p), true});
     return out;
   }
   std::optional<codegen::KernelKind> model_kind(const Problem& p) const {
@@ -886,8 +899,9 @@ MethodSet gpu_methods(const std::filesystem::path& scratch_dir, std::optional<in
       cuda::Driver::get().library(),
       measure_kinds ? fmt::format("; kernel kind by measurement (the model's fastest baked and streamed kernels, and "
                                   "where N is not a multiple of {0} the same kinds compiled for rows of {0} floats "
-                                  "(compile --row-align {0}, B and C staged in them, N columns run), {1} x {2} runs "
-                                  "each, the fastest kept)",
+                                  "(compile --row-align {0}, B and C staged in them, N columns run), and a row-split "
+                                  "streamed pick also with its entries prefetched, {1} x {2} runs each, the fastest "
+                                  "kept)",
                                   SparsertGpu::kMeasuredRowAlign, SparsertGpu::kChoiceSamples,
                                   SparsertGpu::kChoiceRuns)
                     : fmt::format("; the model's kernel as compile builds it by default (N of {} or more compiled for "

@@ -4,7 +4,8 @@
 //   layerI.csr           the layer's weights and bias in a compact binary CSR (CPU executor, recompiling)
 //   layerI.eJ.SM.ptx     the PTX of entry J for target SM
 //   layerI.eJ.SM.cubin   its cubin (absent in a PTX-only package, made where the toolkit was missing)
-// Every file's sha256 is in the manifest, and the manifest's own digest of its fields; both are checked on load.
+// Every file's sha256 is in the manifest, and the manifest's own digest of its fields: the digest is checked on load,
+// each file's hash as read_package_file reads it (once).
 #include "sparsert/runtime/conv.hpp"
 #include "sparsert/runtime/csr.hpp"
 #include "sparsert/runtime/reference.hpp"
