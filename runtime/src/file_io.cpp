@@ -88,6 +88,25 @@ std::string read_file(const std::filesystem::path& path) {
   return out;
 }
 
+std::string read_regular_file(const std::filesystem::path& path) {
+  // O_NONBLOCK: a pipe opened for reading would otherwise wait here for a writer before fstat could refuse it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0 && errno == ELOOP) throw_user_error(path.string(), "is not a regular file (a symbolic link)");
+  SPARSERT_USER_CHECK(fd >= 0, path.string(), "cannot open ({})", std::strerror(errno));
+  const FdCloser file{fd};
+  struct stat st {};
+  SPARSERT_USER_CHECK(::fstat(fd, &st) == 0 && S_ISREG(st.st_mode), path.string(),
+                      "is not a regular file (a pipe, a device or a directory)");
+  std::string out;
+  out.resize(static_cast<size_t>(st.st_size));
+  const size_t got = read_all(path, fd, out.data(), out.size(), [&](size_t) {
+    out.resize(out.size() + 65536);
+    return std::pair<char*, size_t>(out.data(), out.size());
+  });
+  out.resize(got);
+  return out;
+}
+
 FileBytes read_file_bytes(const std::filesystem::path& path) {
   size_t size = 0;
   const FdCloser file{open_for_read(path, &size)};

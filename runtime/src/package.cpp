@@ -437,8 +437,7 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
 
 std::string read_package_file(const Package& p, const std::string& file) {
   const std::filesystem::path path = p.dir / file;
-  check_regular(path);
-  std::string bytes = read_file(path);
+  std::string bytes = read_regular_file(path);
   if (p.verify_files) {
     const auto h = p.sha256.find(file);
     SPARSERT_USER_CHECK(h != p.sha256.end(), path.string(), "has no sha256 in the package's manifest");

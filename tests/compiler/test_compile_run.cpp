@@ -695,9 +695,14 @@ TEST(CompileRun, BadPackagesAndInputs) {
   std::filesystem::remove(dir / "trunc" / kernel_file);
   ASSERT_EQ(::mkfifo((dir / "trunc" / kernel_file).c_str(), 0644), 0);
   EXPECT_NE(user_error([&] { load_package(dir / "trunc"); }).find("is not a regular file"), std::string::npos);
+  // ...also when put in place after the package was loaded: refused on the opened file, without blocking.
+  EXPECT_NE(user_error([&] { read_package_file(intact, kernel_file); }).find("is not a regular file (a pipe"),
+            std::string::npos);
   std::filesystem::remove(dir / "trunc" / kernel_file);
   std::filesystem::create_symlink(dir / "pkg" / kernel_file, dir / "trunc" / kernel_file);
   EXPECT_NE(user_error([&] { load_package(dir / "trunc"); }).find("is not a regular file"), std::string::npos);
+  EXPECT_NE(user_error([&] { read_package_file(intact, kernel_file); }).find("is not a regular file (a symbolic link)"),
+            std::string::npos);
   std::filesystem::remove(dir / "trunc" / kernel_file);
   write_file_atomic(dir / "trunc" / kernel_file, text.substr(0, text.size() / 2));
   // A file name that leaves the package is refused even where the hashes are not checked.

@@ -14,6 +14,11 @@ namespace sparsert {
 // Throws UserError "PATH: cannot open (reason)" when the file cannot be read.
 std::string read_file(const std::filesystem::path& path);
 
+// read_file for a file that must be a regular file (a package's): a symbolic link is refused, not followed, and the
+// kind is checked on the opened descriptor, so nothing (a pipe whose read would block, a link out of the folder) can
+// be put in its place between the check and the read. UserError "PATH: is not a regular file (...)".
+std::string read_regular_file(const std::filesystem::path& path);
+
 // A whole file for parsers: the bytes, then kPadding NUL bytes. The NUL after the last byte stops character loops
 // without a bounds check; the rest lets word-at-a-time loads run past the end of the text.
 class FileBytes {
