@@ -706,4 +706,38 @@ TEST(Bench, ReportHoldsEachProblemAgainstTheFasterVendor) {
   write_report({slow, run}, {"rn50-0.9-cuda.json", "rn50-0.9-cuda-h200.json"}, dir / "c4", "c4", "x");
   EXPECT_TRUE(std::filesystem::exists(dir / "c4" / "rn50-0_9-cuda.svg"));
   EXPECT_TRUE(std::filesystem::exists(dir / "c4" / "rn50-0_9-cuda-h200.svg"));
+  // That run chose its kernels by the model: no section on a measured choice.
+  EXPECT_EQ(md.find("Kernels timed by the measured choice"), std::string::npos);
+}
+
+// A run of `bench --choose measured` (the H200's of 2026-11-27): what each kernel variant was timed and kept on, the
+// model's pick kept or not, and prefetching twins against their plain form.
+TEST(Bench, ReportSummarisesTheMeasuredKernelChoice) {
+  ScratchDir dir;
+  const auto file = std::filesystem::path(SPARSERT_SOURCE_DIR) / "docs/measurements/h200-2026-11-27/rn50-0.9-cuda.json";
+  nlohmann::json run = nlohmann::json::parse(read_file(file));
+  const std::string md = write_report({run}, {file.string()}, dir / "c1", "c1", "x");
+  EXPECT_NE(md.find("37 problems took the fastest of the kernels below, each timed on the device (`kind_choice` in "
+                    "the results); the model's own pick was the one kept on 31."),
+            std::string::npos)
+      << md;
+  for (const char* row : {"| baked | 37 | 30 |", "| baked-aligned | 6 | 0 |", "| streamed | 37 | 1 |",
+                          "| streamed-aligned | 6 | 6 |"}) {
+    EXPECT_NE(md.find(row), std::string::npos) << row;
+  }
+  EXPECT_EQ(md.find("entries prefetched"), std::string::npos);  // no twin was timed that day
+  // Two twins: 0.75 and 1.25 times their plain kernels' times.
+  for (const auto& [index, ratio] : {std::pair{30, 0.75}, std::pair{31, 1.25}}) {
+    nlohmann::json& c = run["problems"][index]["results"]["sparsert-gpu"]["kind_choice"];
+    ASSERT_EQ(c["streamed-aligned"].value("status", ""), "measured");
+    c["streamed-aligned-prefetch"] = {{"status", "measured"},
+                                      {"median_us", c["streamed-aligned"]["median_us"].get<double>() * ratio},
+                                      {"detail", "twin"}};
+  }
+  const std::string twins = write_report({run}, {file.string()}, dir / "c2", "c2", "x");
+  EXPECT_NE(twins.find("| streamed-aligned-prefetch | 2 | 0 |"), std::string::npos) << twins;
+  EXPECT_NE(twins.find("The row-split kernel with its entries prefetched against the same kernel without: 2 "
+                       "problems, faster on 1; time 0.97× of the plain loop's (geometric mean), 0.75–1.25."),
+            std::string::npos)
+      << twins;
 }

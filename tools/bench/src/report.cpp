@@ -310,6 +310,58 @@ std::optional<double> goal_for(const json& run, const std::string& baseline) {
 
 }  // namespace
 
+// What `bench --choose measured` timed for the subject: how often each kernel variant was timed and kept, how often
+// the model's own pick was the one kept, and each prefetching twin ("-prefetch") against the same kernel without it.
+// Empty where the run chose by the model.
+std::string kind_choice_section(const json& run, const std::string& subject) {
+  std::map<std::string, int> timed, kept;
+  int problems = 0, model_kept = 0, twin_faster = 0;
+  std::vector<double> twin;
+  for (const json& p : run["problems"]) {
+    if (!p.contains("results") || !p["results"].contains(subject)) continue;
+    const json& r = p["results"][subject];
+    if (!r.contains("kind_choice") || !r["kind_choice"].is_object()) continue;
+    const json& c = r["kind_choice"];
+    ++problems;
+    const std::string picked = c.value("picked", "");
+    if (!picked.empty()) ++kept[picked];
+    if (!picked.empty() && c.value("model_pick", "") == picked) ++model_kept;
+    auto measured_us = [&](const std::string& k) -> std::optional<double> {
+      if (!c.contains(k) || !c[k].is_object() || c[k].value("status", "") != "measured" ||
+          !c[k].contains("median_us") || !c[k]["median_us"].is_number())
+        return std::nullopt;
+      return c[k]["median_us"].get<double>();
+    };
+    for (const auto& [k, e] : c.items()) {
+      const std::optional<double> us = measured_us(k);
+      if (!us) continue;
+      ++timed[k];
+      constexpr std::string_view kTwin = "-prefetch";
+      if (k.size() > kTwin.size() && k.ends_with(kTwin)) {
+        const std::optional<double> plain = measured_us(k.substr(0, k.size() - kTwin.size()));
+        if (plain && *plain > 0) {
+          twin.push_back(*us / *plain);
+          twin_faster += *us < *plain;
+        }
+      }
+    }
+  }
+  if (problems == 0) return "";
+  std::string md = fmt::format(
+      "\n### Kernels timed by the measured choice\n\n{} problems took the fastest of the kernels below, each timed "
+      "on the device (`kind_choice` in the results); the model's own pick was the one kept on {}.\n\n"
+      "| kernel | timed on | kept on |\n|---|---|---|\n",
+      problems, model_kept);
+  for (const auto& [k, n] : timed) md += fmt::format("| {} | {} | {} |\n", k, n, kept[k]);
+  if (!twin.empty()) {
+    md += fmt::format("\nThe row-split kernel with its entries prefetched against the same kernel without: {} problems, "
+                      "faster on {}; time {} of the plain loop's (geometric mean), {:.2f}–{:.2f}.\n",
+                      twin.size(), twin_faster, fmt_x(geomean(twin)), *std::min_element(twin.begin(), twin.end()),
+                      *std::max_element(twin.begin(), twin.end()));
+  }
+  return md;
+}
+
 std::string write_report(const std::vector<json>& runs, const std::vector<std::string>& run_files,
                          const std::filesystem::path& svg_dir, const std::string& svg_link_prefix,
                          const std::string& report_command) {
@@ -561,6 +613,8 @@ std::string write_report(const std::vector<json>& runs, const std::vector<std::s
       md += fmt::format("| {} ", per_group.empty() ? "—" : fmt_x(geomean(per_group)));
     }
     md += "|\n";
+
+    md += kind_choice_section(run, subject);
 
     // Per problem.
     md += "\n<details><summary>Per problem: median [min–max] ms</summary>\n\n";
