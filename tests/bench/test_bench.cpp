@@ -656,12 +656,26 @@ TEST(BenchConv, SparsertGpuConvolutionRunsOnTheEmulatedDriver) {
 }
 #endif
 
+// A bench file of the repository's measurements, and its report.
+struct MeasuredRun {
+  std::filesystem::path file;
+  nlohmann::json run;
+  std::string report(const std::filesystem::path& charts) const {
+    return write_report({run}, {file.string()}, charts, charts.filename().string(), "x");
+  }
+};
+MeasuredRun measured_run(const char* relative) {
+  const auto file = std::filesystem::path(SPARSERT_SOURCE_DIR) / relative;
+  return {file, nlohmann::json::parse(read_file(file))};
+}
+
 // Issue 12's goal, per problem against the faster of cuBLAS fp32 and cuSPARSE, on the H100 run of 2026-11-24.
 TEST(Bench, ReportHoldsEachProblemAgainstTheFasterVendor) {
   ScratchDir dir;
-  const auto file = std::filesystem::path(SPARSERT_SOURCE_DIR) / "docs/measurements/h100-2026-11-24/rn50-0.9-cuda.json";
-  nlohmann::json run = nlohmann::json::parse(read_file(file));
-  const std::string md = write_report({run}, {file.string()}, dir / "c1", "c1", "x");
+  MeasuredRun measured = measured_run("docs/measurements/h100-2026-11-24/rn50-0.9-cuda.json");
+  const auto& file = measured.file;
+  nlohmann::json& run = measured.run;
+  const std::string md = measured.report(dir / "c1");
   EXPECT_NE(md.find("sparsert-gpu over the faster of cublas-fp32 and cusparse per problem, rn50-0.9 (≥ 2×, none below "
                     "0.9×): measured **1.29×** over 37 problems, the slowest 0.54× (bottleneck_3_block_group4_2_1), 8 "
                     "below 0.9× — **NOT met**."),
@@ -714,9 +728,8 @@ TEST(Bench, ReportHoldsEachProblemAgainstTheFasterVendor) {
 // model's pick kept or not, and prefetching twins against their plain form.
 TEST(Bench, ReportSummarisesTheMeasuredKernelChoice) {
   ScratchDir dir;
-  const auto file = std::filesystem::path(SPARSERT_SOURCE_DIR) / "docs/measurements/h200-2026-11-27/rn50-0.9-cuda.json";
-  nlohmann::json run = nlohmann::json::parse(read_file(file));
-  const std::string md = write_report({run}, {file.string()}, dir / "c1", "c1", "x");
+  MeasuredRun measured = measured_run("docs/measurements/h200-2026-11-27/rn50-0.9-cuda.json");
+  const std::string md = measured.report(dir / "c1");
   EXPECT_NE(md.find("37 problems took the fastest of the kernels below, each timed on the device (`kind_choice` in "
                     "the results); the model's own pick was the one kept on 31."),
             std::string::npos)
@@ -728,13 +741,13 @@ TEST(Bench, ReportSummarisesTheMeasuredKernelChoice) {
   EXPECT_EQ(md.find("entries prefetched"), std::string::npos);  // no twin was timed that day
   // Two twins: 0.75 and 1.25 times their plain kernels' times.
   for (const auto& [index, ratio] : {std::pair{30, 0.75}, std::pair{31, 1.25}}) {
-    nlohmann::json& c = run["problems"][index]["results"]["sparsert-gpu"]["kind_choice"];
+    nlohmann::json& c = measured.run["problems"][index]["results"]["sparsert-gpu"]["kind_choice"];
     ASSERT_EQ(c["streamed-aligned"].value("status", ""), "measured");
     c["streamed-aligned-prefetch"] = {{"status", "measured"},
                                       {"median_us", c["streamed-aligned"]["median_us"].get<double>() * ratio},
                                       {"detail", "twin"}};
   }
-  const std::string twins = write_report({run}, {file.string()}, dir / "c2", "c2", "x");
+  const std::string twins = measured.report(dir / "c2");
   EXPECT_NE(twins.find("| streamed-aligned-prefetch | 2 | 0 |"), std::string::npos) << twins;
   EXPECT_NE(twins.find("The row-split kernel with its entries prefetched against the same kernel without: 2 "
                        "problems, faster on 1; time 0.97× of the plain loop's (geometric mean), 0.75–1.25."),
