@@ -220,11 +220,7 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
       out.w.push_back(b.reg(RegClass::kB32));
       out.k.push_back(b.reg(RegClass::kB32));
       const Reg pair[2] = {out.w.back(), out.k.back()};
-      if (guard) {
-        b.inst("ld.global.nc.v2.u32", {Vector{pair}, Address{from, u * step_bytes}}, *guard);
-      } else {
-        b.inst("ld.global.nc.v2.u32", {Vector{pair}, Address{from, u * step_bytes}});
-      }
+      b.inst("ld.global.nc.v2.u32", {Vector{pair}, Address{from, u * step_bytes}}, guard);
     }
     return out;
   };

@@ -74,10 +74,9 @@ size_t read_all(const std::filesystem::path& path, int fd, char* buf, size_t cap
 
 }  // namespace
 
-std::string read_file(const std::filesystem::path& path) {
-  size_t size = 0;
-  const FdCloser file{open_for_read(path, &size)};
-  const int fd = file.fd;
+namespace {
+// The rest of an open file as a string, `size` (its reported size) reserved first.
+std::string read_to_string(const std::filesystem::path& path, int fd, size_t size) {
   std::string out;
   out.resize(size);
   const size_t got = read_all(path, fd, out.data(), out.size(), [&](size_t) {
@@ -86,6 +85,13 @@ std::string read_file(const std::filesystem::path& path) {
   });
   out.resize(got);
   return out;
+}
+}  // namespace
+
+std::string read_file(const std::filesystem::path& path) {
+  size_t size = 0;
+  const FdCloser file{open_for_read(path, &size)};
+  return read_to_string(path, file.fd, size);
 }
 
 std::string read_regular_file(const std::filesystem::path& path) {
@@ -97,14 +103,7 @@ std::string read_regular_file(const std::filesystem::path& path) {
   struct stat st {};
   SPARSERT_USER_CHECK(::fstat(fd, &st) == 0 && S_ISREG(st.st_mode), path.string(),
                       "is not a regular file (a pipe, a device or a directory)");
-  std::string out;
-  out.resize(static_cast<size_t>(st.st_size));
-  const size_t got = read_all(path, fd, out.data(), out.size(), [&](size_t) {
-    out.resize(out.size() + 65536);
-    return std::pair<char*, size_t>(out.data(), out.size());
-  });
-  out.resize(got);
-  return out;
+  return read_to_string(path, fd, static_cast<size_t>(st.st_size));
 }
 
 FileBytes read_file_bytes(const std::filesystem::path& path) {

@@ -226,16 +226,6 @@ void write_manifest(const Package& p) {
   write_file_atomic(p.dir / "manifest.json", j.dump(2) + "\n");
 }
 
-namespace {
-// Not a link (it could read anything outside the package), a pipe (the read would block) or a device.
-void check_regular(const std::filesystem::path& path) {
-  std::error_code ec;
-  const auto st = std::filesystem::symlink_status(path, ec);
-  SPARSERT_USER_CHECK(!std::filesystem::exists(st) || std::filesystem::is_regular_file(st), path.string(),
-                      "is not a regular file (a link, a pipe or a device in a package)");
-}
-}  // namespace
-
 Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
   const std::filesystem::path manifest_path = dir / "manifest.json";
   const std::string where = manifest_path.string();
@@ -423,9 +413,13 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     }
     // The contents are checked as read_package_file reads them, once each.
     for (const auto& [file, hash] : p.sha256) {
-      check_regular(dir / file);
-      SPARSERT_USER_CHECK(std::filesystem::exists(dir / file, ec), (dir / file).string(),
+      // There, and not a link (it could read anything outside the package), a pipe (the read would block) or a
+      // device; read_package_file checks the kind again on the file it opens.
+      const auto st = std::filesystem::symlink_status(dir / file, ec);
+      SPARSERT_USER_CHECK(std::filesystem::exists(st), (dir / file).string(),
                           "is missing (the manifest lists its sha256)");
+      SPARSERT_USER_CHECK(std::filesystem::is_regular_file(st), (dir / file).string(),
+                          "is not a regular file (a link, a pipe or a device in a package)");
     }
     each_layer_file([&](const std::string& f, const char* what) {
       SPARSERT_USER_CHECK(p.sha256.count(f), where, "{} file '{}' has no sha256 in the manifest", what, f);
