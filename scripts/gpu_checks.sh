@@ -61,10 +61,13 @@ fail() {
 # The static model beside what the steps before measured (CPU only): for each file that was written, its predictions
 # and measured times, kernel by kernel, in FILE-model.json, and one summary line a group in the log
 # (docs/autotune.md, "Calibration"). A file the model cannot rebuild (a generated matrix) is left out by the caller.
+# check-model over each measured file; the matrices of layers `sparsert gen` made for a run come in $model_matrices
+# (--matrix arguments, empty by default).
+model_matrices=()
 model_check() {
   local f
   for f in "$@"; do
-    [[ -s $f ]] && step "$sparsert" check-model --data "$data" -q -o "${f%.json}-model.json" "$f"
+    [[ -s $f ]] && step "$sparsert" check-model --data "$data" "${model_matrices[@]}" -q -o "${f%.json}-model.json" "$f"
   done
   return 0
 }
@@ -207,7 +210,10 @@ case $stage in
     # 512 x 2048 at N = 256, 0.53x), against bench-rn50's and bench-rest's cuSPARSE times of the same layers.
     # Since 2026-11-27 every row-split candidate also comes with its entries loaded an iteration ahead ("prefetch": 1,
     # docs/codegen.md), priced no cheaper than its plain twin: the timed top 32 hold both forms of the best shapes,
-    # and their times side by side say whether the prefetching loop pays (it has never run on a GPU).
+    # and their times side by side say whether the prefetching loop pays (it has never run on a GPU). Since the
+    # twenty-fourth session gpu mode also times every shape of the row-split kernel (lanes per row, column lanes,
+    # columns per thread; 14 at N = 49, 18 at N = 256, with the 8-float shapes) at its best-ranked parameters: among
+    # those shapes the model ranked the 2026-11-26 runs at Spearman -0.05 and 0.23 (docs/autotune.md).
     step "$sparsert" tune "$data/dlmc/rn50/magnitude_pruning/0.9/bottleneck_projection_block_group_projection_block_group4.smtx" \
       --n 49 --row-align 1 --mode gpu --kernel streamed --top 4 -o "$out/tune-rows-cols-n49-gpu.json" --no-db \
       -j "$jobs"
@@ -215,9 +221,12 @@ case $stage in
     step "$sparsert" gen pruned --rows 512 --cols 2048 --sparsity 0.9 --seed 100 -o "$gen/nlp_512x2048.mtx"
     step "$sparsert" tune "$gen/nlp_512x2048.mtx" --n 256 --mode gpu --kernel streamed --top 4 \
       -o "$out/tune-rows-cols-n256-gpu.json" --no-db -j "$jobs"
+    # tune-rows-cols-n256-gpu.json's layer is generated here: check-model reads it from the same file.
+    model_matrices=(--matrix "$gen/nlp_512x2048.mtx")
+    model_check "$out/tune-baked-n49-gpu.json" "$out/tune-gemv-gpu.json" "$out/tune-rows-cols-n49-gpu.json" \
+      "$out/tune-rows-cols-n256-gpu.json"
+    model_matrices=()
     rm -rf "$gen"
-    # (tune-rows-cols-n256-gpu.json's layer is generated here, so check-model cannot rebuild it.)
-    model_check "$out/tune-baked-n49-gpu.json" "$out/tune-gemv-gpu.json" "$out/tune-rows-cols-n49-gpu.json"
     ;;
   tune-gc)
     # A stage of its own: at N = 60000 each candidate's verification and timing take long, and a run killed at the

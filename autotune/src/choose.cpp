@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 
 namespace sparsert::autotune {
 
@@ -41,6 +42,31 @@ ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilo
     throw inspector::InvalidTileParams("kernel", "no candidate of the tuner's grid is valid for this layer and target");
   }
   return best;
+}
+
+std::vector<RankedCandidate> best_row_split_shapes(const CsrMatrix& a, int32_t n, const Epilogue& epilogue,
+                                                   const codegen::Target& target, size_t shapes) {
+  std::map<RowSplitShape, RankedCandidate> best;
+  for (const Candidate& c : enumerate_candidates(a, n, target, {codegen::KernelKind::kStreamed})) {
+    const std::optional<RowSplitShape> shape = row_split_shape(c);
+    if (!c.valid() || !shape || c.stream.prefetch != 0) continue;
+    Estimate e;
+    try {
+      e = estimate_candidate(a, n, epilogue, c.kind, c.tile, c.stream, target, std::nullopt, false);
+    } catch (const inspector::InvalidTileParams&) {
+      continue;
+    }
+    const auto it = best.find(*shape);
+    // Ties keep the earlier candidate, as choose_by_model does.
+    if (it == best.end() || e.microseconds < it->second.estimate.microseconds) best[*shape] = {c, e};
+  }
+  std::vector<RankedCandidate> out;
+  for (auto& [shape, r] : best) out.push_back(std::move(r));
+  std::stable_sort(out.begin(), out.end(), [](const RankedCandidate& x, const RankedCandidate& y) {
+    return x.estimate.microseconds < y.estimate.microseconds;
+  });
+  if (out.size() > shapes) out.resize(shapes);
+  return out;
 }
 
 }  // namespace sparsert::autotune

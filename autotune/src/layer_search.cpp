@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <thread>
 #include <variant>
 
@@ -389,6 +390,26 @@ void add_register_budgets(LayerResult& lr, std::vector<size_t>& chosen) {
   }
 }
 
+// The best-ranked row-split candidate (entries not prefetched) of every shape the chosen ones do not have yet: among
+// these shapes the model's ranking is at its weakest (docs/autotune.md, "Shapes of the row-split kernel"), and each
+// costs a few hundredths of a second to assemble (its code does not depend on the matrix) and milliseconds to time.
+void add_row_split_shapes(const LayerResult& lr, std::vector<size_t>& chosen) {
+  std::set<RowSplitShape> have;
+  for (size_t i : chosen) {
+    if (const std::optional<RowSplitShape> s = row_split_shape(lr.candidates[i].cand)) have.insert(*s);
+  }
+  std::vector<size_t> order;
+  for (size_t i = 0; i < lr.candidates.size(); ++i) {
+    const CandidateResult& r = lr.candidates[i];
+    if (r.status == "estimated" && r.cand.stream.prefetch == 0 && row_split_shape(r.cand)) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t x, size_t y) { return lr.candidates[x].score() < lr.candidates[y].score(); });
+  for (size_t i : order) {
+    if (have.insert(*row_split_shape(lr.candidates[i].cand)).second) chosen.push_back(i);
+  }
+}
+
 // Step 3: the best-ranked confirmed by the assembler (model mode), or assembled and timed (gpu mode). In gpu mode the
 // default is included so that best and default are compared on the same basis.
 void confirm(LayerContext& ctx, LayerResult& lr, const std::vector<size_t>& ranked, SearchRun& run,
@@ -419,6 +440,8 @@ void confirm(LayerContext& ctx, LayerResult& lr, const std::vector<size_t>& rank
   if (gpu && std::none_of(chosen.begin(), chosen.end(), baked)) {
     if (auto it = std::find_if(ranked.begin(), ranked.end(), baked); it != ranked.end()) chosen.push_back(*it);
   }
+  // And every shape of the row-split kernel, timed at its best-ranked parameters.
+  if (gpu) add_row_split_shapes(lr, chosen);
   const Clock::time_point layer_deadline = run.budget.layer_deadline(layers_left);
   std::vector<std::optional<std::promise<Built>>> promises(chosen.size());
   std::vector<std::future<Built>> futures;

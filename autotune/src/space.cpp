@@ -272,17 +272,19 @@ std::vector<Candidate> streamed_grid(int32_t n) {
         }
   } else {
     // Above kRowsMaxN, the row-split kernel with column lanes (issue 12's "row-split CSR with vectorised B loads"):
-    // 8 to 32 lanes of a warp span a row's columns with 2 or 4 floats each (one coalesced vector load of B per
-    // nonzero, the entry read once as a broadcast), 1 to 4 lanes split its nonzeros, 4 steps in flight. 128 threads a
+    // 8 to 32 lanes of a warp span a row's columns with 2, 4 or 8 floats each (one or two coalesced vector loads of B
+    // per nonzero, the entry read once as a broadcast), 1 to 4 lanes split its nonzeros, 4 steps in flight. Eight
+    // floats a lane read each entry for twice the columns (one row a warp spans 256 at 32 column lanes), at about
+    // 176 registers: 128-thread blocks only. 128 threads a
     // block (more blocks) or 512 (each block reads a row of B from L2 once for more rows); one column tile is the
     // lanes' span, at most N rounded up to a power of two (and at least 16 columns).
     const int32_t limit = std::max(32, static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(n))));
     for (int32_t threads : {128, 512})
       for (int32_t col_lanes : {8, 16, 32})
-        for (int32_t cpt : {2, 4})
+        for (int32_t cpt : {2, 4, 8})
           for (int32_t lanes : {1, 2, 4}) {
             const int32_t span = col_lanes * cpt;
-            if (lanes * col_lanes > 32 || span < 16 || span > limit) continue;
+            if (lanes * col_lanes > 32 || span < 16 || span > limit || (cpt == 8 && threads != 128)) continue;
             Candidate c;
             c.kind = codegen::KernelKind::kStreamed;
             c.stream.layout = codegen::StreamLayout::kRows;
@@ -301,6 +303,11 @@ std::vector<Candidate> streamed_grid(int32_t n) {
   return grid;
 }
 }  // namespace
+
+std::optional<RowSplitShape> row_split_shape(const Candidate& c) {
+  if (!c.streamed() || c.stream.layout != codegen::StreamLayout::kRows) return std::nullopt;
+  return RowSplitShape{c.stream.lanes_per_row, c.stream.col_lanes, c.stream.cols_per_thread};
+}
 
 bool Candidate::operator==(const Candidate& o) const {
   if (kind != o.kind) return false;

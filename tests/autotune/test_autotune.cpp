@@ -265,6 +265,43 @@ TEST(Model, PrefetchingLoopIsNeverCheaperThanItsPlainTwinUntilMeasured) {
 
 // In model mode the assembled twin can look cheaper: ptxas gives it fewer registers (54 against 118 at cpt 4, unroll
 // 4, ld 64), which the model reads as occupancy. Untimed, it is still not the winner, nor the best streamed kernel.
+// best_row_split_shapes: one candidate a shape, the model's fastest of that shape, fastest shape first, never a
+// prefetching twin, at most as many as asked for.
+TEST(Model, BestRowSplitShapesAreEachShapesFastestInOrder) {
+  const TuneLayer l = small_layer("shapes", 43, 200, 300, 64);
+  const codegen::Target t = codegen::Target::parse("sm_90");
+  std::map<std::string, double> fastest;  // per shape, over the grid's plain row-split candidates
+  auto key = [](const RowSplitShape& s) {
+    return fmt::format("{}x{}x{}", s.lanes_per_row, s.col_lanes, s.cols_per_thread);
+  };
+  for (const Candidate& c : enumerate_candidates(l.a, l.n, t, {codegen::KernelKind::kStreamed})) {
+    const std::optional<RowSplitShape> s = row_split_shape(c);
+    if (!s || !c.valid() || c.stream.prefetch != 0) continue;
+    const double us = estimate_candidate(l.a, l.n, l.epilogue, c.kind, c.tile, c.stream, t, std::nullopt, false)
+                          .microseconds;
+    auto [it, fresh] = fastest.emplace(key(*s), us);
+    if (!fresh) it->second = std::min(it->second, us);
+  }
+  ASSERT_GE(fastest.size(), 10u);
+  const std::vector<RankedCandidate> all = best_row_split_shapes(l.a, l.n, l.epilogue, t, 100);
+  EXPECT_EQ(all.size(), fastest.size());
+  std::set<std::string> seen;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const std::optional<RowSplitShape> s = row_split_shape(all[i].candidate);
+    ASSERT_TRUE(s);
+    EXPECT_EQ(all[i].candidate.stream.prefetch, 0);
+    EXPECT_TRUE(seen.insert(key(*s)).second) << key(*s);
+    EXPECT_DOUBLE_EQ(all[i].estimate.microseconds, fastest[key(*s)]) << key(*s);
+    if (i > 0) {
+      EXPECT_LE(all[i - 1].estimate.microseconds, all[i].estimate.microseconds);
+    }
+  }
+  const std::vector<RankedCandidate> three = best_row_split_shapes(l.a, l.n, l.epilogue, t, 3);
+  ASSERT_EQ(three.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(three[i].candidate, all[i].candidate);
+  EXPECT_TRUE(best_row_split_shapes(l.a, l.n, l.epilogue, t, 0).empty());
+}
+
 TEST(Model, TuningOnTheModelAloneNeverPicksThePrefetchingLoop) {
   if (!codegen::Assembler::available()) GTEST_SKIP() << codegen::Assembler::unavailable_reason();
   TuneOptions o = model_options();
@@ -547,8 +584,9 @@ TEST(Space, StreamedCandidatesAreEnumeratedWithTypedRejections) {
   const std::vector<Candidate> st = streamed_of(enumerate_candidates(l.a, l.n, t));
   // ELL: rows per block {32, 64, 128, 256} x {(32,16), (32,8), (64,16)}; StreamParams' defaults are one of them.
   // Row-split with column lanes at N = 64: 11 shapes (8 lanes x 2 or 4 floats, 1 to 4 lanes a row; 16 lanes x 2 or 4,
-  // 1 or 2 lanes a row; 32 lanes x 2) x 128 or 512 threads, each with and without its entries prefetched.
-  EXPECT_EQ(st.size(), 12u + 2 * 22u);
+  // 1 or 2 lanes a row; 32 lanes x 2) x 128 or 512 threads, and 3 of 8 lanes x 8 floats (1 to 4 lanes a row) in
+  // 128 threads only, each with and without its entries prefetched.
+  EXPECT_EQ(st.size(), 12u + 2 * 25u);
   int prefetched = 0;
   for (const Candidate& c : st) {
     if (c.stream.prefetch == 0) continue;
@@ -563,7 +601,7 @@ TEST(Space, StreamedCandidatesAreEnumeratedWithTypedRejections) {
     EXPECT_LT(twin - st.begin(), &c - st.data());
     EXPECT_EQ(stream_from_json(codegen::to_json(c.stream), "s"), c.stream);
   }
-  EXPECT_EQ(prefetched, 22);
+  EXPECT_EQ(prefetched, 25);
   const Candidate* small = find_stream(st, 32, 32, 8);
   ASSERT_NE(small, nullptr);
   EXPECT_TRUE(small->valid()) << small->rejected_reason;
@@ -870,6 +908,30 @@ TEST(Gpu, EmulatedDriverTimesAndVerifiesStreamedCandidates) {
   EXPECT_GE(measured, 2);
   EXPECT_EQ(r.layers[0].winner_kind, codegen::KernelKind::kStreamed);
   EXPECT_EQ(r.layers[0].best_streamed.status, "measured");
+}
+
+// In gpu mode every shape of the row-split kernel (lanes per row, column lanes, columns per thread) is timed at its
+// best-ranked parameters, however few candidates the model's ranking sends: among those shapes its ranking is at its
+// weakest (docs/autotune.md, "Shapes of the row-split kernel").
+TEST(Gpu, EveryRowSplitShapeIsTimed) {
+  if (!codegen::Assembler::available()) GTEST_SKIP() << codegen::Assembler::unavailable_reason();
+  TuneOptions o = on_emulated_gpu(streamed_only(), 1);
+  o.measure_top = 1;
+  const TuneReport r = tune({small_layer("shapes", 41, 70, 48, 40)}, o);
+  ASSERT_EQ(r.mode, "gpu");
+  std::set<std::string> offered, timed;  // "lanes x column lanes x floats"
+  for (const CandidateResult& c : r.layers[0].candidates) {
+    const std::optional<RowSplitShape> s = row_split_shape(c.cand);
+    if (!s || !c.cand.valid() || c.cand.stream.prefetch != 0) continue;
+    const std::string shape = fmt::format("{}x{}x{}", s->lanes_per_row, s->col_lanes, s->cols_per_thread);
+    offered.insert(shape);
+    if (c.status == "failed") ADD_FAILURE() << describe(c.cand) << ": " << c.reason;
+    if (c.status != "measured") continue;
+    EXPECT_TRUE(c.verified) << describe(c.cand);
+    timed.insert(shape);
+  }
+  EXPECT_GE(offered.size(), 10u);  // at N = 40: 8, 16 and 32 column lanes of 2 to 8 floats, 1 to 4 lanes a row
+  EXPECT_EQ(timed, offered);
 }
 
 // In gpu mode both kinds are timed: a GEMV (N = 1), where the model ranks the row-split kernels first, still has its

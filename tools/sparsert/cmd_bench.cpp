@@ -172,8 +172,9 @@ Action add_bench(CLI::App& app) {
   sub->add_option("--choose", args->choose,
                   "cuda: sparsert's kernel kind for each problem: model (what compile builds without a tuning record) "
                   "or measured (the model's fastest baked and streamed kernels timed on the device, also built for "
-                  "rows of 16 bytes where N is not a multiple of 4, and a row-split streamed pick also with its entries "
-                  "prefetched; the fastest kept, every time recorded)")
+                  "rows of 16 bytes where N is not a multiple of 4, a row-split streamed pick also with its entries "
+                  "prefetched, and the model's best row-split kernels of 3 other shapes; the fastest kept, every time "
+                  "recorded)")
       ->check(CLI::IsMember({"model", "measured"}))
       ->default_val("model");
   sub->add_option("--report", args->report, "Results files to turn into the Markdown report (-o)")->expected(1, -1);

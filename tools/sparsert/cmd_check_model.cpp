@@ -13,7 +13,7 @@ namespace sparsert::cli {
 
 namespace {
 struct CheckModelArgs {
-  std::vector<std::string> files;
+  std::vector<std::string> files, matrices;
   std::string data, output;
   bool simulate = false, quiet = false, predict = false;
   std::optional<int32_t> max_entries;
@@ -28,6 +28,8 @@ Action add_check_model(CLI::App& app) {
       ->required();
   sub->add_option("--data", args->data, "Directory of the shared data (DLMC matrices; default: ../shared/data)");
   sub->add_option("-o,--output", args->output, "Write every prediction beside its measurement (JSON)");
+  sub->add_option("--matrix", args->matrices, "A tuning report's layer that is not under --data (one `sparsert gen` "
+                  "made): the file named after the layer, e.g. nlp_512x2048.mtx (repeatable)");
   sub->add_flag("--simulate", args->simulate, "Instruction counts from ptxsim instead of the analytic counts");
   sub->add_flag("-q,--quiet", args->quiet, "Only the summary line of each group");
   sub->add_flag("--predict", args->predict, "Bench results only: the model's estimate for the kernel compile builds "
@@ -46,6 +48,7 @@ Action add_check_model(CLI::App& app) {
     bench::ModelCheckOptions o;
     o.data_dir = args->data.empty() ? bench::default_data_dir() : std::filesystem::path(args->data);
     o.simulate = args->simulate;
+    for (const std::string& m : args->matrices) o.matrices.emplace_back(m);
     o.max_entries = args->max_entries;
     nlohmann::json out = nlohmann::json::array();
     if (args->predict) {

@@ -579,6 +579,10 @@ class SparsertGpu final : public GpuMethod {
   // The measured choice also times each kind with rows of this many floats (16 bytes, compile's default) where N is
   // not a multiple.
   static constexpr int32_t kMeasuredRowAlign = compiler::kDefaultRowAlign;
+  // And the model's best row-split kernels of this many more shapes (lanes per row, column lanes, columns per
+  // thread) than the streamed pick's, at compile's width: the model ranks those shapes least well of all
+  // (docs/autotune.md, "Shapes of the row-split kernel"), and each assembles in a few hundredths of a second.
+  static constexpr size_t kMeasuredShapes = 3;
   std::string name() const override { return "sparsert-gpu"; }
   std::string detail() const override { return detail_; }
   // Every problem's kernels compiled side by side, one compile a core, into the kernel cache, so that prepare() finds
@@ -589,10 +593,16 @@ class SparsertGpu final : public GpuMethod {
     const std::filesystem::path root = scratch_ / fmt::format("prebuild-{}", counter_++);
     try {
       std::filesystem::create_directories(root);
+      // Which kernels each problem times takes a ranking of its grid by the model or two: one problem a core.
+      std::vector<std::vector<Variant>> timed(problems.size());
+      parallel_for(static_cast<int64_t>(problems.size()), 0, [&](int64_t i) {
+        const Problem& p = problems[static_cast<size_t>(i)];
+        if (measured(p)) timed[static_cast<size_t>(i)] = variants(p);
+      });
       std::vector<std::pair<size_t, Variant>> jobs;
       for (size_t i = 0; i < problems.size(); ++i) {
         if (measured(problems[i])) {
-          for (const Variant& v : variants(problems[i])) jobs.push_back({i, v});
+          for (const Variant& v : timed[i]) jobs.push_back({i, v});
         } else {
           jobs.push_back({i, Variant{std::nullopt, compiled_columns(problems[i])}});
         }
@@ -601,7 +611,7 @@ class SparsertGpu final : public GpuMethod {
         const auto& [i, v] = jobs[static_cast<size_t>(j)];
         const Problem& p = problems[i];
         try {
-          std::optional<compiler::CompileOptions> o = compile_options(p, v.kind, v.columns, v.prefetch);
+          std::optional<compiler::CompileOptions> o = compile_options(p, v.kind, v.columns, v.prefetch, v.shape);
           if (!o) return;
           o->threads = 1;
           compiler::compile_network({layer_of(p, v.columns)}, root / std::to_string(j), *o);
@@ -626,7 +636,8 @@ class SparsertGpu final : public GpuMethod {
     // fastest algorithm is the baseline's. Both times and the model's own pick are recorded beside it. Where N is
     // not a multiple of 4, each kind is also built for rows of 16 bytes (compile --row-align 4; run with N columns).
     // Where the streamed pick at compile's width is a row-split kernel, its twin with the entries prefetched
-    // ("prefetch": 1, offered to the tuner but priced no cheaper by the model) is timed too.
+    // ("prefetch": 1, offered to the tuner but priced no cheaper by the model) is timed too, and so are the model's
+    // best row-split kernels of kMeasuredShapes other shapes ("-shapeR": the shape the model ranks R-th).
     choice_ = nlohmann::json::object();
     // What compile builds by default, named as the variants below are ("streamed-aligned": at the aligned width).
     if (const std::optional<codegen::KernelKind> pick = model_kind(p)) {
@@ -636,8 +647,8 @@ class SparsertGpu final : public GpuMethod {
     double best_us = std::numeric_limits<double>::infinity();
     for (const Variant& v : variants(p)) {
       const std::string kind = codegen::to_string(*v.kind) + (v.columns != p.n ? "-aligned" : "") +
-                               (v.prefetch ? "-prefetch" : "");
-      const std::optional<compiler::CompileOptions> o = compile_options(p, v.kind, v.columns, v.prefetch);
+                               (v.prefetch ? "-prefetch" : "") + (v.shape > 0 ? fmt::format("-shape{}", v.shape) : "");
+      const std::optional<compiler::CompileOptions> o = compile_options(p, v.kind, v.columns, v.prefetch, v.shape);
       if (!o) {
         if (!v.prefetch) choice_[kind] = {{"status", "no valid candidate"}};  // a twin only where one exists
         continue;
@@ -677,9 +688,11 @@ class SparsertGpu final : public GpuMethod {
   }
   // What `sparsert compile` builds for the problem without a tuning record (kind: nothing), or the model's fastest
   // kernel of that kind (nothing where the kind has no valid candidate for the problem). prefetch: that kernel with
-  // its entries prefetched, where it is a row-split kernel with an unrolled loop (nothing otherwise).
+  // its entries prefetched, where it is a row-split kernel with an unrolled loop (nothing otherwise). shape > 0: the
+  // model's best row-split kernel of the shape it ranks shape-th (nothing where there are fewer shapes).
   std::optional<compiler::CompileOptions> compile_options(const Problem& p, std::optional<codegen::KernelKind> kind,
-                                                          int32_t columns, bool prefetch = false) const {
+                                                          int32_t columns, bool prefetch = false,
+                                                          size_t shape = 0) const {
     compiler::CompileOptions o;
     o.targets = {target_};
     o.progress = false;
@@ -688,6 +701,11 @@ class SparsertGpu final : public GpuMethod {
     // model ranks fastest, every baked candidate ranked and built in at most --max-entries entries.
     if (!p.conv) {
       std::optional<compiler::TunedKernel> pick = model_pick(p, kind, columns);
+      if (shape > 0) {
+        const std::vector<codegen::StreamParams>& shapes = row_split_shapes(p, columns);
+        if (shape > shapes.size()) return std::nullopt;
+        pick = compiler::TunedKernel{codegen::KernelKind::kStreamed, {}, shapes[shape - 1], "model"};
+      }
       if (prefetch) {
         if (!pick || pick->kind != codegen::KernelKind::kStreamed ||
             pick->stream.layout != codegen::StreamLayout::kRows || pick->stream.unroll < 2) {
@@ -725,6 +743,21 @@ class SparsertGpu final : public GpuMethod {
     std::lock_guard<std::mutex> lock(picks_mutex_);
     picks_.emplace(key, pick);
     return pick;
+  }
+  // The model's best row-split kernel of each shape for the problem at `columns`, best shape first
+  // (autotune::best_row_split_shapes), one more than kMeasuredShapes; ranked once per problem and width.
+  const std::vector<codegen::StreamParams>& row_split_shapes(const Problem& p, int32_t columns) const {
+    const std::string key = fmt::format("{}/{}/{}", p.family, p.name, columns);
+    {
+      std::lock_guard<std::mutex> lock(picks_mutex_);
+      if (auto it = shapes_.find(key); it != shapes_.end()) return it->second;
+    }
+    std::vector<codegen::StreamParams> out;
+    for (const autotune::RankedCandidate& r :
+         autotune::best_row_split_shapes(p.a, columns, Epilogue{}, target_, kMeasuredShapes + 1))
+      out.push_back(r.candidate.stream);
+    std::lock_guard<std::mutex> lock(picks_mutex_);
+    return shapes_.emplace(key, std::move(out)).first->second;  // a map's elements stay where they are
   }
   void run() override { c_ = net_->run(*b_); }
   // GpuNetwork times `inner` CUDA Graph replays (one per product) launched back to back between two events, as the
@@ -788,15 +821,33 @@ class SparsertGpu final : public GpuMethod {
     std::optional<codegen::KernelKind> kind;
     int32_t columns = 0;
     bool prefetch = false;  // the streamed pick with its entries prefetched (compile_options)
+    size_t shape = 0;       // > 0: the model's best row-split kernel of the shape it ranks shape-th
   };
-  static std::vector<Variant> variants(const Problem& p) {
+  std::vector<Variant> variants(const Problem& p) const {
     std::vector<Variant> out;
     for (codegen::KernelKind k : autotune::all_kinds()) out.push_back({k, p.n});
     const int32_t aligned = compiler::aligned_columns(p.n, kMeasuredRowAlign);
     if (aligned != p.n) {
       for (codegen::KernelKind k : autotune::all_kinds()) out.push_back({k, aligned});
     }
-    out.push_back({codegen::KernelKind::kStreamed, compiled_columns(p), true});
+    const int32_t columns = compiled_columns(p);
+    out.push_back({codegen::KernelKind::kStreamed, columns, true});
+    // The row-split shapes the streamed pick is not of.
+    const std::optional<compiler::TunedKernel> pick = model_pick(p, codegen::KernelKind::kStreamed, columns);
+    auto shape_of = [](const codegen::StreamParams& s) {
+      autotune::Candidate c;
+      c.kind = codegen::KernelKind::kStreamed;
+      c.stream = s;
+      return autotune::row_split_shape(c);
+    };
+    const std::optional<autotune::RowSplitShape> picked = pick ? shape_of(pick->stream) : std::nullopt;
+    const std::vector<codegen::StreamParams>& shapes = row_split_shapes(p, columns);
+    size_t timed = 0;
+    for (size_t r = 0; r < shapes.size() && timed < kMeasuredShapes; ++r) {
+      if (shape_of(shapes[r]) == picked) continue;
+      out.push_back({codegen::KernelKind::kStreamed, columns, false, r + 1});
+      ++timed;
+    }
     return out;
   }
   std::optional<codegen::KernelKind> model_kind(const Problem& p) const {
@@ -832,6 +883,7 @@ class SparsertGpu final : public GpuMethod {
   nlohmann::json choice_;  // measured choice: each kind's median, the model's pick and the one kept
   mutable std::mutex picks_mutex_;  // prebuild asks from every core
   mutable std::map<std::string, std::optional<compiler::TunedKernel>> picks_;
+  mutable std::map<std::string, std::vector<codegen::StreamParams>> shapes_;  // row_split_shapes, by problem and width
   const DenseTensor* b_ = nullptr;
   DenseTensor c_;
   std::string detail_;
@@ -899,11 +951,11 @@ MethodSet gpu_methods(const std::filesystem::path& scratch_dir, std::optional<in
       cuda::Driver::get().library(),
       measure_kinds ? fmt::format("; kernel kind by measurement (the model's fastest baked and streamed kernels, and "
                                   "where N is not a multiple of {0} the same kinds compiled for rows of {0} floats "
-                                  "(compile --row-align {0}, B and C staged in them, N columns run), and a row-split "
-                                  "streamed pick also with its entries prefetched, {1} x {2} runs each, the fastest "
-                                  "kept)",
+                                  "(compile --row-align {0}, B and C staged in them, N columns run), a row-split "
+                                  "streamed pick also with its entries prefetched, and the model's best row-split "
+                                  "kernels of {3} other shapes, {1} x {2} runs each, the fastest kept)",
                                   SparsertGpu::kMeasuredRowAlign, SparsertGpu::kChoiceSamples,
-                                  SparsertGpu::kChoiceRuns)
+                                  SparsertGpu::kChoiceRuns, SparsertGpu::kMeasuredShapes)
                     : fmt::format("; the model's kernel as compile builds it by default (N of {} or more compiled for "
                                   "rows of {} floats, N columns run)",
                                   compiler::kMinAlignedColumns, compiler::kDefaultRowAlign));

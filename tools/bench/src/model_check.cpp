@@ -76,8 +76,15 @@ void finish(ModelGroup& g) {
 
 // The matrix a tuning report's layer was read from, by its name and nonzero count: a DLMC ResNet-50 matrix (90% or
 // 95% pruning, or another level), or a layer of the official Graph Challenge network ("n1024-l100").
-CsrMatrix measured_layer(const std::filesystem::path& data, const std::string& name, int64_t nnz,
-                         const std::string& where) {
+CsrMatrix measured_layer(const ModelCheckOptions& o, const std::string& name, int64_t nnz, const std::string& where) {
+  for (const std::filesystem::path& f : o.matrices) {
+    if (f.stem().string() != name) continue;
+    inspector::LoadedMatrix m = inspector::load_matrix(f);
+    SPARSERT_USER_CHECK(m.a.nnz() == nnz, f.string(), "has {} nonzeros where layer '{}' of the report has {}",
+                        m.a.nnz(), name, nnz);
+    return std::move(m.a);
+  }
+  const std::filesystem::path& data = o.data_dir;
   for (const char* sparsity : {"0.9", "0.95", "0.8", "0.7", "0.98"}) {
     const std::filesystem::path f = data / "dlmc" / "rn50" / "magnitude_pruning" / sparsity / (name + ".smtx");
     if (!std::filesystem::exists(f)) continue;
@@ -87,7 +94,7 @@ CsrMatrix measured_layer(const std::filesystem::path& data, const std::string& n
   if (std::optional<CsrMatrix> gc = graphchallenge_layer_by_name(data, name); gc && gc->nnz() == nnz)
     return std::move(*gc);
   throw_user_error(where, "layer '{}' with {} nonzeros is neither a DLMC ResNet-50 matrix nor a Graph Challenge layer "
-                   "under {}", name, nnz, data.string());
+                   "under {}, nor a file given with --matrix", name, nnz, data.string());
 }
 
 // Files written before the fields existed measured layout 1 of the streamed kernel (tile rows n_tile * 4 bytes apart,
@@ -120,7 +127,7 @@ std::vector<ModelGroup> check_tune_report(const json& j, const std::string& file
     for (const json& c : layer["candidates"]) {
       SPARSERT_USER_CHECK(c.is_object(), where, "a candidate is not an object: {}", c.dump().substr(0, 40));
       if (c.value("status", "") != "measured" || !c.contains("time_us")) continue;
-      if (!a) a = measured_layer(o.data_dir, name, json_get<int64_t>(layer, where, "nnz"), where);
+      if (!a) a = measured_layer(o, name, json_get<int64_t>(layer, where, "nnz"), where);
       const std::string label = c.value("label", "");
       const std::string cw = fmt::format("{}: candidate '{}'", where, label);
       const bool streamed = c.value("kind", "baked") == "streamed";

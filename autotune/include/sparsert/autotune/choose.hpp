@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <vector>
 
 namespace sparsert::autotune {
 
@@ -30,5 +31,16 @@ ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilo
                             const KindSet& kinds = all_kinds(),
                             const std::function<bool(const Candidate&)>& accept = {},
                             std::optional<int32_t> max_entries = std::nullopt);
+
+// The row-split candidates (entries not prefetched) the model ranks fastest for each shape of the grid
+// (row_split_shape), fastest shape first, at most `shapes` of them; empty where the grid has none for this layer.
+// The model ranks shapes of this kernel least well of all (docs/autotune.md, "Shapes of the row-split kernel"), and
+// one costs a few hundredths of a second to assemble, so measured choices time several.
+struct RankedCandidate {
+  Candidate candidate;
+  Estimate estimate;
+};
+std::vector<RankedCandidate> best_row_split_shapes(const CsrMatrix& a, int32_t n, const Epilogue& epilogue,
+                                                   const codegen::Target& target, size_t shapes);
 
 }  // namespace sparsert::autotune

@@ -7,6 +7,7 @@
 #include "sparsert/codegen/tile.hpp"
 #include "sparsert/runtime/csr.hpp"
 
+#include <compare>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -52,6 +53,15 @@ Candidate default_candidate(const CsrMatrix& a, int32_t n, const codegen::Target
 std::vector<Candidate> enumerate_candidates(const CsrMatrix& a, int32_t n, const codegen::Target& target,
                                             const KindSet& kinds = all_kinds(),
                                             std::optional<int32_t> max_entries = std::nullopt);
+
+// The shape of a row-split candidate (StreamLayout::kRows): lanes per row, column lanes and columns per thread, which
+// set how a warp's lanes cover rows and columns, its loads of B and its registers. Candidates of one shape differ in
+// rows per block, column tile, unroll and prefetching. Nothing for any other kind or layout.
+struct RowSplitShape {
+  int32_t lanes_per_row = 1, col_lanes = 1, cols_per_thread = 1;
+  auto operator<=>(const RowSplitShape&) const = default;
+};
+std::optional<RowSplitShape> row_split_shape(const Candidate& c);
 
 // Runs the shared validity check of the candidate's kind for this matrix, N and target; throws InvalidTileParams.
 void check_candidate(const Candidate& c, const CsrMatrix& a, int32_t n, const codegen::Target& target);

@@ -36,6 +36,9 @@ struct ModelGroup {
 struct ModelCheckOptions {
   std::filesystem::path data_dir;  // ../shared/data: the DLMC matrices and the suites' inputs
   bool simulate = false;           // instruction counts from ptxsim instead of the analytic counts
+  // Matrices of tuning-report layers that are not under data_dir (a layer `sparsert gen` made for the run): a layer
+  // takes the file whose name without extension is the layer's name.
+  std::vector<std::filesystem::path> matrices;
   // predict_against_vendors: baked kernels split into at most this many entries (as `bench --max-entries` builds
   // them); unset: the tile's default.
   std::optional<int32_t> max_entries;
