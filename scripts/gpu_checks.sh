@@ -60,14 +60,14 @@ fail() {
 }
 # The static model beside what the steps before measured (CPU only): for each file that was written, its predictions
 # and measured times, kernel by kernel, in FILE-model.json, and one summary line a group in the log
-# (docs/autotune.md, "Calibration"). A file the model cannot rebuild (a generated matrix) is left out by the caller.
-# check-model over each measured file; the matrices of layers `sparsert gen` made for a run come in $model_matrices
-# (--matrix arguments, empty by default).
+# (docs/autotune.md, "Calibration"). The matrices of layers `sparsert gen` made for a run come in $model_matrices
+# (--matrix arguments, empty by default; the stage that made them sets it and removes them after).
 model_matrices=()
 model_check() {
   local f
   for f in "$@"; do
-    [[ -s $f ]] && step "$sparsert" check-model --data "$data" "${model_matrices[@]}" -q -o "${f%.json}-model.json" "$f"
+    [[ -s $f ]] && step "$sparsert" check-model --data "$data" ${model_matrices[@]+"${model_matrices[@]}"} -q \
+      -o "${f%.json}-model.json" "$f"
   done
   return 0
 }
@@ -221,10 +221,10 @@ case $stage in
     step "$sparsert" gen pruned --rows 512 --cols 2048 --sparsity 0.9 --seed 100 -o "$gen/nlp_512x2048.mtx"
     step "$sparsert" tune "$gen/nlp_512x2048.mtx" --n 256 --mode gpu --kernel streamed --top 4 \
       -o "$out/tune-rows-cols-n256-gpu.json" --no-db -j "$jobs"
+    model_check "$out/tune-baked-n49-gpu.json" "$out/tune-gemv-gpu.json" "$out/tune-rows-cols-n49-gpu.json"
     # tune-rows-cols-n256-gpu.json's layer is generated here: check-model reads it from the same file.
     model_matrices=(--matrix "$gen/nlp_512x2048.mtx")
-    model_check "$out/tune-baked-n49-gpu.json" "$out/tune-gemv-gpu.json" "$out/tune-rows-cols-n49-gpu.json" \
-      "$out/tune-rows-cols-n256-gpu.json"
+    model_check "$out/tune-rows-cols-n256-gpu.json"
     model_matrices=()
     rm -rf "$gen"
     ;;

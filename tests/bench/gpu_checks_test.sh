@@ -29,6 +29,9 @@ echo "$*" >> "$CALLS"
 if [[ -n ${FAIL_PATTERN:-} && "$*" =~ $FAIL_PATTERN ]]; then echo "sparsert: failed: scripted"; exit 1; fi
 args=("$@")
 for ((i = 0; i + 1 < ${#args[@]}; ++i)); do
+  [[ ${args[i]} == --matrix ]] && { [[ -f ${args[i + 1]} ]] && echo found >> "$CALLS.matrix" || echo missing >> "$CALLS.matrix"; }
+done
+for ((i = 0; i + 1 < ${#args[@]}; ++i)); do
   [[ ${args[i]} == -o ]] && echo '{}' > "${args[i + 1]}"
 done
 echo "sparsert: ok"
@@ -91,7 +94,8 @@ check "no check-model on a file a failed step did not write" \
   test "$(grep -c -E '^check-model .*/rn50-0\.9-cuda\.json$' "$CALLS")" -eq 0
 check "the generated layer's report reads it from the generated file" \
   grep -q -E '^check-model --data [^ ]+ --matrix [^ ]+/nlp_512x2048\.mtx -q .*tune-rows-cols-n256-gpu\.json$' "$CALLS"
-check "--matrix only in the tune stage" test "$(grep -c -E '^check-model .*--matrix' "$CALLS")" -eq 4
+check "--matrix for that report only" test "$(grep -c -E '^check-model .*--matrix' "$CALLS")" -eq 1
+check "the generated file still there when check-model reads it" test "$(cat "$CALLS.matrix")" = found
 check "seventeen check-model calls" test "$(grep -c '^check-model ' "$CALLS")" -eq 17
 check "forty-seven sparsert calls" test "$(wc -l < "$CALLS")" -eq 47
 check "one CPU run with AVX2 named" grep -q -E '^avx2 graphchallenge .*--replicate 50 --device cpu$' "$CALLS.isa"

@@ -539,10 +539,13 @@ TEST(Bench, MeasuredKindChoiceKeepsTheFasterKernelAndRecordsBoth) {
     std::set<std::tuple<int, int, int>> shapes;
     if (rows) shapes.insert(shape_of(stream_of(c["streamed"])));
     int shape_variants = 0;
+    std::set<int> ranks;  // R of "streamed-shapeR": the shape's rank under the model, 1 to 4, each once
     for (const auto& [kind, v] : c.items()) {
       if (kind.find("-shape") == std::string::npos) continue;
       ++shape_variants;
       EXPECT_TRUE(kind.starts_with("streamed-shape")) << kind;  // compile's width: the problem's, below 32 columns
+      const int rank = std::stoi(kind.substr(std::string("streamed-shape").size()));
+      EXPECT_TRUE(rank >= 1 && rank <= 4 && ranks.insert(rank).second) << kind;
       const nlohmann::json st = stream_of(v);
       EXPECT_EQ(st.value("layout", ""), "rows") << kind;
       EXPECT_FALSE(st.contains("prefetch")) << kind;
@@ -550,6 +553,10 @@ TEST(Bench, MeasuredKindChoiceKeepsTheFasterKernelAndRecordsBoth) {
       kinds.push_back(kind);
     }
     EXPECT_EQ(shape_variants, 3) << c.dump();
+    // The pick's own shape is the one rank of the four left out where the pick is row-split; else the fourth.
+    if (!rows) {
+      EXPECT_EQ(ranks, (std::set<int>{1, 2, 3})) << c.dump();
+    }
     std::string picked;
     double fastest = 0.0;
     for (const std::string& kind : kinds) {

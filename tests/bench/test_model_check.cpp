@@ -367,7 +367,7 @@ TEST(ModelCheck, ReadsTheKindAMeasuredChoiceDidNotKeep) {
   o.data_dir = data;
   const std::vector<bench::ModelGroup> groups = bench::check_model(edited, o);
   const auto other = std::find_if(groups.begin(), groups.end(), [](const bench::ModelGroup& g) {
-    return g.source.find("the kind not kept") != std::string::npos;
+    return g.source.find("the kernels not kept") != std::string::npos;
   });
   ASSERT_NE(other, groups.end());
   ASSERT_EQ(other->points.size(), j["problems"].size() + static_cast<size_t>(at_49));

@@ -161,6 +161,10 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
       {"empty-tune.json", "{\"format\": \"sparsert-tune-report/1\", \"layers\": []}", "check-model {}",
        "no measured kernel"},
       {"array.json", "[1, 2]", "check-model {}", "array.json: is not a JSON object"},
+      // check-model --matrix: a file that is there, and one a flag (a report after it is a report, not a matrix).
+      {"", "", "check-model x.json --matrix /nonexistent/m.mtx", "/nonexistent/m.mtx"},
+      {"m.mtx", mtx + "1 1 1\n1 1 1.0\n", "check-model --predict x.json --matrix {}",
+       "--matrix: applies to tuning reports, not to --predict"},
       // An unsigned option given a negative number (CLI11 would wrap it to 2^64 - 1).
       {"", "", "gen pruned --rows 4 --cols 4 --sparsity 0.5 --seed -1 -o " + (dir / "s.mtx").string(), "--seed"},
       // A parent folder nothing can be created in, whoever runs it (root passes access() there): said up front.
@@ -565,6 +569,31 @@ TEST(CliBadInput, CheckFailsOnOutputsThatAreNotFinite) {
   o = run(fmt::format("run {} --input {} --device cpu --check", pkg, (dir / "x.npy").string()), dir);
   EXPECT_EQ(o.code, 1) << o.err;
   EXPECT_NE(o.err.find("2 of 4 outputs are not finite"), std::string::npos) << o.err;
+}
+
+// check-model --matrix: a tuning report's generated layer comes from the file named after it; each --matrix takes
+// one file, so the reports after it are all checked; a matrix that names no measured layer is an error, not ignored.
+TEST(CliBadInput, CheckModelMatrixNamesALayerOfTheReports) {
+  ScratchDir dir;
+  const std::string report =
+      std::string(SPARSERT_SOURCE_DIR) + "/docs/measurements/h100-2026-11-26/tune-rows-cols-n256-gpu.json";
+  const std::string matrix = (dir / "nlp_512x2048.mtx").string(), other = (dir / "other.mtx").string();
+  Outcome o = run(fmt::format("gen pruned --rows 512 --cols 2048 --sparsity 0.9 --seed 100 -o {}", matrix), dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  o = run(fmt::format("gen pruned --rows 4 --cols 4 --sparsity 0.5 --seed 1 -o {}", other), dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  const std::string data = (dir / "no-data").string();
+  o = run_printing(fmt::format("check-model --data {} -q --matrix {} {} {}", data, matrix, report, report), dir);
+  EXPECT_EQ(o.code, 0) << o.err;
+  size_t groups = 0;
+  for (size_t at = o.err.find("nlp_512x2048: 13 kernels"); at != std::string::npos;
+       at = o.err.find("nlp_512x2048: 13 kernels", at + 1))
+    ++groups;
+  EXPECT_EQ(groups, 2u) << o.err;
+  o = run(fmt::format("check-model --data {} -q --matrix {} --matrix {} {}", data, matrix, other, report), dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("--matrix " + other + ": names no measured layer"), std::string::npos) << o.err;
+  EXPECT_EQ(lines(o.err), 1) << o.err;
 }
 
 TEST(CliBadInput, AnEmptyBiasFileIsAnError) {

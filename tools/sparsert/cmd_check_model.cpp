@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <set>
 
 namespace sparsert::cli {
 
@@ -29,7 +30,9 @@ Action add_check_model(CLI::App& app) {
   sub->add_option("--data", args->data, "Directory of the shared data (DLMC matrices; default: ../shared/data)");
   sub->add_option("-o,--output", args->output, "Write every prediction beside its measurement (JSON)");
   sub->add_option("--matrix", args->matrices, "A tuning report's layer that is not under --data (one `sparsert gen` "
-                  "made): the file named after the layer, e.g. nlp_512x2048.mtx (repeatable)");
+                  "made): the file named after the layer, e.g. nlp_512x2048.mtx (one a flag; repeat the flag)")
+      ->allow_extra_args(false)
+      ->check(CLI::ExistingFile);
   sub->add_flag("--simulate", args->simulate, "Instruction counts from ptxsim instead of the analytic counts");
   sub->add_flag("-q,--quiet", args->quiet, "Only the summary line of each group");
   sub->add_flag("--predict", args->predict, "Bench results only: the model's estimate for the kernel compile builds "
@@ -39,6 +42,8 @@ Action add_check_model(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20));
   return [args] {
     SPARSERT_USER_CHECK(!args->max_entries || args->predict, "--max-entries", "applies to --predict only");
+    SPARSERT_USER_CHECK(args->matrices.empty() || !args->predict, "--matrix",
+                        "applies to tuning reports, not to --predict");
     if (!args->output.empty()) {
       check_output_path(args->output);
       std::vector<NamedPath> inputs;
@@ -72,11 +77,13 @@ Action add_check_model(CLI::App& app) {
     }
     double worst = 1.0, min_rho = 1.0;
     size_t kernels = 0, ranked = 0;
+    std::set<std::string> layers;  // of every measured kernel: each --matrix must name one
     for (const std::string& f : args->files) {
       const std::vector<bench::ModelGroup> groups = bench::check_model(f, o);
       if (groups.empty()) fmt::print("{}: no measured kernels (model estimates only?)\n", f);
       for (const bench::ModelGroup& g : groups) {
         kernels += g.points.size();
+        for (const bench::ModelPoint& p : g.points) layers.insert(p.layer);
         fmt::print("{}: {} kernels, Spearman {:.3f}, worst prediction {:.2f}x off\n", g.source, g.points.size(),
                    g.spearman, g.worst_ratio);
         if (!args->quiet) {
@@ -95,6 +102,11 @@ Action add_check_model(CLI::App& app) {
         }
         out.push_back(bench::to_json(g));
       }
+    }
+    for (const std::filesystem::path& m : o.matrices) {
+      SPARSERT_USER_CHECK(layers.count(m.stem().string()) > 0, "--matrix " + m.string(),
+                          "names no measured layer of the reports (its file name without the extension must be the "
+                          "layer's name)");
     }
     // Nothing measured is not a perfect score, and one kernel ranks nothing.
     SPARSERT_USER_CHECK(kernels > 0, "check-model", "no measured kernel in {} file{} to check the model against",

@@ -100,7 +100,8 @@ Action add_tune(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "model", "gpu"}))->default_val("auto");
   sub->add_option("--kernel", args->kernel, "Kernel kinds to search: auto (baked and streamed), baked or streamed")
       ->check(CLI::IsMember({"auto", "baked", "streamed"}))->default_val("auto");
-  sub->add_option("--top", args->top, "Model mode: candidates the assembler confirms; gpu mode: 8x this are timed")
+  sub->add_option("--top", args->top, "Model mode: candidates the assembler confirms; gpu mode: 8x this are timed, "
+                  "and the best-ranked candidate of every row-split shape")
       ->default_val(1)->check(CLI::Range(1, 1000));
   sub->add_option("-j,--threads", args->threads, "Assembler threads")->default_val(2)->check(CLI::Range(1, 256));
   sub->add_option("--db", args->db, "Tuning database (default: $SPARSERT_CACHE_DIR/tuning.json or "

@@ -597,7 +597,10 @@ class SparsertGpu final : public GpuMethod {
       std::vector<std::vector<Variant>> timed(problems.size());
       parallel_for(static_cast<int64_t>(problems.size()), 0, [&](int64_t i) {
         const Problem& p = problems[static_cast<size_t>(i)];
-        if (measured(p)) timed[static_cast<size_t>(i)] = variants(p);
+        try {
+          if (measured(p)) timed[static_cast<size_t>(i)] = variants(p);
+        } catch (const std::exception&) {  // prepare() meets it again and records it against the problem
+        }
       });
       std::vector<std::pair<size_t, Variant>> jobs;
       for (size_t i = 0; i < problems.size(); ++i) {

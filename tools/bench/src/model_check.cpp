@@ -76,12 +76,15 @@ void finish(ModelGroup& g) {
 
 // The matrix a tuning report's layer was read from, by its name and nonzero count: a DLMC ResNet-50 matrix (90% or
 // 95% pruning, or another level), or a layer of the official Graph Challenge network ("n1024-l100").
-CsrMatrix measured_layer(const ModelCheckOptions& o, const std::string& name, int64_t nnz, const std::string& where) {
+CsrMatrix measured_layer(const ModelCheckOptions& o, const json& layer, const std::string& name, int64_t nnz,
+                         const std::string& where) {
   for (const std::filesystem::path& f : o.matrices) {
     if (f.stem().string() != name) continue;
     inspector::LoadedMatrix m = inspector::load_matrix(f);
-    SPARSERT_USER_CHECK(m.a.nnz() == nnz, f.string(), "has {} nonzeros where layer '{}' of the report has {}",
-                        m.a.nnz(), name, nnz);
+    const int64_t rows = layer.value("m", int64_t{-1}), cols = layer.value("k", int64_t{-1});
+    SPARSERT_USER_CHECK(m.a.nnz() == nnz && (rows < 0 || rows == m.a.rows) && (cols < 0 || cols == m.a.cols),
+                        f.string(), "is {} x {} with {} nonzeros where layer '{}' of the report is {} x {} with {}",
+                        m.a.rows, m.a.cols, m.a.nnz(), name, rows, cols, nnz);
     return std::move(m.a);
   }
   const std::filesystem::path& data = o.data_dir;
@@ -127,7 +130,7 @@ std::vector<ModelGroup> check_tune_report(const json& j, const std::string& file
     for (const json& c : layer["candidates"]) {
       SPARSERT_USER_CHECK(c.is_object(), where, "a candidate is not an object: {}", c.dump().substr(0, 40));
       if (c.value("status", "") != "measured" || !c.contains("time_us")) continue;
-      if (!a) a = measured_layer(o, name, json_get<int64_t>(layer, where, "nnz"), where);
+      if (!a) a = measured_layer(o, layer, name, json_get<int64_t>(layer, where, "nnz"), where);
       const std::string label = c.value("label", "");
       const std::string cw = fmt::format("{}: candidate '{}'", where, label);
       const bool streamed = c.value("kind", "baked") == "streamed";
@@ -221,7 +224,7 @@ std::vector<ModelGroup> check_bench(const json& j, const std::string& file, cons
   ModelGroup g, isolated, other_kind;
   g.source = std::filesystem::path(file).filename().string();
   isolated.source = g.source + " (runs timed alone)";
-  other_kind.source = g.source + " (the kind not kept, timed for bench --choose measured)";
+  other_kind.source = g.source + " (the kernels not kept, timed for bench --choose measured)";
   for (const json& p : j["problems"]) {
     const std::string name = p.value("name", "");
     const std::string where = fmt::format("{}: problem {}", file, name);
