@@ -785,4 +785,23 @@ TEST(Bench, ReportSummarisesTheMeasuredKernelChoice) {
                        "problems, faster on 1; time 0.97× of the plain loop's (geometric mean), 0.75–1.25."),
             std::string::npos)
       << twins;
+  EXPECT_EQ(twins.find("other shapes timed"), std::string::npos);  // none were
+  // Other shapes beside the streamed pick on two problems: the fastest of each against the pick, 0.5 and 1.5 (a
+  // slower shape beside a faster one counts the faster).
+  const std::vector<std::pair<int, std::vector<double>>> shape_ratios = {{30, {0.5, 0.9}}, {31, {1.5, 2.0}}};
+  for (const auto& [index, ratios] : shape_ratios) {
+    nlohmann::json& c = measured.run["problems"][index]["results"]["sparsert-gpu"]["kind_choice"];
+    for (size_t r = 0; r < ratios.size(); ++r) {
+      c[fmt::format("streamed-aligned-shape{}", r + 2)] = {
+          {"status", "measured"}, {"median_us", c["streamed-aligned"]["median_us"].get<double>() * ratios[r]},
+          {"detail", "shape"}};
+    }
+  }
+  const std::string shapes = measured.report(dir / "c3");
+  EXPECT_NE(shapes.find("| streamed-aligned-shape2 | 2 | 0 |"), std::string::npos) << shapes;
+  EXPECT_NE(shapes.find("The fastest row-split kernel of the other shapes timed (`-shapeR`) against the model's "
+                        "streamed pick: 2 problems, faster on 1; time 0.87× of the pick's (geometric mean), "
+                        "0.50–1.50."),
+            std::string::npos)
+      << shapes;
 }

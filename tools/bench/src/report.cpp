@@ -315,8 +315,8 @@ std::optional<double> goal_for(const json& run, const std::string& baseline) {
 // Empty where the run chose by the model.
 std::string kind_choice_section(const json& run, const std::string& subject) {
   std::map<std::string, int> timed, kept;
-  int problems = 0, model_kept = 0, twin_faster = 0;
-  std::vector<double> twin;
+  int problems = 0, model_kept = 0, twin_faster = 0, shape_faster = 0;
+  std::vector<double> twin, shape;  // against the plain kernel; the fastest other shape against the streamed pick
   for (const json& p : run["problems"]) {
     if (!p.contains("results") || !p["results"].contains(subject)) continue;
     const json& r = p["results"][subject];
@@ -332,6 +332,8 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
         return std::nullopt;
       return c[k]["median_us"].get<double>();
     };
+    std::optional<double> best_shape;
+    std::string shape_of;  // the streamed pick the shapes were built beside ("streamed" or "streamed-aligned")
     for (const auto& [k, e] : c.items()) {
       const std::optional<double> us = measured_us(k);
       if (!us) continue;
@@ -344,6 +346,14 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
           twin_faster += *us < *plain;
         }
       }
+      if (const size_t at = k.find("-shape"); at != std::string::npos) {
+        shape_of = k.substr(0, at);
+        best_shape = best_shape ? std::min(*best_shape, *us) : *us;
+      }
+    }
+    if (const std::optional<double> pick = best_shape ? measured_us(shape_of) : std::nullopt; pick && *pick > 0) {
+      shape.push_back(*best_shape / *pick);
+      shape_faster += *best_shape < *pick;
     }
   }
   if (problems == 0) return "";
@@ -358,6 +368,12 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
                       "faster on {}; time {} of the plain loop's (geometric mean), {:.2f}–{:.2f}.\n",
                       twin.size(), twin_faster, fmt_x(geomean(twin)), *std::min_element(twin.begin(), twin.end()),
                       *std::max_element(twin.begin(), twin.end()));
+  }
+  if (!shape.empty()) {
+    md += fmt::format("\nThe fastest row-split kernel of the other shapes timed (`-shapeR`) against the model's streamed "
+                      "pick: {} problems, faster on {}; time {} of the pick's (geometric mean), {:.2f}–{:.2f}.\n",
+                      shape.size(), shape_faster, fmt_x(geomean(shape)), *std::min_element(shape.begin(), shape.end()),
+                      *std::max_element(shape.begin(), shape.end()));
   }
   return md;
 }
