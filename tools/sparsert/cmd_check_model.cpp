@@ -30,7 +30,8 @@ Action add_check_model(CLI::App& app) {
   sub->add_option("--data", args->data, "Directory of the shared data (DLMC matrices; default: ../shared/data)");
   sub->add_option("-o,--output", args->output, "Write every prediction beside its measurement (JSON)");
   sub->add_option("--matrix", args->matrices, "A tuning report's layer that is not under --data (one `sparsert gen` "
-                  "made): the file named after the layer, e.g. nlp_512x2048.mtx (one a flag; repeat the flag)")
+                  "made): the file named after the layer, e.g. nlp_512x2048.mtx (one file each; repeat --matrix "
+                  "for more)")
       ->allow_extra_args(false)
       ->check(CLI::ExistingFile);
   sub->add_flag("--simulate", args->simulate, "Instruction counts from ptxsim instead of the analytic counts");
