@@ -513,6 +513,7 @@ void confirm(LayerContext& ctx, LayerResult& lr, const std::vector<size_t>& rank
     if (gpu && r.status == "assembled" && i >= first_extra && run.budget.limited() &&
         Clock::now() >= layer_deadline) {
       r.reason = "not timed: an extra row-split shape past the layer's share of the time budget";
+      run.budget.mark_exhausted();
       continue;
     }
     if (gpu && r.status == "assembled") {

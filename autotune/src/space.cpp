@@ -273,7 +273,7 @@ std::vector<Candidate> streamed_grid(int32_t n) {
   } else {
     // Above kRowsMaxN, the row-split kernel with column lanes (issue 12's "row-split CSR with vectorised B loads"):
     // 8 to 32 lanes of a warp span a row's columns with 2, 4 or 8 floats each (one or two coalesced vector loads of B
-    // per nonzero, the entry read once as a broadcast), 1 to 4 lanes split its nonzeros, 4 steps in flight. Eight
+    // per nonzero where rows of B are 16-byte aligned, narrower ones where not; the entry read once as a broadcast), 1 to 4 lanes split its nonzeros, 4 steps in flight. Eight
     // floats a lane read each entry for twice the columns (one row a warp spans 256 at 32 column lanes), at about
     // 176 registers: 128-thread blocks only. 128 threads a
     // block (more blocks) or 512 (each block reads a row of B from L2 once for more rows); one column tile is the

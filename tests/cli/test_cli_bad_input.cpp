@@ -161,7 +161,7 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
       {"empty-tune.json", "{\"format\": \"sparsert-tune-report/1\", \"layers\": []}", "check-model {}",
        "no measured kernel"},
       {"array.json", "[1, 2]", "check-model {}", "array.json: is not a JSON object"},
-      // check-model --matrix: a file that is there, and one a flag (a report after it is a report, not a matrix).
+      // check-model --matrix: a file that is not there; and --matrix with --predict, which reads no tuning report.
       {"", "", "check-model x.json --matrix /nonexistent/m.mtx", "/nonexistent/m.mtx"},
       {"m.mtx", mtx + "1 1 1\n1 1 1.0\n", "check-model --predict x.json --matrix {}",
        "--matrix: applies to tuning reports, not to --predict"},
@@ -592,7 +592,7 @@ TEST(CliBadInput, CheckModelMatrixNamesALayerOfTheReports) {
   EXPECT_EQ(groups, 2u) << o.err;
   o = run(fmt::format("check-model --data {} -q --matrix {} --matrix {} {}", data, matrix, other, report), dir);
   EXPECT_EQ(o.code, 2) << o.err;
-  EXPECT_NE(o.err.find("--matrix " + other + ": names no measured layer"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("--matrix " + other + ": is the matrix of no measured layer"), std::string::npos) << o.err;
   EXPECT_EQ(lines(o.err), 1) << o.err;
 }
 

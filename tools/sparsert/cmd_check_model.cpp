@@ -78,13 +78,13 @@ Action add_check_model(CLI::App& app) {
     }
     double worst = 1.0, min_rho = 1.0;
     size_t kernels = 0, ranked = 0;
-    std::set<std::string> layers;  // of every measured kernel: each --matrix must name one
+    std::set<std::filesystem::path> used;  // each --matrix must be the matrix of a tuning report's layer
+    o.matrices_used = &used;
     for (const std::string& f : args->files) {
       const std::vector<bench::ModelGroup> groups = bench::check_model(f, o);
       if (groups.empty()) fmt::print("{}: no measured kernels (model estimates only?)\n", f);
       for (const bench::ModelGroup& g : groups) {
         kernels += g.points.size();
-        for (const bench::ModelPoint& p : g.points) layers.insert(p.layer);
         fmt::print("{}: {} kernels, Spearman {:.3f}, worst prediction {:.2f}x off\n", g.source, g.points.size(),
                    g.spearman, g.worst_ratio);
         if (!args->quiet) {
@@ -105,9 +105,9 @@ Action add_check_model(CLI::App& app) {
       }
     }
     for (const std::filesystem::path& m : o.matrices) {
-      SPARSERT_USER_CHECK(layers.count(m.stem().string()) > 0, "--matrix " + m.string(),
-                          "names no measured layer of the reports (its file name without the extension must be the "
-                          "layer's name)");
+      SPARSERT_USER_CHECK(used.count(m) > 0, "--matrix " + m.string(),
+                          "is the matrix of no measured layer of the tuning reports (its file name without the "
+                          "extension must be the layer's name)");
     }
     // Nothing measured is not a perfect score, and one kernel ranks nothing.
     SPARSERT_USER_CHECK(kernels > 0, "check-model", "no measured kernel in {} file{} to check the model against",

@@ -85,6 +85,7 @@ CsrMatrix measured_layer(const ModelCheckOptions& o, const json& layer, const st
     SPARSERT_USER_CHECK(m.a.nnz() == nnz && (rows < 0 || rows == m.a.rows) && (cols < 0 || cols == m.a.cols),
                         f.string(), "is {} x {} with {} nonzeros where layer '{}' of the report is {} x {} with {}",
                         m.a.rows, m.a.cols, m.a.nnz(), name, rows, cols, nnz);
+    if (o.matrices_used) o.matrices_used->insert(f);
     return std::move(m.a);
   }
   const std::filesystem::path& data = o.data_dir;

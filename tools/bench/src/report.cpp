@@ -311,11 +311,12 @@ std::optional<double> goal_for(const json& run, const std::string& baseline) {
 }  // namespace
 
 // What `bench --choose measured` timed for the subject: how often each kernel variant was timed and kept, how often
-// the model's own pick was the one kept, and each prefetching twin ("-prefetch") against the same kernel without it.
-// Empty where the run chose by the model.
+// the model's own pick was the one kept, each prefetching twin ("-prefetch") against the same kernel without it, and
+// the fastest row-split kernel of the other shapes ("-shapeR") against the streamed pick it was built beside. Empty
+// where the run chose by the model.
 std::string kind_choice_section(const json& run, const std::string& subject) {
   std::map<std::string, int> timed, kept;
-  int problems = 0, model_kept = 0, twin_faster = 0, shape_faster = 0;
+  int problems = 0, model_kept = 0, twin_faster = 0, shape_faster = 0, shape_without_pick = 0;
   std::vector<double> twin, shape;  // against the plain kernel; the fastest other shape against the streamed pick
   for (const json& p : run["problems"]) {
     if (!p.contains("results") || !p["results"].contains(subject)) continue;
@@ -351,9 +352,14 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
         best_shape = best_shape ? std::min(*best_shape, *us) : *us;
       }
     }
-    if (const std::optional<double> pick = best_shape ? measured_us(shape_of) : std::nullopt; pick && *pick > 0) {
-      shape.push_back(*best_shape / *pick);
-      shape_faster += *best_shape < *pick;
+    if (best_shape) {
+      const std::optional<double> pick = measured_us(shape_of);
+      if (pick && *pick > 0) {
+        shape.push_back(*best_shape / *pick);
+        shape_faster += *best_shape < *pick;
+      } else {
+        ++shape_without_pick;  // the pick failed or was not timed: nothing to compare with
+      }
     }
   }
   if (problems == 0) return "";
@@ -371,10 +377,15 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
   }
   if (!shape.empty()) {
     md += fmt::format("\nThe fastest row-split kernel of the other shapes timed (`-shapeR`) against the model's streamed "
-                      "pick: {} problems, faster on {}; time {} of the pick's (geometric mean), {:.2f}–{:.2f}.\n",
+                      "pick: {} problems, faster on {}; time {} of the pick's (geometric mean), {:.2f}–{:.2f}.",
                       shape.size(), shape_faster, fmt_x(geomean(shape)), *std::min_element(shape.begin(), shape.end()),
                       *std::max_element(shape.begin(), shape.end()));
   }
+  if (shape_without_pick > 0) {
+    md += fmt::format("{}Other shapes were timed on {} problem{} whose streamed pick was not measured.",
+                      shape.empty() ? "\n" : " ", shape_without_pick, shape_without_pick == 1 ? "" : "s");
+  }
+  if (!shape.empty() || shape_without_pick > 0) md += "\n";
   return md;
 }
 

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,8 @@ struct ModelCheckOptions {
   // Matrices of tuning-report layers that are not under data_dir (a layer `sparsert gen` made for the run): a layer
   // takes the file whose name without extension is the layer's name.
   std::vector<std::filesystem::path> matrices;
+  // Where set, each file of `matrices` a layer was read from is added here (the CLI refuses one that was not used).
+  std::set<std::filesystem::path>* matrices_used = nullptr;
   // predict_against_vendors: baked kernels split into at most this many entries (as `bench --max-entries` builds
   // them); unset: the tile's default.
   std::optional<int32_t> max_entries;
