@@ -304,9 +304,13 @@ std::vector<Candidate> streamed_grid(int32_t n) {
 }
 }  // namespace
 
+std::optional<RowSplitShape> row_split_shape(const codegen::StreamParams& p) {
+  if (p.layout != codegen::StreamLayout::kRows) return std::nullopt;
+  return RowSplitShape{p.lanes_per_row, p.col_lanes, p.cols_per_thread};
+}
+
 std::optional<RowSplitShape> row_split_shape(const Candidate& c) {
-  if (!c.streamed() || c.stream.layout != codegen::StreamLayout::kRows) return std::nullopt;
-  return RowSplitShape{c.stream.lanes_per_row, c.stream.col_lanes, c.stream.cols_per_thread};
+  return c.streamed() ? row_split_shape(c.stream) : std::nullopt;
 }
 
 bool Candidate::operator==(const Candidate& o) const {

@@ -837,17 +837,12 @@ class SparsertGpu final : public GpuMethod {
     out.push_back({codegen::KernelKind::kStreamed, columns, true});
     // The row-split shapes the streamed pick is not of.
     const std::optional<compiler::TunedKernel> pick = model_pick(p, codegen::KernelKind::kStreamed, columns);
-    auto shape_of = [](const codegen::StreamParams& s) {
-      autotune::Candidate c;
-      c.kind = codegen::KernelKind::kStreamed;
-      c.stream = s;
-      return autotune::row_split_shape(c);
-    };
-    const std::optional<autotune::RowSplitShape> picked = pick ? shape_of(pick->stream) : std::nullopt;
+    const std::optional<autotune::RowSplitShape> picked =
+        pick ? autotune::row_split_shape(pick->stream) : std::nullopt;
     const std::vector<codegen::StreamParams>& shapes = row_split_shapes(p, columns);
     size_t timed = 0;
     for (size_t r = 0; r < shapes.size() && timed < kMeasuredShapes; ++r) {
-      if (shape_of(shapes[r]) == picked) continue;
+      if (autotune::row_split_shape(shapes[r]) == picked) continue;
       out.push_back({codegen::KernelKind::kStreamed, columns, false, r + 1});
       ++timed;
     }

@@ -308,6 +308,14 @@ std::optional<double> goal_for(const json& run, const std::string& baseline) {
   return std::nullopt;
 }
 
+// "N problems, faster on K; time G× of <whose> (geometric mean), min–max" for ratios of one kernel's time to another's.
+std::string ratio_summary(const std::vector<double>& ratios, const char* whose) {
+  const auto faster = std::count_if(ratios.begin(), ratios.end(), [](double r) { return r < 1.0; });
+  return fmt::format("{} problems, faster on {}; time {} of {} (geometric mean), {:.2f}–{:.2f}.", ratios.size(), faster,
+                     fmt_x(geomean(ratios)), whose, *std::min_element(ratios.begin(), ratios.end()),
+                     *std::max_element(ratios.begin(), ratios.end()));
+}
+
 }  // namespace
 
 // What `bench --choose measured` timed for the subject: how often each kernel variant was timed and kept, how often
@@ -316,7 +324,7 @@ std::optional<double> goal_for(const json& run, const std::string& baseline) {
 // where the run chose by the model.
 std::string kind_choice_section(const json& run, const std::string& subject) {
   std::map<std::string, int> timed, kept;
-  int problems = 0, model_kept = 0, twin_faster = 0, shape_faster = 0, shape_without_pick = 0;
+  int problems = 0, model_kept = 0, shape_without_pick = 0;
   std::vector<double> twin, shape;  // against the plain kernel; the fastest other shape against the streamed pick
   for (const json& p : run["problems"]) {
     if (!p.contains("results") || !p["results"].contains(subject)) continue;
@@ -342,10 +350,7 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
       constexpr std::string_view kTwin = "-prefetch";
       if (k.size() > kTwin.size() && k.ends_with(kTwin)) {
         const std::optional<double> plain = measured_us(k.substr(0, k.size() - kTwin.size()));
-        if (plain && *plain > 0) {
-          twin.push_back(*us / *plain);
-          twin_faster += *us < *plain;
-        }
+        if (plain && *plain > 0) twin.push_back(*us / *plain);
       }
       if (const size_t at = k.find("-shape"); at != std::string::npos) {
         shape_of = k.substr(0, at);
@@ -356,7 +361,6 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
       const std::optional<double> pick = measured_us(shape_of);
       if (pick && *pick > 0) {
         shape.push_back(*best_shape / *pick);
-        shape_faster += *best_shape < *pick;
       } else {
         ++shape_without_pick;  // the pick failed or was not timed: nothing to compare with
       }
@@ -370,16 +374,12 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
       problems, model_kept);
   for (const auto& [k, n] : timed) md += fmt::format("| {} | {} | {} |\n", k, n, kept[k]);
   if (!twin.empty()) {
-    md += fmt::format("\nThe row-split kernel with its entries prefetched against the same kernel without: {} problems, "
-                      "faster on {}; time {} of the plain loop's (geometric mean), {:.2f}–{:.2f}.\n",
-                      twin.size(), twin_faster, fmt_x(geomean(twin)), *std::min_element(twin.begin(), twin.end()),
-                      *std::max_element(twin.begin(), twin.end()));
+    md += "\nThe row-split kernel with its entries prefetched against the same kernel without: " +
+          ratio_summary(twin, "the plain loop's") + "\n";
   }
   if (!shape.empty()) {
-    md += fmt::format("\nThe fastest row-split kernel of the other shapes timed (`-shapeR`) against the model's streamed "
-                      "pick: {} problems, faster on {}; time {} of the pick's (geometric mean), {:.2f}–{:.2f}.",
-                      shape.size(), shape_faster, fmt_x(geomean(shape)), *std::min_element(shape.begin(), shape.end()),
-                      *std::max_element(shape.begin(), shape.end()));
+    md += "\nThe fastest row-split kernel of the other shapes timed (`-shapeR`) against the model's streamed pick: " +
+          ratio_summary(shape, "the pick's");
   }
   if (shape_without_pick > 0) {
     md += fmt::format("{}Other shapes were timed on {} problem{} whose streamed pick was not measured.",

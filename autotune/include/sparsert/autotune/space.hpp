@@ -61,6 +61,7 @@ struct RowSplitShape {
   int32_t lanes_per_row = 1, col_lanes = 1, cols_per_thread = 1;
   auto operator<=>(const RowSplitShape&) const = default;
 };
+std::optional<RowSplitShape> row_split_shape(const codegen::StreamParams& p);
 std::optional<RowSplitShape> row_split_shape(const Candidate& c);
 
 // Runs the shared validity check of the candidate's kind for this matrix, N and target; throws InvalidTileParams.
