@@ -30,8 +30,8 @@ std::string plan_key(const inspector::PlanParams& p) {
 }
 
 std::string stream_key(const codegen::StreamParams& p) {
-  return fmt::format("{}/{}/{}/{}/{}/{}/{}/{}/{}", codegen::to_string(p.layout), p.lanes_per_row, p.col_lanes,
-                     p.rows_per_block, p.n_tile, p.cols_per_thread, p.stage_rows, p.unroll, p.prefetch);
+  return fmt::format("{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", codegen::to_string(p.layout), p.lanes_per_row, p.col_lanes,
+                     p.rows_per_block, p.n_tile, p.cols_per_thread, p.stage_rows, p.unroll, p.prefetch, p.group_rows);
 }
 
 struct LayerContext {
@@ -80,8 +80,8 @@ struct LayerContext {
   // The packed weights' shape depends on the layout, lanes (column lanes set the row groups of a warp), rows per
   // block, staged rows and unroll (n_tile only scales offsets).
   const std::variant<StreamShape, std::string>& stream_shape_of(const codegen::StreamParams& p) {
-    const std::string k = fmt::format("{}/{}/{}/{}/{}/{}", codegen::to_string(p.layout), p.lanes_per_row,
-                                      p.col_lanes, p.rows_per_block, p.stage_rows, p.unroll);
+    const std::string k = fmt::format("{}/{}/{}/{}/{}/{}/{}", codegen::to_string(p.layout), p.lanes_per_row,
+                                      p.col_lanes, p.rows_per_block, p.stage_rows, p.unroll, p.group_rows);
     auto it = stream_shapes.find(k);
     if (it == stream_shapes.end()) {
       std::variant<StreamShape, std::string> v;

@@ -563,17 +563,23 @@ int stream_step_wavefronts(const uint32_t* ell, int32_t packed, int32_t stride, 
 }  // namespace
 
 namespace {
-// The row-split layout's walk (emit_rows_spmm.cpp): slots of four u32 {row, bias, first, end}, 32 / (lanes_per_row
-// × col_lanes) row groups per warp.
-StreamShape rows_shape(const codegen::StreamWeights& w, const codegen::StreamParams& p) {
-  const int32_t lanes = p.lanes_per_row, groups_per_warp = 32 / (lanes * p.col_lanes);
-  const int32_t warps = p.rows_per_block / groups_per_warp;
+// What both row-split layouts' shapes take from the packed weights as they are: blocks, rows, nonzeros, slots, K.
+StreamShape row_split_base(const codegen::StreamWeights& w) {
   StreamShape s;
   s.blocks = w.blocks;
   s.rows = w.m;
   s.nnz = w.nnz;
   s.k = w.k;
   s.slots = static_cast<int64_t>(w.slots.size() / 4);
+  return s;
+}
+
+// The row-split layout's walk (emit_rows_spmm.cpp): slots of four u32 {row, bias, first, end}, 32 / (lanes_per_row
+// × col_lanes) row groups per warp.
+StreamShape rows_shape(const codegen::StreamWeights& w, const codegen::StreamParams& p) {
+  const int32_t lanes = p.lanes_per_row, groups_per_warp = 32 / (lanes * p.col_lanes);
+  const int32_t warps = p.rows_per_block / groups_per_warp;
+  StreamShape s = row_split_base(w);
   int64_t warp_steps_total = 0, heaviest = 0;
   for (int32_t b = 0; b < w.blocks; ++b) {
     for (int32_t wi = 0; wi < warps; ++wi) {
@@ -606,6 +612,61 @@ StreamShape rows_shape(const codegen::StreamWeights& w, const codegen::StreamPar
   return s;
 }
 
+// The staged row-split layout (emit_rows_spmm.cpp, kStagedRows): the same slots, and per stage a record of 2 + R words
+// {staged rows first, end, each slot's end entry}. The block meets at two barriers a stage, so it walks, per stage,
+// the steps of its longest warp (each warp, for each of its group_rows rounds: its longest row group's entries in the
+// stage, lanes_per_row at a time).
+StreamShape staged_rows_shape(const codegen::StreamWeights& w, const codegen::StreamParams& p) {
+  const int32_t lanes = p.lanes_per_row, groups_per_warp = 32 / (lanes * p.col_lanes);
+  const int32_t rounds = std::max(p.group_rows, 1), groups = p.rows_per_block / rounds;
+  const int32_t warps = std::max(groups / groups_per_warp, 1);
+  const size_t record = 2 + static_cast<size_t>(p.rows_per_block);
+  StreamShape s = row_split_base(w);
+  s.staged_rows = w.staged_rows;
+  s.b_rows_read = w.staged_rows;
+  s.stages = w.block_stages.empty() ? 0 : w.block_stages.back();
+  s.segments = s.stages * warps;
+  int64_t warp_steps_total = 0, heaviest = 0;
+  for (int32_t b = 0; b < w.blocks; ++b) {
+    const uint32_t first = w.block_stages[static_cast<size_t>(b)], end = w.block_stages[static_cast<size_t>(b) + 1];
+    int64_t block_steps = 0;
+    // Each slot's entries in a stage run from its end in the stage before (or its first entry) to its end in this one.
+    std::vector<uint32_t> cur(static_cast<size_t>(p.rows_per_block));
+    for (int32_t x = 0; x < p.rows_per_block; ++x) {
+      cur[static_cast<size_t>(x)] = w.slots[(static_cast<size_t>(b) * p.rows_per_block + x) * 4 + 2];
+    }
+    for (uint32_t st = first; st < end; ++st) {
+      int64_t longest = 0;
+      for (int32_t wi = 0; wi < warps; ++wi) {
+        int64_t steps = 0;
+        for (int32_t i = 0; i < rounds; ++i) {
+          int64_t round_steps = 0;
+          for (int32_t g = 0; g < groups_per_warp; ++g) {
+            const size_t x = static_cast<size_t>(i * groups + wi * groups_per_warp + g);
+            if (x >= cur.size()) continue;
+            const uint32_t e = w.stages[st * record + 2 + x];
+            if (e > cur[x]) round_steps = std::max<int64_t>(round_steps, (int64_t{e} - cur[x] + lanes - 1) / lanes);
+            cur[x] = e;
+          }
+          steps += round_steps;
+        }
+        warp_steps_total += steps;
+        s.nonempty_segments += steps > 0;
+        longest = std::max(longest, steps);
+      }
+      block_steps += longest;
+    }
+    if (block_steps > heaviest) s.heaviest_block_stages = end - first;
+    heaviest = std::max(heaviest, block_steps);
+  }
+  s.padded_entries = warp_steps_total * 32;
+  s.heaviest_block_steps = heaviest;
+  const double mean = static_cast<double>(warp_steps_total) /
+                      std::max<double>(static_cast<double>(w.blocks) * warps, 1.0);
+  s.imbalance = mean > 0 ? static_cast<double>(heaviest) / mean : 1.0;
+  return s;
+}
+
 // Per thread, as emit_rows_spmm.cpp writes it: the preamble, per step the entry pair and the loads of B with their
 // addresses and the fmas, per iteration the pointer step and branch, the shuffles, and the epilogue (lane 0 of each
 // row: a warp issues it once per row group, so it is counted lanes_per_row times to make warp issues come out).
@@ -613,9 +674,11 @@ Probe analytic_rows_probe(const StreamShape& s, const codegen::StreamParams& p, 
   using C = ptxsim::InstrClass;
   const int64_t by = codegen::stream_block_y(p), cpt = p.cols_per_thread, lanes = p.lanes_per_row;
   const int64_t threads = int64_t{s.blocks} * codegen::stream_block_x(p) * by;
-  const int64_t vec = (cpt % 4 == 0 && n % 4 == 0) ? 4 : (cpt % 2 == 0 && n % 2 == 0) ? 2 : 1;
+  const bool staged = p.layout == codegen::StreamLayout::kStagedRows;
+  // Staged, B comes from the tile, whose rows are aligned for any vector of a thread's columns.
+  const int64_t vec = (cpt % 4 == 0 && (staged || n % 4 == 0)) ? 4 : (cpt % 2 == 0 && (staged || n % 2 == 0)) ? 2 : 1;
   const int64_t chunks = cpt / vec;
-  const bool clamp = n % p.n_tile != 0;
+  const bool clamp = !staged && n % p.n_tile != 0;
   const int64_t lane_steps = s.padded_entries * by;
   const int64_t iterations = lane_steps / p.unroll + s.segments * 32 * by;  // the unrolled loop and the tail's steps
   const int64_t row_lanes = int64_t{s.rows} * by * lanes * p.col_lanes;
@@ -626,13 +689,35 @@ Probe analytic_rows_probe(const StreamShape& s, const codegen::StreamParams& p, 
   auto add = [&](C k, int64_t v) {
     c.by_class[static_cast<size_t>(k)] += static_cast<uint64_t>(std::max<int64_t>(v, 0));
   };
-  add(C::LdParam, 5 * threads);
+  add(C::LdParam, (staged ? 8 : 5) * threads);
   add(C::Move, (4 + cpt) * threads);
   add(C::IntArith, (14 + (clamp ? 4 * chunks : 2)) * threads + (4 + cpt) * row_lanes);
-  add(C::LdGlobal, threads + lane_steps * (1 + chunks));
   add(C::Compare, 4 * threads + cpt * row_lanes);
   add(C::Control, 4 * threads);
-  add(C::IntArith, lane_steps * (1 + (clamp ? chunks : 1)) + iterations);
+  if (staged) {
+    // Per step: the entry pair, the tile address, the shared loads. Per thread and stage: the record's three words,
+    // two barriers, the walk's setup and the stage loop. Per batch of kCopyBatch (4) copies a thread issues (the
+    // guarded-off ones too): the staged rows' krows entries and chunks of B, the stores to the tile.
+    const int64_t cvec = (n % 4 == 0 && p.n_tile % 4 == 0) ? 4 : 1;
+    const int64_t jstep = std::max<int64_t>(1, codegen::stream_block_x(p) * by / (p.n_tile / cvec));
+    const int64_t stage_threads = s.stages * codegen::stream_block_x(p) * by;
+    const double rows_per_stage = s.stages > 0 ? static_cast<double>(s.staged_rows) / static_cast<double>(s.stages) : 0;
+    const int64_t batches = s.stages > 0 ? static_cast<int64_t>(std::ceil(rows_per_stage / (4.0 * jstep))) : 0;
+    const int64_t issued = stage_threads * batches * 4;
+    add(C::LdGlobal, threads * 3 + lane_steps);
+    add(C::LdShared, lane_steps * chunks);
+    add(C::IntArith, lane_steps + iterations);
+    add(C::LdGlobal, 3 * stage_threads + 2 * issued);
+    add(C::IntArith, 10 * stage_threads + 4 * issued + 2 * stage_threads * batches);
+    add(C::StShared, issued);
+    add(C::Compare, 3 * stage_threads + issued);
+    add(C::Control, 3 * stage_threads + stage_threads * batches);
+    add(C::Sync, 2 * stage_threads);
+    add(C::Move, 2 * stage_threads);
+  } else {
+    add(C::LdGlobal, threads + lane_steps * (1 + chunks));
+    add(C::IntArith, lane_steps * (1 + (clamp ? chunks : 1)) + iterations);
+  }
   add(C::Fma, lane_steps * cpt);
   add(C::Compare, iterations);
   add(C::Control, iterations);
@@ -649,6 +734,7 @@ Probe analytic_rows_probe(const StreamShape& s, const codegen::StreamParams& p, 
 
 StreamShape stream_shape(const codegen::StreamWeights& w, const codegen::StreamParams& p, int32_t tile_row_bytes) {
   if (p.layout == codegen::StreamLayout::kRows) return rows_shape(w, p);
+  if (p.layout == codegen::StreamLayout::kStagedRows) return staged_rows_shape(w, p);
   const int32_t warps = p.rows_per_block / 32;
   const int32_t packed = codegen::stream_row_bytes(p);
   const int32_t stride = tile_row_bytes > 0 ? tile_row_bytes : packed;
@@ -697,7 +783,7 @@ StreamShape stream_shape(const codegen::StreamWeights& w, const codegen::StreamP
 }
 
 Probe analytic_stream_probe(const StreamShape& s, const codegen::StreamParams& p, int32_t n, const Epilogue& ep) {
-  if (p.layout == codegen::StreamLayout::kRows) return analytic_rows_probe(s, p, n, ep);
+  if (codegen::row_split(p.layout)) return analytic_rows_probe(s, p, n, ep);
   using C = ptxsim::InstrClass;
   const int64_t by = codegen::stream_block_y(p), cpt = p.cols_per_thread;
   const int64_t threads = int64_t{s.blocks} * p.rows_per_block * by;
@@ -797,7 +883,8 @@ Probe run_stream_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, cons
 
 Estimate estimate_stream(const Probe& probe, const StreamShape& shape, const codegen::StreamParams& p, int32_t n,
                          int registers, const MachineModel& m) {
-  const bool rows = p.layout == codegen::StreamLayout::kRows;
+  const bool rows = codegen::row_split(p.layout);
+  const bool staged = p.layout == codegen::StreamLayout::kStagedRows;
   const int32_t warps_per_block = codegen::stream_block_x(p) / 32 * codegen::stream_block_y(p);
   const int bps = blocks_per_sm(registers, warps_per_block, codegen::stream_shared_bytes(p), m);
   const int64_t tiles_x = (std::max(n, 1) + p.n_tile - 1) / p.n_tile;
@@ -818,14 +905,31 @@ Estimate estimate_stream(const Probe& probe, const StreamShape& shape, const cod
     l.latency_cycles = (kRowsPreambleCycles +
                         static_cast<double>(shape.heaviest_block_steps) * kRowsStepCycles / p.unroll) *
                        kRowsLatencyScale;
+    if (staged) {
+      // The ELL walk's chain (an entry from global memory feeds a shared load), stage by stage with its copy and two
+      // barriers, at the time scale the ELL walk measured; the block's shared loads (conflict-free: every wavefront
+      // reads one row of the tile, span >= 32 floats) and its copies' stores.
+      l.latency_cycles = (kRowsPreambleCycles +
+                          static_cast<double>(shape.heaviest_block_steps) * kStreamStepCycles / p.unroll +
+                          static_cast<double>(shape.heaviest_block_stages) * kStreamStageCycles) *
+                         kPaddedStreamTimeScale;
+      const int32_t cpt = p.cols_per_thread;
+      // A warp's load of cpt floats a lane is 128 * cpt bytes: cpt wavefronts. From 8 floats a lane, each 16-byte
+      // load's lanes stride 32 bytes: two-way conflicts.
+      const double wavefronts = cpt <= 4 ? cpt : 2.0 * cpt;
+      const double warp_steps = static_cast<double>(shape.padded_entries) / 32.0 * codegen::stream_block_y(p);
+      const double copy_wavefronts = static_cast<double>(shape.staged_rows) * p.n_tile * 4.0 / 128.0;
+      l.shared_cycles = shape.blocks > 0 ? (warp_steps * wavefronts + copy_wavefronts) / shape.blocks : 0.0;
+    }
     l.memory_scale = kRowsMemoryScale;
     const double cols = static_cast<double>(std::max(n, 1));
     l.dram_bytes = static_cast<double>(tiles_x) * (8.0 * static_cast<double>(shape.nnz)) +
                    16.0 * static_cast<double>(shape.slots) + 4.0 * cols * static_cast<double>(shape.rows) +
                    4.0 * cols * static_cast<double>(shape.k);
     // With column lanes, each block reads each row of B its rows name once per column tile, in whole 32-byte
-    // sectors. (Not charged with one lane group per row, C = 1: its step constants were fitted at N = 1 without it.)
-    if (p.col_lanes > 1) {
+    // sectors (staged: the rows it copies). (Not charged with one lane group per row, C = 1: its step constants were
+    // fitted at N = 1 without it.)
+    if (p.col_lanes > 1 || staged) {
       double tile_row_bytes = 0.0;
       for (int64_t t = 0; t < tiles_x; ++t) {
         const double width = std::min<double>(p.n_tile, cols - static_cast<double>(t * p.n_tile));

@@ -26,11 +26,15 @@ std::string describe(const codegen::TileParams& t) {
 std::string describe(const Candidate& c) {
   if (!c.streamed()) return "baked " + describe(c.tile);
   const codegen::StreamParams def;
-  if (c.stream.layout == codegen::StreamLayout::kRows) {
-    return fmt::format("streamed rows rpb={} lanes={}{} nt={} cpt={} u={}{}", c.stream.rows_per_block,
-                       c.stream.lanes_per_row,
+  if (codegen::row_split(c.stream.layout)) {
+    const bool staged = c.stream.layout == codegen::StreamLayout::kStagedRows;
+    return fmt::format("streamed {} rpb={} lanes={}{} nt={} cpt={} u={}{}{}", staged ? "staged-rows" : "rows",
+                       c.stream.rows_per_block, c.stream.lanes_per_row,
                        c.stream.col_lanes != 1 ? fmt::format(" cl={}", c.stream.col_lanes) : "", c.stream.n_tile,
-                       c.stream.cols_per_thread, c.stream.unroll, c.stream.prefetch ? " pf" : "");
+                       c.stream.cols_per_thread, c.stream.unroll, c.stream.prefetch ? " pf" : "",
+                       staged ? fmt::format(" sr={}{}", c.stream.stage_rows,
+                                            c.stream.group_rows > 1 ? fmt::format(" gr={}", c.stream.group_rows) : "")
+                              : "");
   }
   std::string s = fmt::format("streamed rpb={} nt={} cpt={}", c.stream.rows_per_block, c.stream.n_tile,
                               c.stream.cols_per_thread);
@@ -94,13 +98,17 @@ codegen::StreamParams stream_from_json(const nlohmann::json& j, const std::strin
   if (j.contains("layout")) {
     SPARSERT_USER_CHECK(j.at("layout").is_string(), where, "layout is not a string");
     const std::string layout = j.at("layout").get<std::string>();
-    SPARSERT_USER_CHECK(layout == "ell" || layout == "rows", where, "layout '{}' is not ell or rows", layout);
-    p.layout = layout == "rows" ? codegen::StreamLayout::kRows : codegen::StreamLayout::kEll;
+    SPARSERT_USER_CHECK(layout == "ell" || layout == "rows" || layout == "staged-rows", where,
+                        "layout '{}' is not ell, rows or staged-rows", layout);
+    p.layout = layout == "rows"          ? codegen::StreamLayout::kRows
+               : layout == "staged-rows" ? codegen::StreamLayout::kStagedRows
+                                         : codegen::StreamLayout::kEll;
   }
   for (auto [field, out] : {std::pair{"rows_per_block", &p.rows_per_block}, std::pair{"n_tile", &p.n_tile},
                             std::pair{"cols_per_thread", &p.cols_per_thread}, std::pair{"stage_rows", &p.stage_rows},
                             std::pair{"unroll", &p.unroll}, std::pair{"lanes_per_row", &p.lanes_per_row},
-                            std::pair{"col_lanes", &p.col_lanes}, std::pair{"prefetch", &p.prefetch}}) {
+                            std::pair{"col_lanes", &p.col_lanes}, std::pair{"prefetch", &p.prefetch},
+                            std::pair{"group_rows", &p.group_rows}}) {
     if (!j.contains(field)) continue;
     *out = json_int<int32_t>(j.at(field), where, field);
   }
@@ -226,6 +234,7 @@ std::vector<Candidate> baked_grid(const CsrMatrix& a, int32_t n, int32_t sms) {
 constexpr int32_t kStreamTileFloats = 256 * 32;
 
 constexpr int32_t kRowsMaxN = 16;
+constexpr int32_t kStagedTileBytes = 48 * 1024;
 
 std::vector<Candidate> streamed_grid(int32_t n) {
   std::vector<Candidate> grid;
@@ -299,14 +308,40 @@ std::vector<Candidate> streamed_grid(int32_t n) {
               grid.push_back(c);
             }
           }
+    // The same walk with the block's rows of B staged in shared memory (StreamLayout::kStagedRows): each row of B
+    // crosses L2 once per block and column tile, and every read of it after that is a shared load. Spans of 32 floats
+    // or more a row group, so that each wavefront of a shared load reads one row of the tile (no bank conflicts);
+    // as many staged rows as 48 KB holds, up to 256; 256 threads, each row group walking 1, 2 or 4 rows (at 8 column
+    // lanes a block holds 32 to 128 rows: each staged row of B serves about rows x density of their nonzeros); 2 or 4
+    // steps in flight with a row a group, 2 with more (each row's accumulators take registers).
+    for (int32_t group_rows : {1, 2, 4})
+      for (int32_t col_lanes : {8, 16, 32})
+        for (int32_t cpt : {1, 2, 4})
+          for (int32_t lanes : {1, 2})
+            for (int32_t unroll : {2, 4}) {
+                const int32_t span = col_lanes * cpt, threads = 256;
+                if (lanes * col_lanes > 32 || span < 32 || span > limit || (group_rows > 1 && unroll > 2)) continue;
+                Candidate c;
+                c.kind = codegen::KernelKind::kStreamed;
+                c.stream.layout = codegen::StreamLayout::kStagedRows;
+                c.stream.rows_per_block = threads / (lanes * col_lanes) * group_rows;
+                c.stream.group_rows = group_rows;
+                c.stream.lanes_per_row = lanes;
+                c.stream.col_lanes = col_lanes;
+                c.stream.n_tile = span;
+                c.stream.cols_per_thread = cpt;
+                c.stream.unroll = unroll;
+                c.stream.stage_rows = std::min(256, kStagedTileBytes / (span * 4));
+                grid.push_back(c);
+              }
   }
   return grid;
 }
 }  // namespace
 
 std::optional<RowSplitShape> row_split_shape(const codegen::StreamParams& p) {
-  if (p.layout != codegen::StreamLayout::kRows) return std::nullopt;
-  return RowSplitShape{p.lanes_per_row, p.col_lanes, p.cols_per_thread};
+  if (!codegen::row_split(p.layout)) return std::nullopt;
+  return RowSplitShape{p.lanes_per_row, p.col_lanes, p.cols_per_thread, p.layout == codegen::StreamLayout::kStagedRows};
 }
 
 std::optional<RowSplitShape> row_split_shape(const Candidate& c) {

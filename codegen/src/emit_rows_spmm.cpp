@@ -9,6 +9,13 @@
 // shuffles; lane 0 of each column lane adds the bias and stores. No shared memory, no barrier: every warp runs as soon
 // as it is resident, which is what small N needs (the sliced-ELL walk gives one thread per row and stages B through
 // shared memory, neither of which pays when a row of B is one float).
+//
+// The staged form (StreamLayout::kStagedRows) walks the same way, stage by stage: the block copies the rows of B its
+// rows name (stage_rows of them, sorted, n_tile floats each) into shared memory, waits at a barrier, and each row group
+// walks its entries of that stage, whose second word is the byte offset of their row in the tile; a second barrier
+// before the next stage's copy. A row of B then crosses L2 once per block and column tile, and every further read of
+// it by the block's other rows is a shared load: the form for N in the hundreds, where kRows reads a float of B from
+// L1 or L2 per fma and the latency of those reads bounds it.
 #include "stream_common.hpp"
 
 #include <fmt/format.h>
@@ -37,6 +44,12 @@ using namespace stream_detail;
 
 namespace {
 constexpr int32_t kSlotWords = 4;
+// Staged copies in flight per thread: the krows entries of this many staged rows load together, then their rows of B.
+constexpr int32_t kCopyBatch = 4;
+
+// Floats per copy of B into the tile: 16 bytes where rows of B are 16-byte aligned.
+int32_t staged_copy_vector(const StreamParams& p, int32_t ld) { return (ld % 4 == 0 && p.n_tile % 4 == 0) ? 4 : 1; }
+int32_t staged_record_words(const StreamParams& p) { return 2 + p.rows_per_block; }
 
 // Floats per load of B: rows of B are 16 (8)-byte aligned when ld is a multiple of 4 (2), and a thread's first
 // column is a multiple of cols_per_thread.
@@ -57,11 +70,31 @@ int32_t rows_registers_estimate(const StreamParams& p) {
   // unroll 2), 64 (1, 4), 72-80 (4, 2), 52-64 (4, 4: fewer than without, as ptxas then holds fewer rows of B ahead),
   // 80-120 (8, 2), 118-168 (16, 4).
   const int32_t ahead = p.prefetch ? 2 * p.unroll : 0;
-  return std::min(255, 40 + p.cols_per_thread * (3 * p.unroll + 2) + 6 * p.unroll + ahead);
+  // Staged: a batch of copies in flight (up to 4 floats, a row index and an address each) and the stage's ids.
+  // Each further row of a group: its accumulators, its slot and its place in the entries.
+  const int32_t copies = p.layout == StreamLayout::kStagedRows ? kCopyBatch * 7 + 8 : 0;
+  const int32_t more_rows = (std::max(p.group_rows, 1) - 1) * (p.cols_per_thread + 4);
+  return std::min(255, 40 + p.cols_per_thread * (3 * p.unroll + 2) + 6 * p.unroll + ahead + copies + more_rows);
+}
+
+int32_t staged_rows_shared_bytes(const StreamParams& p) {
+  return static_cast<int32_t>(std::min<int64_t>(int64_t{p.stage_rows} * p.n_tile * 4, INT32_MAX));
 }
 
 void check_rows_params(const StreamParams& p, int32_t ld, const Target& target) {
   auto bad = [](const char* field, std::string why) { throw InvalidTileParams(field, std::move(why)); };
+  if (p.layout == StreamLayout::kStagedRows) {
+    if (p.group_rows != 1 && p.group_rows != 2 && p.group_rows != 4 && p.group_rows != 8) {
+      bad("group_rows", fmt::format("{} is not 1, 2, 4 or 8", p.group_rows));
+    }
+    if (p.rows_per_block < 1 || p.rows_per_block % p.group_rows != 0) {
+      bad("rows_per_block", fmt::format("{} is not a positive multiple of group_rows ({})", p.rows_per_block,
+                                        p.group_rows));
+    }
+  } else if (p.group_rows != 1) {
+    bad("group_rows", fmt::format("{}: only the staged rows layout walks several rows a group", p.group_rows));
+  }
+  const int32_t groups = p.rows_per_block / std::max(p.group_rows, 1);
   if (!power_of_two(p.lanes_per_row) || p.lanes_per_row > kWarp) {
     bad("lanes_per_row", fmt::format("{} is not one of 1, 2, 4, 8, 16, 32", p.lanes_per_row));
   }
@@ -70,9 +103,9 @@ void check_rows_params(const StreamParams& p, int32_t ld, const Target& target) 
                                  p.col_lanes, p.lanes_per_row));
   }
   const int64_t row_lanes = int64_t{p.lanes_per_row} * p.col_lanes;
-  if (p.rows_per_block < 1 || (int64_t{p.rows_per_block} * row_lanes) % kWarp != 0) {
-    bad("rows_per_block", fmt::format("{} rows × {} lanes × {} column lanes is not a positive multiple of 32 threads "
-                                      "(whole warps, so that no row's lanes straddle two warps)", p.rows_per_block,
+  if (p.rows_per_block < 1 || (int64_t{groups} * row_lanes) % kWarp != 0) {
+    bad("rows_per_block", fmt::format("{} row groups × {} lanes × {} column lanes is not a positive multiple of 32 "
+                                      "threads (whole warps, so that no row's lanes straddle two warps)", groups,
                                       p.lanes_per_row, p.col_lanes));
   }
   check_common_params(p, ld);
@@ -85,15 +118,29 @@ void check_rows_params(const StreamParams& p, int32_t ld, const Target& target) 
                               p.cols_per_thread));
   }
   // In 64 bits: rows_per_block comes from tuning records and may be anything positive.
-  const int64_t threads = int64_t{p.rows_per_block} * row_lanes * stream_block_y(p);
+  const int64_t threads = int64_t{groups} * row_lanes * stream_block_y(p);
   if (threads > target.max_threads_per_block()) {
-    bad("rows_per_block", fmt::format("{} rows × {} lanes × {} column lanes × {} column groups = {} threads, more "
-                                      "than {}", p.rows_per_block, p.lanes_per_row, p.col_lanes, stream_block_y(p),
+    bad("rows_per_block", fmt::format("{} row groups × {} lanes × {} column lanes × {} column groups = {} threads, "
+                                      "more than {}", groups, p.lanes_per_row, p.col_lanes, stream_block_y(p),
                                       threads, target.max_threads_per_block()));
   }
   if (int64_t{rows_registers_estimate(p)} * threads > target.registers_per_sm()) {
     bad("rows_per_block", fmt::format("about {} registers × {} threads exceed the {} of an SM",
                                       rows_registers_estimate(p), threads, target.registers_per_sm()));
+  }
+  if (p.layout != StreamLayout::kStagedRows) return;
+  if (p.prefetch != 0) bad("prefetch", "the staged row-split walk does not prefetch its entries");
+  if (p.stage_rows < 1) bad("stage_rows", fmt::format("{} is not at least 1", p.stage_rows));
+  const int64_t shared = int64_t{p.stage_rows} * p.n_tile * 4;
+  if (shared > target.max_static_shared_bytes()) {
+    bad("stage_rows", fmt::format("{} staged rows × {} columns × 4 bytes = {} bytes of shared memory, more than {}",
+                                  p.stage_rows, p.n_tile, shared, target.max_static_shared_bytes()));
+  }
+  // Each thread copies one chunk of a staged row and every (threads / chunks)-th row: chunks must divide threads.
+  const int64_t chunks = p.n_tile / staged_copy_vector(p, ld);
+  if (threads % chunks != 0) {
+    bad("n_tile", fmt::format("{} columns are {} copy chunks, which do not divide the block's {} threads", p.n_tile,
+                              chunks, threads));
   }
 }
 
@@ -102,26 +149,35 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
   check_rows_params(p, ld, target);
   const int32_t lanes = p.lanes_per_row, cpt = p.cols_per_thread, col_lanes = p.col_lanes;
   const int32_t bx = stream_block_x(p), by = stream_block_y(p);
-  const int32_t vec = load_vector(p, ld), chunks = cpt / vec;
+  const bool staged = p.layout == StreamLayout::kStagedRows;
+  // Staged, B comes from the shared tile, whose rows hold n_tile floats: any vector of a thread's columns is aligned.
+  const int32_t vec = staged ? (cpt % 4 == 0 ? 4 : cpt % 2 == 0 ? 2 : 1) : load_vector(p, ld), chunks = cpt / vec;
   // A column tile may pass ld only when ld is not a multiple of n_tile; then each chunk of a thread's columns
-  // reads column 0 instead once it starts at or past ld (always in bounds; such columns are never stored).
-  const bool clamp_columns = ld % p.n_tile != 0;
+  // reads column 0 instead once it starts at or past ld (always in bounds; such columns are never stored). The
+  // staged copy does the same when it fills the tile.
+  const bool clamp_columns = !staged && ld % p.n_tile != 0;
   const int64_t step_bytes = int64_t{lanes} * kEntryBytes;
+  const int32_t row_bytes = p.n_tile * 4;
 
   Builder b;
   if (epilogue.dependent_launch) ptx::wait_for_the_grid_before(b);
-  const char* pnames[] = {"B", "C", "N", "ell", "slots", "F"};
-  const int nparams = epilogue.live_flags ? 6 : 5;
-  auto param = [&](int i) { return fmt::format("{}_param_{}", name, pnames[i]); };
+  const std::vector<const char*> pnames =
+      staged ? std::vector<const char*>{"B", "C", "N", "ell", "stages", "block_stages", "krows", "slots", "F"}
+             : std::vector<const char*>{"B", "C", "N", "ell", "slots", "F"};
+  const int flags_param = static_cast<int>(pnames.size()) - 1;
+  const int nparams = epilogue.live_flags ? flags_param + 1 : flags_param;
+  auto param = [&](int i) { return fmt::format("{}_param_{}", name, pnames[static_cast<size_t>(i)]); };
 
   // ---- preamble ----
-  Reg g[5];
-  for (int i : {0, 1, 3, 4}) {
+  std::vector<Reg> g(pnames.size());
+  for (int i = 0; i < flags_param; ++i) {
+    if (i == 2) continue;  // N
     const Reg raw = b.reg(RegClass::kB64);
-    g[i] = b.reg(RegClass::kB64);
+    g[static_cast<size_t>(i)] = b.reg(RegClass::kB64);
     b.inst("ld.param.u64", {raw, SymbolAddress{param(i)}});
-    b.inst("cvta.to.global.u64", {g[i], raw});
+    b.inst("cvta.to.global.u64", {g[static_cast<size_t>(i)], raw});
   }
+  const Reg g_slots = g[staged ? 7 : 4];
   const Reg n = b.reg(RegClass::kB32);
   b.inst("ld.param.u32", {n, SymbolAddress{param(2)}});
   if (epilogue.device_n) emit_device_count(b, name, n);
@@ -163,23 +219,42 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
     b.inst("mad.lo.u32", {cthr, vec_index, IntImm{cpt}, col0});
   }
 
-  b.comment("the group's slot: row of C, bias, entries [first, end)");
-  const Reg out_row = b.reg(RegClass::kB32), bias_bits = b.reg(RegClass::kB32), first = b.reg(RegClass::kB32),
-            end = b.reg(RegClass::kB32);
+  // Staged, each row group walks group_rows rows: slots group, group + G, ... of its block (G row groups a block).
+  const int32_t rounds = staged ? p.group_rows : 1, groups = p.rows_per_block / rounds;
+  b.comment(rounds == 1 ? std::string("the group's slot: row of C, bias, entries [first, end)")
+                        : fmt::format("the group's {} slots (group + {} * i): row of C, bias, entries [first, end)",
+                                      rounds, groups));
+  std::vector<Reg> out_row, bias_bits, first, end;
+  std::vector<std::vector<Reg>> accs;
   {
     const Reg slot = b.reg(RegClass::kB32), off = b.reg(RegClass::kB64), ptr = b.reg(RegClass::kB64);
     b.inst("mad.lo.u32", {slot, blk, IntImm{p.rows_per_block}, group});
     b.inst("mul.wide.u32", {off, slot, IntImm{kSlotWords * 4}});
-    b.inst("add.s64", {ptr, g[4], off});
-    const Reg rec[4] = {out_row, bias_bits, first, end};
-    b.inst("ld.global.nc.v4.u32", {Vector{rec}, Address{ptr}});
+    b.inst("add.s64", {ptr, g_slots, off});
+    for (int32_t i = 0; i < rounds; ++i) {
+      for (std::vector<Reg>* v : {&out_row, &bias_bits, &first, &end}) v->push_back(b.reg(RegClass::kB32));
+      const Reg rec[4] = {out_row.back(), bias_bits.back(), first.back(), end.back()};
+      b.inst("ld.global.nc.v4.u32", {Vector{rec}, Address{ptr, int64_t{i} * groups * kSlotWords * 4}});
+    }
   }
-  const std::vector<Reg> acc = b.regs(RegClass::kF32, cpt);
-  for (const Reg& r : acc) b.inst("mov.f32", {r, F32Imm{0.0f}});
+  for (int32_t i = 0; i < rounds; ++i) {
+    accs.push_back(b.regs(RegClass::kF32, cpt));
+    for (const Reg& r : accs.back()) b.inst("mov.f32", {r, F32Imm{0.0f}});
+  }
+  const std::vector<Reg>* acc_now = &accs[0];  // the accumulators the walk being emitted adds to
 
-  // Where this thread's columns start in a row of B, per load chunk when a chunk may start past ld.
+  // Where this thread's columns start in a row of B, per load chunk when a chunk may start past ld; staged, where they
+  // start in a row of the tile.
   std::vector<Reg> base;
-  if (clamp_columns) {
+  const Reg sthr = b.reg(RegClass::kB32);
+  if (staged) {
+    const Reg sbase = b.reg(RegClass::kB32), lcol = b.reg(RegClass::kB32);
+    b.comment(fmt::format("shared tile: staged row j at byte j * {}; this thread's columns at (column - ctaid.x * {}) "
+                          "* 4", row_bytes, p.n_tile));
+    b.inst("mov.u32", {sbase, Symbol{"tile"}});
+    b.inst("sub.u32", {lcol, cthr, col0});
+    b.inst("mad.lo.u32", {sthr, lcol, IntImm{4}, sbase});
+  } else if (clamp_columns) {
     b.comment(fmt::format("chunks of {} column(s) starting at or past ld = {} read column 0 (never stored)", vec, ld));
     for (int32_t q = 0; q < chunks; ++q) {
       const Reg c = b.reg(RegClass::kB32), lc = b.reg(RegClass::kB32), off = b.reg(RegClass::kB64);
@@ -198,15 +273,15 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
     b.inst("add.s64", {base.back(), g[0], off});
   }
 
-  b.comment(fmt::format("entries first + lane, + {}, ...: pointers to this lane's first entry and the row's end",
-                        lanes));
   const Reg pe = b.reg(RegClass::kB64), pend = b.reg(RegClass::kB64), pr = b.reg(RegClass::kPred);
-  {
+  if (!staged) {
+    b.comment(fmt::format("entries first + lane, + {}, ...: pointers to this lane's first entry and the row's end",
+                          lanes));
     const Reg e = b.reg(RegClass::kB32), off = b.reg(RegClass::kB64), eoff = b.reg(RegClass::kB64);
-    b.inst("add.u32", {e, first, sub});
+    b.inst("add.u32", {e, first[0], sub});
     b.inst("mul.wide.u32", {off, e, IntImm{kEntryBytes}});
     b.inst("add.s64", {pe, g[3], off});
-    b.inst("mul.wide.u32", {eoff, end, IntImm{kEntryBytes}});
+    b.inst("mul.wide.u32", {eoff, end[0], IntImm{kEntryBytes}});
     b.inst("add.s64", {pend, g[3], eoff});
   }
 
@@ -228,7 +303,18 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
   auto use_pairs = [&](const Pairs& pairs) {
     const size_t steps = pairs.w.size();
     std::vector<std::vector<Reg>> bv;
-    for (size_t u = 0; u < steps; ++u) {
+    for (size_t u = 0; u < steps && staged; ++u) {
+      // The pair's second word is its row's byte offset in the tile.
+      const Reg addr = b.reg(RegClass::kB32);
+      b.inst("add.u32", {addr, sthr, pairs.k[u]});
+      bv.push_back(b.regs(RegClass::kF32, cpt));
+      for (int32_t q = 0; q < chunks; ++q) {
+        std::span<const Reg> part(bv.back().data() + q * vec, static_cast<size_t>(vec));
+        b.inst(fmt::format("ld.shared{}.f32", vec_suffix(vec)),
+               {vec == 1 ? ptx::Operand{part[0]} : ptx::Operand{Vector{part}}, Address{addr, int64_t{q} * vec * 4}});
+      }
+    }
+    for (size_t u = 0; u < steps && !staged; ++u) {
       const Reg off = b.reg(RegClass::kB64);
       b.inst("mul.wide.u32", {off, pairs.k[u], IntImm{int64_t{ld} * 4}});
       bv.push_back(b.regs(RegClass::kF32, cpt));
@@ -247,7 +333,10 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
     }
     // The weight's bits are in a .b32 register, which f32 instructions accept as is.
     for (size_t u = 0; u < steps; ++u) {
-      for (int32_t c = 0; c < cpt; ++c) b.inst("fma.rn.f32", {acc[c], pairs.w[u], bv[u][c], acc[c]});
+      for (int32_t c = 0; c < cpt; ++c) {
+        const Reg& a = (*acc_now)[static_cast<size_t>(c)];
+        b.inst("fma.rn.f32", {a, pairs.w[u], bv[u][c], a});
+      }
     }
   };
   // One step at a time or `steps` back to back: the entry pairs, the rows of B they name, cpt fmas each.
@@ -256,78 +345,211 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
     b.inst("add.s64", {pe, pe, IntImm{steps * step_bytes}});
   };
 
-  b.blank();
-  if (p.unroll > 1) {
-    b.comment(fmt::format("{} steps per iteration while lane + {} entries remain", p.unroll, (p.unroll - 1) * lanes));
-    const Reg last = b.reg(RegClass::kB64);
-    b.inst("sub.s64", {last, pend, IntImm{(p.unroll - 1) * step_bytes}});
-    b.inst("setp.ge.s64", {pr, pe, last});
-    b.inst("bra", {Symbol{"$tail"}}, Guard{pr});
-    if (p.prefetch) {
-      // The next iteration's entry pairs load while this one's rows of B do, so that an iteration waits for one
-      // load's latency, not for the entries' and then B's.
-      b.comment("the first iteration's entry pairs; each iteration loads the next one's before its own rows of B");
-      const Pairs now = load_pairs(pe, p.unroll, std::nullopt);
-      b.label("$loop");
-      const Reg next = b.reg(RegClass::kB64), more = b.reg(RegClass::kPred);
-      b.inst("add.s64", {next, pe, IntImm{p.unroll * step_bytes}});
-      b.inst("setp.lt.s64", {more, next, last});
-      const Pairs ahead = load_pairs(next, p.unroll, Guard{more});
-      use_pairs(now);
-      b.inst("mov.b64", {pe, next});
-      for (int32_t u = 0; u < p.unroll; ++u) {
-        b.inst("mov.b32", {now.w[u], ahead.w[u]}, Guard{more});
-        b.inst("mov.b32", {now.k[u], ahead.k[u]}, Guard{more});
+  // The walk from pe to pend: `unroll` steps at a time, then single steps; then on to `walked`. Its labels end in sfx
+  // (one walk a round of a group's rows).
+  auto emit_walk = [&](const std::string& walked, const std::string& sfx) {
+    b.blank();
+    if (p.unroll > 1) {
+      b.comment(fmt::format("{} steps per iteration while lane + {} entries remain", p.unroll, (p.unroll - 1) * lanes));
+      const Reg last = b.reg(RegClass::kB64);
+      b.inst("sub.s64", {last, pend, IntImm{(p.unroll - 1) * step_bytes}});
+      b.inst("setp.ge.s64", {pr, pe, last});
+      b.inst("bra", {Symbol{"$tail" + sfx}}, Guard{pr});
+      if (p.prefetch) {
+        // The next iteration's entry pairs load while this one's rows of B do, so that an iteration waits for one
+        // load's latency, not for the entries' and then B's.
+        b.comment("the first iteration's entry pairs; each iteration loads the next one's before its own rows of B");
+        const Pairs now = load_pairs(pe, p.unroll, std::nullopt);
+        b.label("$loop" + sfx);
+        const Reg next = b.reg(RegClass::kB64), more = b.reg(RegClass::kPred);
+        b.inst("add.s64", {next, pe, IntImm{p.unroll * step_bytes}});
+        b.inst("setp.lt.s64", {more, next, last});
+        const Pairs ahead = load_pairs(next, p.unroll, Guard{more});
+        use_pairs(now);
+        b.inst("mov.b64", {pe, next});
+        for (int32_t u = 0; u < p.unroll; ++u) {
+          b.inst("mov.b32", {now.w[u], ahead.w[u]}, Guard{more});
+          b.inst("mov.b32", {now.k[u], ahead.k[u]}, Guard{more});
+        }
+        b.inst("bra", {Symbol{"$loop" + sfx}}, Guard{more});
+      } else {
+        b.label("$loop" + sfx);
+        emit_steps(p.unroll);
+        b.inst("setp.lt.s64", {pr, pe, last});
+        b.inst("bra", {Symbol{"$loop" + sfx}}, Guard{pr});
       }
-      b.inst("bra", {Symbol{"$loop"}}, Guard{more});
-    } else {
-      b.label("$loop");
-      emit_steps(p.unroll);
-      b.inst("setp.lt.s64", {pr, pe, last});
-      b.inst("bra", {Symbol{"$loop"}}, Guard{pr});
+      b.label("$tail" + sfx);
     }
-    b.label("$tail");
+    b.comment("one step at a time to the row's end");
+    b.inst("setp.ge.s64", {pr, pe, pend});
+    b.inst("bra", {Symbol{walked}}, Guard{pr});
+    b.label("$step" + sfx);
+    emit_steps(1);
+    b.inst("setp.lt.s64", {pr, pe, pend});
+    b.inst("bra", {Symbol{"$step" + sfx}}, Guard{pr});
+  };
+
+  if (!staged) {
+    emit_walk("$reduce", "");
+  } else {
+    // ---- stages: copy the block's staged rows of B into the tile, walk this stage's entries, and again ----
+    const int32_t threads = bx * by, cvec = staged_copy_vector(p, ld), copy_chunks = p.n_tile / cvec;
+    const int32_t jstep = threads / copy_chunks;
+    b.comment(fmt::format("copy work: chunk t % {} ({} columns) of staged rows t / {}, +{}, ... (t = tid.y * {} + "
+                          "tid.x), {} rows in flight", copy_chunks, cvec, copy_chunks, jstep, bx, kCopyBatch));
+    const Reg sdst0 = b.reg(RegClass::kB32), bcol = b.reg(RegClass::kB64), j0 = b.reg(RegClass::kB32);
+    {
+      const Reg tlin = b.reg(RegClass::kB32), cv = b.reg(RegClass::kB32), ccol = b.reg(RegClass::kB32),
+                lcol = b.reg(RegClass::kB32), pin = b.reg(RegClass::kPred), off = b.reg(RegClass::kB64),
+                sbase = b.reg(RegClass::kB32), t = b.reg(RegClass::kB32);
+      b.inst("mad.lo.u32", {tlin, ty, IntImm{bx}, tx});
+      b.inst("and.b32", {cv, tlin, IntImm{copy_chunks - 1}});
+      b.inst("shr.u32", {j0, tlin, IntImm{log2i(copy_chunks)}});
+      b.inst("mad.lo.u32", {ccol, cv, IntImm{cvec}, col0});
+      b.comment("columns at or past N copy column 0 (always in bounds): their outputs are never stored");
+      b.inst("setp.lt.u32", {pin, ccol, n});
+      b.inst("selp.b32", {lcol, ccol, IntImm{0}, pin});
+      b.inst("mul.wide.u32", {off, lcol, IntImm{4}});
+      b.inst("add.s64", {bcol, g[0], off});
+      b.inst("mov.u32", {sbase, Symbol{"tile"}});
+      b.inst("mad.lo.u32", {t, j0, IntImm{row_bytes}, sbase});
+      b.inst("mad.lo.u32", {sdst0, cv, IntImm{cvec * 4}, t});
+    }
+    const Reg gend = b.reg(RegClass::kB64);
+    std::vector<Reg> cur;
+    b.inst("mul.wide.u32", {gend, group, IntImm{4}});
+    for (int32_t i = 0; i < rounds; ++i) {
+      cur.push_back(b.reg(RegClass::kB32));
+      b.inst("mov.u32", {cur.back(), first[static_cast<size_t>(i)]});
+    }
+
+    const Reg st = b.reg(RegClass::kB32), st_end = b.reg(RegClass::kB32);
+    emit_block_stage_range(b, g[5], blk, st, st_end);
+    b.inst("setp.ge.u32", {pr, st, st_end});
+    b.inst("bra", {Symbol{"$reduce"}}, Guard{pr});
+    b.blank();
+    b.label("$stage");
+    const Reg kb = b.reg(RegClass::kB32), ke = b.reg(RegClass::kB32);
+    std::vector<Reg> send;
+    {
+      const Reg off = b.reg(RegClass::kB64), rec = b.reg(RegClass::kB64), grec = b.reg(RegClass::kB64);
+      b.inst("mul.wide.u32", {off, st, IntImm{int64_t{staged_record_words(p)} * 4}});
+      b.inst("add.s64", {rec, g[4], off});
+      b.inst("ld.global.nc.u32", {kb, Address{rec}});
+      b.inst("ld.global.nc.u32", {ke, Address{rec, 4}});
+      b.comment("the end of each of this row group's rows' entries in this stage");
+      b.inst("add.s64", {grec, rec, gend});
+      for (int32_t i = 0; i < rounds; ++i) {
+        send.push_back(b.reg(RegClass::kB32));
+        b.inst("ld.global.nc.u32", {send.back(), Address{grec, 8 + int64_t{i} * groups * 4}});
+      }
+    }
+    b.comment("copy rows [kb, ke) of krows: B[krows[j]][tile columns] -> tile row j - kb");
+    const Reg j = b.reg(RegClass::kB32), sdst = b.reg(RegClass::kB32);
+    b.inst("add.u32", {j, kb, j0});
+    b.inst("mov.u32", {sdst, sdst0});
+    b.inst("setp.ge.u32", {pr, j, ke});
+    b.inst("bra", {Symbol{"$copied"}}, Guard{pr});
+    b.label("$copy");
+    {
+      // The first of a batch is below ke (the loop's condition); the others are guarded.
+      std::vector<std::optional<Guard>> guard(kCopyBatch);
+      std::vector<Reg> krow(kCopyBatch);
+      for (int32_t i = 0; i < kCopyBatch; ++i) {
+        Reg ji = j;
+        if (i > 0) {
+          ji = b.reg(RegClass::kB32);
+          const Reg pi = b.reg(RegClass::kPred);
+          b.inst("add.u32", {ji, j, IntImm{int64_t{i} * jstep}});
+          b.inst("setp.lt.u32", {pi, ji, ke});
+          guard[static_cast<size_t>(i)] = Guard{pi};
+        }
+        const Reg off = b.reg(RegClass::kB64), kptr = b.reg(RegClass::kB64);
+        krow[static_cast<size_t>(i)] = b.reg(RegClass::kB32);
+        b.inst("mul.wide.u32", {off, ji, IntImm{4}}, guard[static_cast<size_t>(i)]);
+        b.inst("add.s64", {kptr, g[6], off}, guard[static_cast<size_t>(i)]);
+        b.inst("ld.global.nc.u32", {krow[static_cast<size_t>(i)], Address{kptr}}, guard[static_cast<size_t>(i)]);
+      }
+      std::vector<std::vector<Reg>> v;
+      for (int32_t i = 0; i < kCopyBatch; ++i) {
+        const Reg boff = b.reg(RegClass::kB64), bptr = b.reg(RegClass::kB64);
+        b.inst("mul.wide.u32", {boff, krow[static_cast<size_t>(i)], IntImm{int64_t{ld} * 4}},
+               guard[static_cast<size_t>(i)]);
+        b.inst("add.s64", {bptr, bcol, boff}, guard[static_cast<size_t>(i)]);
+        v.push_back(b.regs(RegClass::kF32, cvec));
+        const ptx::Operand vop = cvec == 1 ? ptx::Operand{v.back()[0]} : ptx::Operand{Vector{v.back()}};
+        b.inst(fmt::format("ld.global.nc{}.f32", vec_suffix(cvec)), {vop, Address{bptr}}, guard[static_cast<size_t>(i)]);
+      }
+      for (int32_t i = 0; i < kCopyBatch; ++i) {
+        const std::vector<Reg>& vi = v[static_cast<size_t>(i)];
+        const ptx::Operand vop = cvec == 1 ? ptx::Operand{vi[0]} : ptx::Operand{Vector{vi}};
+        b.inst(fmt::format("st.shared{}.f32", vec_suffix(cvec)),
+               {Address{sdst, int64_t{i} * jstep * row_bytes}, vop}, guard[static_cast<size_t>(i)]);
+      }
+      b.inst("add.u32", {j, j, IntImm{int64_t{kCopyBatch} * jstep}});
+      b.inst("add.u32", {sdst, sdst, IntImm{int64_t{kCopyBatch} * jstep * row_bytes}});
+      b.inst("setp.lt.u32", {pr, j, ke});
+      b.inst("bra", {Symbol{"$copy"}}, Guard{pr});
+    }
+    b.label("$copied");
+    b.inst("bar.sync", {IntImm{0}});
+    for (int32_t i = 0; i < rounds; ++i) {
+      b.comment(fmt::format("{}this stage's entries [cur, end): lane l reads cur + l, + {}, ...",
+                            rounds > 1 ? fmt::format("row {} of the group: ", i) : "", lanes));
+      const Reg e = b.reg(RegClass::kB32), off = b.reg(RegClass::kB64), eoff = b.reg(RegClass::kB64);
+      b.inst("add.u32", {e, cur[static_cast<size_t>(i)], sub});
+      b.inst("mul.wide.u32", {off, e, IntImm{kEntryBytes}});
+      b.inst("add.s64", {pe, g[3], off});
+      b.inst("mul.wide.u32", {eoff, send[static_cast<size_t>(i)], IntImm{kEntryBytes}});
+      b.inst("add.s64", {pend, g[3], eoff});
+      acc_now = &accs[static_cast<size_t>(i)];
+      const std::string sfx = rounds > 1 ? fmt::format("_{}", i) : "";
+      emit_walk("$walked" + sfx, sfx);
+      b.label("$walked" + sfx);
+      b.inst("mov.u32", {cur[static_cast<size_t>(i)], send[static_cast<size_t>(i)]});
+    }
+    b.comment("the next stage overwrites the tile");
+    b.inst("bar.sync", {IntImm{0}});
+    b.inst("add.u32", {st, st, IntImm{1}});
+    b.inst("setp.lt.u32", {pr, st, st_end});
+    b.inst("bra", {Symbol{"$stage"}}, Guard{pr});
   }
-  b.comment("one step at a time to the row's end");
-  b.inst("setp.ge.s64", {pr, pe, pend});
-  b.inst("bra", {Symbol{"$reduce"}}, Guard{pr});
-  b.label("$step");
-  emit_steps(1);
-  b.inst("setp.lt.s64", {pr, pe, pend});
-  b.inst("bra", {Symbol{"$step"}}, Guard{pr});
 
   b.blank();
   b.label("$reduce");
-  if (lanes > 1) {
-    b.comment(fmt::format("the {} lanes of a row sum their partial sums (butterfly: every lane ends with the total)",
-                          lanes));
-    const Reg t = b.reg(RegClass::kF32);
-    for (int32_t o = lanes / 2; o >= 1; o /= 2) {
-      for (int32_t c = 0; c < cpt; ++c) {
-        b.inst("shfl.sync.bfly.b32", {t, acc[c], IntImm{o}, IntImm{0x1f}, IntImm{-1}});
-        b.inst("add.f32", {acc[c], acc[c], t});
+  for (int32_t i = 0; i < rounds; ++i) {
+    const std::vector<Reg>& acc = accs[static_cast<size_t>(i)];
+    const std::string next = i + 1 < rounds ? fmt::format("$row_{}", i + 1) : std::string("$done");
+    if (i > 0) b.label(fmt::format("$row_{}", i));
+    if (lanes > 1) {
+      b.comment(fmt::format("the {} lanes of a row sum their partial sums (butterfly: every lane ends with the total)",
+                            lanes));
+      const Reg t = b.reg(RegClass::kF32);
+      for (int32_t o = lanes / 2; o >= 1; o /= 2) {
+        for (int32_t c = 0; c < cpt; ++c) {
+          b.inst("shfl.sync.bfly.b32", {t, acc[c], IntImm{o}, IntImm{0x1f}, IntImm{-1}});
+          b.inst("add.f32", {acc[c], acc[c], t});
+        }
       }
     }
-  }
 
-  // ---- epilogue: lane 0 of each group with a row ----
-  {
-    const Reg skip = b.reg(RegClass::kPred);
-    b.inst("setp.eq.u32", {pr, out_row, IntImm{kNoRow}});
-    b.inst("setp.ne.or.u32", {skip, sub, IntImm{0}, pr});
-    b.inst("bra", {Symbol{"$done"}}, Guard{skip});
-  }
-  {
+    // ---- epilogue: lane 0 of each group with a row ----
+    {
+      const Reg skip = b.reg(RegClass::kPred);
+      b.inst("setp.eq.u32", {pr, out_row[static_cast<size_t>(i)], IntImm{kNoRow}});
+      b.inst("setp.ne.or.u32", {skip, sub, IntImm{0}, pr});
+      b.inst("bra", {Symbol{next}}, Guard{skip});
+    }
     const Reg roff = b.reg(RegClass::kB64), coff = b.reg(RegClass::kB64), t = b.reg(RegClass::kB64),
               cptr = b.reg(RegClass::kB64);
-    b.inst("mul.wide.u32", {roff, out_row, IntImm{int64_t{ld} * 4}});
+    b.inst("mul.wide.u32", {roff, out_row[static_cast<size_t>(i)], IntImm{int64_t{ld} * 4}});
     b.inst("mul.wide.u32", {coff, cthr, IntImm{4}});
     b.inst("add.s64", {t, g[1], roff});
     b.inst("add.s64", {cptr, t, coff});
     LiveFlagsRegs flags{};
-    if (epilogue.live_flags) flags = emit_live_flags_setup(b, param(5), coff);
+    if (epilogue.live_flags) flags = emit_live_flags_setup(b, param(flags_param), coff);
     for (int32_t c = 0; c < cpt; ++c) {
-      b.inst("add.f32", {acc[c], acc[c], bias_bits});
+      b.inst("add.f32", {acc[c], acc[c], bias_bits[static_cast<size_t>(i)]});
       if (epilogue.activation == Activation::kRelu) b.inst("max.f32", {acc[c], acc[c], F32Imm{0.0f}});
       if (epilogue.clamp) b.inst("min.f32", {acc[c], acc[c], F32Imm{*epilogue.clamp}});
       const Reg col = b.reg(RegClass::kB32), pc = b.reg(RegClass::kPred);
@@ -344,10 +566,15 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
   out += fmt::format("//\n// Generated by sparsert ({}). Do not edit.\n//\n", kStreamGeneratorVersion);
   out += fmt::format(".version {}\n.target {}\n.address_size 64\n\n", target.ptx_version(), target.name());
   out += fmt::format(
-      "// launch: grid = (ceil(N / {}), row blocks, 1), block = ({}, {}, 1), no shared memory\n"
+      "// launch: grid = (ceil(N / {}), row blocks, 1), block = ({}, {}, 1), {}\n"
       "// C[m x ld] = act(A * B + bias), A streamed row by row ({} rows per block, {} lanes per row{}{}); ld = {}; "
       "epilogue:{}{}{}\n",
-      p.n_tile, bx, by, p.rows_per_block, lanes,
+      p.n_tile, bx, by,
+      staged ? fmt::format("{} bytes of static shared memory ({} staged rows of B a stage{})",
+                           staged_rows_shared_bytes(p), p.stage_rows,
+                           p.group_rows > 1 ? fmt::format(", {} rows a row group", p.group_rows) : "")
+             : std::string("no shared memory"),
+      p.rows_per_block, lanes,
       col_lanes > 1 ? fmt::format(", {} column lanes of {} columns", col_lanes, cpt) : "",
       p.prefetch ? ", entries loaded an iteration ahead" : "", ld,
       epilogue.activation == Activation::kRelu ? " relu" : "",
@@ -358,43 +585,132 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
   if (epilogue.device_n) add_device_count_param(out, params, name);
   out += ptx::entry_signature(name, params, {bx, by, 1, true});
   out += b.declarations();
+  if (staged) out += fmt::format("\t.shared .align 16 .b8 tile[{}];\n", staged_rows_shared_bytes(p));
   out += "\n";
   out += b.body();
   out += "}\n";
   return out;
 }
 
-StreamWeights pack_rows_weights(const CsrMatrix& a, const inspector::WorkPlan& plan, const StreamParams& p,
-                                const std::vector<float>& bias) {
-  check_stream_plan(a, plan, p, bias);
+namespace {
+// The rows of block bi of the plan, longest first: the row groups of one warp then walk similar lengths, so fewer
+// lanes idle.
+void block_rows_longest_first(const CsrMatrix& a, const inspector::WorkPlan& plan, int32_t bi,
+                              std::vector<int32_t>& rows) {
+  const inspector::BlockPlan& block = plan.blocks[static_cast<size_t>(bi)];
+  rows.assign(plan.row_order.begin() + block.row_begin, plan.row_order.begin() + block.row_end);
+  std::stable_sort(rows.begin(), rows.end(), [&](int32_t x, int32_t y) { return a.row_nnz(x) > a.row_nnz(y); });
+}
+
+// Slot x of block bi (four words, zeroed): its row (the x-th longest), bias and first entry (the next to be packed),
+// or no row (kNoRow, entries [0, 0)) past the block's rows. The caller packs the row's entries and sets the end.
+uint32_t* open_slot(StreamWeights& out, const std::vector<int32_t>& rows, const std::vector<float>& bias, int32_t bi,
+                    int32_t rows_per_block, int32_t x) {
+  uint32_t* slot = out.slots.data() + (static_cast<size_t>(bi) * rows_per_block + x) * kSlotWords;
+  if (x >= static_cast<int32_t>(rows.size())) {
+    slot[0] = kNoRow;
+    return slot;
+  }
+  const int32_t r = rows[static_cast<size_t>(x)];
+  const float bv = bias.empty() ? 0.0f : bias.size() == 1 ? bias[0] : bias[static_cast<size_t>(r)];
+  slot[0] = static_cast<uint32_t>(r);
+  slot[1] = std::bit_cast<uint32_t>(bv);
+  slot[2] = static_cast<uint32_t>(out.ell.size() / 2);
+  return slot;
+}
+
+// The sizes both row-split layouts record: every nonzero an entry, no padding.
+StreamWeights unpadded_weights(const CsrMatrix& a, const inspector::WorkPlan& plan, StreamLayout layout) {
   StreamWeights out;
-  out.layout = StreamLayout::kRows;
+  out.layout = layout;
   out.m = a.rows;
   out.k = a.cols;
   out.nnz = a.nnz();
   out.padded_entries = a.nnz();
   out.blocks = static_cast<int32_t>(plan.blocks.size());
+  return out;
+}
+
+// The staged form's packing: per block the sorted rows of B its rows name, cut into stages of stage_rows; each slot's
+// entries in stage order, their second word the byte offset of their row in the tile.
+StreamWeights pack_staged_rows_weights(const CsrMatrix& a, const inspector::WorkPlan& plan, const StreamParams& p,
+                                       const std::vector<float>& bias) {
+  StreamWeights out = unpadded_weights(a, plan, StreamLayout::kStagedRows);
+  const int32_t rpb = p.rows_per_block, words = staged_record_words(p), row_bytes = p.n_tile * 4;
+  out.slots.assign(static_cast<size_t>(out.blocks) * rpb * kSlotWords, 0);
+  out.ell.reserve(static_cast<size_t>(a.nnz()) * 2);
+  out.block_stages.push_back(0);
+  SPARSERT_INTERNAL_CHECK(a.nnz() < (int64_t{1} << 32), "entries overflow 32-bit indices");
+  std::vector<int32_t> rows, footprint, pos(static_cast<size_t>(a.cols), -1), order;
+  for (int32_t bi = 0; bi < out.blocks; ++bi) {
+    block_rows_longest_first(a, plan, bi, rows);
+    footprint.clear();
+    for (const int32_t r : rows) {
+      for (int32_t t = a.row_ptr[r]; t < a.row_ptr[r + 1]; ++t) footprint.push_back(a.col_idx[t]);
+    }
+    std::sort(footprint.begin(), footprint.end());
+    footprint.erase(std::unique(footprint.begin(), footprint.end()), footprint.end());
+    for (size_t i = 0; i < footprint.size(); ++i) pos[static_cast<size_t>(footprint[i])] = static_cast<int32_t>(i);
+    const int32_t stages = static_cast<int32_t>((footprint.size() + p.stage_rows - 1) / p.stage_rows);
+    const size_t first_record = out.stages.size();
+    for (int32_t s = 0; s < stages; ++s) {
+      const size_t kb = out.krows.size();
+      const size_t from = static_cast<size_t>(s) * p.stage_rows;
+      const size_t to = std::min(footprint.size(), from + static_cast<size_t>(p.stage_rows));
+      for (size_t i = from; i < to; ++i) out.krows.push_back(static_cast<uint32_t>(footprint[i]));
+      out.stages.push_back(static_cast<uint32_t>(kb));
+      out.stages.push_back(static_cast<uint32_t>(out.krows.size()));
+      out.stages.resize(out.stages.size() + static_cast<size_t>(rpb), 0);
+    }
+    out.staged_rows += static_cast<int64_t>(footprint.size());
+    for (int32_t x = 0; x < rpb; ++x) {
+      uint32_t* slot = open_slot(out, rows, bias, bi, rpb, x);  // no row: entries [0, 0) in every stage
+      if (slot[0] == kNoRow) continue;
+      const int32_t r = static_cast<int32_t>(slot[0]);
+      // The row's entries by their place in the footprint: stage by stage, k ascending within each.
+      order.clear();
+      for (int32_t t = a.row_ptr[r]; t < a.row_ptr[r + 1]; ++t) order.push_back(t);
+      std::stable_sort(order.begin(), order.end(), [&](int32_t u, int32_t v) {
+        return pos[static_cast<size_t>(a.col_idx[u])] < pos[static_cast<size_t>(a.col_idx[v])];
+      });
+      size_t next = 0;
+      for (int32_t s = 0; s < stages; ++s) {
+        for (; next < order.size(); ++next) {
+          const int32_t t = order[next], at = pos[static_cast<size_t>(a.col_idx[t])];
+          if (at / p.stage_rows != s) break;
+          out.ell.push_back(std::bit_cast<uint32_t>(a.values[t]));
+          out.ell.push_back(static_cast<uint32_t>((at % p.stage_rows) * row_bytes));
+        }
+        out.stages[first_record + static_cast<size_t>(s) * words + 2 + static_cast<size_t>(x)] =
+            static_cast<uint32_t>(out.ell.size() / 2);
+      }
+      slot[3] = static_cast<uint32_t>(out.ell.size() / 2);
+    }
+    out.block_stages.push_back(static_cast<uint32_t>(out.stages.size() / words));
+  }
+  // No allocation is empty.
+  for (std::vector<uint32_t>* v : {&out.ell, &out.stages, &out.krows}) {
+    if (v->empty()) v->assign(2, 0);
+  }
+  return out;
+}
+}  // namespace
+
+StreamWeights pack_rows_weights(const CsrMatrix& a, const inspector::WorkPlan& plan, const StreamParams& p,
+                                const std::vector<float>& bias) {
+  check_stream_plan(a, plan, p, bias);
+  if (p.layout == StreamLayout::kStagedRows) return pack_staged_rows_weights(a, plan, p, bias);
+  StreamWeights out = unpadded_weights(a, plan, StreamLayout::kRows);
   out.slots.assign(static_cast<size_t>(out.blocks) * p.rows_per_block * kSlotWords, 0);
   out.ell.reserve(static_cast<size_t>(a.nnz()) * 2);
   SPARSERT_INTERNAL_CHECK(a.nnz() < (int64_t{1} << 32), "entries overflow 32-bit indices");
   std::vector<int32_t> rows;
   for (int32_t bi = 0; bi < out.blocks; ++bi) {
-    const inspector::BlockPlan& block = plan.blocks[static_cast<size_t>(bi)];
-    rows.assign(plan.row_order.begin() + block.row_begin, plan.row_order.begin() + block.row_end);
-    // Longest rows first: the row groups of one warp then walk similar lengths, so fewer lanes idle.
-    std::stable_sort(rows.begin(), rows.end(),
-                     [&](int32_t x, int32_t y) { return a.row_nnz(x) > a.row_nnz(y); });
+    block_rows_longest_first(a, plan, bi, rows);
     for (int32_t x = 0; x < p.rows_per_block; ++x) {
-      uint32_t* slot = out.slots.data() + (static_cast<size_t>(bi) * p.rows_per_block + x) * kSlotWords;
-      if (x >= static_cast<int32_t>(rows.size())) {
-        slot[0] = kNoRow;
-        continue;
-      }
-      const int32_t r = rows[static_cast<size_t>(x)];
-      const float bv = bias.empty() ? 0.0f : bias.size() == 1 ? bias[0] : bias[static_cast<size_t>(r)];
-      slot[0] = static_cast<uint32_t>(r);
-      slot[1] = std::bit_cast<uint32_t>(bv);
-      slot[2] = static_cast<uint32_t>(out.ell.size() / 2);
+      uint32_t* slot = open_slot(out, rows, bias, bi, p.rows_per_block, x);
+      if (slot[0] == kNoRow) continue;
+      const int32_t r = static_cast<int32_t>(slot[0]);
       for (int32_t t = a.row_ptr[r]; t < a.row_ptr[r + 1]; ++t) {
         out.ell.push_back(std::bit_cast<uint32_t>(a.values[t]));
         out.ell.push_back(static_cast<uint32_t>(a.col_idx[t]));

@@ -68,6 +68,15 @@ void emit_device_count(Builder& b, const std::string& name, Reg n) {
   b.inst("min.u32", {n, n, n_dev});
 }
 
+void emit_block_stage_range(Builder& b, Reg block_stages, Reg blk, Reg s, Reg s_end) {
+  b.comment("this block's stages");
+  const Reg off = b.reg(RegClass::kB64), ptr = b.reg(RegClass::kB64);
+  b.inst("mul.wide.u32", {off, blk, IntImm{4}});
+  b.inst("add.s64", {ptr, block_stages, off});
+  b.inst("ld.global.nc.u32", {s, Address{ptr}});
+  b.inst("ld.global.nc.u32", {s_end, Address{ptr, 4}});
+}
+
 void emit_exit_past_count(Builder& b, Reg col0, Reg n) {
   b.comment("blocks whose column tile starts at or past the count exit");
   const Reg past = b.reg(RegClass::kPred);
@@ -98,11 +107,13 @@ void emit_live_flag(Builder& b, const LiveFlagsRegs& f, Reg acc, Reg pc, int32_t
 }
 }  // namespace stream_detail
 
-std::string to_string(StreamLayout l) { return l == StreamLayout::kRows ? "rows" : "ell"; }
+std::string to_string(StreamLayout l) {
+  return l == StreamLayout::kRows ? "rows" : l == StreamLayout::kStagedRows ? "staged-rows" : "ell";
+}
 
 nlohmann::json to_json(const StreamParams& p) {
-  if (p.layout == StreamLayout::kRows) {
-    nlohmann::json j = {{"layout", "rows"},
+  if (row_split(p.layout)) {
+    nlohmann::json j = {{"layout", to_string(p.layout)},
                         {"rows_per_block", p.rows_per_block},
                         {"lanes_per_row", p.lanes_per_row},
                         {"n_tile", p.n_tile},
@@ -110,6 +121,8 @@ nlohmann::json to_json(const StreamParams& p) {
                         {"unroll", p.unroll}};
     if (p.col_lanes != 1) j["col_lanes"] = p.col_lanes;  // absent: the keys of kernels made before it are unchanged
     if (p.prefetch != 0) j["prefetch"] = p.prefetch;     // likewise
+    if (p.layout == StreamLayout::kStagedRows) j["stage_rows"] = p.stage_rows;
+    if (p.group_rows != 1) j["group_rows"] = p.group_rows;
     return j;
   }
   return {{"rows_per_block", p.rows_per_block},
@@ -120,10 +133,11 @@ nlohmann::json to_json(const StreamParams& p) {
 }
 
 int32_t stream_block_x(const StreamParams& p) {
-  return p.layout == StreamLayout::kRows ? p.rows_per_block * p.lanes_per_row * p.col_lanes : p.rows_per_block;
+  if (!row_split(p.layout)) return p.rows_per_block;
+  return p.rows_per_block / std::max(p.group_rows, 1) * p.lanes_per_row * p.col_lanes;
 }
 int32_t stream_block_y(const StreamParams& p) {
-  return p.n_tile / (p.cols_per_thread * (p.layout == StreamLayout::kRows ? p.col_lanes : 1));
+  return p.n_tile / (p.cols_per_thread * (row_split(p.layout) ? p.col_lanes : 1));
 }
 int32_t stream_row_bytes(const StreamParams& p) {
   // The 32 lanes of a warp read 32 different staged rows at the same column. With a row stride of n_tile floats (a
@@ -137,21 +151,26 @@ int32_t stream_row_bytes(const StreamParams& p) {
   return (p.n_tile / unit) % 2 == 1 ? p.n_tile * 4 : p.n_tile * 4 + 4 * unit;
 }
 int32_t stream_shared_bytes(const StreamParams& p) {
-  return p.layout == StreamLayout::kRows ? 0 : (p.stage_rows + 1) * stream_row_bytes(p);
+  if (p.layout == StreamLayout::kRows) return 0;
+  if (p.layout == StreamLayout::kStagedRows) return staged_rows_shared_bytes(p);
+  return (p.stage_rows + 1) * stream_row_bytes(p);
 }
 // ptxas reports 32-40 registers for cpt = 1, 80 for cpt = 8 and 84 for cpt = 16 (it loads ahead across the unrolled
 // steps), and spills at 64 with cpt = 4: 56 + 4·cpt bounds them all.
 int32_t stream_registers_estimate(const StreamParams& p) {
-  return p.layout == StreamLayout::kRows ? rows_registers_estimate(p) : 56 + 4 * p.cols_per_thread;
+  return row_split(p.layout) ? rows_registers_estimate(p) : 56 + 4 * p.cols_per_thread;
 }
 
 void check_stream_params(const StreamParams& p, int32_t ld, const Target& target) {
-  if (p.layout == StreamLayout::kRows) return check_rows_params(p, ld, target);
+  if (row_split(p.layout)) return check_rows_params(p, ld, target);
   auto bad = [](const char* field, std::string why) { throw InvalidTileParams(field, std::move(why)); };
   if (p.lanes_per_row != 0) bad("lanes_per_row", fmt::format("{}: only the rows layout has lanes per row",
                                                             p.lanes_per_row));
   if (p.col_lanes != 1) bad("col_lanes", fmt::format("{}: only the rows layout has column lanes", p.col_lanes));
   if (p.prefetch != 0) bad("prefetch", fmt::format("{}: only the rows layout prefetches its entries", p.prefetch));
+  if (p.group_rows != 1) {
+    bad("group_rows", fmt::format("{}: only the staged rows layout walks several rows a group", p.group_rows));
+  }
   if (p.rows_per_block < kWarp || p.rows_per_block % kWarp != 0) {
     bad("rows_per_block", fmt::format("{} is not a positive multiple of 32 (one ELL segment per warp)",
                                       p.rows_per_block));
@@ -187,11 +206,11 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
                         conv->shape.columns());
     SPARSERT_USER_CHECK(!epilogue.live_flags, "live_flags", "are not supported for convolutions");
     SPARSERT_USER_CHECK(!epilogue.device_n, "device_n", "is not supported for convolutions");
-    if (p.layout == StreamLayout::kRows) {
+    if (row_split(p.layout)) {
       throw InvalidTileParams("layout", "convolutions are streamed in the ELL layout only (its staged taps)");
     }
   }
-  if (p.layout == StreamLayout::kRows) return emit_rows_spmm_ptx(p, target, ld, epilogue, name);
+  if (row_split(p.layout)) return emit_rows_spmm_ptx(p, target, ld, epilogue, name);
   const int32_t rows = p.rows_per_block, cpt = p.cols_per_thread, by = stream_block_y(p);
   const int32_t threads = rows * by;
   // A convolution's columns are pixels, not adjacent in memory past a row of the image: one column per copy.
@@ -289,15 +308,8 @@ std::string emit_stream_spmm_ptx(const StreamParams& p, const Target& target, in
   const Reg warp_off = b.reg(RegClass::kB64);
   b.inst("mul.wide.u32", {warp_off, warp, IntImm{8}});
 
-  b.comment("this block's stages");
   const Reg s = b.reg(RegClass::kB32), s_end = b.reg(RegClass::kB32), pr = b.reg(RegClass::kPred);
-  {
-    const Reg off = b.reg(RegClass::kB64), ptr = b.reg(RegClass::kB64);
-    b.inst("mul.wide.u32", {off, blk, IntImm{4}});
-    b.inst("add.s64", {ptr, g[5], off});
-    b.inst("ld.global.nc.u32", {s, Address{ptr}});
-    b.inst("ld.global.nc.u32", {s_end, Address{ptr, 4}});
-  }
+  emit_block_stage_range(b, g[5], blk, s, s_end);
   b.inst("setp.ge.u32", {pr, s, s_end});
   b.inst("bra", {Symbol{"$epilogue"}}, Guard{pr});
 
@@ -465,9 +477,9 @@ std::vector<std::pair<const char*, const std::vector<uint32_t>*>> StreamWeights:
   } else {
     out = {{"ell", &ell}, {"stages", &stages}, {"block_stages", &block_stages}, {"krows", &krows}, {"slots", &slots}};
   }
-  SPARSERT_INTERNAL_CHECK(out.size() == streamed_array_count(layout == StreamLayout::kRows),
+  SPARSERT_INTERNAL_CHECK(out.size() == streamed_array_count(to_string(layout)),
                           "StreamWeights::arrays: {} arrays, the runtime's loader expects {}", out.size(),
-                          streamed_array_count(layout == StreamLayout::kRows));
+                          streamed_array_count(to_string(layout)));
   return out;
 }
 
@@ -503,7 +515,7 @@ void check_stream_plan(const CsrMatrix& a, const inspector::WorkPlan& plan, cons
 
 StreamWeights pack_stream_weights(const CsrMatrix& a, const inspector::WorkPlan& plan, const StreamParams& p,
                                   const std::vector<float>& bias) {
-  if (p.layout == StreamLayout::kRows) return pack_rows_weights(a, plan, p, bias);
+  if (row_split(p.layout)) return pack_rows_weights(a, plan, p, bias);
   check_stream_plan(a, plan, p, bias);
   const int32_t rows = p.rows_per_block, warps = rows / kWarp, row_bytes = stream_row_bytes(p);
   StreamWeights out;
@@ -647,6 +659,15 @@ nlohmann::json StreamKernel::sidecar() const {
                              {{"name", "N"}, {"type", "u32"}, {"what", "active columns, 1 <= N <= ld"}}});
   if (params.layout == StreamLayout::kRows) {
     params_json.push_back(arr("ell", "u32 pairs {weight bits, column of A}, row after row", weights.ell.size()));
+    params_json.push_back(arr("slots", "u32 quads {row of C, bias bits, first entry, end entry}",
+                              weights.slots.size()));
+  } else if (params.layout == StreamLayout::kStagedRows) {
+    params_json.push_back(arr("ell", "u32 pairs {weight bits, tile byte offset}, row after row in stage order",
+                              weights.ell.size()));
+    params_json.push_back(arr("stages", "u32 stage records {krows first, end, then each slot's end entry}",
+                              weights.stages.size()));
+    params_json.push_back(arr("block_stages", "u32 per block + 1", weights.block_stages.size()));
+    params_json.push_back(arr("krows", "u32 staged B rows", weights.krows.size()));
     params_json.push_back(arr("slots", "u32 quads {row of C, bias bits, first entry, end entry}",
                               weights.slots.size()));
   } else {

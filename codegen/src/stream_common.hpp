@@ -25,6 +25,8 @@ void check_common_params(const StreamParams& p, int32_t ld);
 
 // n = min(n, *NP) from the pointer parameter `<name>_param_NP` (StreamEpilogueKind::device_n).
 void emit_device_count(ptx::Builder& b, const std::string& name, ptx::Reg n);
+// s = block_stages[blk], s_end = block_stages[blk + 1]: the stages of this block (the staged layouts).
+void emit_block_stage_range(ptx::Builder& b, ptx::Reg block_stages, ptx::Reg blk, ptx::Reg s, ptx::Reg s_end);
 // The whole block leaves for $done when its column tile starts at or past n (uniform across the block, so no
 // barrier or shuffle is left waiting).
 void emit_exit_past_count(ptx::Builder& b, ptx::Reg col0, ptx::Reg n);
@@ -43,6 +45,8 @@ void emit_live_flag(ptx::Builder& b, const LiveFlagsRegs& f, ptx::Reg acc, ptx::
 // The row-split layout (emit_rows_spmm.cpp).
 void check_rows_params(const StreamParams& p, int32_t ld, const Target& target);
 int32_t rows_registers_estimate(const StreamParams& p);
+// The staged row-split layout's static shared memory: stage_rows rows of n_tile floats.
+int32_t staged_rows_shared_bytes(const StreamParams& p);
 std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int32_t ld,
                                const StreamEpilogueKind& epilogue, const std::string& name);
 // What both layouts' packers require of the plan and bias (typed errors naming the field).

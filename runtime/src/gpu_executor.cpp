@@ -33,13 +33,58 @@ struct LoadedEntry {
   bool waits = false;  // its image holds every thread at griddepcontrol.wait first (PackageLayer::dependent_launch)
 };
 
+// A staged layout's block offsets: one more than the launch's blocks, each block's stages inside the records.
+void check_block_stages(const PackageLayer& pl, const std::vector<uint32_t>& block_stages, uint64_t records,
+                        const std::string& where) {
+  const PackageEntry& e = pl.entries.front();
+  SPARSERT_USER_CHECK(static_cast<int64_t>(block_stages.size()) == e.block_end - e.block_begin + 1, where,
+                      "layer {}: {} block offsets supplied, for {} blocks", pl.name, block_stages.size(),
+                      e.block_end - e.block_begin);
+  for (size_t b = 0; b + 1 < block_stages.size(); ++b) {
+    SPARSERT_USER_CHECK(block_stages[b] <= block_stages[b + 1] && block_stages[b + 1] <= records, where,
+                        "layer {}: block {} runs stages {} to {} of {}", pl.name, b, block_stages[b],
+                        block_stages[b + 1], records);
+  }
+}
+
+// The staged row-split layout's stages (check_supplied_arrays has checked its slots): every block's stages lie inside
+// the stage records, every record's staged rows inside krows and the tile's stage_rows, every slot's end in a stage
+// inside the entries, every staged row inside the inputs, and every entry's tile offset on a staged row of the tile.
+void check_staged_rows_arrays(const PackageLayer& pl, const std::vector<std::vector<uint32_t>>& arrays,
+                              int64_t rows_per_block, const std::string& where) {
+  const std::vector<uint32_t>&ell = arrays[0], &stages = arrays[1], &block_stages = arrays[2], &krows = arrays[3];
+  const uint64_t entries = ell.size() / 2, record = 2 + static_cast<uint64_t>(rows_per_block);
+  check_block_stages(pl, block_stages, stages.size() / record, where);
+  const uint64_t stage_rows = static_cast<uint64_t>(std::max<int64_t>(tile_int(pl.tile, "stage_rows"), 0));
+  const uint64_t row_bytes = 4 * static_cast<uint64_t>(std::max<int64_t>(tile_int(pl.tile, "n_tile"), 0));
+  SPARSERT_USER_CHECK(stage_rows > 0 && row_bytes > 0, where, "layer {}: its tile has no stage_rows or n_tile",
+                      pl.name);
+  for (size_t r = 0; r + record <= stages.size(); r += record) {
+    bool inside =
+        stages[r] <= stages[r + 1] && stages[r + 1] <= krows.size() && stages[r + 1] - stages[r] <= stage_rows;
+    for (size_t w = r + 2; inside && w < r + record; ++w) inside = stages[w] <= entries;
+    SPARSERT_USER_CHECK(inside, where, "layer {}: stage {} reaches past the staged rows or the entries, or stages "
+                        "more than the kernel's {} rows", pl.name, r / record, stage_rows);
+  }
+  for (const uint32_t row : krows) {
+    SPARSERT_USER_CHECK(row < static_cast<uint32_t>(pl.k), where, "layer {}: a stage reads input {} of {}", pl.name,
+                        row, pl.k);
+  }
+  for (size_t i = 1; i < ell.size(); i += 2) {
+    SPARSERT_USER_CHECK(ell[i] % row_bytes == 0 && ell[i] / row_bytes < stage_rows, where,
+                        "layer {}: entry {} reads byte {} of a tile of {} rows of {} bytes", pl.name, i / 2, ell[i],
+                        stage_rows, row_bytes);
+  }
+}
+
 // What the loader checks of a layer's supplied streamed arrays (GpuRunOptions::streamed_arrays), so that arrays packed
 // for other parameters or another layer cannot send the kernel past its buffers: none is empty; the slots (the last
 // array) cover every thread slot of the launch; in the row-split layout every slot's row and entry range lie inside
 // the layer and its entries and every entry's column inside its inputs; in the ELL walk every block's stages, every
 // stage's staged rows and segments lie inside their arrays, every stage fits the kernel's tile and its walk, and every
 // staged row lies inside the inputs. (Every word but the ELL entries' own: their shared-memory offsets stay within the
-// tile the kernel was compiled for only if packed with its parameters.)
+// tile the kernel was compiled for only if packed with its parameters.) The staged row-split layout is checked as
+// both: its slots as the row-split layout's, its stages, staged rows and entries' tile offsets as staged.
 void check_supplied_arrays(const PackageLayer& pl, const std::vector<std::vector<uint32_t>>& arrays,
                            const std::string& where) {
   for (const std::vector<uint32_t>& a : arrays) {
@@ -62,6 +107,10 @@ void check_supplied_arrays(const PackageLayer& pl, const std::vector<std::vector
                           "entries", pl.name, i / 4, s[i], s[i + 2], s[i + 3], pl.m, entries);
     }
     const std::vector<uint32_t>& ell = arrays.front();
+    if (pl.stream_layout() == "staged-rows") {
+      check_staged_rows_arrays(pl, arrays, rows_per_block, where);
+      return;
+    }
     for (size_t i = 1; i < ell.size(); i += 2) {
       SPARSERT_USER_CHECK(ell[i] < k, where, "layer {}: entry {} reads input {} of {}", pl.name, i / 2, ell[i], k);
     }
@@ -74,14 +123,7 @@ void check_supplied_arrays(const PackageLayer& pl, const std::vector<std::vector
   const std::vector<uint32_t>&stages = arrays[1], &block_stages = arrays[2], &krows = arrays[3];
   const uint64_t record = 2 + 2 * static_cast<uint64_t>(rows_per_block / 32);
   // (An empty layer's stages are one word of padding: no whole record.)
-  SPARSERT_USER_CHECK(static_cast<int64_t>(block_stages.size()) == e.block_end - e.block_begin + 1, where,
-                      "layer {}: {} block offsets supplied, for {} blocks", pl.name, block_stages.size(),
-                      e.block_end - e.block_begin);
-  for (size_t b = 0; b + 1 < block_stages.size(); ++b) {
-    SPARSERT_USER_CHECK(block_stages[b] <= block_stages[b + 1] && block_stages[b + 1] <= stages.size() / record, where,
-                        "layer {}: block {} runs stages {} to {} of {}", pl.name, b, block_stages[b],
-                        block_stages[b + 1], stages.size() / record);
-  }
+  check_block_stages(pl, block_stages, stages.size() / record, where);
   // A stage stages at most stage_rows rows (the shared tile holds that many and the zero row), and a warp walks its
   // segment in passes of 32 x unroll entries: a segment of another length would read past it.
   const uint64_t stage_rows = static_cast<uint64_t>(std::max<int64_t>(tile_int(pl.tile, "stage_rows"), 0));
@@ -254,7 +296,7 @@ struct GpuNetwork::Impl {
                             "layer {}: its streamed arrays are not in the package (arrays_at_load); only the program "
                             "that compiled it can load it", pl.name);
         const std::vector<std::vector<uint32_t>> arrays = o.streamed_arrays(li, pl);
-        const size_t want = streamed_array_count(pl.row_split());
+        const size_t want = streamed_array_count(pl.stream_layout());
         SPARSERT_USER_CHECK(arrays.size() == want, p.dir.string(), "layer {}: {} streamed arrays supplied, its kernel "
                             "takes {}", pl.name, arrays.size(), want);
         check_supplied_arrays(pl, arrays, p.dir.string());

@@ -317,7 +317,10 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
     if (l.tile.is_object()) {
       SPARSERT_USER_CHECK(!l.tile.contains("layout") || l.tile["layout"].is_string(), lw + ".tile.layout",
                           "expected a string");
-      for (const char* key : {"rows_per_block", "lanes_per_row", "col_lanes"}) {
+      const std::string layout = l.stream_layout();
+      SPARSERT_USER_CHECK(layout == "ell" || layout == "rows" || layout == "staged-rows", lw + ".tile.layout",
+                          "'{}' is not one of ell, rows, staged-rows", layout);
+      for (const char* key : {"rows_per_block", "lanes_per_row", "col_lanes", "group_rows"}) {
         // At most a block's threads: their product below must not overflow.
         SPARSERT_USER_CHECK(!l.tile.contains(key) || (l.tile[key].is_number_integer() &&
                                                       l.tile[key].get<int64_t>() >= 1 &&
@@ -326,10 +329,10 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
       }
     }
     if (l.kind == "streamed" && !l.arrays_at_load) {
-      const bool rows = l.row_split();
-      const size_t want = streamed_array_count(rows);
+      const std::string layout = l.stream_layout();
+      const size_t want = streamed_array_count(layout);
       SPARSERT_USER_CHECK(l.arrays.size() == want, lw + ".arrays", "{} arrays; a streamed layer of layout '{}' takes {}",
-                          l.arrays.size(), rows ? "rows" : "ell", want);
+                          l.arrays.size(), layout, want);
     }
     if (lj.contains("tile_source")) l.tile_source = json_get<std::string>(lj, lw, "tile_source");  // absent before
     if (lj.contains("kind_reason")) l.kind_reason = json_get<std::string>(lj, lw, "kind_reason");
@@ -366,10 +369,11 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
       const bool rows = l.row_split();
       const int64_t rpb = tile_int(l.tile, "rows_per_block");
       const int64_t lanes = rows ? tile_int(l.tile, "lanes_per_row") * tile_int(l.tile, "col_lanes", 1) : 1;
-      SPARSERT_USER_CHECK(l.entries.size() == 1 && l.entries.front().block_begin == 0 && rpb > 0 &&
-                              l.block_x == rpb * lanes,
+      const int64_t group_rows = tile_int(l.tile, "group_rows", 1);
+      SPARSERT_USER_CHECK(l.entries.size() == 1 && l.entries.front().block_begin == 0 && rpb > 0 && group_rows > 0 &&
+                              rpb % group_rows == 0 && l.block_x == rpb / group_rows * lanes,
                           lw + ".arrays_at_load", "needs one entry from block 0 and a block of rows_per_block{} "
-                          "threads", rows ? " x lanes_per_row x col_lanes" : "");
+                          "threads", rows ? " / group_rows x lanes_per_row x col_lanes" : "");
     }
     if (i > 0 && (l.conv || p.layers.back().conv)) {
       // A convolution chains by its buffers: it reads exactly the layout the previous layer writes.

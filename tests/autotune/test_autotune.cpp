@@ -77,7 +77,9 @@ TEST(Space, GridIsSmallHasTheDefaultAndTypedRejections) {
   const TuneLayer l = small_layer("l", 3, 300, 200, 64);
   const codegen::Target t = codegen::Target::parse("sm_90");
   const auto cands = enumerate_candidates(l.a, l.n, t);
-  EXPECT_LT(cands.size(), 250u);  // 208 since the row-split candidates come in two loop forms (prefetch)
+  // 208 since the row-split candidates come in two loop forms (prefetch), 240 with the staged row-split kernel (32
+  // at N = 64).
+  EXPECT_LT(cands.size(), 250u);
   int defaults = 0, rejected = 0;
   for (const Candidate& c : cands) {
     defaults += c.is_default;
@@ -270,7 +272,7 @@ TEST(Model, BestRowSplitShapesAreEachShapesFastestInOrder) {
   const codegen::Target t = codegen::Target::parse("sm_90");
   std::map<std::string, double> fastest;  // per shape, over the grid's plain row-split candidates
   auto key = [](const RowSplitShape& s) {
-    return fmt::format("{}x{}x{}", s.lanes_per_row, s.col_lanes, s.cols_per_thread);
+    return fmt::format("{}x{}x{}{}", s.lanes_per_row, s.col_lanes, s.cols_per_thread, s.staged ? " staged" : "");
   };
   for (const Candidate& c : enumerate_candidates(l.a, l.n, t, {codegen::KernelKind::kStreamed})) {
     const std::optional<RowSplitShape> s = row_split_shape(c);
@@ -585,9 +587,11 @@ TEST(Space, StreamedCandidatesAreEnumeratedWithTypedRejections) {
   // ELL: rows per block {32, 64, 128, 256} x {(32,16), (32,8), (64,16)}; StreamParams' defaults are one of them.
   // Row-split with column lanes at N = 64: 11 shapes (8 lanes x 2 or 4 floats, 1 to 4 lanes a row; 16 lanes x 2 or 4,
   // 1 or 2 lanes a row; 32 lanes x 2) x 128 or 512 threads, and 3 of 8 lanes x 8 floats (1 to 4 lanes a row) in
-  // 128 threads only, each with and without its entries prefetched.
-  EXPECT_EQ(st.size(), 12u + 2 * 25u);
-  int prefetched = 0;
+  // 128 threads only, each with and without its entries prefetched. Staged in shared memory (spans of 32 or 64
+  // floats): 8 shapes (8 lanes x 4 floats, 16 x 2 with 1 or 2 lanes a row; 32 x 1; 16 x 4 with 1 or 2; 32 x 2) x
+  // (a row a group at unroll 2 or 4, or 2 or 4 rows a group at unroll 2).
+  EXPECT_EQ(st.size(), 12u + 2 * 25u + 8u * 4u);
+  int prefetched = 0, staged = 0;
   for (const Candidate& c : st) {
     if (c.stream.prefetch == 0) continue;
     ++prefetched;
@@ -602,6 +606,19 @@ TEST(Space, StreamedCandidatesAreEnumeratedWithTypedRejections) {
     EXPECT_EQ(stream_from_json(codegen::to_json(c.stream), "s"), c.stream);
   }
   EXPECT_EQ(prefetched, 25);
+  for (const Candidate& c : st) {
+    if (c.stream.layout != codegen::StreamLayout::kStagedRows) continue;
+    ++staged;
+    EXPECT_TRUE(c.valid()) << describe(c) << ": " << c.rejected_reason;
+    EXPECT_EQ(describe(c).rfind("streamed staged-rows rpb=", 0), 0u) << describe(c);
+    EXPECT_EQ(codegen::stream_block_x(c.stream) * codegen::stream_block_y(c.stream), 256) << describe(c);
+    EXPECT_LE(codegen::stream_shared_bytes(c.stream), 48 * 1024) << describe(c);
+    EXPECT_EQ(stream_from_json(codegen::to_json(c.stream), "s"), c.stream);
+    const std::optional<RowSplitShape> shape = row_split_shape(c);
+    ASSERT_TRUE(shape);
+    EXPECT_TRUE(shape->staged);
+  }
+  EXPECT_EQ(staged, 32);
   const Candidate* small = find_stream(st, 32, 32, 8);
   ASSERT_NE(small, nullptr);
   EXPECT_TRUE(small->valid()) << small->rejected_reason;
@@ -924,7 +941,8 @@ TEST(Gpu, EveryRowSplitShapeIsTimed) {
   for (const CandidateResult& c : r.layers[0].candidates) {
     const std::optional<RowSplitShape> s = row_split_shape(c.cand);
     if (!s || !c.cand.valid() || c.cand.stream.prefetch != 0) continue;
-    const std::string shape = fmt::format("{}x{}x{}", s->lanes_per_row, s->col_lanes, s->cols_per_thread);
+    const std::string shape =
+        fmt::format("{}x{}x{}{}", s->lanes_per_row, s->col_lanes, s->cols_per_thread, s->staged ? " staged" : "");
     offered.insert(shape);
     if (c.status == "failed") ADD_FAILURE() << describe(c.cand) << ": " << c.reason;
     if (c.status != "measured") continue;
@@ -932,8 +950,10 @@ TEST(Gpu, EveryRowSplitShapeIsTimed) {
     timed.insert(shape);
     ++timed_plain;
   }
-  // At N = 40: 8 column lanes of 2, 4 or 8 floats with 1, 2 or 4 lanes a row, 16 of 2 or 4 with 1 or 2, 32 of 2.
-  EXPECT_EQ(offered.size(), 14u);
+  // At N = 40: 8 column lanes of 2, 4 or 8 floats with 1, 2 or 4 lanes a row, 16 of 2 or 4 with 1 or 2, 32 of 2;
+  // staged in shared memory, spans of 32 or 64 floats: 8 of 4 and 16 of 2 with 1 or 2 lanes, 32 of 1, 16 of 4 with 1
+  // or 2, 32 of 2.
+  EXPECT_EQ(offered.size(), 22u);
   EXPECT_EQ(timed, offered);
   EXPECT_EQ(timed_plain, offered.size());
 }

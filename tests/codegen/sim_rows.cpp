@@ -2,6 +2,7 @@
 // (shuffle membership) and bounds checks on, against reference_spmm within 1e-5 relative; its packing; its typed
 // parameter check; nvJitLink assembly with 0 spills.
 #include "sim_run.hpp"
+#include "stream_check.hpp"
 #include "stream_run.hpp"
 #include "sparsert/codegen/assembler.hpp"
 #include "sparsert/inspector/formats.hpp"
@@ -49,47 +50,13 @@ struct ShapeCase {
 };
 
 DenseTensor random_b(int32_t k, int32_t ld, uint64_t seed) {
-  std::vector<float> v(static_cast<size_t>(k) * ld);
-  inspector::fill_values(v, inspector::ValueFill{inspector::ValueFill::Distribution::kUniform, seed, 1.0f});
-  return DenseTensor({k, ld}, std::move(v));
+  return sparsert::testing::random_stream_b(k, ld, seed);
 }
 
-// Emits with the default plan, runs n of ld columns in ptxsim, compares with the reference; columns past N must
-// keep their NaN. Returns the counts.
+// Runs n of ld columns in ptxsim against the reference (stream_check.hpp); returns the counts.
 ptxsim::InstrCounts check(const CsrMatrix& a, const StreamParams& p, int32_t ld, int32_t n, const Epilogue& ep,
                           const std::string& what, bool live_flags = false, bool dependent = false) {
-  StreamOptions opt;
-  opt.params = p;
-  opt.ld = ld;
-  opt.epilogue = ep;
-  opt.live_flags = live_flags;
-  opt.dependent_launch = dependent;
-  const StreamKernel k = emit_stream_spmm(a, default_stream_plan(a, p), Target::parse("sm_90"), opt);
-  const DenseTensor b = random_b(a.cols, ld, 91);
-  try {
-    const sparsert::testing::StreamSimResult r = run_stream_in_ptxsim(k, b, n);
-    const DenseTensor want = reference_spmm(a, first_columns(b, n), ep);
-    EXPECT_LE(max_relative_error(first_columns(r.c, n), want), 1e-5) << what;
-    for (int64_t row = 0; row < r.c.rows(); ++row) {
-      for (int64_t c = n; c < ld; ++c) {
-        if (!std::isnan(r.c.at(row, c))) {
-          ADD_FAILURE() << what << ": store past N at (" << row << ", " << c << ")";
-          return r.counts;
-        }
-      }
-    }
-    if (live_flags) {
-      for (int32_t c = 0; c < ld; ++c) {
-        bool live = false;
-        for (int64_t row = 0; c < n && row < want.rows(); ++row) live = live || want.at(row, c) != 0.0f;
-        EXPECT_EQ(r.flags[static_cast<size_t>(c)], live ? 1u : 0u) << what << ": flag of column " << c;
-      }
-    }
-    return r.counts;
-  } catch (const ptxsim::SimError& e) {
-    ADD_FAILURE() << what << ": " << e.what();
-    return {};
-  }
+  return sparsert::testing::check_stream_kernel(a, p, ld, n, ep, what, live_flags, dependent, 91);
 }
 }  // namespace
 

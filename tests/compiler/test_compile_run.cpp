@@ -920,6 +920,70 @@ TEST(CompileRun, StreamedArraysPackedAtLoad) {
             std::string::npos);
 }
 
+// Streamed layers in the staged row-split layout (rows of B staged in shared memory, two rows a row group, three
+// stages a block): the package names the layout and holds its five arrays, the block is rows_per_block / group_rows x
+// column lanes, and the network runs exact on the emulated driver at the package's width and below it. Packed at load
+// time the same arrays run alike; arrays packed for more staged rows a stage, or for another column tile (their tile
+// offsets), are refused with the layer's name before any launch.
+TEST(CompileRun, StagedRowSplitLayersRunExactAndTheirArraysAreChecked) {
+  ScratchDir dir;
+  const std::vector<LoadedLayer> layers = load_network(read_network(write_network(dir)));
+  CompileOptions o = emu_options(dir, true);
+  o.stream_params = codegen::StreamParams{};
+  o.stream_params.layout = codegen::StreamLayout::kStagedRows;
+  o.stream_params.rows_per_block = 16;
+  o.stream_params.group_rows = 2;
+  o.stream_params.lanes_per_row = 1;
+  o.stream_params.col_lanes = 8;
+  o.stream_params.n_tile = 32;
+  o.stream_params.cols_per_thread = 4;
+  o.stream_params.unroll = 2;
+  o.stream_params.stage_rows = 16;
+  compile_network(layers, dir / "pkg", o);
+  const Package pkg = load_package(dir / "pkg");
+  for (const PackageLayer& l : pkg.layers) {
+    EXPECT_EQ(l.kind, "streamed") << l.name;
+    EXPECT_EQ(l.stream_layout(), "staged-rows") << l.tile.dump();
+    EXPECT_TRUE(l.row_split());
+    EXPECT_EQ(l.arrays.size(), 5u) << l.name;
+    EXPECT_EQ(l.block_x, 64) << l.name;  // 16 rows / 2 a group x 8 column lanes
+  }
+  const codegen::StreamWeights w0 =
+      codegen::pack_default_stream_weights(layers[0].a, o.stream_params, layers[0].desc.bias);
+  EXPECT_GT(w0.block_stages.back(), static_cast<uint32_t>(w0.blocks)) << "several stages a block";
+  for (int32_t n : {20, 7}) {
+    const DenseTensor x = input(48, n);
+    EXPECT_LE(max_relative_error(GpuNetwork(pkg).run(x), reference(layers, x)), 1e-5) << "n = " << n;
+  }
+
+  CompileOptions at_load = o;
+  at_load.streamed_arrays_at_load = true;
+  compile_network(layers, dir / "pkg-load", at_load);
+  const Package lp = load_package(dir / "pkg-load");
+  auto packed_with = [&](const codegen::StreamParams& p) {
+    GpuRunOptions ro;
+    ro.streamed_arrays = [&, p](size_t li, const PackageLayer&) {
+      return codegen::pack_default_stream_weights(layers[li].a, p, layers[li].desc.bias).take_arrays();
+    };
+    return ro;
+  };
+  const DenseTensor x = input(48, 20);
+  EXPECT_LE(max_relative_error(GpuNetwork(lp, packed_with(o.stream_params)).run(x), reference(layers, x)), 1e-5);
+  codegen::StreamParams more_rows = o.stream_params;
+  more_rows.stage_rows = 40;
+  std::string e = user_error([&] { GpuNetwork n(lp, packed_with(more_rows)); });
+  EXPECT_NE(e.find("layer layer0: stage 0 reaches past the staged rows or the entries, or stages more than the "
+                   "kernel's 16 rows"),
+            std::string::npos)
+      << e;
+  codegen::StreamParams wider = o.stream_params;
+  wider.n_tile = 64;
+  wider.col_lanes = 16;
+  e = user_error([&] { GpuNetwork n(lp, packed_with(wider)); });
+  EXPECT_NE(e.find("layer layer0: entry"), std::string::npos) << e;
+  EXPECT_NE(e.find("of a tile of 16 rows of 128 bytes"), std::string::npos) << e;
+}
+
 // Layers that borrow their matrices (LoadedLayer::borrowed, `a` left empty) compile to the package owned ones give:
 // the same kernels (cache keys), the same kinds, and a run that matches the reference.
 TEST(CompileRun, BorrowedMatricesCompileAsOwnedOnes) {

@@ -581,8 +581,11 @@ class SparsertGpu final : public GpuMethod {
   static constexpr int32_t kMeasuredRowAlign = compiler::kDefaultRowAlign;
   // And the model's best row-split kernels of this many more shapes (lanes per row, column lanes, columns per
   // thread) than the streamed pick's, at compile's width: the model ranks those shapes least well of all
-  // (docs/autotune.md, "Shapes of the row-split kernel"), and each assembles in a few hundredths of a second.
+  // (docs/autotune.md, "Shapes of the row-split kernel"), and each assembles in a few hundredths of a second. Where
+  // none of them (nor the pick) stages B in shared memory, the best-ranked shape that does is timed as well: the model
+  // prices that form on terms no GPU has measured yet (docs/autotune.md, "The staged row-split kernel").
   static constexpr size_t kMeasuredShapes = 3;
+  static constexpr size_t kAllShapes = 1000;  // more than the grid has
   std::string name() const override { return "sparsert-gpu"; }
   std::string detail() const override { return detail_; }
   // Every problem's kernels compiled side by side, one compile a core, into the kernel cache, so that prepare() finds
@@ -748,7 +751,7 @@ class SparsertGpu final : public GpuMethod {
     return pick;
   }
   // The model's best row-split kernel of each shape for the problem at `columns`, best shape first
-  // (autotune::best_row_split_shapes), one more than kMeasuredShapes; ranked once per problem and width.
+  // (autotune::best_row_split_shapes), every shape; ranked once per problem and width.
   const std::vector<codegen::StreamParams>& row_split_shapes(const Problem& p, int32_t columns) const {
     const std::string key = fmt::format("{}/{}/{}", p.family, p.name, columns);
     {
@@ -757,7 +760,7 @@ class SparsertGpu final : public GpuMethod {
     }
     std::vector<codegen::StreamParams> out;
     for (const autotune::RankedCandidate& r :
-         autotune::best_row_split_shapes(p.a, columns, Epilogue{}, target_, kMeasuredShapes + 1))
+         autotune::best_row_split_shapes(p.a, columns, Epilogue{}, target_, kAllShapes))
       out.push_back(r.candidate.stream);
     std::lock_guard<std::mutex> lock(picks_mutex_);
     return shapes_.emplace(key, std::move(out)).first->second;  // a map's elements stay where they are
@@ -841,10 +844,18 @@ class SparsertGpu final : public GpuMethod {
         pick ? autotune::row_split_shape(pick->stream) : std::nullopt;
     const std::vector<codegen::StreamParams>& shapes = row_split_shapes(p, columns);
     size_t timed = 0;
+    bool staged = picked && picked->staged;
     for (size_t r = 0; r < shapes.size() && timed < kMeasuredShapes; ++r) {
       if (autotune::row_split_shape(shapes[r]) == picked) continue;
       out.push_back({codegen::KernelKind::kStreamed, columns, false, r + 1});
+      staged = staged || shapes[r].layout == codegen::StreamLayout::kStagedRows;
       ++timed;
+    }
+    for (size_t r = 0; r < shapes.size() && !staged; ++r) {
+      if (shapes[r].layout != codegen::StreamLayout::kStagedRows) continue;
+      const bool listed = std::any_of(out.begin(), out.end(), [&](const Variant& v) { return v.shape == r + 1; });
+      if (!listed) out.push_back({codegen::KernelKind::kStreamed, columns, false, r + 1});
+      staged = true;
     }
     return out;
   }

@@ -54,11 +54,13 @@ std::vector<Candidate> enumerate_candidates(const CsrMatrix& a, int32_t n, const
                                             const KindSet& kinds = all_kinds(),
                                             std::optional<int32_t> max_entries = std::nullopt);
 
-// The shape of a row-split candidate (StreamLayout::kRows): lanes per row, column lanes and columns per thread, which
-// set how a warp's lanes cover rows and columns, its loads of B and its registers. Candidates of one shape differ in
-// rows per block, column tile, unroll and prefetching. Nothing for any other kind or layout.
+// The shape of a row-split candidate (StreamLayout::kRows or kStagedRows): lanes per row, column lanes and columns per
+// thread, which set how a warp's lanes cover rows and columns, its loads of B and its registers, and whether B is
+// staged in shared memory. Candidates of one shape differ in rows per block, column tile, unroll, staged rows and
+// prefetching. Nothing for any other kind or layout.
 struct RowSplitShape {
   int32_t lanes_per_row = 1, col_lanes = 1, cols_per_thread = 1;
+  bool staged = false;  // StreamLayout::kStagedRows: the same walk over rows of B staged in shared memory
   auto operator<=>(const RowSplitShape&) const = default;
 };
 std::optional<RowSplitShape> row_split_shape(const codegen::StreamParams& p);

@@ -30,8 +30,14 @@ inline constexpr const char* kStreamGeneratorVersion = "sparsert-stream-spmm/2";
 // - kRows: row-split CSR, lanes_per_row lanes of a warp share one row and read B straight from global memory, then
 //   reduce with warp shuffles. It needs no shared memory and no barriers: the kernel for small N (N = 1 is a
 //   sparse GEMV) where staging a tile of B cannot pay and one thread per row gives too few threads.
-enum class StreamLayout { kEll, kRows };
+// - kStagedRows: the row-split walk of kRows, with the rows of B its block's rows name staged in shared memory
+//   stage_rows at a time (as kEll stages them), so that a row of B comes from L2 once per block and column tile and
+//   every later read of it is a shared load: the layout for N in the hundreds, where kRows reads a float of B from
+//   L1 or L2 for every fma.
+enum class StreamLayout { kEll, kRows, kStagedRows };
 std::string to_string(StreamLayout l);
+// kRows and kStagedRows: lanes_per_row and col_lanes describe the walk, slots are four words.
+inline bool row_split(StreamLayout l) { return l == StreamLayout::kRows || l == StreamLayout::kStagedRows; }
 
 struct StreamParams {
   // Defaults: the fewest instructions per useful fma on a Graph Challenge layer in ptxsim (docs/codegen.md); taller
@@ -43,6 +49,7 @@ struct StreamParams {
   int32_t unroll = 2;            // ELL steps per loop iteration (1, 2 or 4); segments are padded to a multiple
   // kRows: rows_per_block rows per block, each walked by lanes_per_row lanes (1, 2, 4, 8, 16 or 32; block.x =
   // rows_per_block × lanes_per_row, a multiple of 32); n_tile, cols_per_thread and unroll as above; stage_rows unused.
+  // kStagedRows: as kRows, and stage_rows rows of B (n_tile floats each, unpadded) per stage in shared memory.
   StreamLayout layout = StreamLayout::kEll;
   int32_t lanes_per_row = 0;  // kRows only
   // kRows only: lanes of a warp that split a row's columns (1, 2, 4, 8, 16 or 32, with lanes_per_row × col_lanes ≤
@@ -55,17 +62,24 @@ struct StreamParams {
   // one's rows of B load, so that an iteration waits for one global load's latency instead of two in a chain (the
   // entry, then the row of B it names). Costs 2 x unroll registers.
   int32_t prefetch = 0;
+  // kStagedRows only: rows each row group walks (1, 2, 4 or 8), one after another within each stage, each with its own
+  // accumulators: a block holds rows_per_block rows in rows_per_block / group_rows row groups, so that a block of a
+  // few hundred threads stages each row of B for many rows (block.x = rows_per_block / group_rows × lanes_per_row ×
+  // col_lanes). Slot x of a block is round x / G of row group x % G (G = rows_per_block / group_rows).
+  int32_t group_rows = 1;
   bool operator==(const StreamParams&) const = default;
 };
 
 // kEll writes the five fields above (as before kRows existed, so cache keys are unchanged); kRows writes "layout":
 // "rows", lanes_per_row, rows_per_block, n_tile, cols_per_thread and unroll, col_lanes where it is not 1 and
-// prefetch where it is not 0.
+// prefetch where it is not 0; kStagedRows writes "layout": "staged-rows", the same fields, stage_rows, and group_rows
+// where it is not 1.
 nlohmann::json to_json(const StreamParams& p);
 
 // The launch shape and static shared memory of a kernel with these parameters.
-int32_t stream_block_x(const StreamParams& p);  // rows_per_block (kRows: × lanes_per_row × col_lanes)
-int32_t stream_block_y(const StreamParams& p);  // n_tile / cols_per_thread (kRows: / col_lanes)
+// rows_per_block (row-split: × lanes_per_row × col_lanes, staged: / group_rows)
+int32_t stream_block_x(const StreamParams& p);
+int32_t stream_block_y(const StreamParams& p);  // n_tile / cols_per_thread (row-split: / col_lanes)
 int32_t stream_shared_bytes(const StreamParams& p);
 // Bytes from one staged row of B to the next in the shared tile: n_tile * 4, padded so that the lanes of a warp,
 // which read different rows, do not all fall in one bank (version 2 of the layout; version 1 had no padding).
@@ -121,6 +135,11 @@ struct StreamWeights {
   // kRows (pack_rows_weights): ell holds the nonzeros as pairs {value bits, column of A} row after row in slot order,
   // unpadded; slots hold four u32 per slot {row of C or 0xFFFFFFFF, bias bits, first entry, end entry}; stages,
   // block_stages and krows stay empty and are not passed.
+  // kStagedRows (pack_rows_weights too): ell holds pairs {value bits, byte offset of the B row in the shared tile}, a
+  // row's entries in stage order; slots as kRows; krows and block_stages as kEll (each block stages the sorted rows
+  // of B its rows name, stage_rows at a time); one record of 2 + R u32 per stage: {first, end} into krows, then for
+  // each of the block's R slots the end of its entries in this stage (the first is the previous stage's end, or the
+  // slot's first entry).
   StreamLayout layout = StreamLayout::kEll;
 
   int64_t bytes() const;  // everything that is uploaded

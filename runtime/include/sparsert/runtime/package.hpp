@@ -16,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sparsert {
@@ -39,9 +40,9 @@ struct PackageEntry {
 };
 
 // How many weight arrays a streamed kernel takes after B, C and N, in its layout ("rows": the row-split entries and
-// their slots; else the ELL walk's five). The loader checks manifests against it; codegen's StreamWeights::arrays,
-// which emits them, checks itself against it.
-constexpr size_t streamed_array_count(bool row_split) { return row_split ? 2 : 5; }
+// their slots; else five: the ELL walk's, and "staged-rows", whose five have the same names). The loader checks
+// manifests against it; codegen's StreamWeights::arrays, which emits them, checks itself against it.
+constexpr size_t streamed_array_count(std::string_view layout) { return layout == "rows" ? 2 : 5; }
 
 struct PackageLayer {
   std::string name;
@@ -79,9 +80,16 @@ struct PackageLayer {
   int32_t block_x = 0, block_y = 0, n_tile = 0;
   std::vector<PackageEntry> entries;
   nlohmann::json tile;  // the tile parameters used, for reports
-  // A streamed layer in the row-split layout (its tile says "layout": "rows"), whose kernel takes two arrays.
+  // A streamed layer's layout: its tile's "layout" ("rows", "staged-rows"), or "ell" where the tile names none.
+  std::string stream_layout() const {
+    return tile.is_object() && tile.contains("layout") && tile["layout"].is_string() ? tile["layout"].get<std::string>()
+                                                                                      : std::string("ell");
+  }
+  // A streamed layer walked row by row ("rows", or "staged-rows" with its rows of B staged in shared memory): its
+  // block is rows_per_block x lanes_per_row x col_lanes threads and its slots are four words.
   bool row_split() const {
-    return tile.is_object() && tile.contains("layout") && tile["layout"].is_string() && tile["layout"] == "rows";
+    const std::string l = stream_layout();
+    return l == "rows" || l == "staged-rows";
   }
   // Who chose the kernel: "tuned" (tuning database), "model" (the static model's fastest estimate), "heuristic"
   // (codegen's rules), "streamed" (compile's stream parameters); empty in packages written before it was recorded.

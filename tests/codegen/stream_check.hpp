@@ -1,0 +1,62 @@
+#pragma once
+// Emits a streamed kernel with the default plan, runs n of its ld columns in ptxsim (race, unset-register, warp and
+// bounds checks on) and compares them with reference_spmm within 1e-5 relative; columns past n must keep their NaN and
+// live-column flags must name exactly the columns with a nonzero output. Failures are test failures named by `what`.
+#include "sim_run.hpp"
+#include "stream_run.hpp"
+#include "sparsert/inspector/formats.hpp"
+#include "sparsert/runtime/reference.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+namespace sparsert::testing {
+
+inline DenseTensor random_stream_b(int32_t k, int32_t ld, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(k) * ld);
+  inspector::fill_values(v, inspector::ValueFill{inspector::ValueFill::Distribution::kUniform, seed, 1.0f});
+  return DenseTensor({k, ld}, std::move(v));
+}
+
+// Returns the instructions ptxsim counted (empty where the simulation failed).
+inline ptxsim::InstrCounts check_stream_kernel(const CsrMatrix& a, const codegen::StreamParams& p, int32_t ld,
+                                               int32_t n, const Epilogue& ep, const std::string& what,
+                                               bool live_flags, bool dependent, uint64_t b_seed) {
+  codegen::StreamOptions opt;
+  opt.params = p;
+  opt.ld = ld;
+  opt.epilogue = ep;
+  opt.live_flags = live_flags;
+  opt.dependent_launch = dependent;
+  const codegen::StreamKernel k =
+      codegen::emit_stream_spmm(a, codegen::default_stream_plan(a, p), codegen::Target::parse("sm_90"), opt);
+  const DenseTensor b = random_stream_b(a.cols, ld, b_seed);
+  try {
+    const StreamSimResult r = run_stream_in_ptxsim(k, b, n);
+    const DenseTensor want = reference_spmm(a, first_columns(b, n), ep);
+    EXPECT_LE(max_relative_error(first_columns(r.c, n), want), 1e-5) << what;
+    for (int64_t row = 0; row < r.c.rows(); ++row) {
+      for (int64_t c = n; c < ld; ++c) {
+        if (!std::isnan(r.c.at(row, c))) {
+          ADD_FAILURE() << what << ": store past N at (" << row << ", " << c << ")";
+          return r.counts;
+        }
+      }
+    }
+    if (live_flags) {
+      for (int32_t c = 0; c < ld; ++c) {
+        bool live = false;
+        for (int64_t row = 0; c < n && row < want.rows(); ++row) live = live || want.at(row, c) != 0.0f;
+        EXPECT_EQ(r.flags[static_cast<size_t>(c)], live ? 1u : 0u) << what << ": flag of column " << c;
+      }
+    }
+    return r.counts;
+  } catch (const ptxsim::SimError& e) {
+    ADD_FAILURE() << what << ": " << e.what();
+    return {};
+  }
+}
+
+}  // namespace sparsert::testing
