@@ -614,8 +614,8 @@ StreamShape rows_shape(const codegen::StreamWeights& w, const codegen::StreamPar
 
 // The staged row-split layout (emit_rows_spmm.cpp, kStagedRows): the same slots, and per stage a record of 2 + R words
 // {staged rows first, end, each slot's end entry}. The block meets at two barriers a stage, so it walks, per stage,
-// the steps of its longest warp (each warp, for each of its group_rows rounds: its longest row group's entries in the
-// stage, lanes_per_row at a time).
+// the steps of its longest warp (each warp: the longest of its row groups' rows in the stage, lanes_per_row entries a
+// step; a group's group_rows rows walk side by side, each issuing its predicated steps as long as the longest).
 StreamShape staged_rows_shape(const codegen::StreamWeights& w, const codegen::StreamParams& p) {
   const int32_t lanes = p.lanes_per_row, groups_per_warp = 32 / (lanes * p.col_lanes);
   const int32_t rounds = std::max(p.group_rows, 1), groups = p.rows_per_block / rounds;
@@ -648,9 +648,9 @@ StreamShape staged_rows_shape(const codegen::StreamWeights& w, const codegen::St
             if (e > cur[x]) round_steps = std::max<int64_t>(round_steps, (int64_t{e} - cur[x] + lanes - 1) / lanes);
             cur[x] = e;
           }
-          steps += round_steps;
+          steps = std::max(steps, round_steps);  // the rows of a group walk side by side
         }
-        warp_steps_total += steps;
+        warp_steps_total += steps * rounds;  // every row's step is issued, predicated, each iteration
         s.nonempty_segments += steps > 0;
         longest = std::max(longest, steps);
       }
@@ -704,6 +704,10 @@ Probe analytic_rows_probe(const StreamShape& s, const codegen::StreamParams& p, 
     const double rows_per_stage = s.stages > 0 ? static_cast<double>(s.staged_rows) / static_cast<double>(s.stages) : 0;
     const int64_t batches = s.stages > 0 ? static_cast<int64_t>(std::ceil(rows_per_stage / (4.0 * jstep))) : 0;
     const int64_t issued = stage_threads * batches * 4;
+    // Each further row of a group: its slot and its accumulators.
+    const int64_t more_rows = std::max(p.group_rows, 1) - 1;
+    add(C::LdGlobal, threads * more_rows);
+    add(C::Move, threads * more_rows * cpt);
     add(C::LdGlobal, threads * 3 + lane_steps);
     add(C::LdShared, lane_steps * chunks);
     add(C::IntArith, lane_steps + iterations);

@@ -50,6 +50,11 @@ constexpr int32_t kCopyBatch = 4;
 // Floats per copy of B into the tile: 16 bytes where rows of B are 16-byte aligned.
 int32_t staged_copy_vector(const StreamParams& p, int32_t ld) { return (ld % 4 == 0 && p.n_tile % 4 == 0) ? 4 : 1; }
 int32_t staged_record_words(const StreamParams& p) { return 2 + p.rows_per_block; }
+// The registers the rows of a staged group hold (group_rows > 1), before the copy's.
+int32_t staged_group_registers(const StreamParams& p) {
+  const int64_t g = p.group_rows, cpt = p.cols_per_thread;
+  return static_cast<int32_t>(std::min<int64_t>(48 + g * p.unroll * (cpt + 4) + g * (cpt + 4), INT32_MAX));
+}
 
 // Floats per load of B: rows of B are 16 (8)-byte aligned when ld is a multiple of 4 (2), and a thread's first
 // column is a multiple of cols_per_thread.
@@ -71,10 +76,15 @@ int32_t rows_registers_estimate(const StreamParams& p) {
   // 80-120 (8, 2), 118-168 (16, 4).
   const int32_t ahead = p.prefetch ? 2 * p.unroll : 0;
   // Staged: a batch of copies in flight (up to 4 floats, a row index and an address each) and the stage's ids.
-  // Each further row of a group: its accumulators, its slot and its place in the entries.
   const int32_t copies = p.layout == StreamLayout::kStagedRows ? kCopyBatch * 7 + 8 : 0;
-  const int32_t more_rows = (std::max(p.group_rows, 1) - 1) * (p.cols_per_thread + 4);
-  return std::min(255, 40 + p.cols_per_thread * (3 * p.unroll + 2) + 6 * p.unroll + ahead + copies + more_rows);
+  if (p.group_rows > 1) {
+    // The rows of a group walk side by side: each row's unrolled steps in flight together (an entry pair, a tile
+    // address and cpt floats each, and a guard), each row's accumulators, slot and pointers. Measured (ptxas 13,
+    // sm_80/sm_90): 96-104 at 2 rows, unroll 2, cpt 2; 154-168 at 4 rows, unroll 2, cpt 4; 216-232 at 4 rows, unroll
+    // 4, cpt 4.
+    return std::min(255, staged_group_registers(p) + copies);
+  }
+  return std::min(255, 40 + p.cols_per_thread * (3 * p.unroll + 2) + 6 * p.unroll + ahead + copies);
 }
 
 int32_t staged_rows_shared_bytes(const StreamParams& p) {
@@ -130,6 +140,12 @@ void check_rows_params(const StreamParams& p, int32_t ld, const Target& target) 
   }
   if (p.layout != StreamLayout::kStagedRows) return;
   if (p.prefetch != 0) bad("prefetch", "the staged row-split walk does not prefetch its entries");
+  // A thread has 255 registers: past them ptxas spills the steps the rows of a group hold in flight.
+  if (p.group_rows > 1 && staged_group_registers(p) + kCopyBatch * 7 + 8 > 255) {
+    bad("group_rows", fmt::format("{} rows a group x {} steps of {} floats in flight need about {} registers a thread, "
+                                  "more than 255", p.group_rows, p.unroll, p.cols_per_thread,
+                                  staged_group_registers(p) + kCopyBatch * 7 + 8));
+  }
   if (p.stage_rows < 1) bad("stage_rows", fmt::format("{} is not at least 1", p.stage_rows));
   const int64_t shared = int64_t{p.stage_rows} * p.n_tile * 4;
   if (shared > target.max_static_shared_bytes()) {
@@ -193,7 +209,7 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
     b.comment(fmt::format("lane tid.x % {} of row group tid.x / {}", lanes, lanes));
     b.inst("and.b32", {sub, tx, IntImm{lanes - 1}});
     b.inst("shr.u32", {group, tx, IntImm{log2i(lanes)}});
-  } else {
+  } else if (!staged) {
     col_lane = b.reg(RegClass::kB32);
     b.comment(fmt::format("lane tid.x % {} of column lane (tid.x / {}) % {} of row group tid.x / {}", lanes, lanes,
                           col_lanes, lanes * col_lanes));
@@ -201,7 +217,19 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
     b.inst("shr.u32", {*col_lane, tx, IntImm{log2i(lanes)}});
     b.inst("and.b32", {*col_lane, *col_lane, IntImm{col_lanes - 1}});
     b.inst("shr.u32", {group, tx, IntImm{log2i(lanes * col_lanes)}});
+  } else {
+    // Staged, the column lane varies fastest: the lanes of one shared load that read one row of the tile are
+    // neighbours, so that a wavefront holds one row's span, not the same columns of L rows (an L-way bank conflict).
+    col_lane = b.reg(RegClass::kB32);
+    b.comment(fmt::format("column lane tid.x % {} of lane (tid.x / {}) % {} of row group tid.x / {}", col_lanes,
+                          col_lanes, lanes, lanes * col_lanes));
+    b.inst("and.b32", {*col_lane, tx, IntImm{col_lanes - 1}});
+    b.inst("shr.u32", {sub, tx, IntImm{log2i(col_lanes)}});
+    b.inst("and.b32", {sub, sub, IntImm{lanes - 1}});
+    b.inst("shr.u32", {group, tx, IntImm{log2i(lanes * col_lanes)}});
   }
+  // The butterfly over a row's lanes: lane bits sit above the column lane's where the column lane varies fastest.
+  const int32_t lane_stride = staged ? col_lanes : 1;
   const Reg col0 = b.reg(RegClass::kB32), cthr = b.reg(RegClass::kB32);
   if (col_lanes == 1) {
     b.comment(fmt::format("this thread's first output column: ctaid.x * {} + tid.y * {}", p.n_tile, cpt));
@@ -389,6 +417,82 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
     b.inst("bra", {Symbol{"$step" + sfx}}, Guard{pr});
   };
 
+  // Staged, with several rows a group: their walks side by side, `unroll` steps of each row an iteration, each step
+  // predicated on its row having it, so that the group keeps rounds x unroll entry loads in flight where one row after
+  // another would wait through each row's chain in turn. The iteration repeats while any row has entries left.
+  auto emit_interleaved_walk = [&](const std::vector<Reg>& cur, const std::vector<Reg>& send) {
+    const size_t rows = cur.size();
+    b.comment(fmt::format("this stage's entries of the group's {} rows, side by side: row i's lane l reads cur_i + l, "
+                          "+ {}, ...", rows, lanes));
+    std::vector<Reg> ps, pends;
+    for (size_t i = 0; i < rows; ++i) {
+      ps.push_back(b.reg(RegClass::kB64));
+      pends.push_back(b.reg(RegClass::kB64));
+      const Reg e = b.reg(RegClass::kB32), off = b.reg(RegClass::kB64), eoff = b.reg(RegClass::kB64);
+      b.inst("add.u32", {e, cur[i], sub});
+      b.inst("mul.wide.u32", {off, e, IntImm{kEntryBytes}});
+      b.inst("add.s64", {ps[i], g[3], off});
+      b.inst("mul.wide.u32", {eoff, send[i], IntImm{kEntryBytes}});
+      b.inst("add.s64", {pends[i], g[3], eoff});
+    }
+    const Reg any = b.reg(RegClass::kPred);
+    auto any_left = [&] {
+      for (size_t i = 0; i < rows; ++i) {
+        if (i == 0) {
+          b.inst("setp.lt.s64", {any, ps[i], pends[i]});
+        } else {
+          b.inst("setp.lt.or.s64", {any, ps[i], pends[i], any});
+        }
+      }
+    };
+    any_left();
+    b.inst("bra", {Symbol{"$walked"}}, Guard{any, true});
+    b.label("$walk");
+    // Per row and step: its guard, its entry pair, its row of the tile, its fmas.
+    std::vector<Reg> guard, w, k, addr;
+    std::vector<std::vector<Reg>> bv;
+    for (size_t i = 0; i < rows; ++i) {
+      for (int32_t u = 0; u < p.unroll; ++u) {
+        guard.push_back(b.reg(RegClass::kPred));
+        w.push_back(b.reg(RegClass::kB32));
+        k.push_back(b.reg(RegClass::kB32));
+        if (u == 0) {
+          b.inst("setp.lt.s64", {guard.back(), ps[i], pends[i]});
+        } else {
+          const Reg at = b.reg(RegClass::kB64);
+          b.inst("add.s64", {at, ps[i], IntImm{u * step_bytes}});
+          b.inst("setp.lt.s64", {guard.back(), at, pends[i]});
+        }
+        const Reg pair[2] = {w.back(), k.back()};
+        b.inst("ld.global.nc.v2.u32", {Vector{pair}, Address{ps[i], u * step_bytes}}, Guard{guard.back()});
+      }
+    }
+    for (size_t j = 0; j < guard.size(); ++j) {
+      addr.push_back(b.reg(RegClass::kB32));
+      b.inst("add.u32", {addr.back(), sthr, k[j]}, Guard{guard[j]});
+      bv.push_back(b.regs(RegClass::kF32, cpt));
+      for (int32_t q = 0; q < chunks; ++q) {
+        std::span<const Reg> part(bv.back().data() + q * vec, static_cast<size_t>(vec));
+        b.inst(fmt::format("ld.shared{}.f32", vec_suffix(vec)),
+               {vec == 1 ? ptx::Operand{part[0]} : ptx::Operand{Vector{part}}, Address{addr.back(), int64_t{q} * vec * 4}},
+               Guard{guard[j]});
+      }
+    }
+    for (size_t j = 0; j < guard.size(); ++j) {
+      const std::vector<Reg>& acc = accs[j / static_cast<size_t>(p.unroll)];
+      for (int32_t c = 0; c < cpt; ++c) {
+        b.inst("fma.rn.f32", {acc[static_cast<size_t>(c)], w[j], bv[j][static_cast<size_t>(c)],
+                              acc[static_cast<size_t>(c)]},
+               Guard{guard[j]});
+      }
+    }
+    for (size_t i = 0; i < rows; ++i) b.inst("add.s64", {ps[i], ps[i], IntImm{p.unroll * step_bytes}});
+    any_left();
+    b.inst("bra", {Symbol{"$walk"}}, Guard{any});
+    b.label("$walked");
+    for (size_t i = 0; i < rows; ++i) b.inst("mov.u32", {cur[i], send[i]});
+  };
+
   if (!staged) {
     emit_walk("$reduce", "");
   } else {
@@ -493,20 +597,19 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
     }
     b.label("$copied");
     b.inst("bar.sync", {IntImm{0}});
-    for (int32_t i = 0; i < rounds; ++i) {
-      b.comment(fmt::format("{}this stage's entries [cur, end): lane l reads cur + l, + {}, ...",
-                            rounds > 1 ? fmt::format("row {} of the group: ", i) : "", lanes));
+    if (rounds == 1) {
+      b.comment(fmt::format("this stage's entries [cur, end): lane l reads cur + l, + {}, ...", lanes));
       const Reg e = b.reg(RegClass::kB32), off = b.reg(RegClass::kB64), eoff = b.reg(RegClass::kB64);
-      b.inst("add.u32", {e, cur[static_cast<size_t>(i)], sub});
+      b.inst("add.u32", {e, cur[0], sub});
       b.inst("mul.wide.u32", {off, e, IntImm{kEntryBytes}});
       b.inst("add.s64", {pe, g[3], off});
-      b.inst("mul.wide.u32", {eoff, send[static_cast<size_t>(i)], IntImm{kEntryBytes}});
+      b.inst("mul.wide.u32", {eoff, send[0], IntImm{kEntryBytes}});
       b.inst("add.s64", {pend, g[3], eoff});
-      acc_now = &accs[static_cast<size_t>(i)];
-      const std::string sfx = rounds > 1 ? fmt::format("_{}", i) : "";
-      emit_walk("$walked" + sfx, sfx);
-      b.label("$walked" + sfx);
-      b.inst("mov.u32", {cur[static_cast<size_t>(i)], send[static_cast<size_t>(i)]});
+      emit_walk("$walked", "");
+      b.label("$walked");
+      b.inst("mov.u32", {cur[0], send[0]});
+    } else {
+      emit_interleaved_walk(cur, send);
     }
     b.comment("the next stage overwrites the tile");
     b.inst("bar.sync", {IntImm{0}});
@@ -527,7 +630,7 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
       const Reg t = b.reg(RegClass::kF32);
       for (int32_t o = lanes / 2; o >= 1; o /= 2) {
         for (int32_t c = 0; c < cpt; ++c) {
-          b.inst("shfl.sync.bfly.b32", {t, acc[c], IntImm{o}, IntImm{0x1f}, IntImm{-1}});
+          b.inst("shfl.sync.bfly.b32", {t, acc[c], IntImm{o * lane_stride}, IntImm{0x1f}, IntImm{-1}});
           b.inst("add.f32", {acc[c], acc[c], t});
         }
       }

@@ -49,7 +49,8 @@ void check_block_stages(const PackageLayer& pl, const std::vector<uint32_t>& blo
 
 // The staged row-split layout's stages (check_supplied_arrays has checked its slots): every block's stages lie inside
 // the stage records, every record's staged rows inside krows and the tile's stage_rows, every slot's end in a stage
-// inside the entries, every staged row inside the inputs, and every entry's tile offset on a staged row of the tile.
+// inside the entries and never before the one of the stage before, every staged row inside the inputs, and every
+// entry's tile offset on a row of the tile its stage copied.
 void check_staged_rows_arrays(const PackageLayer& pl, const std::vector<std::vector<uint32_t>>& arrays,
                               int64_t rows_per_block, const std::string& where) {
   const std::vector<uint32_t>&ell = arrays[0], &stages = arrays[1], &block_stages = arrays[2], &krows = arrays[3];
@@ -74,6 +75,25 @@ void check_staged_rows_arrays(const PackageLayer& pl, const std::vector<std::vec
     SPARSERT_USER_CHECK(ell[i] % row_bytes == 0 && ell[i] / row_bytes < stage_rows, where,
                         "layer {}: entry {} reads byte {} of a tile of {} rows of {} bytes", pl.name, i / 2, ell[i],
                         stage_rows, row_bytes);
+  }
+  // Every slot walks its entries stage by stage, from its first to each stage's end in turn: the ends must not go
+  // back, and each entry must name a row its stage copied (a row past them holds the stage before's B, or on a
+  // block's first stage whatever the shared memory held).
+  const std::vector<uint32_t>& slots = arrays[4];
+  for (size_t b = 0; b + 1 < block_stages.size(); ++b) {
+    for (int64_t x = 0; x < rows_per_block; ++x) {
+      uint64_t cur = slots[(b * static_cast<uint64_t>(rows_per_block) + static_cast<uint64_t>(x)) * 4 + 2];
+      for (uint32_t st = block_stages[b]; st < block_stages[b + 1]; ++st) {
+        const uint64_t at = st * record, end = stages[at + 2 + static_cast<uint64_t>(x)];
+        const uint64_t copied = stages[at + 1] - stages[at];
+        SPARSERT_USER_CHECK(cur <= end, where, "layer {}: slot {} of block {} goes back from entry {} to {} at stage "
+                            "{}", pl.name, x, b, cur, end, st);
+        for (; cur < end; ++cur) {
+          SPARSERT_USER_CHECK(ell[2 * cur + 1] / row_bytes < copied, where, "layer {}: entry {} reads row {} of a "
+                              "stage that copies {}", pl.name, cur, ell[2 * cur + 1] / row_bytes, copied);
+        }
+      }
+    }
   }
 }
 

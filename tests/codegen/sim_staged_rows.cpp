@@ -71,7 +71,7 @@ TEST(SimStagedRows, RandomShapesStagesAndEpilogues) {
       // threads; 2 rows a group with two lanes splitting each row (the shuffles of each row in turn); 8 rows a group.
       {150, 300, 0.9, 64, 64, staged(32, 1, 8, 32, 4, 4, 40, 4)},
       {100, 200, 0.8, 49, 45, staged(16, 2, 16, 32, 2, 2, 24, 2)},
-      {90, 120, 0.85, 40, 40, staged(64, 1, 8, 32, 4, 2, 64, 8)},
+      {90, 120, 0.85, 40, 40, staged(64, 1, 16, 32, 2, 2, 64, 8)},
   };
   const Epilogue eps[] = {{}, {{0.25f}, Activation::kRelu, std::nullopt}, {{-3.0f}, Activation::kRelu, 2.5f}};
   uint64_t seed = 300;
@@ -157,7 +157,7 @@ TEST(StagedRowsPack, EntriesNameTheirRowsOfBThroughTheTile) {
 // row's column lanes; B crosses global memory once per staged row (8 chunks of 16 bytes), not once per nonzero.
 TEST(SimStagedRows, BIsReadFromSharedMemoryPerEntryAndFromGlobalPerStagedRow) {
   const CsrMatrix a = inspector::generate_pruned_gaussian(512, 512, 0.9, 21);
-  const StreamParams p = staged(64, 1, 8, 32, 4, 4, 128, 2);
+  const StreamParams p = staged(32, 1, 8, 32, 4, 4, 128);
   const ptxsim::InstrCounts c = check(a, p, 32, 32, {}, "counts");
   const StreamWeights w = pack_default_stream_weights(a, p, {});
   EXPECT_EQ(c.of(ptxsim::InstrClass::Fma), static_cast<uint64_t>(a.nnz()) * 32);
@@ -169,9 +169,18 @@ TEST(SimStagedRows, BIsReadFromSharedMemoryPerEntryAndFromGlobalPerStagedRow) {
   const uint64_t stages = w.block_stages.back();
   EXPECT_GE(c.of(ptxsim::InstrClass::StShared), chunks);
   EXPECT_LT(c.of(ptxsim::InstrClass::StShared), chunks + stages * threads * 4);
-  // The staged rows are far fewer than the nonzeros (64 rows a block, two a row group, at 10% density: each staged
-  // row of B serves about 6.4 of them): the reuse this layout is for.
-  EXPECT_LT(w.staged_rows * 5, a.nnz());
+  // The staged rows are far fewer than the nonzeros (32 rows a block at 10% density: each staged row of B serves
+  // about 3.3 of them): the reuse this layout is for; twice as many rows a block (two a row group) serve twice as many.
+  EXPECT_LT(w.staged_rows * 3, a.nnz());
+  const StreamParams p2 = staged(64, 1, 8, 32, 4, 4, 128, 2);
+  EXPECT_LT(pack_default_stream_weights(a, p2, {}).staged_rows * 5, a.nnz());
+  // Two rows a group walk side by side, each step predicated on its row having it: every fma and shared load of the
+  // walk is issued, and those of the shorter row past its end are issued predicated off (ptxsim counts them), fewer
+  // than the longer row's in each stage.
+  const ptxsim::InstrCounts c2 = check(a, p2, 32, 32, {}, "counts, two rows a group");
+  EXPECT_GE(c2.of(ptxsim::InstrClass::Fma), static_cast<uint64_t>(a.nnz()) * 32);
+  EXPECT_LT(c2.of(ptxsim::InstrClass::Fma), static_cast<uint64_t>(a.nnz()) * 32 * 2);
+  EXPECT_EQ(c2.of(ptxsim::InstrClass::Fma), c2.of(ptxsim::InstrClass::LdShared) * 4);
 }
 
 TEST(StagedRowsPtx, InvalidParametersAreTypedAndJsonNamesTheLayout) {
@@ -194,6 +203,8 @@ TEST(StagedRowsPtx, InvalidParametersAreTypedAndJsonNamesTheLayout) {
   EXPECT_EQ(field_of(staged(2, 1, 32, 256, 8, 4, 16), 49), "n_tile");
   EXPECT_EQ(field_of(staged(2, 1, 32, 256, 8, 4, 16), 52), "");
   EXPECT_EQ(field_of(staged(8, 1, 8, 32, 4, 4, 256, 3), 64), "group_rows");
+  EXPECT_EQ(field_of(staged(64, 1, 8, 32, 4, 4, 256, 8), 64), "group_rows");  // 8 rows x 4 steps in flight
+  EXPECT_EQ(field_of(staged(64, 1, 16, 32, 2, 2, 64, 8), 64), "");
   EXPECT_EQ(field_of(staged(12, 1, 8, 32, 4, 4, 256, 8), 64), "rows_per_block");  // not a multiple of group_rows
   EXPECT_EQ(field_of(staged(8, 1, 8, 32, 4, 4, 256, 4), 64), "rows_per_block");  // 2 groups x 8 lanes: 16 threads
   EXPECT_EQ(field_of(staged(16, 1, 8, 32, 4, 4, 256, 4), 64), "");                // 4 groups x 8 lanes: a warp

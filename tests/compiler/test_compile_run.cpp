@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -982,6 +983,24 @@ TEST(CompileRun, StagedRowSplitLayersRunExactAndTheirArraysAreChecked) {
   e = user_error([&] { GpuNetwork n(lp, packed_with(wider)); });
   EXPECT_NE(e.find("layer layer0: entry"), std::string::npos) << e;
   EXPECT_NE(e.find("of a tile of 16 rows of 128 bytes"), std::string::npos) << e;
+  // Arrays whose walk would read a tile row its stage did not copy (the row before's B, or stale shared memory), or
+  // whose ends in a slot go back: refused too.
+  auto edited = [&](std::function<void(std::vector<std::vector<uint32_t>>&)> edit) {
+    GpuRunOptions ro;
+    ro.streamed_arrays = [&, edit](size_t li, const PackageLayer&) {
+      auto arrays = codegen::pack_default_stream_weights(layers[li].a, o.stream_params, layers[li].desc.bias)
+                        .take_arrays();
+      edit(arrays);
+      return arrays;
+    };
+    return user_error([&] { GpuNetwork n(lp, ro); });
+  };
+  const size_t record = 2 + 16;
+  e = edited([&](auto& a) { a[1][1] -= 1; });  // stage 0 of block 0 copies one row fewer
+  EXPECT_NE(e.find("layer layer0: entry"), std::string::npos) << e;
+  EXPECT_NE(e.find("of a stage that copies 15"), std::string::npos) << e;
+  e = edited([&](auto& a) { a[1][record + 2] = a[1][2] - 1; });  // slot 0's end at stage 1 before its end at stage 0
+  EXPECT_NE(e.find("layer layer0: slot 0 of block 0 goes back"), std::string::npos) << e;
 }
 
 // Layers that borrow their matrices (LoadedLayer::borrowed, `a` left empty) compile to the package owned ones give:

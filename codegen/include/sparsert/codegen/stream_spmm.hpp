@@ -65,7 +65,8 @@ struct StreamParams {
   // kStagedRows only: rows each row group walks (1, 2, 4 or 8), one after another within each stage, each with its own
   // accumulators: a block holds rows_per_block rows in rows_per_block / group_rows row groups, so that a block of a
   // few hundred threads stages each row of B for many rows (block.x = rows_per_block / group_rows × lanes_per_row ×
-  // col_lanes). Slot x of a block is round x / G of row group x % G (G = rows_per_block / group_rows).
+  // col_lanes). Slot x of a block is round x / (rows_per_block / group_rows) of row group x % (rows_per_block /
+  // group_rows).
   int32_t group_rows = 1;
   bool operator==(const StreamParams&) const = default;
 };
