@@ -650,7 +650,10 @@ StreamShape staged_rows_shape(const codegen::StreamWeights& w, const codegen::St
           }
           steps = std::max(steps, round_steps);  // the rows of a group walk side by side
         }
-        warp_steps_total += steps * rounds;  // every row's step is issued, predicated, each iteration
+        // Every row's steps are issued, predicated, each iteration: `unroll` of them a row, with no single-step tail
+        // where a group walks several rows.
+        const int64_t issued = rounds > 1 ? (steps + p.unroll - 1) / p.unroll * p.unroll : steps;
+        warp_steps_total += issued * rounds;
         s.nonempty_segments += steps > 0;
         longest = std::max(longest, steps);
       }
@@ -727,8 +730,10 @@ Probe analytic_rows_probe(const StreamShape& s, const codegen::StreamParams& p, 
   add(C::Control, iterations);
   // Prefetching: per unrolled iteration the pointer's move and the prefetched pairs' (two a step).
   if (p.prefetch) add(C::Move, 2 * lane_steps + lane_steps / p.unroll);
-  add(C::Warp, log_lanes * cpt * threads);
-  add(C::FpArith, log_lanes * cpt * threads + epi_fp * cpt * row_lanes);
+  // The butterfly runs once for each row a thread's group walks.
+  const int64_t group_rows = staged ? std::max(p.group_rows, 1) : 1;
+  add(C::Warp, log_lanes * cpt * threads * group_rows);
+  add(C::FpArith, log_lanes * cpt * threads * group_rows + epi_fp * cpt * row_lanes);
   add(C::StGlobal, cpt * row_lanes);
   Probe probe;
   probe.entries.push_back(ProbeEntry{c, 0, s.blocks});

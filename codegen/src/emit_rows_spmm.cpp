@@ -101,6 +101,12 @@ void check_rows_params(const StreamParams& p, int32_t ld, const Target& target) 
       bad("rows_per_block", fmt::format("{} is not a positive multiple of group_rows ({})", p.rows_per_block,
                                         p.group_rows));
     }
+    // A thread has 255 registers: past them ptxas spills the steps the rows of a group hold in flight.
+    if (p.group_rows > 1 && staged_group_registers(p) + kCopyBatch * 7 + 8 > 255) {
+      bad("group_rows", fmt::format("{} rows a group x {} steps of {} floats in flight need about {} registers a "
+                                    "thread, more than 255", p.group_rows, p.unroll, p.cols_per_thread,
+                                    staged_group_registers(p) + kCopyBatch * 7 + 8));
+    }
   } else if (p.group_rows != 1) {
     bad("group_rows", fmt::format("{}: only the staged rows layout walks several rows a group", p.group_rows));
   }
@@ -140,12 +146,6 @@ void check_rows_params(const StreamParams& p, int32_t ld, const Target& target) 
   }
   if (p.layout != StreamLayout::kStagedRows) return;
   if (p.prefetch != 0) bad("prefetch", "the staged row-split walk does not prefetch its entries");
-  // A thread has 255 registers: past them ptxas spills the steps the rows of a group hold in flight.
-  if (p.group_rows > 1 && staged_group_registers(p) + kCopyBatch * 7 + 8 > 255) {
-    bad("group_rows", fmt::format("{} rows a group x {} steps of {} floats in flight need about {} registers a thread, "
-                                  "more than 255", p.group_rows, p.unroll, p.cols_per_thread,
-                                  staged_group_registers(p) + kCopyBatch * 7 + 8));
-  }
   if (p.stage_rows < 1) bad("stage_rows", fmt::format("{} is not at least 1", p.stage_rows));
   const int64_t shared = int64_t{p.stage_rows} * p.n_tile * 4;
   if (shared > target.max_static_shared_bytes()) {

@@ -78,21 +78,29 @@ void check_staged_rows_arrays(const PackageLayer& pl, const std::vector<std::vec
   }
   // Every slot walks its entries stage by stage, from its first to each stage's end in turn: the ends must not go
   // back, and each entry must name a row its stage copied (a row past them holds the stage before's B, or on a
-  // block's first stage whatever the shared memory held).
+  // block's first stage whatever the shared memory held). Slots with a row walk entries after the slot before's (as
+  // packed), and slots without one walk none, so that this check reads each entry once.
   const std::vector<uint32_t>& slots = arrays[4];
+  uint64_t prev = 0;
   for (size_t b = 0; b + 1 < block_stages.size(); ++b) {
     for (int64_t x = 0; x < rows_per_block; ++x) {
-      uint64_t cur = slots[(b * static_cast<uint64_t>(rows_per_block) + static_cast<uint64_t>(x)) * 4 + 2];
+      const uint32_t* slot = slots.data() + (b * static_cast<uint64_t>(rows_per_block) + static_cast<uint64_t>(x)) * 4;
+      const bool row = slot[0] != 0xFFFFFFFFu;
+      uint64_t cur = slot[2];
+      SPARSERT_USER_CHECK(!row || cur >= prev, where, "layer {}: slot {} of block {} starts at entry {}, before the "
+                          "slot before it ends ({})", pl.name, x, b, cur, prev);
       for (uint32_t st = block_stages[b]; st < block_stages[b + 1]; ++st) {
         const uint64_t at = st * record, end = stages[at + 2 + static_cast<uint64_t>(x)];
         const uint64_t copied = stages[at + 1] - stages[at];
-        SPARSERT_USER_CHECK(cur <= end, where, "layer {}: slot {} of block {} goes back from entry {} to {} at stage "
-                            "{}", pl.name, x, b, cur, end, st);
+        SPARSERT_USER_CHECK(cur <= end && (row || end == cur), where, "layer {}: slot {} of block {} goes {} from "
+                            "entry {} to {} at stage {}", pl.name, x, b, row ? "back" : "on without a row", cur, end,
+                            st);
         for (; cur < end; ++cur) {
           SPARSERT_USER_CHECK(ell[2 * cur + 1] / row_bytes < copied, where, "layer {}: entry {} reads row {} of a "
                               "stage that copies {}", pl.name, cur, ell[2 * cur + 1] / row_bytes, copied);
         }
       }
+      if (row) prev = cur;
     }
   }
 }

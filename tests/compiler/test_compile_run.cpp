@@ -1001,6 +1001,10 @@ TEST(CompileRun, StagedRowSplitLayersRunExactAndTheirArraysAreChecked) {
   EXPECT_NE(e.find("of a stage that copies 15"), std::string::npos) << e;
   e = edited([&](auto& a) { a[1][record + 2] = a[1][2] - 1; });  // slot 0's end at stage 1 before its end at stage 0
   EXPECT_NE(e.find("layer layer0: slot 0 of block 0 goes back"), std::string::npos) << e;
+  e = edited([&](auto& a) { a[4][4 + 2] = 0; });  // slot 1 walks slot 0's entries again
+  EXPECT_NE(e.find("layer layer0: slot 1 of block 0 starts at entry 0, before the slot before it ends"),
+            std::string::npos)
+      << e;
 }
 
 // Layers that borrow their matrices (LoadedLayer::borrowed, `a` left empty) compile to the package owned ones give:

@@ -23,7 +23,9 @@
 
 namespace sparsert::codegen {
 
-inline constexpr const char* kStreamGeneratorVersion = "sparsert-stream-spmm/2";
+// /3: the staged row-split layout's lane order and its group's rows walked side by side, which its first version
+// emitted otherwise under /2 (the other layouts' PTX is unchanged from /2; cache entries are keyed by this string).
+inline constexpr const char* kStreamGeneratorVersion = "sparsert-stream-spmm/3";
 
 // How the streamed weights are laid out and walked (docs/codegen.md):
 // - kEll: sliced ELL over row slots, rows of B staged through shared memory per stage (the default);
