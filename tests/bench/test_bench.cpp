@@ -11,6 +11,7 @@
 #include <bit>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -815,7 +816,28 @@ TEST(Bench, ReportSummarisesTheMeasuredKernelChoice) {
           {"detail", "shape"}};
     }
   }
+  // On one of them the second shape is a staged row-split kernel: against the fastest other kernel timed there.
+  {
+    nlohmann::json& c = measured.run["problems"][30]["results"]["sparsert-gpu"]["kind_choice"];
+    c["streamed-aligned-shape3"]["detail"] = R"(sm_90 streamed stream {"layout":"staged-rows"} (model) ld=52)";
+  }
   const std::string shapes = measured.report(dir / "c3");
+  {
+    const nlohmann::json& c = measured.run["problems"][30]["results"]["sparsert-gpu"]["kind_choice"];
+    double other = std::numeric_limits<double>::infinity();
+    for (const auto& [k, v] : c.items()) {
+      if (k != "streamed-aligned-shape3" && v.is_object() && v.value("status", "") == "measured")
+        other = std::min(other, v["median_us"].get<double>());
+    }
+    const double ratio = c["streamed-aligned-shape3"]["median_us"].get<double>() / other;
+    EXPECT_NE(shapes.find(fmt::format("The staged row-split kernel (B in shared memory; `staged-rows` in the variant's "
+                                      "detail) against the fastest other kernel timed: 1 problem, faster on {}; time "
+                                      "{:.2f}× of the other's",
+                                      ratio < 1 ? 1 : 0, ratio)),
+              std::string::npos)
+        << shapes;
+  }
+  EXPECT_EQ(twins.find("staged row-split"), std::string::npos);  // none was timed
   EXPECT_NE(shapes.find("| streamed-aligned-shape2 | 2 | 0 |"), std::string::npos) << shapes;
   EXPECT_NE(shapes.find("The fastest row-split kernel of the other shapes timed (`-shapeR`) against the model's "
                         "streamed pick: 2 problems, faster on 1; time 0.87× of the pick's (geometric mean), "

@@ -311,21 +311,23 @@ std::optional<double> goal_for(const json& run, const std::string& baseline) {
 // "N problems, faster on K; time G× of <whose> (geometric mean), min–max" for ratios of one kernel's time to another's.
 std::string ratio_summary(const std::vector<double>& ratios, const char* whose) {
   const auto faster = std::count_if(ratios.begin(), ratios.end(), [](double r) { return r < 1.0; });
-  return fmt::format("{} problems, faster on {}; time {} of {} (geometric mean), {:.2f}–{:.2f}.", ratios.size(), faster,
-                     fmt_x(geomean(ratios)), whose, *std::min_element(ratios.begin(), ratios.end()),
-                     *std::max_element(ratios.begin(), ratios.end()));
+  return fmt::format("{} problem{}, faster on {}; time {} of {} (geometric mean), {:.2f}–{:.2f}.", ratios.size(),
+                     ratios.size() == 1 ? "" : "s", faster, fmt_x(geomean(ratios)), whose,
+                     *std::min_element(ratios.begin(), ratios.end()), *std::max_element(ratios.begin(), ratios.end()));
 }
 
 }  // namespace
 
 // What `bench --choose measured` timed for the subject: how often each kernel variant was timed and kept, how often
 // the model's own pick was the one kept, each prefetching twin ("-prefetch") against the same kernel without it, and
-// the fastest row-split kernel of the other shapes ("-shapeR") against the streamed pick it was built beside. Empty
-// where the run chose by the model.
+// the fastest row-split kernel of the other shapes ("-shapeR") against the streamed pick it was built beside, and the
+// staged row-split kernel (a variant whose detail says "staged-rows") against the fastest of the others. Empty where
+// the run chose by the model.
 std::string kind_choice_section(const json& run, const std::string& subject) {
   std::map<std::string, int> timed, kept;
   int problems = 0, model_kept = 0, shape_without_pick = 0;
   std::vector<double> twin, shape;  // against the plain kernel; the fastest other shape against the streamed pick
+  std::vector<double> staged;       // the fastest staged row-split kernel against the fastest other kernel
   for (const json& p : run["problems"]) {
     if (!p.contains("results") || !p["results"].contains(subject)) continue;
     const json& r = p["results"][subject];
@@ -341,12 +343,15 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
         return std::nullopt;
       return c[k]["median_us"].get<double>();
     };
-    std::optional<double> best_shape;
+    std::optional<double> best_shape, best_staged, best_other;
     std::string shape_of;  // the streamed pick the shapes were built beside ("streamed" or "streamed-aligned")
     for (const auto& [k, e] : c.items()) {
       const std::optional<double> us = measured_us(k);
       if (!us) continue;
       ++timed[k];
+      std::optional<double>& best =
+          e.value("detail", "").find("\"layout\":\"staged-rows\"") != std::string::npos ? best_staged : best_other;
+      best = best ? std::min(*best, *us) : *us;
       constexpr std::string_view kTwin = "-prefetch";
       if (k.size() > kTwin.size() && k.ends_with(kTwin)) {
         const std::optional<double> plain = measured_us(k.substr(0, k.size() - kTwin.size()));
@@ -357,6 +362,7 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
         best_shape = best_shape ? std::min(*best_shape, *us) : *us;
       }
     }
+    if (best_staged && best_other && *best_other > 0) staged.push_back(*best_staged / *best_other);
     if (best_shape) {
       const std::optional<double> pick = measured_us(shape_of);
       if (pick && *pick > 0) {
@@ -386,6 +392,10 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
                       shape.empty() ? "\n" : " ", shape_without_pick, shape_without_pick == 1 ? "" : "s");
   }
   if (!shape.empty() || shape_without_pick > 0) md += "\n";
+  if (!staged.empty()) {
+    md += "\nThe staged row-split kernel (B in shared memory; `staged-rows` in the variant's detail) against the fastest "
+          "other kernel timed: " + ratio_summary(staged, "the other's") + "\n";
+  }
   return md;
 }
 
