@@ -302,15 +302,19 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
   }
 
   const Reg pe = b.reg(RegClass::kB64), pend = b.reg(RegClass::kB64), pr = b.reg(RegClass::kPred);
+  // This lane's first entry of [from, to) and the range's end, as pointers: lane l reads from + l, + lanes, ...
+  auto entry_range = [&](const Reg& from, const Reg& to, const Reg& ptr, const Reg& ptr_end) {
+    const Reg e = b.reg(RegClass::kB32), off = b.reg(RegClass::kB64), eoff = b.reg(RegClass::kB64);
+    b.inst("add.u32", {e, from, sub});
+    b.inst("mul.wide.u32", {off, e, IntImm{kEntryBytes}});
+    b.inst("add.s64", {ptr, g[3], off});
+    b.inst("mul.wide.u32", {eoff, to, IntImm{kEntryBytes}});
+    b.inst("add.s64", {ptr_end, g[3], eoff});
+  };
   if (!staged) {
     b.comment(fmt::format("entries first + lane, + {}, ...: pointers to this lane's first entry and the row's end",
                           lanes));
-    const Reg e = b.reg(RegClass::kB32), off = b.reg(RegClass::kB64), eoff = b.reg(RegClass::kB64);
-    b.inst("add.u32", {e, first[0], sub});
-    b.inst("mul.wide.u32", {off, e, IntImm{kEntryBytes}});
-    b.inst("add.s64", {pe, g[3], off});
-    b.inst("mul.wide.u32", {eoff, end[0], IntImm{kEntryBytes}});
-    b.inst("add.s64", {pend, g[3], eoff});
+    entry_range(first[0], end[0], pe, pend);
   }
 
   // The entry pairs of `steps` steps from `from` (at its 0, step_bytes, ...), as one batch in flight together.
@@ -428,12 +432,7 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
     for (size_t i = 0; i < rows; ++i) {
       ps.push_back(b.reg(RegClass::kB64));
       pends.push_back(b.reg(RegClass::kB64));
-      const Reg e = b.reg(RegClass::kB32), off = b.reg(RegClass::kB64), eoff = b.reg(RegClass::kB64);
-      b.inst("add.u32", {e, cur[i], sub});
-      b.inst("mul.wide.u32", {off, e, IntImm{kEntryBytes}});
-      b.inst("add.s64", {ps[i], g[3], off});
-      b.inst("mul.wide.u32", {eoff, send[i], IntImm{kEntryBytes}});
-      b.inst("add.s64", {pends[i], g[3], eoff});
+      entry_range(cur[i], send[i], ps[i], pends[i]);
     }
     const Reg any = b.reg(RegClass::kPred);
     auto any_left = [&] {
@@ -599,12 +598,7 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
     b.inst("bar.sync", {IntImm{0}});
     if (rounds == 1) {
       b.comment(fmt::format("this stage's entries [cur, end): lane l reads cur + l, + {}, ...", lanes));
-      const Reg e = b.reg(RegClass::kB32), off = b.reg(RegClass::kB64), eoff = b.reg(RegClass::kB64);
-      b.inst("add.u32", {e, cur[0], sub});
-      b.inst("mul.wide.u32", {off, e, IntImm{kEntryBytes}});
-      b.inst("add.s64", {pe, g[3], off});
-      b.inst("mul.wide.u32", {eoff, send[0], IntImm{kEntryBytes}});
-      b.inst("add.s64", {pend, g[3], eoff});
+      entry_range(cur[0], send[0], pe, pend);
       emit_walk("$walked", "");
       b.label("$walked");
       b.inst("mov.u32", {cur[0], send[0]});
