@@ -253,6 +253,10 @@ constexpr double kStreamStageCycles = 1000.0;
 // 1779 us against 843 and 881), 2.7-3.4x at 950 columns, 1.3-1.8x on four rn50 candidates at N = 49: the padding
 // removed the bank conflicts the model charged for, but not the time. The walk's cycles are scaled by this.
 constexpr double kPaddedStreamTimeScale = 2.0;
+// The staged row-split walk double-buffered (StreamParams::double_buffer): what a stage still waits for once its copy
+// overlaps the walk of the stage before (its barriers, the krows loads of the next copy), as a share of a whole
+// stage. Not measured: half is a guess, which the `tune` stage's timings of both forms will settle.
+constexpr double kOverlappedStageShare = 0.5;
 // The row-split layout's step: the 8-byte entry load (as the ELL walk's) feeds a dependent global load of B (an L1
 // hit for a vector at N = 1, L2 for wider B) before the fma. An assumption, not yet measured: 150 + 100. The chain
 // starts with the slot load, then the first entry.
@@ -716,10 +720,12 @@ Probe analytic_rows_probe(const StreamShape& s, const codegen::StreamParams& p, 
     add(C::IntArith, lane_steps + iterations);
     add(C::LdGlobal, 3 * stage_threads + 2 * issued);
     add(C::IntArith, 10 * stage_threads + 4 * issued + 2 * stage_threads * batches);
-    add(C::StShared, issued);
+    // Double-buffered, the copies are cp.async (global loads that write the tile themselves), and a stage adds its
+    // commit and wait to the two barriers.
+    add(C::StShared, p.double_buffer ? 0 : issued);
     add(C::Compare, 3 * stage_threads + issued);
     add(C::Control, 3 * stage_threads + stage_threads * batches);
-    add(C::Sync, 2 * stage_threads);
+    add(C::Sync, (p.double_buffer ? 4 : 2) * stage_threads);
     add(C::Move, 2 * stage_threads);
   } else {
     add(C::LdGlobal, threads + lane_steps * (1 + chunks));
@@ -918,9 +924,17 @@ Estimate estimate_stream(const Probe& probe, const StreamShape& shape, const cod
       // The ELL walk's chain (an entry from global memory feeds a shared load), stage by stage with its copy and two
       // barriers, at the time scale the ELL walk measured; the block's shared loads (conflict-free: every wavefront
       // reads one row of the tile, span >= 32 floats) and its copies' stores.
+      // Double-buffered, each stage's copy goes out before the walk of the stage before: the first stage waits for
+      // its copy whole, each further one for its barriers and the krows loads its next copy needs
+      // (kOverlappedStageShare of a stage, an assumption until measured).
+      const double stages = static_cast<double>(shape.heaviest_block_stages);
+      const double stage_cycles = p.double_buffer ? std::min(stages, 1.0) * kStreamStageCycles +
+                                                        std::max(stages - 1.0, 0.0) * kStreamStageCycles *
+                                                            kOverlappedStageShare
+                                                  : stages * kStreamStageCycles;
       l.latency_cycles = (kRowsPreambleCycles +
                           static_cast<double>(shape.heaviest_block_steps) * kStreamStepCycles / p.unroll +
-                          static_cast<double>(shape.heaviest_block_stages) * kStreamStageCycles) *
+                          stage_cycles) *
                          kPaddedStreamTimeScale;
       const int32_t cpt = p.cols_per_thread;
       // A warp's load of cpt floats a lane is 128 * cpt bytes: cpt wavefronts. From 8 floats a lane, each 16-byte

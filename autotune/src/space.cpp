@@ -32,8 +32,9 @@ std::string describe(const Candidate& c) {
                        c.stream.rows_per_block, c.stream.lanes_per_row,
                        c.stream.col_lanes != 1 ? fmt::format(" cl={}", c.stream.col_lanes) : "", c.stream.n_tile,
                        c.stream.cols_per_thread, c.stream.unroll, c.stream.prefetch ? " pf" : "",
-                       staged ? fmt::format(" sr={}{}", c.stream.stage_rows,
-                                            c.stream.group_rows > 1 ? fmt::format(" gr={}", c.stream.group_rows) : "")
+                       staged ? fmt::format(" sr={}{}{}", c.stream.stage_rows,
+                                            c.stream.group_rows > 1 ? fmt::format(" gr={}", c.stream.group_rows) : "",
+                                            c.stream.double_buffer ? " db" : "")
                               : "");
   }
   std::string s = fmt::format("streamed rpb={} nt={} cpt={}", c.stream.rows_per_block, c.stream.n_tile,
@@ -108,7 +109,7 @@ codegen::StreamParams stream_from_json(const nlohmann::json& j, const std::strin
                             std::pair{"cols_per_thread", &p.cols_per_thread}, std::pair{"stage_rows", &p.stage_rows},
                             std::pair{"unroll", &p.unroll}, std::pair{"lanes_per_row", &p.lanes_per_row},
                             std::pair{"col_lanes", &p.col_lanes}, std::pair{"prefetch", &p.prefetch},
-                            std::pair{"group_rows", &p.group_rows}}) {
+                            std::pair{"group_rows", &p.group_rows}, std::pair{"double_buffer", &p.double_buffer}}) {
     if (!j.contains(field)) continue;
     *out = json_int<int32_t>(j.at(field), where, field);
   }
@@ -333,6 +334,11 @@ std::vector<Candidate> streamed_grid(int32_t n) {
                 c.stream.unroll = unroll;
                 c.stream.stage_rows = std::min(256, kStagedTileBytes / (span * 4));
                 grid.push_back(c);
+                // And double-buffered (sm_80 and newer; other targets refuse it with a typed error): the tile in two
+                // halves of half the rows, the next stage copied by cp.async during the walk.
+                c.stream.double_buffer = 1;
+                c.stream.stage_rows = std::min(256, kStagedTileBytes / (2 * span * 4));
+                grid.push_back(c);
               }
   }
   return grid;
@@ -341,7 +347,8 @@ std::vector<Candidate> streamed_grid(int32_t n) {
 
 std::optional<RowSplitShape> row_split_shape(const codegen::StreamParams& p) {
   if (!codegen::row_split(p.layout)) return std::nullopt;
-  return RowSplitShape{p.lanes_per_row, p.col_lanes, p.cols_per_thread, p.layout == codegen::StreamLayout::kStagedRows};
+  return RowSplitShape{p.lanes_per_row, p.col_lanes, p.cols_per_thread, p.layout == codegen::StreamLayout::kStagedRows,
+                       p.double_buffer != 0};
 }
 
 std::optional<RowSplitShape> row_split_shape(const Candidate& c) {

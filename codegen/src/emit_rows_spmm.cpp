@@ -88,7 +88,8 @@ int32_t rows_registers_estimate(const StreamParams& p) {
 }
 
 int32_t staged_rows_shared_bytes(const StreamParams& p) {
-  return static_cast<int32_t>(std::min<int64_t>(int64_t{p.stage_rows} * p.n_tile * 4, INT32_MAX));
+  const int64_t halves = p.double_buffer != 0 ? 2 : 1;
+  return static_cast<int32_t>(std::min<int64_t>(halves * p.stage_rows * p.n_tile * 4, INT32_MAX));
 }
 
 void check_rows_params(const StreamParams& p, int32_t ld, const Target& target) {
@@ -107,8 +108,17 @@ void check_rows_params(const StreamParams& p, int32_t ld, const Target& target) 
                                     "thread, more than 255", p.group_rows, p.unroll, p.cols_per_thread,
                                     staged_group_registers(p) + kCopyBatch * 7 + 8));
     }
+    if (p.double_buffer != 0 && p.double_buffer != 1) {
+      bad("double_buffer", fmt::format("{} is not 0 or 1", p.double_buffer));
+    }
+    if (p.double_buffer != 0 && target.sm() < 80) {
+      bad("double_buffer", fmt::format("its copies are cp.async, which {} does not have (sm_80 and newer)",
+                                       target.name()));
+    }
   } else if (p.group_rows != 1) {
     bad("group_rows", fmt::format("{}: only the staged rows layout walks several rows a group", p.group_rows));
+  } else if (p.double_buffer != 0) {
+    bad("double_buffer", fmt::format("{}: only the staged rows layout double-buffers its copies", p.double_buffer));
   }
   const int32_t groups = p.rows_per_block / std::max(p.group_rows, 1);
   if (!power_of_two(p.lanes_per_row) || p.lanes_per_row > kWarp) {
@@ -147,10 +157,12 @@ void check_rows_params(const StreamParams& p, int32_t ld, const Target& target) 
   if (p.layout != StreamLayout::kStagedRows) return;
   if (p.prefetch != 0) bad("prefetch", "the staged row-split walk does not prefetch its entries");
   if (p.stage_rows < 1) bad("stage_rows", fmt::format("{} is not at least 1", p.stage_rows));
-  const int64_t shared = int64_t{p.stage_rows} * p.n_tile * 4;
+  const int64_t halves = p.double_buffer != 0 ? 2 : 1;
+  const int64_t shared = halves * p.stage_rows * p.n_tile * 4;
   if (shared > target.max_static_shared_bytes()) {
-    bad("stage_rows", fmt::format("{} staged rows × {} columns × 4 bytes = {} bytes of shared memory, more than {}",
-                                  p.stage_rows, p.n_tile, shared, target.max_static_shared_bytes()));
+    bad("stage_rows", fmt::format("{}{} staged rows × {} columns × 4 bytes = {} bytes of shared memory, more than {}",
+                                  halves == 2 ? "2 halves × " : "", p.stage_rows, p.n_tile, shared,
+                                  target.max_static_shared_bytes()));
   }
   // Each thread copies one chunk of a staged row and every (threads / chunks)-th row: chunks must divide threads.
   const int64_t chunks = p.n_tile / staged_copy_vector(p, ld);
@@ -275,6 +287,9 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
   // start in a row of the tile.
   std::vector<Reg> base;
   const Reg sthr = b.reg(RegClass::kB32);
+  // Double-buffered, the walk reads the stage's half of the tile: sthr plus that half's offset, set each stage.
+  const bool double_buffer = staged && p.double_buffer != 0;
+  const Reg swalk = double_buffer ? b.reg(RegClass::kB32) : sthr;
   if (staged) {
     const Reg sbase = b.reg(RegClass::kB32), lcol = b.reg(RegClass::kB32);
     b.comment(fmt::format("shared tile: staged row j at byte j * {}; this thread's columns at (column - ctaid.x * {}) "
@@ -338,7 +353,7 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
     for (size_t u = 0; u < steps && staged; ++u) {
       // The pair's second word is its row's byte offset in the tile.
       const Reg addr = b.reg(RegClass::kB32);
-      b.inst("add.u32", {addr, sthr, pairs.k[u]});
+      b.inst("add.u32", {addr, swalk, pairs.k[u]});
       bv.push_back(b.regs(RegClass::kF32, cpt));
       for (int32_t q = 0; q < chunks; ++q) {
         std::span<const Reg> part(bv.back().data() + q * vec, static_cast<size_t>(vec));
@@ -468,7 +483,7 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
     }
     for (size_t j = 0; j < guard.size(); ++j) {
       addr.push_back(b.reg(RegClass::kB32));
-      b.inst("add.u32", {addr.back(), sthr, k[j]}, Guard{guard[j]});
+      b.inst("add.u32", {addr.back(), swalk, k[j]}, Guard{guard[j]});
       bv.push_back(b.regs(RegClass::kF32, cpt));
       for (int32_t q = 0; q < chunks; ++q) {
         std::span<const Reg> part(bv.back().data() + q * vec, static_cast<size_t>(vec));
@@ -530,31 +545,39 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
     emit_block_stage_range(b, g[5], blk, st, st_end);
     b.inst("setp.ge.u32", {pr, st, st_end});
     b.inst("bra", {Symbol{"$reduce"}}, Guard{pr});
-    b.blank();
-    b.label("$stage");
-    const Reg kb = b.reg(RegClass::kB32), ke = b.reg(RegClass::kB32);
-    std::vector<Reg> send;
-    {
-      const Reg off = b.reg(RegClass::kB64), rec = b.reg(RegClass::kB64), grec = b.reg(RegClass::kB64);
-      b.inst("mul.wide.u32", {off, st, IntImm{int64_t{staged_record_words(p)} * 4}});
+    // Stage `stage`'s record: {first, end} into krows, then each slot's end entry in the stage.
+    auto record = [&](const Reg& stage) {
+      const Reg off = b.reg(RegClass::kB64), rec = b.reg(RegClass::kB64);
+      b.inst("mul.wide.u32", {off, stage, IntImm{int64_t{staged_record_words(p)} * 4}});
       b.inst("add.s64", {rec, g[4], off});
-      b.inst("ld.global.nc.u32", {kb, Address{rec}});
-      b.inst("ld.global.nc.u32", {ke, Address{rec, 4}});
-      b.comment("the end of each of this row group's rows' entries in this stage");
-      b.inst("add.s64", {grec, rec, gend});
-      for (int32_t i = 0; i < rounds; ++i) {
-        send.push_back(b.reg(RegClass::kB32));
-        b.inst("ld.global.nc.u32", {send.back(), Address{grec, 8 + int64_t{i} * groups * 4}});
+      return rec;
+    };
+    struct Bounds {
+      Reg rec, kb, ke;
+    };
+    auto bounds = [&](const Reg& stage) {
+      const Bounds r{record(stage), b.reg(RegClass::kB32), b.reg(RegClass::kB32)};
+      b.inst("ld.global.nc.u32", {r.kb, Address{r.rec}});
+      b.inst("ld.global.nc.u32", {r.ke, Address{r.rec, 4}});
+      return r;
+    };
+    // Copies a stage's rows of B into the tile at byte `dst_off` (a register, or none: the tile's start): rows
+    // [kb, ke) of krows, B[krows[j]][tile columns] -> tile row j - kb. Synchronous: loads into registers, then
+    // stores. Double-buffered: cp.async (sm_80), which lands when this thread waits for its group.
+    auto emit_copy = [&](const Reg& kb, const Reg& ke, std::optional<Reg> dst_off, const std::string& sfx) {
+      b.comment(double_buffer ? "copy rows [kb, ke) of krows asynchronously: B[krows[j]][tile columns] -> tile row "
+                                "j - kb of this half"
+                              : "copy rows [kb, ke) of krows: B[krows[j]][tile columns] -> tile row j - kb");
+      const Reg j = b.reg(RegClass::kB32), sdst = b.reg(RegClass::kB32);
+      b.inst("add.u32", {j, kb, j0});
+      if (dst_off) {
+        b.inst("add.u32", {sdst, sdst0, *dst_off});
+      } else {
+        b.inst("mov.u32", {sdst, sdst0});
       }
-    }
-    b.comment("copy rows [kb, ke) of krows: B[krows[j]][tile columns] -> tile row j - kb");
-    const Reg j = b.reg(RegClass::kB32), sdst = b.reg(RegClass::kB32);
-    b.inst("add.u32", {j, kb, j0});
-    b.inst("mov.u32", {sdst, sdst0});
-    b.inst("setp.ge.u32", {pr, j, ke});
-    b.inst("bra", {Symbol{"$copied"}}, Guard{pr});
-    b.label("$copy");
-    {
+      b.inst("setp.ge.u32", {pr, j, ke});
+      b.inst("bra", {Symbol{"$copied" + sfx}}, Guard{pr});
+      b.label("$copy" + sfx);
       // The first of a batch is below ke (the loop's condition); the others are guarded.
       std::vector<std::optional<Guard>> guard(kCopyBatch);
       std::vector<Reg> krow(kCopyBatch);
@@ -579,11 +602,18 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
         b.inst("mul.wide.u32", {boff, krow[static_cast<size_t>(i)], IntImm{int64_t{ld} * 4}},
                guard[static_cast<size_t>(i)]);
         b.inst("add.s64", {bptr, bcol, boff}, guard[static_cast<size_t>(i)]);
+        const Address dst{sdst, int64_t{i} * jstep * row_bytes};
+        if (double_buffer) {
+          // 16-byte copies bypass L1 (.cg); 4-byte ones may only go through it (.ca).
+          b.inst(cvec == 4 ? "cp.async.cg.shared.global" : "cp.async.ca.shared.global",
+                 {dst, Address{bptr}, IntImm{cvec * 4}}, guard[static_cast<size_t>(i)]);
+          continue;
+        }
         v.push_back(b.regs(RegClass::kF32, cvec));
         const ptx::Operand vop = cvec == 1 ? ptx::Operand{v.back()[0]} : ptx::Operand{Vector{v.back()}};
         b.inst(fmt::format("ld.global.nc{}.f32", vec_suffix(cvec)), {vop, Address{bptr}}, guard[static_cast<size_t>(i)]);
       }
-      for (int32_t i = 0; i < kCopyBatch; ++i) {
+      for (int32_t i = 0; i < kCopyBatch && !double_buffer; ++i) {
         const std::vector<Reg>& vi = v[static_cast<size_t>(i)];
         const ptx::Operand vop = cvec == 1 ? ptx::Operand{vi[0]} : ptx::Operand{Vector{vi}};
         b.inst(fmt::format("st.shared{}.f32", vec_suffix(cvec)),
@@ -592,10 +622,57 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
       b.inst("add.u32", {j, j, IntImm{int64_t{kCopyBatch} * jstep}});
       b.inst("add.u32", {sdst, sdst, IntImm{int64_t{kCopyBatch} * jstep * row_bytes}});
       b.inst("setp.lt.u32", {pr, j, ke});
-      b.inst("bra", {Symbol{"$copy"}}, Guard{pr});
+      b.inst("bra", {Symbol{"$copy" + sfx}}, Guard{pr});
+      b.label("$copied" + sfx);
+    };
+
+    // Double-buffered: the tile's two halves take turns. The first stage's copy goes out before the loop; each
+    // stage then sends the next stage's copy into the other half, waits for its own (cp.async.wait_group 1 keeps the
+    // next one in flight) and walks while the next one lands. The barrier after the walk keeps the copy after next,
+    // which overwrites this half, behind every thread's reads of it.
+    const int32_t half_bytes = double_buffer ? staged_rows_shared_bytes(p) / 2 : 0;
+    const Reg half = double_buffer ? b.reg(RegClass::kB32) : st;
+    if (double_buffer) {
+      b.comment(fmt::format("double-buffered: the first stage's rows into the tile's first half ({} bytes each)",
+                            half_bytes));
+      const Bounds first_stage = bounds(st);
+      emit_copy(first_stage.kb, first_stage.ke, std::nullopt, "_first");
+      b.inst("cp.async.commit_group", {});
+      b.inst("mov.u32", {half, IntImm{0}});
     }
-    b.label("$copied");
-    b.inst("bar.sync", {IntImm{0}});
+    b.blank();
+    b.label("$stage");
+    std::vector<Reg> send;
+    // Synchronous, this stage's bounds come with its record; double-buffered, the next stage's.
+    const Bounds now = double_buffer ? Bounds{record(st), st, st} : bounds(st);
+    {
+      const Reg grec = b.reg(RegClass::kB64);
+      b.comment("the end of each of this row group's rows' entries in this stage");
+      b.inst("add.s64", {grec, now.rec, gend});
+      for (int32_t i = 0; i < rounds; ++i) {
+        send.push_back(b.reg(RegClass::kB32));
+        b.inst("ld.global.nc.u32", {send.back(), Address{grec, 8 + int64_t{i} * groups * 4}});
+      }
+    }
+    if (double_buffer) {
+      const Reg nxt = b.reg(RegClass::kB32), other = b.reg(RegClass::kB32);
+      b.comment("the next stage's rows into the other half, while this stage's land and are walked");
+      b.inst("add.u32", {nxt, st, IntImm{1}});
+      b.inst("setp.ge.u32", {pr, nxt, st_end});
+      b.inst("bra", {Symbol{"$sent"}}, Guard{pr});
+      b.inst("xor.b32", {other, half, IntImm{half_bytes}});
+      const Bounds next = bounds(nxt);
+      emit_copy(next.kb, next.ke, other, "");
+      b.label("$sent");
+      b.comment("every group but the newest (the next stage's, possibly empty) has landed: this stage's rows");
+      b.inst("cp.async.commit_group", {});
+      b.inst("cp.async.wait_group", {IntImm{1}});
+      b.inst("bar.sync", {IntImm{0}});
+      b.inst("add.u32", {swalk, sthr, half});
+    } else {
+      emit_copy(now.kb, now.ke, std::nullopt, "");
+      b.inst("bar.sync", {IntImm{0}});
+    }
     if (rounds == 1) {
       b.comment(fmt::format("this stage's entries [cur, end): lane l reads cur + l, + {}, ...", lanes));
       entry_range(cur[0], send[0], pe, pend);
@@ -605,8 +682,9 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
     } else {
       emit_interleaved_walk(cur, send);
     }
-    b.comment("the next stage overwrites the tile");
+    b.comment(double_buffer ? "the copy after next overwrites this half" : "the next stage overwrites the tile");
     b.inst("bar.sync", {IntImm{0}});
+    if (double_buffer) b.inst("xor.b32", {half, half, IntImm{half_bytes}});
     b.inst("add.u32", {st, st, IntImm{1}});
     b.inst("setp.lt.u32", {pr, st, st_end});
     b.inst("bra", {Symbol{"$stage"}}, Guard{pr});
@@ -669,7 +747,8 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
       p.n_tile, bx, by,
       staged ? fmt::format("{} bytes of static shared memory ({} staged rows of B a stage{})",
                            staged_rows_shared_bytes(p), p.stage_rows,
-                           p.group_rows > 1 ? fmt::format(", {} rows a row group", p.group_rows) : "")
+                           p.group_rows > 1 ? fmt::format(", {} rows a row group", p.group_rows) : "") +
+                   (p.double_buffer ? ", double-buffered: the next stage copied by cp.async during the walk" : "")
              : std::string("no shared memory"),
       p.rows_per_block, lanes,
       col_lanes > 1 ? fmt::format(", {} column lanes of {} columns", col_lanes, cpt) : "",

@@ -123,6 +123,7 @@ nlohmann::json to_json(const StreamParams& p) {
     if (p.prefetch != 0) j["prefetch"] = p.prefetch;     // likewise
     if (p.layout == StreamLayout::kStagedRows) j["stage_rows"] = p.stage_rows;
     if (p.group_rows != 1) j["group_rows"] = p.group_rows;
+    if (p.double_buffer != 0) j["double_buffer"] = p.double_buffer;
     return j;
   }
   return {{"rows_per_block", p.rows_per_block},
@@ -170,6 +171,9 @@ void check_stream_params(const StreamParams& p, int32_t ld, const Target& target
   if (p.prefetch != 0) bad("prefetch", fmt::format("{}: only the rows layout prefetches its entries", p.prefetch));
   if (p.group_rows != 1) {
     bad("group_rows", fmt::format("{}: only the staged rows layout walks several rows a group", p.group_rows));
+  }
+  if (p.double_buffer != 0) {
+    bad("double_buffer", fmt::format("{}: only the staged rows layout double-buffers its copies", p.double_buffer));
   }
   if (p.rows_per_block < kWarp || p.rows_per_block % kWarp != 0) {
     bad("rows_per_block", fmt::format("{} is not a positive multiple of 32 (one ELL segment per warp)",

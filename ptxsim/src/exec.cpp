@@ -160,6 +160,8 @@ class Runner {
     if (opt.check_races) shadow_.resize(shared_size_);
     local_.resize(size_t(nthreads_) * k.info.local_bytes);
     threads_.resize(nthreads_);
+    async_.resize(nthreads_);
+    async_groups_.resize(nthreads_);
     code_ = k.code.data();
     shared_ranges_ = &m.shared_ranges[&k - m.prog.kernels.data()];
     local_ranges_ = &m.local_ranges[&k - m.prog.kernels.data()];
@@ -192,6 +194,17 @@ class Runner {
   std::vector<Shadow> shadow_;
   std::vector<uint8_t> local_;
   std::vector<Thread> threads_;
+  // cp.async: per thread, the copies issued and not landed (group 0: not committed yet; committed groups count from 1),
+  // and how many groups the thread has committed.
+  struct AsyncCopy {
+    uint64_t dst = 0;
+    uint32_t group = 0;
+    uint8_t n = 0;
+    uint8_t data[16] = {};
+    const Inst* in = nullptr;
+  };
+  std::vector<std::vector<AsyncCopy>> async_;
+  std::vector<uint32_t> async_groups_;
   const Inst* code_;
   const std::vector<std::pair<uint64_t, uint64_t>>* shared_ranges_;
   const std::vector<std::pair<uint64_t, uint64_t>>* local_ranges_;
@@ -417,12 +430,30 @@ class Runner {
     return nullptr;
   }
 
+  // Lands thread t's copies of the committed groups but the `keep` most recent (all of them, open ones too, with
+  // `all`): their bytes reach shared memory now, and the race check sees the store again at this point.
+  void land_async(uint32_t t, uint32_t keep, bool all) {
+    std::vector<AsyncCopy>& v = async_[t];
+    size_t kept = 0;
+    for (AsyncCopy& c : v) {
+      if (all || (c.group != 0 && uint64_t{c.group} + keep <= async_groups_[t])) {
+        uint8_t* q = mem_at(Space::Shared, c.dst, c.n, c.n, *c.in, t, true);
+        std::memcpy(q, c.data, c.n);
+      } else {
+        v[kept++] = c;
+      }
+    }
+    v.resize(kept);
+  }
+
   // ---------- execution ----------
   void run_block() {
     uint32_t t = 0;
     for (uint32_t z = 0; z < block_.z; ++z)
       for (uint32_t y = 0; y < block_.y; ++y)
         for (uint32_t x = 0; x < block_.x; ++x) threads_[t++] = Thread{0, TState::Ready, x, y, z, 0, 0};
+    for (auto& a : async_) a.clear();
+    std::fill(async_groups_.begin(), async_groups_.end(), 0);
     std::fill(written_.begin(), written_.end(), 0);
     std::fill(shared_.begin(), shared_.end(), 0);
     std::fill(local_.begin(), local_.end(), 0);
@@ -1092,11 +1123,37 @@ void Runner::run_thread(uint32_t t) {
       case Op::GridDepWait:
         th.waited = true;
         break;
+      case Op::CpAsync: {
+        const unsigned n = in.sub;
+        const uint64_t src = addr(in.o[5], in, t, R, W), dst = addr(in.o[4], in, t, R, W);
+        const uint8_t* p = mem_at(Space::Global, src, n, n, in, t, false);
+        // Bounds, alignment and the race check as a store issued now; the bytes land at the wait.
+        (void)mem_at(Space::Shared, dst, n, n, in, t, true);
+        AsyncCopy c;
+        c.dst = dst;
+        c.n = static_cast<uint8_t>(n);
+        c.in = &in;
+        std::memcpy(c.data, p, n);
+        async_[t].push_back(c);
+        break;
+      }
+      case Op::CpAsyncCommit:
+      case Op::CpAsyncWait: {
+        if (in.op == Op::CpAsyncCommit || (in.flags & kWaitAll)) {
+          ++async_groups_[t];
+          for (AsyncCopy& c : async_[t])
+            if (c.group == 0) c.group = async_groups_[t];
+        }
+        if (in.op == Op::CpAsyncWait)
+          land_async(t, (in.flags & kWaitAll) ? 0 : static_cast<uint32_t>(in.o[0].imm), false);
+        break;
+      }
       case Op::Nop:
         if (in.o[0].kind != OK::None) (void)V(in.o[0], in);  // nanosleep's operand: read, so an unset one shows
         break;
       case Op::Ret:
       case Op::Exit:
+        if (!async_[t].empty()) land_async(t, 0, true);  // a copy still in flight lands before the block ends
         th.pc = pc;
         th.state = TState::Done;
         th.stop_line = in.line;

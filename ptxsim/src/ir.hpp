@@ -42,6 +42,10 @@ enum class Op : uint8_t {
   Setp, Selp,
   Bra, Bar, BarWarp, Shfl, Atom, Nop, Ret, Exit,
   GridDepWait,  // griddepcontrol.wait (griddepcontrol.launch_dependents is a Nop)
+  // cp.async (sm_80): a copy of `sub` bytes from global (o[5]) to shared memory (o[4]) that lands when the thread's
+  // cp.async.wait_group retires its group; CpAsyncCommit closes the thread's open group; CpAsyncWait keeps the
+  // o[0] most recent committed groups in flight (wait_all: kWaitAll, which commits first and keeps none).
+  CpAsync, CpAsyncCommit, CpAsyncWait,
 };
 
 enum class Cmp : uint8_t { Eq, Ne, Lt, Le, Gt, Ge, Lo, Ls, Hi, Hs, Equ, Neu, Ltu, Leu, Gtu, Geu, Num, Nan };
@@ -64,7 +68,7 @@ struct Opnd {
 };
 
 // flag bits
-inline constexpr uint8_t kFtz = 1, kSat = 2, kNc = 4, kUni = 8, kApprox = 16, kAtomRed = 32;
+inline constexpr uint8_t kFtz = 1, kSat = 2, kNc = 4, kUni = 8, kApprox = 16, kAtomRed = 32, kWaitAll = 64;
 
 struct Inst {
   Op op;

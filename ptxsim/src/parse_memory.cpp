@@ -91,11 +91,54 @@ void parse_atom(InstrCtx& c) {
   c.finish();
 }
 
+// cp.async (sm_80, PTX 7.0): `cp.async.{ca,cg}.shared{::cta}.global [dst], [src], 4|8|16;` (.cg copies 16 bytes
+// only), `cp.async.commit_group;`, `cp.async.wait_group N;` and `cp.async.wait_all;`. The copy counts as a global load
+// (what it costs the SM); commit and wait as synchronisation. The source-size and cache-policy operands are refused.
+void parse_cp(InstrCtx& c) {
+  if (!c.m.take("async")) c.err(fmt::format("'{}' is not supported (only cp.async)", c.opcode), ErrorKind::Unsupported);
+  if (c.target_sm() < 80) c.err("cp.async needs sm_80 or newer");
+  if (c.ptx_version() < 70) c.err("cp.async needs PTX ISA 7.0 or newer");
+  c.in.cls = InstrClass::Sync;
+  if (c.m.take("commit_group")) {
+    c.in.op = Op::CpAsyncCommit;
+    return c.finish();
+  }
+  if (c.m.take("wait_all")) {
+    c.in.op = Op::CpAsyncWait;
+    c.in.flags |= kWaitAll;
+    return c.finish();
+  }
+  if (c.m.take("wait_group")) {
+    c.in.op = Op::CpAsyncWait;
+    c.in.o[0] = c.src(Ty::U32);
+    if (c.in.o[0].kind != OK::Imm) c.err("cp.async.wait_group needs an integer constant");
+    return c.finish();
+  }
+  const bool cg = c.m.take("cg");
+  if (!cg && !c.m.take("ca")) c.err("cp.async needs .ca or .cg");
+  if (!c.m.take("shared") && !c.m.take("shared::cta")) c.err("cp.async copies to .shared");
+  if (!c.m.take("global")) c.err("cp.async copies from .global");
+  c.in.op = Op::CpAsync;
+  c.in.cls = InstrClass::LdGlobal;
+  c.in.space = Space::Shared;
+  c.in.o[4] = c.address();
+  c.comma();
+  c.in.o[5] = c.address();
+  c.comma();
+  const Opnd size = c.src(Ty::U32);
+  if (size.kind != OK::Imm || (size.imm != 4 && size.imm != 8 && size.imm != 16))
+    c.err("cp.async copies 4, 8 or 16 bytes (an integer constant)");
+  if (cg && size.imm != 16) c.err("cp.async.cg copies 16 bytes only");
+  c.in.sub = static_cast<uint8_t>(size.imm);
+  if (c.at(',')) c.err("cp.async's source size and cache policy operands are not supported", ErrorKind::Unsupported);
+  c.finish();
+}
+
 }  // namespace
 
 std::span<const OpcodeEntry> memory_opcodes() {
   static constexpr OpcodeEntry table[] = {
-      {"ld", parse_ld_st}, {"st", parse_ld_st}, {"atom", parse_atom}, {"red", parse_atom}};
+      {"ld", parse_ld_st}, {"st", parse_ld_st}, {"atom", parse_atom}, {"red", parse_atom}, {"cp", parse_cp}};
   return table;
 }
 

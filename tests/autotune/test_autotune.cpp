@@ -78,8 +78,8 @@ TEST(Space, GridIsSmallHasTheDefaultAndTypedRejections) {
   const codegen::Target t = codegen::Target::parse("sm_90");
   const auto cands = enumerate_candidates(l.a, l.n, t);
   // 208 since the row-split candidates come in two loop forms (prefetch), 240 with the staged row-split kernel (32
-  // at N = 64).
-  EXPECT_LT(cands.size(), 250u);
+  // at N = 64), 272 with its double-buffered twins.
+  EXPECT_LT(cands.size(), 280u);
   int defaults = 0, rejected = 0;
   for (const Candidate& c : cands) {
     defaults += c.is_default;
@@ -272,7 +272,8 @@ TEST(Model, BestRowSplitShapesAreEachShapesFastestInOrder) {
   const codegen::Target t = codegen::Target::parse("sm_90");
   std::map<std::string, double> fastest;  // per shape, over the grid's plain row-split candidates
   auto key = [](const RowSplitShape& s) {
-    return fmt::format("{}x{}x{}{}", s.lanes_per_row, s.col_lanes, s.cols_per_thread, s.staged ? " staged" : "");
+    return fmt::format("{}x{}x{}{}{}", s.lanes_per_row, s.col_lanes, s.cols_per_thread, s.staged ? " staged" : "",
+                       s.double_buffer ? " db" : "");
   };
   for (const Candidate& c : enumerate_candidates(l.a, l.n, t, {codegen::KernelKind::kStreamed})) {
     const std::optional<RowSplitShape> s = row_split_shape(c);
@@ -589,9 +590,9 @@ TEST(Space, StreamedCandidatesAreEnumeratedWithTypedRejections) {
   // 1 or 2 lanes a row; 32 lanes x 2) x 128 or 512 threads, and 3 of 8 lanes x 8 floats (1 to 4 lanes a row) in
   // 128 threads only, each with and without its entries prefetched. Staged in shared memory (spans of 32 or 64
   // floats): 8 shapes (8 lanes x 4 floats, 16 x 2 with 1 or 2 lanes a row; 32 x 1; 16 x 4 with 1 or 2; 32 x 2) x
-  // (a row a group at unroll 2 or 4, or 2 or 4 rows a group at unroll 2).
-  EXPECT_EQ(st.size(), 12u + 2 * 25u + 8u * 4u);
-  int prefetched = 0, staged = 0;
+  // (a row a group at unroll 2 or 4, or 2 or 4 rows a group at unroll 2), each with one tile and double-buffered.
+  EXPECT_EQ(st.size(), 12u + 2 * 25u + 2 * 8u * 4u);
+  int prefetched = 0, staged = 0, double_buffered = 0;
   for (const Candidate& c : st) {
     if (c.stream.prefetch == 0) continue;
     ++prefetched;
@@ -617,8 +618,27 @@ TEST(Space, StreamedCandidatesAreEnumeratedWithTypedRejections) {
     const std::optional<RowSplitShape> shape = row_split_shape(c);
     ASSERT_TRUE(shape);
     EXPECT_TRUE(shape->staged);
+    EXPECT_EQ(shape->double_buffer, c.stream.double_buffer != 0);
+    if (c.stream.double_buffer == 0) continue;
+    // Its twin with one tile comes first and holds twice the rows a stage, in the same 48 KB.
+    ++double_buffered;
+    EXPECT_EQ(describe(c).substr(describe(c).size() - 3), " db");
+    codegen::StreamParams one = c.stream;
+    one.double_buffer = 0;
+    one.stage_rows = std::min(256, 2 * c.stream.stage_rows);
+    const auto twin = std::find_if(st.begin(), st.end(), [&](const Candidate& o) { return o.stream == one; });
+    ASSERT_NE(twin, st.end()) << describe(c);
+    EXPECT_EQ(twin - st.begin(), &c - st.data() - 1);
   }
-  EXPECT_EQ(staged, 32);
+  EXPECT_EQ(staged, 64);
+  EXPECT_EQ(double_buffered, 32);
+  // Not on sm_75, which has no cp.async: the typed reason names the field.
+  for (const Candidate& c : streamed_of(enumerate_candidates(l.a, l.n, codegen::Target::parse("sm_75")))) {
+    if (c.stream.double_buffer == 0) continue;
+    EXPECT_FALSE(c.valid()) << describe(c);
+    EXPECT_EQ(c.rejected_field, "double_buffer") << c.rejected_reason;
+    EXPECT_NE(c.rejected_reason.find("cp.async"), std::string::npos) << c.rejected_reason;
+  }
   const Candidate* small = find_stream(st, 32, 32, 8);
   ASSERT_NE(small, nullptr);
   EXPECT_TRUE(small->valid()) << small->rejected_reason;
@@ -941,8 +961,8 @@ TEST(Gpu, EveryRowSplitShapeIsTimed) {
   for (const CandidateResult& c : r.layers[0].candidates) {
     const std::optional<RowSplitShape> s = row_split_shape(c.cand);
     if (!s || !c.cand.valid() || c.cand.stream.prefetch != 0) continue;
-    const std::string shape =
-        fmt::format("{}x{}x{}{}", s->lanes_per_row, s->col_lanes, s->cols_per_thread, s->staged ? " staged" : "");
+    const std::string shape = fmt::format("{}x{}x{}{}{}", s->lanes_per_row, s->col_lanes, s->cols_per_thread,
+                                          s->staged ? " staged" : "", s->double_buffer ? " db" : "");
     offered.insert(shape);
     if (c.status == "failed") ADD_FAILURE() << describe(c.cand) << ": " << c.reason;
     if (c.status != "measured") continue;
@@ -952,8 +972,8 @@ TEST(Gpu, EveryRowSplitShapeIsTimed) {
   }
   // At N = 40: 8 column lanes of 2, 4 or 8 floats with 1, 2 or 4 lanes a row, 16 of 2 or 4 with 1 or 2, 32 of 2;
   // staged in shared memory, spans of 32 or 64 floats: 8 of 4 and 16 of 2 with 1 or 2 lanes, 32 of 1, 16 of 4 with 1
-  // or 2, 32 of 2.
-  EXPECT_EQ(offered.size(), 22u);
+  // or 2, 32 of 2; each staged shape also double-buffered.
+  EXPECT_EQ(offered.size(), 30u);
   EXPECT_EQ(timed, offered);
   EXPECT_EQ(timed_plain, offered.size());
 }

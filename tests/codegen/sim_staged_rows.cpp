@@ -1,7 +1,8 @@
 // The staged row-split layout of the streamed kernel (StreamLayout::kStagedRows) in ptxsim, with race, unset-register,
 // warp and bounds checks on, against reference_spmm within 1e-5 relative; its packing (every entry names its own row
 // of B through the tile); its counts (B read from global memory once per staged row and column tile, from shared
-// memory once per entry and column lane); its typed parameter checks; nvJitLink assembly with 0 spills.
+// memory once per entry and column lane); its typed parameter checks; nvJitLink assembly with 0 spills. The same for
+// its double-buffered form (cp.async copies of the next stage during the walk).
 #include "sim_run.hpp"
 #include "stream_check.hpp"
 #include "stream_run.hpp"
@@ -37,6 +38,10 @@ StreamParams staged(int32_t rows, int32_t lanes, int32_t col_lanes, int32_t n_ti
   p.cols_per_thread = cpt;
   p.unroll = unroll;
   p.stage_rows = stage_rows;
+  return p;
+}
+StreamParams double_buffered(StreamParams p) {
+  p.double_buffer = 1;
   return p;
 }
 
@@ -75,19 +80,26 @@ TEST(SimStagedRows, RandomShapesStagesAndEpilogues) {
   };
   const Epilogue eps[] = {{}, {{0.25f}, Activation::kRelu, std::nullopt}, {{-3.0f}, Activation::kRelu, 2.5f}};
   uint64_t seed = 300;
-  for (const Case& c : cases) {
-    const CsrMatrix a = inspector::generate_pruned_gaussian(c.m, c.k, c.sparsity, seed++);
-    std::vector<float> per_row(static_cast<size_t>(c.m));
-    for (int32_t r = 0; r < c.m; ++r) per_row[static_cast<size_t>(r)] = 0.01f * static_cast<float>(r % 7) - 0.02f;
-    std::vector<Epilogue> all(std::begin(eps), std::end(eps));
-    all.push_back({per_row, Activation::kRelu, std::nullopt});
-    for (const Epilogue& ep : all) {
-      const StreamParams& p = c.p;
-      check(a, p, c.ld, c.n, ep,
-            fmt::format("{}x{} s={} n={}/{} rows={} lanes={} col_lanes={} tile={}x{} unroll={} stage_rows={}", c.m,
-                        c.k, c.sparsity, c.n, c.ld, p.rows_per_block, p.lanes_per_row, p.col_lanes, p.n_tile,
-                        p.cols_per_thread, p.unroll, p.stage_rows) +
-                fmt::format(" group_rows={}", p.group_rows));
+  for (const bool db : {false, true}) {
+    for (const Case& c : cases) {
+      const CsrMatrix a = inspector::generate_pruned_gaussian(c.m, c.k, c.sparsity, seed++);
+      std::vector<float> per_row(static_cast<size_t>(c.m));
+      for (int32_t r = 0; r < c.m; ++r) per_row[static_cast<size_t>(r)] = 0.01f * static_cast<float>(r % 7) - 0.02f;
+      std::vector<Epilogue> all(std::begin(eps), std::end(eps));
+      all.push_back({per_row, Activation::kRelu, std::nullopt});
+      for (const Epilogue& ep : all) {
+        StreamParams p = c.p;
+        if (db) {
+          // Two halves of stage_rows rows in the 48 KB.
+          p = double_buffered(p);
+          p.stage_rows = std::min(p.stage_rows, 48 * 1024 / (2 * p.n_tile * 4));
+        }
+        check(a, p, c.ld, c.n, ep,
+              fmt::format("{}x{} s={} n={}/{} rows={} lanes={} col_lanes={} tile={}x{} unroll={} stage_rows={}", c.m,
+                          c.k, c.sparsity, c.n, c.ld, p.rows_per_block, p.lanes_per_row, p.col_lanes, p.n_tile,
+                          p.cols_per_thread, p.unroll, p.stage_rows) +
+                  fmt::format(" group_rows={} double_buffer={}", p.group_rows, p.double_buffer));
+      }
     }
   }
   // Live-column flags, a programmatic dependent, and a matrix without nonzeros (no stages: every thread skips them).
@@ -100,6 +112,42 @@ TEST(SimStagedRows, RandomShapesStagesAndEpilogues) {
   empty.row_ptr.assign(41, 0);
   check(empty, staged(8, 1, 8, 32, 4, 2, 16), 32, 32, {{0.75f}, Activation::kRelu, std::nullopt}, "empty");
   check(a, staged(16, 2, 16, 64, 4, 2, 20, 4), 64, 61, {{-0.5f}, Activation::kRelu, std::nullopt}, "rows, flags", true);
+  check(a, double_buffered(staged(4, 1, 32, 64, 2, 4, 33)), 50, 50, {{-0.5f}, Activation::kRelu, 32.0f},
+        "double-buffered, dependent", true, true);
+  check(empty, double_buffered(staged(8, 1, 8, 32, 4, 2, 16)), 32, 32, {{0.75f}, Activation::kRelu, std::nullopt},
+        "double-buffered, empty");
+}
+
+// The double-buffered walk's synchronisation is what makes it right: ptxsim lands a cp.async at the thread's wait and
+// reports a read of another thread's copy before a barrier orders it. Each mutation of the emitted PTX below is a
+// kernel that would run on a GPU and fail some of the time; in ptxsim it fails every time.
+TEST(SimStagedRows, DoubleBufferedSynchronisationIsNeededWhereItIs) {
+  const CsrMatrix a = inspector::generate_pruned_gaussian(70, 300, 0.9, 5);
+  const StreamParams p = double_buffered(staged(8, 1, 8, 32, 4, 4, 40));
+  ASSERT_GT(pack_default_stream_weights(a, p, {}).block_stages.back(), 2 * 9u) << "several stages a block";
+  auto replaced = [](std::string from, std::string to) {
+    return [from, to](std::string ptx) {
+      const size_t at = ptx.find(from);
+      EXPECT_NE(at, std::string::npos) << from;
+      if (at != std::string::npos) ptx.replace(at, from.size(), to);
+      return ptx;
+    };
+  };
+  // As emitted: exact.
+  EXPECT_EQ(sparsert::testing::stream_ptx_error(a, p, 64, 64, [](std::string ptx) { return ptx; }), "");
+  // Without the barrier after the walk, the copy after next overwrites the half other threads still read: a race.
+  EXPECT_NE(sparsert::testing::stream_ptx_error(a, p, 64, 64, replaced("\tbar.sync 0;\n\txor.b32", "\txor.b32"))
+                .find("race"),
+            std::string::npos);
+  // Waiting for all groups but the newest two: this stage's rows have not landed when the walk reads them.
+  EXPECT_NE(sparsert::testing::stream_ptx_error(a, p, 64, 64,
+                                                replaced("cp.async.wait_group 1;", "cp.async.wait_group 2;")),
+            "");
+  // Without the barrier after the wait, other threads' copies of this stage are read before they are ordered.
+  EXPECT_NE(sparsert::testing::stream_ptx_error(
+                a, p, 64, 64, replaced("cp.async.wait_group 1;\n\tbar.sync 0;", "cp.async.wait_group 1;"))
+                .find("race"),
+            std::string::npos);
 }
 
 // Every slot's entries, walked stage by stage through the records and the tile offsets, are its row's nonzeros; each
@@ -211,6 +259,22 @@ TEST(StagedRowsPtx, InvalidParametersAreTypedAndJsonNamesTheLayout) {
   StreamParams rows_gr = staged(8, 1, 8, 32, 4, 4, 256, 2);
   rows_gr.layout = StreamLayout::kRows;
   EXPECT_EQ(field_of(rows_gr, 64), "group_rows");
+  // Double-buffered: two halves of stage_rows rows (48 KB holds 2 x 192 rows of 32 columns), cp.async from sm_80.
+  EXPECT_EQ(field_of(double_buffered(staged(8, 1, 8, 32, 4, 4, 192)), 64), "");
+  EXPECT_EQ(field_of(double_buffered(staged(8, 1, 8, 32, 4, 4, 256)), 64), "stage_rows");
+  StreamParams db2 = double_buffered(staged(8, 1, 8, 32, 4, 4, 192));
+  db2.double_buffer = 2;
+  EXPECT_EQ(field_of(db2, 64), "double_buffer");
+  EXPECT_THROW(check_stream_params(double_buffered(staged(8, 1, 8, 32, 4, 4, 192)), 64, Target::parse("sm_75")),
+               inspector::InvalidTileParams);
+  StreamParams rows_db = double_buffered(staged(8, 1, 8, 32, 4, 4, 192));
+  rows_db.layout = StreamLayout::kRows;
+  EXPECT_EQ(field_of(rows_db, 64), "double_buffer");
+  StreamParams ell_db;
+  ell_db.double_buffer = 1;
+  EXPECT_EQ(field_of(ell_db, 64), "double_buffer");
+  EXPECT_EQ(to_json(double_buffered(staged(8, 1, 8, 32, 4, 4, 96))).at("double_buffer"), 1);
+  EXPECT_EQ(stream_shared_bytes(double_buffered(staged(8, 1, 8, 32, 4, 4, 96))), 2 * 96 * 32 * 4);
   EXPECT_EQ(stream_block_x(staged(64, 1, 8, 32, 4, 4, 128, 4)), 128);
   EXPECT_EQ(to_json(staged(64, 1, 8, 32, 4, 4, 128, 4)).at("group_rows"), 4);
   const nlohmann::json j = to_json(staged(8, 1, 8, 32, 4, 4, 96));
@@ -218,6 +282,7 @@ TEST(StagedRowsPtx, InvalidParametersAreTypedAndJsonNamesTheLayout) {
   EXPECT_EQ(j.at("stage_rows"), 96);
   EXPECT_EQ(j.at("col_lanes"), 8);
   EXPECT_FALSE(j.contains("prefetch"));
+  EXPECT_FALSE(j.contains("double_buffer"));
   EXPECT_EQ(stream_shared_bytes(staged(8, 1, 8, 32, 4, 4, 96)), 96 * 32 * 4);
   const std::string ptx = emit_stream_spmm_ptx(staged(8, 1, 8, 32, 4, 4, 96), t, 64, {}, "k");
   EXPECT_NE(ptx.find(".shared .align 16 .b8 tile[12288]"), std::string::npos);
@@ -233,7 +298,11 @@ TEST(StagedRowsAssemble, Sm80AndSm90NoSpills) {
                                  staged(8, 2, 16, 32, 2, 2, 128), staged(32, 1, 8, 32, 4, 4, 256),
                                  staged(16, 1, 8, 32, 4, 2, 256), staged(16, 1, 32, 32, 1, 4, 256),
                                  staged(64, 1, 8, 32, 4, 4, 256, 4), staged(32, 1, 16, 32, 2, 2, 256, 2),
-                                 staged(32, 2, 16, 64, 4, 2, 192, 4)};
+                                 staged(32, 2, 16, 64, 4, 2, 192, 4),
+                                 double_buffered(staged(16, 1, 8, 32, 4, 4, 192)),
+                                 double_buffered(staged(4, 1, 32, 128, 4, 4, 48)),
+                                 double_buffered(staged(64, 1, 8, 32, 4, 2, 192, 4)),
+                                 double_buffered(staged(16, 1, 32, 32, 1, 4, 192))};
   for (const Target& t : {Target::parse("sm_80"), Target::parse("sm_90")}) {
     for (const StreamParams& p : shapes) {
       for (int32_t ld : {256, 49}) {

@@ -59,4 +59,24 @@ inline ptxsim::InstrCounts check_stream_kernel(const CsrMatrix& a, const codegen
   }
 }
 
+// Runs the kernel with its PTX changed by `edit` (a test's mutation), n of ld columns: "" where it matches the
+// reference, else what went wrong (ptxsim's error, or the largest relative error).
+template <typename Edit>
+std::string stream_ptx_error(const CsrMatrix& a, const codegen::StreamParams& p, int32_t ld, int32_t n, Edit edit) {
+  codegen::StreamOptions opt;
+  opt.params = p;
+  opt.ld = ld;
+  codegen::StreamKernel k =
+      codegen::emit_stream_spmm(a, codegen::default_stream_plan(a, p), codegen::Target::parse("sm_90"), opt);
+  k.ptx = edit(k.ptx);
+  const DenseTensor b = random_stream_b(a.cols, ld, 17);
+  try {
+    const StreamSimResult r = run_stream_in_ptxsim(k, b, n);
+    const double err = max_relative_error(first_columns(r.c, n), reference_spmm(a, first_columns(b, n), {}));
+    return err <= 1e-5 ? std::string() : "relative error " + std::to_string(err);
+  } catch (const ptxsim::SimError& e) {
+    return e.what();
+  }
+}
+
 }  // namespace sparsert::testing

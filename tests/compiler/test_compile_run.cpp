@@ -956,6 +956,19 @@ TEST(CompileRun, StagedRowSplitLayersRunExactAndTheirArraysAreChecked) {
     const DenseTensor x = input(48, n);
     EXPECT_LE(max_relative_error(GpuNetwork(pkg).run(x), reference(layers, x)), 1e-5) << "n = " << n;
   }
+  // Double-buffered (the next stage copied by cp.async during the walk): the same arrays, the tile in two halves.
+  CompileOptions db = o;
+  db.stream_params.double_buffer = 1;
+  compile_network(layers, dir / "pkg-db", db);
+  const Package dp = load_package(dir / "pkg-db");
+  for (const PackageLayer& l : dp.layers) {
+    EXPECT_EQ(l.tile.value("double_buffer", 0), 1) << l.tile.dump();
+    EXPECT_EQ(l.arrays.size(), 5u) << l.name;
+  }
+  for (int32_t n : {20, 7}) {
+    const DenseTensor x = input(48, n);
+    EXPECT_LE(max_relative_error(GpuNetwork(dp).run(x), reference(layers, x)), 1e-5) << "double-buffered, n = " << n;
+  }
 
   CompileOptions at_load = o;
   at_load.streamed_arrays_at_load = true;

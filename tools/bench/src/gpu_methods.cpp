@@ -844,18 +844,24 @@ class SparsertGpu final : public GpuMethod {
         pick ? autotune::row_split_shape(pick->stream) : std::nullopt;
     const std::vector<codegen::StreamParams>& shapes = row_split_shapes(p, columns);
     size_t timed = 0;
-    bool staged = picked && picked->staged;
     for (size_t r = 0; r < shapes.size() && timed < kMeasuredShapes; ++r) {
       if (autotune::row_split_shape(shapes[r]) == picked) continue;
       out.push_back({codegen::KernelKind::kStreamed, columns, false, r + 1});
-      staged = staged || shapes[r].layout == codegen::StreamLayout::kStagedRows;
       ++timed;
     }
-    for (size_t r = 0; r < shapes.size() && !staged; ++r) {
-      if (shapes[r].layout != codegen::StreamLayout::kStagedRows) continue;
-      const bool listed = std::any_of(out.begin(), out.end(), [&](const Variant& v) { return v.shape == r + 1; });
-      if (!listed) out.push_back({codegen::KernelKind::kStreamed, columns, false, r + 1});
-      staged = true;
+    // The staged row-split kernel in both its forms (one tile; double-buffered): neither has run on a GPU, so each
+    // is timed where the model ranks a shape of it and none of the kernels above is of that form.
+    for (const bool double_buffer : {false, true}) {
+      auto of_form = [&](const codegen::StreamParams& s) {
+        return s.layout == codegen::StreamLayout::kStagedRows && (s.double_buffer != 0) == double_buffer;
+      };
+      bool have = pick && pick->kind == codegen::KernelKind::kStreamed && of_form(pick->stream);
+      for (const Variant& v : out) have = have || (v.shape > 0 && of_form(shapes[v.shape - 1]));
+      for (size_t r = 0; r < shapes.size() && !have; ++r) {
+        if (!of_form(shapes[r])) continue;
+        out.push_back({codegen::KernelKind::kStreamed, columns, false, r + 1});
+        have = true;
+      }
     }
     return out;
   }

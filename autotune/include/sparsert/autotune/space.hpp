@@ -61,6 +61,7 @@ std::vector<Candidate> enumerate_candidates(const CsrMatrix& a, int32_t n, const
 struct RowSplitShape {
   int32_t lanes_per_row = 1, col_lanes = 1, cols_per_thread = 1;
   bool staged = false;  // StreamLayout::kStagedRows: the same walk over rows of B staged in shared memory
+  bool double_buffer = false;  // staged, the next stage copied by cp.async during the walk
   auto operator<=>(const RowSplitShape&) const = default;
 };
 std::optional<RowSplitShape> row_split_shape(const codegen::StreamParams& p);

@@ -70,13 +70,17 @@ struct StreamParams {
   // col_lanes). Slot x of a block is round x / (rows_per_block / group_rows) of row group x % (rows_per_block /
   // group_rows).
   int32_t group_rows = 1;
+  // kStagedRows only, 0 or 1 (sm_80 and newer): 1 splits the tile into two halves of stage_rows rows each and copies
+  // the next stage into one half with cp.async while the block walks the other, so that a stage waits for its copy
+  // only where the walk of the stage before was shorter than it. Twice the shared memory.
+  int32_t double_buffer = 0;
   bool operator==(const StreamParams&) const = default;
 };
 
 // kEll writes the five fields above (as before kRows existed, so cache keys are unchanged); kRows writes "layout":
 // "rows", lanes_per_row, rows_per_block, n_tile, cols_per_thread and unroll, col_lanes where it is not 1 and
-// prefetch where it is not 0; kStagedRows writes "layout": "staged-rows", the same fields, stage_rows, and group_rows
-// where it is not 1.
+// prefetch where it is not 0; kStagedRows writes "layout": "staged-rows", the same fields, stage_rows, group_rows
+// where it is not 1 and double_buffer where it is not 0.
 nlohmann::json to_json(const StreamParams& p);
 
 // The launch shape and static shared memory of a kernel with these parameters.
