@@ -280,6 +280,18 @@ case $stage in
     # the profiles of 2026-11-27 are of the 49-column kernels). Warp stall reasons (instruction fetch or the loads of B),
     # instruction and L1/L2 statistics of one launch, with the caches left as the run leaves them (a timed run keeps
     # the code in L2).
+    # profile KERNEL PKG INPUT CSV WHAT: one launch of the entry KERNEL of `sparsert run PKG`, its sections into
+    # $out/CSV.
+    profile() {
+      log "\$ ncu --cache-control none --kernel-name regex:$1 --launch-count 1 --section WarpStateStats ... sparsert \
+run $2 --device cuda > $out/$4"
+      local rc=0
+      ncu --cache-control none --kernel-name "regex:$1" --launch-count 1 --section LaunchStats \
+        --section Occupancy --section WarpStateStats --section InstructionStats --section SchedulerStats \
+        --section MemoryWorkloadAnalysis --metrics gpu__time_duration.sum --csv --page details \
+        "$sparsert" run "$2" --input "$3" --device cuda > "$out/$4" 2>> "$out/$stage.log" || rc=$?
+      (( rc == 0 )) || fail "ncu on $5 (exit $rc)"
+    }
     if ! command -v ncu > /dev/null; then
       fail "ncu (Nsight Compute) is not on PATH"
     else
@@ -305,20 +317,45 @@ case $stage in
           # Not -q: the log names the tile (mb=128 gy=4 nt=49 on 2026-11-26).
           if run "$sparsert" compile "$tmp/$suffix/net.json" --target sm_90 --kernel $kind --no-tuning-db \
             -o "$tmp/$suffix/pkg"; then
-            log "\$ ncu --cache-control none --kernel-name regex:$kernel --launch-count 1 --section WarpStateStats \
-... sparsert run PKG --device cuda > $out/ncu-spmm-$suffix.csv"
-            rc=0
-            ncu --cache-control none --kernel-name regex:$kernel --launch-count 1 --section LaunchStats \
-              --section Occupancy --section WarpStateStats --section InstructionStats --section SchedulerStats \
-              --section MemoryWorkloadAnalysis --metrics gpu__time_duration.sum --csv --page details \
-              "$sparsert" run "$tmp/$suffix/pkg" \
-              --input "$tmp/x.npy" --device cuda > "$out/ncu-spmm-$suffix.csv" 2>> "$out/$stage.log" || rc=$?
-            (( rc == 0 )) || fail "ncu on the $sparsity layer, $kind (exit $rc)"
+            profile "$kernel" "$tmp/$suffix/pkg" "$tmp/x.npy" "ncu-spmm-$suffix.csv" "the $sparsity layer, $kind"
           else
             fail "compile of the $sparsity layer, $kind"
           fi
         done
       done
+      # The transformer's 512 x 2048 layer at N = 256 (the suite furthest from its goal): the baked kernel compile
+      # builds, and one shape of the staged row-split kernel with one tile and double-buffered (the same walk: 64 rows
+      # a block, 2 a row group, 8 column lanes of 4 floats; 256 staged rows a stage, or 2 x 192), neither of which had
+      # run on a GPU by 2026-11-27. Whether the staged walk is bound by its shared loads, its entry loads' latency or
+      # its copies' barriers is what these say (docs/autotune.md, "The staged row-split kernel").
+      nlp=$tmp/nlp
+      mkdir -p "$nlp"
+      header="{'descr': '<f4', 'fortran_order': False, 'shape': (2048, 256), }"
+      header=$(printf '%-117s' "$header")
+      { printf '\x93NUMPY\x01\x00\x76\x00%s\n' "$header"; head -c $((2048 * 256 * 4)) /dev/zero; } > "$nlp/x.npy"
+      if run "$sparsert" gen pruned --rows 512 --cols 2048 --sparsity 0.9 --seed 100 -o "$nlp/w.mtx"; then
+        staged='"layout": "staged-rows", "rows_per_block": 64, "group_rows": 2, "lanes_per_row": 1, "col_lanes": 8'
+        staged+=', "n_tile": 32, "cols_per_thread": 4, "unroll": 2'
+        for form in baked staged staged-db; do
+          mkdir -p "$nlp/$form"
+          printf '{"format": "sparsert-network/1", "layers": [{"weights": "%s", "n": 256, "activation": "none"}]}\n' \
+            "$nlp/w.mtx" > "$nlp/$form/net.json"
+          kernel=sparsert_stream args=()
+          case $form in
+            baked) kernel=sparsert_layer0 args=(--kernel baked) ;;
+            staged) args=(--stream "{$staged, \"stage_rows\": 256}") ;;
+            staged-db) args=(--stream "{$staged, \"stage_rows\": 192, \"double_buffer\": 1}") ;;
+          esac
+          if run "$sparsert" compile "$nlp/$form/net.json" --target sm_90 "${args[@]}" --no-tuning-db \
+            -o "$nlp/$form/pkg"; then
+            profile "$kernel" "$nlp/$form/pkg" "$nlp/x.npy" "ncu-spmm-nlp-$form.csv" "the transformer layer, $form"
+          else
+            fail "compile of the transformer layer, $form"
+          fi
+        done
+      else
+        fail "gen of the transformer layer"
+      fi
     fi
     ;;
   gc65536)

@@ -205,6 +205,7 @@ class Runner {
   };
   std::vector<std::vector<AsyncCopy>> async_;
   std::vector<uint32_t> async_groups_;
+  bool landing_ = false;  // land_async's own stores are the copies', not the thread's
   const Inst* code_;
   const std::vector<std::pair<uint64_t, uint64_t>>* shared_ranges_;
   const std::vector<std::pair<uint64_t, uint64_t>>* local_ranges_;
@@ -409,6 +410,8 @@ class Runner {
                            write ? "store" : "load", n, a, shared_size_),
                a);
         if (opt_.check_races) shadow_access(a, n, in, t, write, atomic);
+        if (!async_[t].empty() && !landing_) [[unlikely]]
+          own_copy_in_flight(a, n, in, t, write);
         return shared_.data() + a;
       }
       case Space::Local: {
@@ -435,6 +438,7 @@ class Runner {
   void land_async(uint32_t t, uint32_t keep, bool all) {
     std::vector<AsyncCopy>& v = async_[t];
     size_t kept = 0;
+    landing_ = true;
     for (AsyncCopy& c : v) {
       if (all || (c.group != 0 && uint64_t{c.group} + keep <= async_groups_[t])) {
         uint8_t* q = mem_at(Space::Shared, c.dst, c.n, c.n, *c.in, t, true);
@@ -443,7 +447,32 @@ class Runner {
         v[kept++] = c;
       }
     }
+    landing_ = false;
     v.resize(kept);
+  }
+
+  // A copy in flight may write its bytes at any moment until it lands: in every interval between barriers it spans,
+  // not only where it was issued and where it lands, other threads' accesses to them race with it. Called as a
+  // barrier opens a new interval.
+  void rerecord_async() {
+    if (!opt_.check_races) return;
+    for (uint32_t t = 0; t < nthreads_; ++t)
+      for (const AsyncCopy& c : async_[t]) shadow_access(c.dst, c.n, *c.in, t, true, false);
+  }
+
+  // The issuing thread's own load or store of bytes its cp.async has not landed: on a GPU it may see (or be
+  // overwritten by) the copy or not. Waiting for the copy's group first is what makes it defined.
+  [[noreturn, gnu::noinline]] void own_copy_in_flight_fail(const AsyncCopy& c, uint64_t a, const Inst& in, uint32_t t,
+                                                           bool write) {
+    fail(ErrorKind::SharedRace, in, t,
+         fmt::format("shared-memory race at shared address 0x{:x}: this thread {} it while its own cp.async at line {} "
+                     "is still in flight (wait for its group first)",
+                     a, write ? "writes" : "reads", c.in->line),
+         a);
+  }
+  void own_copy_in_flight(uint64_t a, unsigned n, const Inst& in, uint32_t t, bool write) {
+    for (const AsyncCopy& c : async_[t])
+      if (a < c.dst + c.n && c.dst < a + n) own_copy_in_flight_fail(c, std::max(a, c.dst), in, t, write);
   }
 
   // ---------- execution ----------
@@ -488,6 +517,7 @@ class Runner {
       }
       for (auto& th : threads_) th.state = TState::Ready;
       ++epoch_;  // accesses on either side of a barrier never race
+      rerecord_async();
     }
   }
 

@@ -164,10 +164,24 @@ for sp in 0.9 0.95; do
   check "ncu-spmm wrote the $sp baked CSV" grep -q 'Kernel Name' "$work/out7/ncu-spmm-$sp.csv"
   check "ncu-spmm wrote the $sp streamed CSV" grep -q 'Kernel Name' "$work/out7/ncu-spmm-$sp-streamed.csv"
 done
-check "ncu-spmm profiled the baked entry twice" test "$(grep -c -- '--kernel-name regex:sparsert_layer0 ' "$CALLS")" -eq 2
-check "ncu-spmm profiled the streamed entry twice" \
-  test "$(grep -c -- '--kernel-name regex:sparsert_stream ' "$CALLS")" -eq 2
-check "ncu-spmm ran each package" test "$(grep -c -E '^run .*/pkg --input .*/x.npy --device cuda$' "$CALLS")" -eq 4
+# And the transformer's 512 x 2048 at N = 256: baked, and the staged kernel with one tile and double-buffered.
+check "ncu-spmm made the transformer layer" grep -q -E '^gen pruned --rows 512 --cols 2048 .* -o .*/nlp/w.mtx$' "$CALLS"
+check "ncu-spmm compiled the transformer layer baked" grep -q -E \
+  '^compile .*/nlp/baked/net.json --target sm_90 --kernel baked --no-tuning-db -o .*' "$CALLS"
+check "ncu-spmm compiled the staged kernel" grep -q -E \
+  '^compile .*/nlp/staged/net.json --target sm_90 --stream \{"layout": "staged-rows".*"stage_rows": 256\} --no-tuning-db' \
+  "$CALLS"
+check "ncu-spmm compiled the double-buffered staged kernel" grep -q -E \
+  '^compile .*/nlp/staged-db/net.json --target sm_90 --stream \{.*"stage_rows": 192, "double_buffer": 1\} --no-tuning-db' \
+  "$CALLS"
+for form in baked staged staged-db; do
+  check "ncu-spmm wrote the transformer's $form CSV" grep -q 'Kernel Name' "$work/out7/ncu-spmm-nlp-$form.csv"
+done
+check "ncu-spmm profiled the baked entry three times" \
+  test "$(grep -c -- '--kernel-name regex:sparsert_layer0 ' "$CALLS")" -eq 3
+check "ncu-spmm profiled the streamed entry four times" \
+  test "$(grep -c -- '--kernel-name regex:sparsert_stream ' "$CALLS")" -eq 4
+check "ncu-spmm ran each package" test "$(grep -c -E '^run .*/pkg --input .*/x.npy --device cuda$' "$CALLS")" -eq 7
 rm "$work/path/ncu"
 bash "$script" ncu-gc "$fake" "$work/out6" > "$work/log6" 2>&1
 rc=$?

@@ -170,6 +170,20 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
       // A parent folder nothing can be created in, whoever runs it (root passes access() there): said up front.
       {"net-proc.json", "{\"format\": \"sparsert-network/1\", \"layers\": [{\"weights\": \"ok.mtx\", \"n\": 4}]}",
        "compile {} -o /proc/pkg", "/proc/pkg: parent directory /proc is not writable"},
+      // compile --stream: parameters that are not JSON, a field of the wrong type, a layout that is not one, a kind
+      // it contradicts, and parameters the shared check refuses (the field named).
+      {"net-stream.json", "{\"format\": \"sparsert-network/1\", \"layers\": [{\"weights\": \"ok.mtx\", \"n\": 4}]}",
+       "compile {} --stream '{\"layout\": ' -o " + (dir / "pkg").string(), "--stream: not JSON"},
+      {"", "", "compile " + (dir / "net-stream.json").string() + " --stream '{\"unroll\": \"two\"}' -o " +
+       (dir / "pkg").string(), "--stream: unroll"},
+      {"", "", "compile " + (dir / "net-stream.json").string() + " --stream '{\"layout\": \"cols\"}' -o " +
+       (dir / "pkg").string(), "layout 'cols' is not ell, rows or staged-rows"},
+      {"", "", "compile " + (dir / "net-stream.json").string() + " --stream '{ }' --kernel baked -o " +
+       (dir / "pkg").string(), "--stream: streams every layer"},
+      {"", "", "compile " + (dir / "net-stream.json").string() + " --target sm_75 --stream '{\"layout\": "
+       "\"staged-rows\", \"rows_per_block\": 8, \"lanes_per_row\": 1, \"col_lanes\": 8, \"n_tile\": 32, "
+       "\"cols_per_thread\": 4, \"stage_rows\": 96, \"double_buffer\": 1}' -o " + (dir / "pkg").string(),
+       "double_buffer"},
   };
   ASSERT_GE(cases.size(), 20u);
   for (const Case& c : cases) {

@@ -969,6 +969,18 @@ TEST(CompileRun, StagedRowSplitLayersRunExactAndTheirArraysAreChecked) {
     const DenseTensor x = input(48, n);
     EXPECT_LE(max_relative_error(GpuNetwork(dp).run(x), reference(layers, x)), 1e-5) << "double-buffered, n = " << n;
   }
+  // The same from the command line: `compile --stream` builds every layer with the parameters given.
+  const std::string stream = codegen::to_json(db.stream_params).dump();
+  std::string printed;
+  ASSERT_EQ(sparsert::testing::run_sparsert(fmt::format("compile {} --stream '{}' --target sm_90 --ptx-only -q -o {}",
+                                                        write_network(dir).string(), stream,
+                                                        (dir / "pkg-cli").string()),
+                                            &printed),
+            0)
+      << printed;
+  const Package cp = load_package(dir / "pkg-cli");
+  for (const PackageLayer& l : cp.layers) EXPECT_EQ(l.tile, codegen::to_json(db.stream_params)) << l.name;
+  EXPECT_LE(max_relative_error(GpuNetwork(cp).run(input(48, 20)), reference(layers, input(48, 20))), 1e-5);
 
   CompileOptions at_load = o;
   at_load.streamed_arrays_at_load = true;

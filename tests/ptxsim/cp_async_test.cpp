@@ -1,7 +1,9 @@
 // cp.async (sm_80): copies from global to shared memory that land when the thread waits for their group. ptxsim
-// holds each copy's bytes until then, so that a read before the wait sees what was there before (on a GPU: whatever
-// the copy had done so far), and the race check sees the store both when it is issued and when it lands: a barrier
-// before the wait, which lets other threads read a copy still in flight, is reported as a race.
+// holds each copy's bytes until then. The race check sees the copy's store in every interval between barriers from
+// its issue to its landing, so another thread's access to its bytes in any of them is a race (a barrier before the
+// wait, for one); the issuing thread's own access to them before the wait is one too (undefined on a GPU).
+#include <fmt/format.h>
+
 #include <string>
 
 #include <gmock/gmock.h>
@@ -62,14 +64,16 @@ TEST(PtxsimCpAsync, CopiesLandAtTheWaitAndABarrierSharesThem) {
   EXPECT_EQ(c.of(InstrClass::Sync), 3u * 64);
 }
 
-TEST(PtxsimCpAsync, AReadBeforeTheWaitSeesTheOldBytesAndWaitGroupKeepsTheNewestGroups) {
-  // Group 1 -> buf[t], group 2 -> buf[64 + t]. out[4t..4t+3] = buf[t] before any wait, buf[t] and buf[64 + t] after
-  // wait_group 1 (group 2 still in flight), buf[64 + t] after wait_all.
+TEST(PtxsimCpAsync, WaitGroupKeepsTheNewestGroupsInFlight) {
+  // Group 1 -> buf[t], group 2 -> buf[64 + t]. out[4t..4t+3] = buf[t] after wait_group 1, then (a store into
+  // buf[64 + t] while group 2 is in flight is what the next test refuses) buf[64 + t] after wait_all, and the old
+  // bytes of buf[64 + t] kept in registers before the copy was issued.
   const std::string body =
+      "\tld.shared.u32 %r8, [%r3+256];\n"
       "\tcp.async.ca.shared.global [%r3], [%rd4], 4;\n\tcp.async.commit_group;\n"
       "\tcp.async.ca.shared.global [%r3+256], [%rd4], 4;\n\tcp.async.commit_group;\n"
-      "\tld.shared.u32 %r6, [%r3];\n\tcp.async.wait_group 1;\n\tld.shared.u32 %r7, [%r3];\n"
-      "\tld.shared.u32 %r8, [%r3+256];\n\tcp.async.wait_all;\n\tld.shared.u32 %r9, [%r3+256];\n"
+      "\tcp.async.wait_group 1;\n\tld.shared.u32 %r7, [%r3];\n"
+      "\tcp.async.wait_all;\n\tld.shared.u32 %r9, [%r3+256];\n\tmov.u32 %r6, 5;\n"
       "\tst.global.v4.u32 [%rd7], {%r6, %r7, %r8, %r9};\n";
   DeviceMemory mem;
   Module mod(mem, kernel(body), "groups.ptx");
@@ -77,10 +81,28 @@ TEST(PtxsimCpAsync, AReadBeforeTheWaitSeesTheOldBytesAndWaitGroupKeepsTheNewestG
   mod.launch("k", {2}, {64}, {arg_u64(in), arg_u64(out)});
   const std::vector<uint32_t> got = download<uint32_t>(mem, out, 256);
   for (uint32_t t = 0; t < 64; ++t) {
-    EXPECT_EQ(got[4 * t], 0u) << "shared memory starts zeroed; the copy has not landed";
     EXPECT_EQ(got[4 * t + 1], 7 + t);
-    EXPECT_EQ(got[4 * t + 2], 0u) << "the newest group is still in flight after wait_group 1";
+    EXPECT_EQ(got[4 * t + 2], 0u) << "shared memory starts zeroed";
     EXPECT_EQ(got[4 * t + 3], 7 + t);
+  }
+}
+
+TEST(PtxsimCpAsync, TouchingBytesOfOnesOwnCopyInFlightIsARace) {
+  // wait_group 1 leaves group 2 (buf[64 + t]) in flight: reading it, or storing to it, is undefined on a GPU.
+  const std::string head =
+      "\tcp.async.ca.shared.global [%r3], [%rd4], 4;\n\tcp.async.commit_group;\n"
+      "\tcp.async.ca.shared.global [%r3+256], [%rd4], 4;\n\tcp.async.commit_group;\n\tcp.async.wait_group 1;\n"
+      "\tld.shared.u32 %r7, [%r3];\n";
+  DeviceMemory mem;
+  const uint64_t in = upload(mem, iota_from(7, 64)), out = upload(mem, std::vector<uint32_t>(256, 1));
+  for (const std::string& touch : {std::string("\tld.shared.u32 %r8, [%r3+256];\n"),
+                                   std::string("\tst.shared.u32 [%r3+256], %r1;\n")}) {
+    const std::string ptx = kernel(head + touch + "\tcp.async.wait_all;\n");
+    Module mod(mem, ptx, "own.ptx");
+    const std::string m = expect_sim_error([&] { mod.launch("k", {1}, {64}, {arg_u64(in), arg_u64(out)}); },
+                                           ErrorKind::SharedRace, line_of(ptx, touch.substr(1, touch.size() - 2)));
+    EXPECT_THAT(m, HasSubstr("still in flight"));
+    EXPECT_THAT(m, HasSubstr(fmt::format("cp.async at line {}", line_of(ptx, "[%r3+256], [%rd4]"))));
   }
 }
 
@@ -113,8 +135,18 @@ TEST(PtxsimCpAsync, ABarrierBeforeTheWaitIsARace) {
   Module mod(mem, ptx, "race.ptx");
   const uint64_t in = upload(mem, iota_from(100, 64)), out = upload(mem, std::vector<uint32_t>(64, 0));
   const std::string m = expect_sim_error([&] { mod.launch("k", {1}, {64}, {arg_u64(in), arg_u64(out)}); },
-                                         ErrorKind::SharedRace, line_of(ptx, "cp.async.ca"));
+                                         ErrorKind::SharedRace, line_of(ptx, "ld.shared.u32 %r6, [%r5]"));
   EXPECT_THAT(m, HasSubstr("shared-memory race"));
+  // A copy in flight across a barrier races with every interval it spans, not only those where it was issued and
+  // where it lands: here the neighbour's copy is read between two barriers, and waited for only after the second.
+  const std::string spans =
+      "\tcp.async.ca.shared.global [%r3], [%rd4], 4;\n\tcp.async.commit_group;\n\tbar.sync 0;\n"
+      "\txor.b32 %r4, %r1, 1;\n\tmad.lo.u32 %r5, %r4, 4, %r2;\n\tld.shared.u32 %r6, [%r5];\n\tbar.sync 0;\n"
+      "\tcp.async.wait_all;\n\tst.global.u32 [%rd5], %r6;\n";
+  const std::string spans_ptx = kernel(spans);
+  Module spans_mod(mem, spans_ptx, "spans.ptx");
+  expect_sim_error([&] { spans_mod.launch("k", {1}, {64}, {arg_u64(in), arg_u64(out)}); }, ErrorKind::SharedRace,
+                   line_of(spans_ptx, "ld.shared.u32 %r6, [%r5]"));
   // A copy issued into words another thread reads in the same interval between barriers is one too (thread 0 runs
   // first here, so thread 1's read finds it).
   const std::string early =

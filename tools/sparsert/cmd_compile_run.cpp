@@ -72,6 +72,7 @@ struct CompileArgs {
   std::string block_functions = "auto";
   std::string dependent_launch = "on";
   bool fold_duplicates = false;
+  std::string stream;  // --stream: every layer streamed with these parameters (JSON)
 };
 
 // --fold-duplicates: each layer computes one row of each kind of its rows (same nonzeros and bias) and the next layer
@@ -227,6 +228,10 @@ Action add_compile(CLI::App& app) {
   sub->add_option("--tuning-db", args->tuning_db, "Tuning database (default: $SPARSERT_CACHE_DIR/tuning.json or "
                   "~/.cache/sparsert/tuning.json); compile uses its parameters wherever it has an entry");
   sub->add_flag("--no-tuning-db", args->no_tuning_db, "Ignore the tuning database");
+  sub->add_option("--stream", args->stream,
+                  "Every layer streamed with these parameters, a JSON object as a package's streamed tile holds them "
+                  "(e.g. '{\"layout\": \"staged-rows\", \"rows_per_block\": 128, ...}'), instead of tuned or "
+                  "modelled ones: for experiments and profiles. Implies --kernel streamed; not with --tune");
   sub->add_option("--tiles", args->tiles, "Kernels of layers without a tuning record: model (the static model's "
                   "fastest estimate over the tuner's grid, analytic counts) or heuristic (codegen's rules)")
       ->check(CLI::IsMember({"model", "heuristic"}))->default_val("model");
@@ -279,6 +284,22 @@ Action add_compile(CLI::App& app) {
     opt.assemble = !args->ptx_only;
     opt.progress = !args->quiet;
     if (args->kernel != "auto") opt.kernel_kind = codegen::parse_kernel_kind(args->kernel, "--kernel");
+    if (!args->stream.empty()) {
+      // The same parameters for every layer: no tuning record or model pick may replace them.
+      SPARSERT_USER_CHECK(args->kernel != "baked", "--stream", "streams every layer; it cannot be combined with "
+                          "--kernel baked");
+      SPARSERT_USER_CHECK(!args->tune, "--stream", "cannot be combined with --tune");
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(args->stream);
+      } catch (const nlohmann::json::parse_error& e) {
+        throw UserError("--stream", fmt::format("not JSON: {}", e.what()));
+      }
+      opt.stream_params = autotune::stream_from_json(j, "--stream");
+      opt.kernel_kind = codegen::KernelKind::kStreamed;
+      args->no_tuning_db = true;
+      args->tiles = "heuristic";
+    }
     opt.max_entries = args->max_entries;
     if (args->block_functions != "auto") opt.block_functions = args->block_functions == "on";
     opt.dependent_launch = args->dependent_launch == "on";

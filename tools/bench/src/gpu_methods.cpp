@@ -849,18 +849,29 @@ class SparsertGpu final : public GpuMethod {
       out.push_back({codegen::KernelKind::kStreamed, columns, false, r + 1});
       ++timed;
     }
-    // The staged row-split kernel in both its forms (one tile; double-buffered): neither has run on a GPU, so each
-    // is timed where the model ranks a shape of it and none of the kernels above is of that form.
-    for (const bool double_buffer : {false, true}) {
-      auto of_form = [&](const codegen::StreamParams& s) {
-        return s.layout == codegen::StreamLayout::kStagedRows && (s.double_buffer != 0) == double_buffer;
-      };
-      bool have = pick && pick->kind == codegen::KernelKind::kStreamed && of_form(pick->stream);
-      for (const Variant& v : out) have = have || (v.shape > 0 && of_form(shapes[v.shape - 1]));
-      for (size_t r = 0; r < shapes.size() && !have; ++r) {
-        if (!of_form(shapes[r])) continue;
-        out.push_back({codegen::KernelKind::kStreamed, columns, false, r + 1});
-        have = true;
+    // The staged row-split kernel in both its forms (one tile; double-buffered) of one shape: neither form has run on
+    // a GPU. The staged shape the pick or the shapes above hold, else the best-ranked staged shape; then the same
+    // lanes, column lanes and floats a lane in the other form, so that the two times compare the forms.
+    auto staged_shape = [](const codegen::StreamParams& s) -> std::optional<autotune::RowSplitShape> {
+      if (s.layout != codegen::StreamLayout::kStagedRows) return std::nullopt;
+      return autotune::row_split_shape(s);
+    };
+    std::optional<autotune::RowSplitShape> first =
+        pick && pick->kind == codegen::KernelKind::kStreamed ? staged_shape(pick->stream) : std::nullopt;
+    for (const Variant& v : out) {
+      if (!first && v.shape > 0) first = staged_shape(shapes[v.shape - 1]);
+    }
+    for (size_t r = 0; r < shapes.size() && !first; ++r) {
+      if ((first = staged_shape(shapes[r]))) out.push_back({codegen::KernelKind::kStreamed, columns, false, r + 1});
+    }
+    if (first) {
+      autotune::RowSplitShape twin = *first;
+      twin.double_buffer = !twin.double_buffer;
+      for (size_t r = 0; r < shapes.size(); ++r) {
+        if (staged_shape(shapes[r]) != twin) continue;
+        const bool listed = std::any_of(out.begin(), out.end(), [&](const Variant& v) { return v.shape == r + 1; });
+        if (!listed) out.push_back({codegen::KernelKind::kStreamed, columns, false, r + 1});
+        break;
       }
     }
     return out;
