@@ -225,6 +225,14 @@ case $stage in
     # tune-rows-cols-n256-gpu.json's layer is generated here: check-model reads it from the same file.
     model_matrices=(--matrix "$gen/nlp_512x2048.mtx")
     model_check "$out/tune-rows-cols-n256-gpu.json"
+    # Last, as the longest (about 2 minutes on 16 cores): the baked tiles of the same layer at N = 256, the model's
+    # top 16: 4 to 16 rows a block, tiles of 64 to 256 columns. Every baked kernel measured at N = 256 so far had
+    # blocks of 4 rows, whose loads bring about 3.4 bytes of B from L2 a fma (16 rows: about 2). Whether taller blocks
+    # (less B from L2, more code a block) run faster says whether the front end (the model's bound there) or the L2
+    # traffic of B (which the model does not charge a baked kernel) sets their time (docs/autotune.md).
+    step "$sparsert" tune "$gen/nlp_512x2048.mtx" --n 256 --mode gpu --kernel baked --top 2 \
+      -o "$out/tune-baked-n256-gpu.json" --no-db -j "$jobs"
+    model_check "$out/tune-baked-n256-gpu.json"
     model_matrices=()
     rm -rf "$gen"
     ;;

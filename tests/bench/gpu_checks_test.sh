@@ -82,22 +82,26 @@ for call in 'bench --suite rn50-0.9 --device cuda --repeats 20 --choose measured
   'bench --suite rn50-0\.9 .*--block-functions off ' 'bench --suite transformer .*--block-functions off '; do
   check "ran: $call" grep -q -E "^$call" "$CALLS"
 done
-# The model beside every measured file a step wrote (17), not beside one a failed step did not write; the report on
-# the layer the stage generated reads that layer from the generated file (--matrix), and no other report does.
+# The model beside every measured file a step wrote (18), not beside one a failed step did not write; the reports on
+# the layer the stage generated read that layer from the generated file (--matrix), and no other report does.
 for f in rn50-0\.95-cuda transformer-cuda mobilenet-cuda graphchallenge-cuda rn50-conv3x3-0\.9-cuda \
   rn50-conv3x3-0\.95-cuda rn50-0\.9-cuda-e8 rn50-0\.9-cuda-e2 transformer-cuda-e8 rn50-0\.9-cuda-nofunc \
   transformer-cuda-nofunc tune-baked-n49-gpu tune-gemv-gpu tune-rows-cols-n49-gpu tune-rows-cols-n256-gpu \
-  tune-gc-l100-n950-gpu tune-gc-l100-n60000-gpu; do
+  tune-baked-n256-gpu tune-gc-l100-n950-gpu tune-gc-l100-n60000-gpu; do
   check "check-model on $f" grep -q -E "^check-model --data .* -q -o $out/$f-model\.json $out/$f\.json$" "$CALLS"
 done
 check "no check-model on a file a failed step did not write" \
   test "$(grep -c -E '^check-model .*/rn50-0\.9-cuda\.json$' "$CALLS")" -eq 0
-check "the generated layer's report reads it from the generated file" \
-  grep -q -E '^check-model --data [^ ]+ --matrix [^ ]+/nlp_512x2048\.mtx -q .*tune-rows-cols-n256-gpu\.json$' "$CALLS"
-check "--matrix for that report only" test "$(grep -c -E '^check-model .*--matrix' "$CALLS")" -eq 1
-check "the generated file still there when check-model reads it" test "$(cat "$CALLS.matrix")" = found
-check "seventeen check-model calls" test "$(grep -c '^check-model ' "$CALLS")" -eq 17
-check "forty-seven sparsert calls" test "$(wc -l < "$CALLS")" -eq 47
+for f in tune-rows-cols-n256-gpu tune-baked-n256-gpu; do
+  check "the generated layer's report $f reads it from the generated file" \
+    grep -q -E "^check-model --data [^ ]+ --matrix [^ ]+/nlp_512x2048\.mtx -q .*$f\.json$" "$CALLS"
+done
+check "the baked tiles at N = 256 are timed" \
+  grep -q -E '^tune [^ ]+/nlp_512x2048\.mtx --n 256 --mode gpu --kernel baked --top 2 ' "$CALLS"
+check "--matrix for those reports only" test "$(grep -c -E '^check-model .*--matrix' "$CALLS")" -eq 2
+check "the generated file still there when check-model reads it" test "$(sort -u "$CALLS.matrix")" = found
+check "eighteen check-model calls" test "$(grep -c '^check-model ' "$CALLS")" -eq 18
+check "forty-nine sparsert calls" test "$(wc -l < "$CALLS")" -eq 49
 check "one CPU run with AVX2 named" grep -q -E '^avx2 graphchallenge .*--replicate 50 --device cpu$' "$CALLS.isa"
 check "only that one" test "$(wc -l < "$CALLS.isa")" -eq 1
 check "all.log names bench-rn50" grep -q -E '^  - bench-rn50 \(exit 1' "$out/all.log"
