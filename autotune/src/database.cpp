@@ -114,11 +114,24 @@ size_t complete_end(const std::string& text) {
 
 bool blank(std::string_view s) { return s.find_first_not_of(" \t\r\n") == std::string_view::npos; }
 
-// The line number of the incomplete last line of `text`, or 0 when there is none.
-size_t incomplete_line(const std::string& text) {
+// A record line is one JSON object of well under this many bytes (a tile or stream object and a few fields).
+constexpr size_t kLongestRecordLine = 64 * 1024;
+
+// The line number of the incomplete last line of `text`, or 0 when there is none. Only what an interrupted append of
+// a record can leave counts as one: the start of a JSON object, shorter than a record. Any other unparsable end (a
+// file that is not a tuning database: notes, another program's JSON) is an error naming it, so that saving never cuts
+// away what the user had.
+size_t incomplete_line(const std::string& text, const std::string& file) {
   const size_t end = complete_end(text);
-  if (blank(std::string_view(text).substr(end))) return 0;
-  return static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(end), '\n')) + 1;
+  const std::string_view tail = std::string_view(text).substr(end);
+  if (blank(tail)) return 0;
+  const size_t line =
+      static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(end), '\n')) + 1;
+  const size_t first = tail.find_first_not_of(" \t\r");
+  SPARSERT_USER_CHECK(tail.substr(first, 2) == "{\"" && tail.size() < kLongestRecordLine,
+                      fmt::format("{}:{}", file, line),
+                      "not a tuning record (is this a tuning database? sparsert writes one JSON object a line)");
+  return line;
 }
 
 void read_lines(const std::string& text, const std::string& file, Records& out) {
@@ -143,7 +156,7 @@ void read_lines(const std::string& text, const std::string& file, Records& out) 
     const std::string key = e.at("key").get<std::string>();
     out[key] = record_of(e, fmt::format("{}: {}", where, key.substr(0, 12)));
   }
-  if (const size_t bad = incomplete_line(text)) {
+  if (const size_t bad = incomplete_line(text, file)) {
     fmt::print(stderr, "sparsert: warning: {}:{}: incomplete record skipped (a write was interrupted)\n", file, bad);
   }
 }
@@ -246,7 +259,7 @@ void TuningDatabase::save() {
     write_file_atomic(path_, all + lines);
   } else {
     // An interrupted write left part of a record: cut it off, or the next record would be glued to it and lost.
-    if (const size_t bad = incomplete_line(text)) {
+    if (const size_t bad = incomplete_line(text, file)) {
       fmt::print(stderr, "sparsert: warning: {}:{}: incomplete record removed (a write was interrupted)\n", file, bad);
     }
     const size_t end = complete_end(text);

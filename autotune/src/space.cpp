@@ -6,12 +6,14 @@
 #include "sparsert/inspector/plan.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <limits>
 #include <bit>
 #include <map>
+#include <set>
 #include <tuple>
 
 namespace sparsert::autotune {
@@ -95,6 +97,14 @@ codegen::TileParams tile_from_json(const nlohmann::json& j, const std::string& w
 
 codegen::StreamParams stream_from_json(const nlohmann::json& j, const std::string& where) {
   SPARSERT_USER_CHECK(j.is_object(), where, "stream parameters are not an object");
+  // Every key codegen::to_json writes, and no other: a misspelt one would silently leave its field at the default.
+  static const std::set<std::string> known = {"layout",       "rows_per_block", "n_tile",    "cols_per_thread",
+                                              "stage_rows",   "unroll",         "lanes_per_row", "col_lanes",
+                                              "prefetch",     "group_rows",     "double_buffer"};
+  for (const auto& [key, value] : j.items()) {
+    SPARSERT_USER_CHECK(known.count(key), where, "'{}' is not a stream parameter (known: {})", key,
+                        fmt::join(known, ", "));
+  }
   codegen::StreamParams p;
   if (j.contains("layout")) {
     SPARSERT_USER_CHECK(j.at("layout").is_string(), where, "layout is not a string");

@@ -8,6 +8,7 @@
 #include "sparsert/codegen/stream_spmm.hpp"
 
 #include "sparsert/codegen/ptx_builder.hpp"
+#include "sparsert/codegen/tile.hpp"
 #include "sparsert/runtime/package.hpp"
 
 #include "conv_addressing.hpp"
@@ -143,13 +144,9 @@ int32_t stream_block_y(const StreamParams& p) {
 int32_t stream_row_bytes(const StreamParams& p) {
   // The 32 lanes of a warp read 32 different staged rows at the same column. With a row stride of n_tile floats (a
   // multiple of 128 bytes from n_tile = 32 up) every lane hits the same bank: a 32-way conflict per shared load, which
-  // made the kernel 30x slower than its fmas on an H100 (docs/codegen.md). One extra vector unit per row makes the
-  // stride an odd number of the loads' units, so consecutive rows fall in different banks (4-way at most for scalar
-  // reads of a tile whose rows must stay 16-byte aligned).
-  // 16-byte copies need 16-byte rows (n_tile % 4 == 0): an odd number of 16-byte units per row.
-  if (p.n_tile % 4 == 0) return (p.n_tile / 4) % 2 == 1 ? p.n_tile * 4 : p.n_tile * 4 + 16;
-  const int32_t unit = p.cols_per_thread;  // 1 or 2 floats: an odd number of the loads' units per row
-  return (p.n_tile / unit) % 2 == 1 ? p.n_tile * 4 : p.n_tile * 4 + 4 * unit;
+  // made the kernel 30x slower than its fmas on an H100 (docs/codegen.md). The runtime's stream_tile_row_bytes pads
+  // each row to an odd number of the loads' units (the loader checks the entries against the same layout).
+  return stream_tile_row_bytes(p.n_tile, p.cols_per_thread);
 }
 int32_t stream_shared_bytes(const StreamParams& p) {
   if (p.layout == StreamLayout::kRows) return 0;
@@ -512,8 +509,9 @@ void check_stream_plan(const CsrMatrix& a, const inspector::WorkPlan& plan, cons
     throw_user_error("bias", "has {} entries, expected 1 or {} (rows of A)", bias.size(), a.rows);
   }
   for (float v : bias) SPARSERT_USER_CHECK(std::isfinite(v), "bias", "value {} is not finite", v);
-  if (plan.blocks.size() > 65535) {
-    throw InvalidTileParams("m_blocks", fmt::format("{} row blocks exceed grid.y's 65535", plan.blocks.size()));
+  if (plan.blocks.size() > static_cast<size_t>(kMaxRowBlocks)) {
+    throw InvalidTileParams("m_blocks", fmt::format("{} row blocks exceed grid.y's {}", plan.blocks.size(),
+                                                    kMaxRowBlocks));
   }
 }
 

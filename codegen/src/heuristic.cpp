@@ -18,7 +18,10 @@ TileParams default_tile_params(const CsrMatrix& a, int32_t n, const Target& targ
   if (small) t.n_tile = std::min(128, (std::max(n, 4) + 3) / 4 * 4);
   if (!small) t.n_tile = std::min(64, std::max(n, 1));
   const int32_t rows_per_block = (small ? 128 : 64) / t.cols_per_thread;
-  t.plan.m_blocks = std::max(1, std::min(a.rows, (a.rows + rows_per_block - 1) / rows_per_block));
+  // Row blocks are grid.y, at most 65535 (check_tile_resources): a taller matrix takes more rows a block, never more
+  // blocks, which the loop below would otherwise add one plan (a pass over every row) at a time.
+  const int32_t most_blocks = std::max(1, std::min(a.rows, kMaxRowBlocks));
+  t.plan.m_blocks = std::max(1, std::min(most_blocks, (a.rows + rows_per_block - 1) / rows_per_block));
   const int64_t nnz_per_block = a.nnz() / t.plan.m_blocks;
   const int32_t threads_x = t.n_tile / t.cols_per_thread;
   int32_t gy = static_cast<int32_t>(std::clamp<int64_t>(nnz_per_block / 2048, 1, 8));
@@ -33,8 +36,8 @@ TileParams default_tile_params(const CsrMatrix& a, int32_t n, const Target& targ
     } catch (const inspector::InvalidTileParams& e) {
       if (e.field() == "shared_memory" && t.plan.gy > 1) {
         t.plan.gy = std::max(1, t.plan.gy / 2);
-      } else if (t.plan.m_blocks < a.rows) {
-        t.plan.m_blocks = std::min(a.rows, t.plan.m_blocks + std::max(1, t.plan.m_blocks / 8));
+      } else if (t.plan.m_blocks < most_blocks && e.field() != "m_blocks") {
+        t.plan.m_blocks = std::min(most_blocks, t.plan.m_blocks + std::max(1, t.plan.m_blocks / 8));
       } else if (t.plan.gy > 1) {
         t.plan.gy = std::max(1, t.plan.gy / 2);
       } else {

@@ -178,8 +178,9 @@ void check_tile_params(const TileParams& t, const KernelShape& shape, const Targ
 void check_tile_resources(const TileParams& t, const inspector::WorkPlan& plan, const Target& target) {
   check_tile_params(t, KernelShape{plan.rows, plan.cols, 0}, target);
   // An entry's row blocks are its grid.y; entries split the blocks, so the whole plan within the limit is enough.
-  if (plan.blocks.size() > 65535) {
-    throw InvalidTileParams("m_blocks", fmt::format("{} row blocks exceed grid.y's 65535", plan.blocks.size()));
+  if (plan.blocks.size() > static_cast<size_t>(kMaxRowBlocks)) {
+    throw InvalidTileParams("m_blocks", fmt::format("{} row blocks exceed grid.y's {}", plan.blocks.size(),
+                                                    kMaxRowBlocks));
   }
   const ResourceEstimate r = estimate_resources(t, plan);
   if (r.registers > target.max_registers_per_thread()) {

@@ -85,6 +85,12 @@ CsrMatrix csr_from_triplets(int32_t rows, int32_t cols, std::vector<Triplet> ent
           throw_user_error(where, "duplicate entry ({}, {}) (0-based)", t.row, t.col);
         }
         m.values.back() += t.value;
+        if (!std::isfinite(m.values.back())) {
+          std::string where = lines ? fmt::format("{}:{}", what, (*lines)[order[i]])
+                                    : fmt::format("{} entry {}", what, order[i]);
+          throw_user_error(where, "duplicate entries at ({}, {}) (0-based) sum to {}, beyond float", t.row, t.col,
+                           m.values.back());
+        }
         continue;
       }
       m.col_idx.push_back(t.col);

@@ -6,8 +6,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <map>
+#include <unordered_set>
 
 namespace sparsert {
 
@@ -156,7 +158,12 @@ void check_supplied_arrays(const PackageLayer& pl, const std::vector<std::vector
   // segment in passes of 32 x unroll entries: a segment of another length would read past it.
   const uint64_t stage_rows = static_cast<uint64_t>(std::max<int64_t>(tile_int(pl.tile, "stage_rows"), 0));
   const uint64_t pass = 32 * static_cast<uint64_t>(std::max<int64_t>(tile_int(pl.tile, "unroll"), 0));
-  SPARSERT_USER_CHECK(stage_rows > 0 && pass > 0, where, "layer {}: its tile has no stage_rows or unroll", pl.name);
+  const int64_t n_tile = tile_int(pl.tile, "n_tile"), cpt = tile_int(pl.tile, "cols_per_thread");
+  SPARSERT_USER_CHECK(stage_rows > 0 && pass > 0 && n_tile > 0 && n_tile <= 4096 && cpt > 0 && cpt <= 16, where,
+                      "layer {}: its tile has no stage_rows, unroll, n_tile or cols_per_thread", pl.name);
+  const uint64_t row_bytes = static_cast<uint64_t>(
+      stream_tile_row_bytes(static_cast<int32_t>(n_tile), static_cast<int32_t>(cpt)));
+  const std::vector<uint32_t>& ell = arrays.front();
   for (size_t r = 0; r + record <= stages.size(); r += record) {
     bool inside =
         stages[r] <= stages[r + 1] && stages[r + 1] <= krows.size() && stages[r + 1] - stages[r] <= stage_rows;
@@ -166,6 +173,26 @@ void check_supplied_arrays(const PackageLayer& pl, const std::vector<std::vector
     }
     SPARSERT_USER_CHECK(inside, where, "layer {}: stage {} reaches past the staged rows or the entries, or does not fit "
                         "the kernel's {} staged rows and passes of {} entries", pl.name, r / record, stage_rows, pass);
+    // Each entry of the stage's segments reads a row its copy filled, or the tile's zero row past them (padding).
+    const uint64_t copied = stages[r + 1] - stages[r];
+    for (size_t w = r + 2; w < r + record; w += 2) {
+      for (uint64_t i = stages[w]; i < stages[w + 1]; ++i) {
+        const uint32_t off = ell[2 * i + 1];
+        SPARSERT_USER_CHECK(off % row_bytes == 0 && (off / row_bytes < copied || off / row_bytes == stage_rows),
+                            where, "layer {}: entry {} reads byte {} of a tile whose stage {} copies {} rows of {} "
+                            "bytes (and the zero row {})", pl.name, i, off, r / record, copied, row_bytes, stage_rows);
+      }
+    }
+  }
+  if (pl.conv) {
+    // A convolution's staged rows are its taps' offsets in the bordered input (ConvLayout::tap_offset), not inputs.
+    std::unordered_set<uint32_t> taps;
+    for (int32_t t = 0; t < pl.k; ++t) taps.insert(static_cast<uint32_t>(pl.conv->tap_offset(t)));
+    for (const uint32_t off : krows) {
+      SPARSERT_USER_CHECK(taps.count(off), where, "layer {}: a stage reads float {} of the input, the offset of none "
+                          "of its {} taps", pl.name, off, pl.k);
+    }
+    return;
   }
   for (const uint32_t row : krows) {
     SPARSERT_USER_CHECK(row < k, where, "layer {}: a stage reads input {} of {}", pl.name, row, k);
@@ -312,12 +339,28 @@ struct GpuNetwork::Impl {
       SPARSERT_USER_CHECK(pl.conv.has_value() == p.layers.front().conv.has_value(), p.dir.string(),
                           "layer {} mixes convolutions and plain layers in one network", pl.name);
       std::string note;
-      for (const std::string& f : pl.arrays) {
-        const std::string bytes = read_package_file(p, f);
-        SPARSERT_USER_CHECK(!bytes.empty(), (p.dir / f).string(), "empty weight array");
-        ll.arrays.emplace_back(bytes.size());
-        ll.arrays.back().upload(bytes.data(), bytes.size());
-        ll.array_ptrs.push_back(ll.arrays.back().get());
+      if (!pl.arrays.empty()) {
+        // The package's own arrays get the checks supplied ones get: a sha256 vouches for the bytes, not for what
+        // they index (arrays from another layer or another compile, re-sealed, would send the kernel past its
+        // buffers, where a GPU reads and writes other allocations without a fault).
+        std::vector<std::vector<uint32_t>> words;
+        for (const std::string& f : pl.arrays) {
+          const std::string bytes = read_package_file(p, f);
+          SPARSERT_USER_CHECK(!bytes.empty(), (p.dir / f).string(), "empty weight array");
+          SPARSERT_USER_CHECK(bytes.size() % 4 == 0, (p.dir / f).string(),
+                              "{} bytes, not a whole number of 4-byte words", bytes.size());
+          words.emplace_back(bytes.size() / 4);
+          std::memcpy(words.back().data(), bytes.data(), bytes.size());
+        }
+        const size_t want = streamed_array_count(pl.stream_layout());
+        SPARSERT_USER_CHECK(words.size() == want, p.dir.string(), "layer {}: {} streamed arrays, its kernel takes {}",
+                            pl.name, words.size(), want);
+        check_supplied_arrays(pl, words, p.dir.string());
+        for (const std::vector<uint32_t>& a : words) {
+          ll.arrays.emplace_back(a.size() * 4);
+          ll.arrays.back().upload(a.data(), a.size() * 4);
+          ll.array_ptrs.push_back(ll.arrays.back().get());
+        }
       }
       if (pl.arrays_at_load) {
         SPARSERT_USER_CHECK(static_cast<bool>(o.streamed_arrays), p.dir.string(),
@@ -360,6 +403,8 @@ struct GpuNetwork::Impl {
           if (note.empty()) note = fmt::format("layer {}: PTX for {} JIT-compiled by the driver", pl.name, jit_target);
         }
         le.fn = le.module->function(e.name);
+        // For launch errors: every streamed layer's kernel has one name, and a baked entry's means little alone.
+        le.name = fmt::format("{} of layer {}", e.name, pl.name);
         // Only sm_90+ images were built with the wait; a loaded image is never for a newer target than the device.
         le.waits = pl.dependent_launch && sm_of(loaded ? dev_target : jit_target) >= 90;
         ll.entries.push_back(std::move(le));

@@ -408,13 +408,14 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
   each_layer_file(inside);
   if (verify_hashes) {
     // The kernels were built for these fields (n, the launch tile, the flags that add parameters): an edit the
-    // checks above cannot see would give wrong answers or out-of-bounds accesses. Packages written before the digest
-    // existed have none.
-    if (j.contains("manifest_sha256")) {
-      const std::string stated = json_get<std::string>(j, where, "manifest_sha256");
-      SPARSERT_USER_CHECK(stated == manifest_digest(j), where + ": manifest_sha256",
-                          "does not match the manifest's fields (edited or corrupted; compile the package again)");
-    }
+    // checks above cannot see would give wrong answers or out-of-bounds accesses. Every package written since
+    // 2026-11-26 has the digest; one without it (older, or with the digest removed, which would switch the check off)
+    // is refused rather than trusted.
+    SPARSERT_USER_CHECK(j.contains("manifest_sha256"), where + ": manifest_sha256",
+                        "is missing (a package from before 2026-11-26, or an edited one; compile the package again)");
+    const std::string stated = json_get<std::string>(j, where, "manifest_sha256");
+    SPARSERT_USER_CHECK(stated == manifest_digest(j), where + ": manifest_sha256",
+                        "does not match the manifest's fields (edited or corrupted; compile the package again)");
     // The contents are checked as read_package_file reads them, once each.
     for (const auto& [file, hash] : p.sha256) {
       // There, and not a link (it could read anything outside the package), a pipe (the read would block) or a

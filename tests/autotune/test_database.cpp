@@ -122,6 +122,40 @@ TEST(DatabaseFile, TruncatedLastLineIsSkippedWithAWarningAndRepairedOnWrite) {
   EXPECT_FALSE(repaired.find("c"));
 }
 
+// A file that is not a tuning database (notes without a newline, a long line of another program's JSON) is refused
+// by name, and saving leaves it as it was: only the start of a record, as an interrupted append leaves it, is cut.
+TEST(DatabaseFile, AFileThatIsNotADatabaseIsRefusedNotCut) {
+  ScratchDir dir;
+  for (const std::string& text : {std::string("important notes"), std::string("[1, 2, 3") + std::string(70000, ' '),
+                                   std::string("{\"a\": ") + std::string(70000, '7')}) {
+    const std::filesystem::path path = dir / "notes.txt";
+    write_file_atomic(path, text);
+    std::string msg;
+    try {
+      TuningDatabase::load(path);
+    } catch (const UserError& e) {
+      msg = e.what();
+    }
+    EXPECT_NE(msg.find(path.string() + ":1: not a tuning record"), std::string::npos) << msg;
+    EXPECT_EQ(read_file(path), text);
+  }
+  // After records, the same: a line that is no record's start is refused, not cut off by the next save.
+  const std::filesystem::path path = dir / "tuning.json";
+  save_two_records(path);
+  TuningDatabase db = TuningDatabase::load(path);
+  std::ofstream(path, std::ios::app) << "written by hand";
+  const std::string before = read_file(path);
+  db.put("d", baked(8, "d"));
+  std::string msg;
+  try {
+    db.save();
+  } catch (const UserError& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find(path.string() + ":3: not a tuning record"), std::string::npos) << msg;
+  EXPECT_EQ(read_file(path), before);
+}
+
 // A file edited by hand whose last record has no newline: the record counts, and the next write adds the newline
 // before its own record instead of cutting the last one off.
 TEST(DatabaseFile, ACompleteLastRecordWithoutItsNewlineIsKept) {

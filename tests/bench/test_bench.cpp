@@ -11,6 +11,7 @@
 #include <bit>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <map>
 #include <random>
@@ -430,6 +431,42 @@ TEST(Bench, CliRunsTheSmokeSuiteAndWritesTheReport) {
   EXPECT_NE(out.find("bad.json"), std::string::npos) << out;
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
   EXPECT_EQ(shell(fmt::format("{} bench --suite nope -o {}", SPARSERT_CLI, json), &out), 2) << out;
+
+  // A field of the wrong type anywhere the report reads (not only the ones it cannot do without): exit 2, the file
+  // and the field on one line, and the chart and the report written before are as they were.
+  const std::string svg = read_file(dir / "docs" / "benchmarks" / "smoke-cpu.svg"), before = read_file(md);
+  auto edited = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json e = r;
+    edit(e);
+    dir.write("edited.json", e.dump());
+    return shell(fmt::format("{} bench --report {} -o {}", SPARSERT_CLI, (dir / "edited.json").string(), md), &out);
+  };
+  const std::pair<std::function<void(nlohmann::json&)>, const char*> wrong[] = {
+      {[](nlohmann::json& e) { e["problems"][0]["paper_problem"] = 9; }, "problems[0]: field 'paper_problem'"},
+      {[](nlohmann::json& e) { e["machine"]["cpu"] = 1; }, "machine: field 'cpu'"},
+      {[](nlohmann::json& e) { e["repeats"] = "ten"; }, "field 'repeats'"},
+      {[](nlohmann::json& e) { e["baselines"][0] = 3; }, "field 'baselines' holds 3"},
+      {[](nlohmann::json& e) { e["unavailable"] = {{{"method", 2}}}; }, "unavailable:"},
+      {[](nlohmann::json& e) { e["problems"][1]["results"]["sparsert-cpu"]["gflops"] = "fast"; },
+       "problems[1]: results.sparsert-cpu: field 'gflops'"},
+  };
+  for (const auto& [edit, field] : wrong) {
+    EXPECT_EQ(edited(edit), 2) << field << ": " << out;
+    EXPECT_NE(out.find("edited.json"), std::string::npos) << out;
+    EXPECT_NE(out.find(field), std::string::npos) << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  }
+  EXPECT_EQ(read_file(dir / "docs" / "benchmarks" / "smoke-cpu.svg"), svg);
+  EXPECT_EQ(read_file(md), before);
+  // Optional fields left out: the report is still made.
+  EXPECT_EQ(edited([](nlohmann::json& e) {
+              e.erase("method_notes");
+              e.erase("unavailable");
+              for (nlohmann::json& p : e["problems"])
+                for (auto& [m, res] : p["results"].items()) res.erase("gflops");
+            }),
+            0)
+      << out;
 }
 
 TEST(Bench, CudaWithoutADriverIsOneLineAndExit2) {

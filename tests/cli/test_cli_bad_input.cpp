@@ -157,6 +157,9 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
       // An output that cannot be written is said before the work, not after it.
       {"", "", "bench --suite smoke -o /nonexistent/r.json", "/nonexistent/r.json: cannot write"},
       {"", "", "check-model x.json -o " + dir.path().string(), "cannot write: it is a directory"},
+      // -o naming a --matrix input (it would be replaced by the report).
+      {"m2.mtx", mtx + "1 1 1\n1 1 1.0\n", "check-model x.json --matrix {} -o " + (dir / "m2.mtx").string(),
+       "-o would overwrite --matrix, which this command reads"},
       // Nothing measured is not a perfect score.
       {"empty-tune.json", "{\"format\": \"sparsert-tune-report/1\", \"layers\": []}", "check-model {}",
        "no measured kernel"},
@@ -173,7 +176,18 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
       // compile --stream: parameters that are not JSON, a field of the wrong type, a layout that is not one, a kind
       // it contradicts, and parameters the shared check refuses (the field named).
       {"net-stream.json", "{\"format\": \"sparsert-network/1\", \"layers\": [{\"weights\": \"ok.mtx\", \"n\": 4}]}",
-       "compile {} --stream '{\"layout\": ' -o " + (dir / "pkg").string(), "--stream: not JSON"},
+       "compile {} --stream '{\"layout\": ' -o " + (dir / "pkg").string(), "--stream: not valid JSON"},
+      // A misspelt parameter, and one given twice: neither may silently leave a field at its default.
+      {"", "", "compile " + (dir / "net-stream.json").string() + " --stream '{\"rows_per_blok\": 128}' -o " +
+       (dir / "pkg").string(), "--stream: 'rows_per_blok' is not a stream parameter"},
+      {"", "", "compile " + (dir / "net-stream.json").string() + " --stream '{\"unroll\": 2, \"unroll\": 4}' -o " +
+       (dir / "pkg").string(), "--stream: unroll: the key appears twice"},
+      // Duplicates summed past float (--sum-duplicates) are refused by line, not baked in as infinities.
+      {"dupinf.mtx", mtx + "2 2 2\n1 1 3e38\n1 1 3e38\n", "emit {} --sum-duplicates --n 4 -o " +
+       (dir / "inf.ptx").string(), "dupinf.mtx:4: duplicate entries at (0, 0) (0-based) sum to inf"},
+      // A --db file that is not a tuning database is refused, not cut down to its records (it had none).
+      {"notes.txt", "important notes", "tune " + (dir / "ok.mtx").string() + " --n 4 --mode model -q --db {} -o " +
+       (dir / "r.json").string(), "notes.txt:1: not a tuning record"},
       {"", "", "compile " + (dir / "net-stream.json").string() + " --stream '{\"unroll\": \"two\"}' -o " +
        (dir / "pkg").string(), "--stream: unroll"},
       {"", "", "compile " + (dir / "net-stream.json").string() + " --stream '{\"layout\": \"cols\"}' -o " +

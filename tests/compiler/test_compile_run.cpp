@@ -11,6 +11,7 @@
 #include "sparsert/runtime/file_io.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
 #include "sparsert/runtime/npy.hpp"
+#include "sparsert/runtime/sha256.hpp"
 #include "emulated_driver.hpp"
 #include "test_support.hpp"
 
@@ -19,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -731,9 +733,11 @@ TEST(CompileRun, BadPackagesAndInputs) {
             2);
   EXPECT_NE(err.find("manifest_sha256"), std::string::npos) << err;
   edited = nlohmann::json::parse(read_file(dir / "pkg" / "manifest.json"));
+  // Without the digest (removed, which would switch the check off) the package is refused, not trusted.
   edited.erase("manifest_sha256");
   write_file_atomic(dir / "edited" / "manifest.json", edited.dump(2));
-  EXPECT_EQ(load_package(dir / "edited").n, load_package(dir / "pkg").n);
+  EXPECT_NE(user_error([&] { load_package(dir / "edited"); }).find("manifest.json: manifest_sha256: is missing"),
+            std::string::npos);
 
   // A corrupted manifest.
   std::filesystem::copy(dir / "pkg", dir / "badjson", std::filesystem::copy_options::recursive);
@@ -919,6 +923,75 @@ TEST(CompileRun, StreamedArraysPackedAtLoad) {
   write_file_atomic(dir / "pkg" / "manifest.json", manifest);
   EXPECT_NE(user_error([&] { load_package(dir / "pkg"); }).find("layers[0].arrays_at_load: needs a streamed layer"),
             std::string::npos);
+}
+
+// A package's own streamed arrays get the checks supplied ones get (its sha256 vouches for the bytes, not for what they
+// index): re-sealed so that the file's sha256 and the manifest's digest agree, arrays whose slot writes past the
+// layer's rows, whose entry reads past its inputs, whose ELL entry reads a tile row its stage did not copy, or that are
+// not whole words are refused with the file or the layer before any launch (on a GPU they would read and write other
+// allocations without a fault). Unedited, both layouts run exact.
+TEST(CompileRun, PackageStreamedArraysAreCheckedAtLoad) {
+  ScratchDir dir;
+  const std::vector<LoadedLayer> layers = load_network(read_network(write_network(dir)));
+  compile_network(layers, dir / "ell", emu_options(dir, true));
+  CompileOptions rows = emu_options(dir, true);
+  rows.stream_params = {.rows_per_block = 8, .n_tile = 8, .cols_per_thread = 4, .unroll = 2,
+                        .layout = codegen::StreamLayout::kRows, .lanes_per_row = 4};
+  compile_network(layers, dir / "rows", rows);
+  const DenseTensor x = input(48, 20);
+  for (const char* pkg : {"ell", "rows"}) {
+    EXPECT_LE(max_relative_error(GpuNetwork(load_package(dir / pkg)).run(x), reference(layers, x)), 1e-5) << pkg;
+  }
+  // Copies `from`, edits word `word` of layer 1's array `array` (or the file's bytes), re-seals, and loads.
+  auto resealed = [&](const char* from, const std::string& name, size_t array,
+                      const std::function<void(std::string&)>& edit) {
+    const std::filesystem::path to = dir / name;
+    std::filesystem::copy(dir / from, to, std::filesystem::copy_options::recursive);
+    nlohmann::json m = nlohmann::json::parse(read_file(to / "manifest.json"));
+    const std::string file = m["layers"][1]["arrays"][array];
+    std::string bytes = read_file(to / file);
+    edit(bytes);
+    write_file_atomic(to / file, bytes);
+    m["sha256"][file] = sha256_hex(bytes);
+    m["manifest_sha256"] = manifest_digest(m);
+    write_file_atomic(to / "manifest.json", m.dump());
+    return user_error([&] { GpuNetwork n(load_package(to)); });
+  };
+  auto set_word = [](size_t word, uint32_t v) {
+    return [=](std::string& bytes) { std::memcpy(bytes.data() + 4 * word, &v, 4); };
+  };
+  // Row-split: arrays {entries, slots}; a slot is {row, bias, first, end}, an entry {weight, input}.
+  std::string e = resealed("rows", "rows-slot", 1, set_word(0, 40));
+  EXPECT_NE(e.find("layer layer1: slot 0 (row 40, entries"), std::string::npos) << e;
+  e = resealed("rows", "rows-range", 1, set_word(3, 1u << 30));
+  EXPECT_NE(e.find("layer layer1: slot 0"), std::string::npos) << e;
+  e = resealed("rows", "rows-input", 0, set_word(1, 40));
+  EXPECT_NE(e.find("layer layer1: entry 0 reads input 40 of 40"), std::string::npos) << e;
+  e = resealed("rows", "rows-words", 0, [](std::string& bytes) { bytes.pop_back(); });
+  EXPECT_NE(e.find("not a whole number of 4-byte words"), std::string::npos) << e;
+  // ELL: arrays {entries, stages, block_stages, krows, slots}; an entry {weight, byte offset in the tile}.
+  const codegen::StreamWeights w = codegen::pack_default_stream_weights(layers[1].a, emu_options(dir, true).stream_params,
+                                                                          layers[1].desc.bias);
+  const uint32_t row_bytes = static_cast<uint32_t>(codegen::stream_row_bytes(emu_options(dir, true).stream_params));
+  e = resealed("ell", "ell-tile", 0, set_word(1, 17 * row_bytes));  // past the 16 rows and the zero row
+  EXPECT_NE(e.find("layer layer1: entry 0 reads byte"), std::string::npos) << e;
+  // An entry of a stage that copies fewer rows than the tile holds, pointed at the first row it does not copy (in the
+  // tile, but holding the stage before's B).
+  const size_t record = 2 + 2 * (32 / 32);
+  size_t entry = SIZE_MAX, copied = 0;
+  for (size_t r = 0; r + record <= w.stages.size() && entry == SIZE_MAX; r += record) {
+    copied = w.stages[r + 1] - w.stages[r];
+    if (copied < 16 && w.stages[r + 2] < w.stages[r + 3]) entry = w.stages[r + 2];
+  }
+  ASSERT_NE(entry, SIZE_MAX) << "a stage that copies fewer rows than the tile holds";
+  e = resealed("ell", "ell-stage", 0, set_word(2 * entry + 1, static_cast<uint32_t>(copied) * row_bytes));
+  EXPECT_NE(e.find(fmt::format("layer layer1: entry {} reads byte", entry)), std::string::npos) << e;
+  e = resealed("ell", "ell-misaligned", 0, set_word(1, 4));
+  EXPECT_NE(e.find("layer layer1: entry 0 reads byte 4 of a tile"), std::string::npos) << e;
+  e = resealed("ell", "ell-krows", 3, set_word(0, 40));
+  EXPECT_NE(e.find("layer layer1: a stage reads input 40 of 40"), std::string::npos) << e;
+  // The zero row (padding's target) is a row every stage may name: the unedited package has entries reading it.
+  EXPECT_NE(std::find(w.ell.begin(), w.ell.end(), 16u * row_bytes), w.ell.end()) << "padding reads the zero row";
 }
 
 // Streamed layers in the staged row-split layout (rows of B staged in shared memory, two rows a row group, three

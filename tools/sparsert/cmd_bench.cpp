@@ -8,6 +8,7 @@
 #include "sparsert/runtime/json_text.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdio>
 #include <fstream>
@@ -67,7 +68,13 @@ int report(const BenchArgs& a) {
   // SVGs go beside the Markdown, in a folder named after it: docs/benchmarks.md -> docs/benchmarks/*.svg.
   const std::filesystem::path out = a.output;
   const std::string stem = out.stem().string();
-  const std::string md = bench::write_report(runs, a.report, out.parent_path() / stem, stem, command_line());
+  std::string md;
+  try {
+    md = bench::write_report(runs, a.report, out.parent_path() / stem, stem, command_line());
+  } catch (const nlohmann::json::exception& e) {
+    // check_results checks every field the report reads; one it misses is still bad input, not a failure.
+    throw_user_error(fmt::format("{}", fmt::join(a.report, ", ")), "a field has an unexpected type ({})", e.what());
+  }
   write_file_atomic(out, md);
   fmt::print("wrote {} and {}/*.svg from {} run(s)\n", out.string(), (out.parent_path() / stem).string(), runs.size());
   return kOk;

@@ -49,6 +49,7 @@ Action add_check_model(CLI::App& app) {
       check_output_path(args->output);
       std::vector<NamedPath> inputs;
       for (const std::string& f : args->files) inputs.push_back({"an input file", f});
+      for (const std::string& f : args->matrices) inputs.push_back({"--matrix", f});
       check_distinct_outputs({{"-o", args->output}}, inputs);
     }
     bench::ModelCheckOptions o;

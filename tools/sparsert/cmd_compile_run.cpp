@@ -6,6 +6,7 @@
 #include "sparsert/runtime/cpu_executor.hpp"
 #include "sparsert/runtime/file_io.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
+#include "sparsert/runtime/json_text.hpp"
 #include "sparsert/runtime/npy.hpp"
 #include "sparsert/runtime/package.hpp"
 #include "tuning_support.hpp"
@@ -289,12 +290,8 @@ Action add_compile(CLI::App& app) {
       SPARSERT_USER_CHECK(args->kernel != "baked", "--stream", "streams every layer; it cannot be combined with "
                           "--kernel baked");
       SPARSERT_USER_CHECK(!args->tune, "--stream", "cannot be combined with --tune");
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(args->stream);
-      } catch (const nlohmann::json::parse_error& e) {
-        throw UserError("--stream", fmt::format("not JSON: {}", e.what()));
-      }
+      // The project's parser: a key given twice is an error, as in every other JSON input.
+      const nlohmann::json j = parse_json_text(args->stream, "--stream");
       opt.stream_params = autotune::stream_from_json(j, "--stream");
       opt.kernel_kind = codegen::KernelKind::kStreamed;
       args->no_tuning_db = true;

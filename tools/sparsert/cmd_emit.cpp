@@ -93,8 +93,14 @@ Action add_emit(CLI::App& app) {
     inspector::LoadedMatrix m = load_matrix_for_cli(args->file, args->matrix);
     const codegen::Target target = codegen::Target::parse(args->target, "--target");
     // The heuristic for the plan asked for: reordered or row-balanced blocks hold other row counts.
-    codegen::TileParams tile = codegen::default_tile_params(m.a, args->n, target, inspector::parse_balance(args->balance),
-                                                            args->reorder);
+    // The heuristic may find no tile of its own (a matrix too tall for its rows a block); given m_blocks, the user's
+    // tile is checked below instead.
+    codegen::TileParams tile;
+    try {
+      tile = codegen::default_tile_params(m.a, args->n, target, inspector::parse_balance(args->balance), args->reorder);
+    } catch (const inspector::InvalidTileParams&) {
+      if (!args->m_blocks) throw;
+    }
     if (args->m_blocks) tile.plan.m_blocks = *args->m_blocks;
     if (args->gy) tile.plan.gy = *args->gy;
     if (args->n_tile) tile.n_tile = *args->n_tile;

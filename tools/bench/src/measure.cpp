@@ -342,9 +342,46 @@ void check_results(const nlohmann::json& j, const std::string& what) {
     SPARSERT_USER_CHECK(j.contains(f) && j[f].is_array(), what, "field '{}' is missing or not an array", f);
   }
   SPARSERT_USER_CHECK(j.contains("machine") && j["machine"].is_object(), what, "field 'machine' is missing");
+  // Optional fields the report reads: each of its type where present (a wrong type would stop the report halfway).
+  using Is = bool (nlohmann::json::*)() const noexcept;
+  auto optional = [](const nlohmann::json& o, const char* f, Is is, const char* type, const std::string& where) {
+    SPARSERT_USER_CHECK(!o.contains(f) || (o[f].*is)(), where, "field '{}' is not {}", f, type);
+  };
+  const Is is_string = &nlohmann::json::is_string, is_number = &nlohmann::json::is_number,
+           is_integer = &nlohmann::json::is_number_integer, is_object = &nlohmann::json::is_object,
+           is_array = &nlohmann::json::is_array;
+  for (const nlohmann::json& b : j["baselines"]) {
+    SPARSERT_USER_CHECK(b.is_string(), what, "field 'baselines' holds {}, not a method's name", b.dump());
+  }
+  for (const char* f : {"cpu", "os"}) optional(j["machine"], f, is_string, "a string", what + ": machine");
+  optional(j["machine"], "cores", is_integer, "an integer", what + ": machine");
+  optional(j["machine"], "load_average", is_array, "an array", what + ": machine");
+  optional(j, "machine_after", is_object, "an object", what);
+  if (j.contains("machine_after")) optional(j["machine_after"], "load_average", is_array, "an array", what);
+  optional(j, "repeats", is_integer, "an integer", what);
+  optional(j, "threads_requested", is_integer, "an integer", what);
+  optional(j, "min_sample_ms", is_number, "a number", what);
+  optional(j, "method_notes", is_object, "an object", what);
+  if (j.contains("method_notes")) {
+    for (const auto& [method, note] : j["method_notes"].items()) {
+      SPARSERT_USER_CHECK(note.is_string(), what, "method_notes.{} is not a string", method);
+    }
+  }
+  optional(j, "unavailable", is_array, "an array", what);
+  if (j.contains("unavailable")) {
+    for (const nlohmann::json& u : j["unavailable"]) {
+      SPARSERT_USER_CHECK(u.is_object() && u.contains("method") && u["method"].is_string() && u.contains("reason") &&
+                              u["reason"].is_string(),
+                          what, "unavailable: {} is not {{\"method\": string, \"reason\": string}}", u.dump());
+    }
+  }
   for (size_t i = 0; i < j["problems"].size(); ++i) {
     const nlohmann::json& p = j["problems"][i];
     const std::string where = fmt::format("{}: problems[{}]", what, i);
+    SPARSERT_USER_CHECK(p.is_object(), where, "is not an object");
+    for (const char* f : {"paper_problem", "source"}) optional(p, f, is_string, "a string", where);
+    optional(p, "conv", is_object, "an object", where);
+    if (p.contains("conv")) optional(p["conv"], "im2col_order", is_string, "a string", where + ": conv");
     for (const char* f : {"name", "group", "family"}) {
       SPARSERT_USER_CHECK(p.contains(f) && p[f].is_string(), where, "field '{}' is missing or not a string", f);
     }
@@ -354,8 +391,22 @@ void check_results(const nlohmann::json& j, const std::string& what) {
     }
     SPARSERT_USER_CHECK(p.contains("results") && p["results"].is_object(), where, "field 'results' is missing");
     for (const auto& [method, r] : p["results"].items()) {
-      SPARSERT_USER_CHECK(r.contains("verified") && r["verified"].is_boolean(), where,
+      SPARSERT_USER_CHECK(r.is_object() && r.contains("verified") && r["verified"].is_boolean(), where,
                           "results.{}.verified is missing", method);
+      const std::string in = fmt::format("{}: results.{}", where, method);
+      optional(r, "failure", is_string, "a string", in);
+      optional(r, "detail", is_string, "a string", in);
+      for (const char* f : {"tolerance", "max_rel_error", "gflops"}) optional(r, f, is_number, "a number", in);
+      optional(r, "kind_choice", is_object, "an object", in);
+      if (r.contains("kind_choice")) {
+        for (const char* f : {"picked", "model_pick"}) optional(r["kind_choice"], f, is_string, "a string", in);
+        for (const auto& [kind, c] : r["kind_choice"].items()) {
+          if (!c.is_object()) continue;  // picked, model_pick
+          optional(c, "status", is_string, "a string", in + ".kind_choice." + kind);
+          optional(c, "detail", is_string, "a string", in + ".kind_choice." + kind);
+          optional(c, "median_us", is_number, "a number", in + ".kind_choice." + kind);
+        }
+      }
       if (r["verified"].get<bool>()) {
         for (const char* f : {"median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms"}) {
           // A time is between a nanosecond and about 12 days: ratios of such times stay finite, and so does the

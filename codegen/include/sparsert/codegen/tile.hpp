@@ -18,6 +18,9 @@ enum class WeightPlacement {
 std::string to_string(WeightPlacement w);
 WeightPlacement parse_weight_placement(const std::string& s);  // "imm" | "const"
 
+// Row blocks of a launch are its grid.y, which CUDA caps at 65535.
+inline constexpr int32_t kMaxRowBlocks = 65535;
+
 struct TileParams {
   inspector::PlanParams plan;       // m_blocks, gy, balance, row reordering
   int32_t n_tile = 64;              // output columns per thread block

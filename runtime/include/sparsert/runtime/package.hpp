@@ -44,6 +44,16 @@ struct PackageEntry {
 // manifests against it; codegen's StreamWeights::arrays, which emits them, checks itself against it.
 constexpr size_t streamed_array_count(std::string_view layout) { return layout == "rows" ? 2 : 5; }
 
+// Bytes from one staged row of B to the next in the ELL walk's shared tile (n_tile floats, padded so that the lanes of
+// a warp, which read different rows at one column, fall in different banks: an odd number of the loads' units a row;
+// 16-byte units where 16-byte copies need 16-byte rows, n_tile % 4 == 0). codegen lays the tile out by it and the
+// loader checks the entries' tile offsets against it.
+constexpr int32_t stream_tile_row_bytes(int32_t n_tile, int32_t cols_per_thread) {
+  if (n_tile % 4 == 0) return (n_tile / 4) % 2 == 1 ? n_tile * 4 : n_tile * 4 + 16;
+  const int32_t unit = cols_per_thread;  // 1 or 2 floats
+  return (n_tile / unit) % 2 == 1 ? n_tile * 4 : n_tile * 4 + 4 * unit;
+}
+
 struct PackageLayer {
   std::string name;
   // "baked": weights in the instructions; "streamed": the kernel reads them from `arrays` (uploaded once, passed
