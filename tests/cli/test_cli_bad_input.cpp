@@ -185,6 +185,12 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
       // Duplicates summed past float (--sum-duplicates) are refused by line, not baked in as infinities.
       {"dupinf.mtx", mtx + "2 2 2\n1 1 3e38\n1 1 3e38\n", "emit {} --sum-duplicates --n 4 -o " +
        (dir / "inf.ptx").string(), "dupinf.mtx:4: duplicate entries at (0, 0) (0-based) sum to inf"},
+      // A results file naming a suite there is none of: its field, not an option nobody gave.
+      {"nosuite.json", R"({"format": "sparsert-bench/1", "suite": "nope", "subject": "sparsert-gpu", "problems": []})",
+       "check-model {}", "nosuite.json: field 'suite': unknown suite 'nope'"},
+      // A .tsv cannot hold an all-zero matrix's shape (nor an empty last row or column's).
+      {"", "", "gen pruned --rows 4 --cols 4 --sparsity 1 -o " + (dir / "allzero.tsv").string(),
+       "allzero.tsv: a .tsv holds entries only, and this 4x4 matrix has no entry"},
       // A --db file that is not a tuning database is refused, not cut down to its records (it had none).
       {"notes.txt", "important notes", "tune " + (dir / "ok.mtx").string() + " --n 4 --mode model -q --db {} -o " +
        (dir / "r.json").string(), "notes.txt:1: not a tuning record"},

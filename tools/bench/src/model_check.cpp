@@ -221,7 +221,7 @@ std::vector<ModelGroup> check_bench(const json& j, const std::string& file, cons
   const std::string suite = j.value("suite", "");
   SuiteOptions so;
   so.data_dir = o.data_dir;
-  const std::vector<Problem> problems = make_suite(suite, so);
+  const std::vector<Problem> problems = make_suite(suite, so, file + ": field 'suite'");
   ModelGroup g, isolated, other_kind;
   g.source = std::filesystem::path(file).filename().string();
   isolated.source = g.source + " (runs timed alone)";
@@ -391,7 +391,7 @@ PredictionSet predict_unchecked(const std::filesystem::path& file, const ModelCh
   const std::string subject = j.value("subject", "");
   SuiteOptions so;
   so.data_dir = o.data_dir;
-  const std::vector<Problem> problems = make_suite(j.value("suite", ""), so);
+  const std::vector<Problem> problems = make_suite(j.value("suite", ""), so, where + ": field 'suite'");
   const codegen::Target target = target_of(j, where);
   PredictionSet out;
   out.source = file.filename().string();

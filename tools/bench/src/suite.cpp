@@ -274,7 +274,7 @@ Problem generated_problem(std::string family, std::string name, int32_t m, int32
   return p;
 }
 
-std::vector<Problem> make_suite(const std::string& suite, const SuiteOptions& options) {
+std::vector<Problem> make_suite(const std::string& suite, const SuiteOptions& options, const std::string& where) {
   if (suite == "rn50-0.9") return rn50_suite("0.9", options);
   if (suite == "rn50-0.95") return rn50_suite("0.95", options);
   if (suite == "transformer") return transformer_suite();
@@ -284,7 +284,7 @@ std::vector<Problem> make_suite(const std::string& suite, const SuiteOptions& op
   if (suite == "rn50-conv3x3-0.9") return rn50_conv3x3_suite("0.9", options);
   if (suite == "rn50-conv3x3-0.95") return rn50_conv3x3_suite("0.95", options);
   if (suite == "smoke-conv") return smoke_conv_suite();
-  throw_user_error("--suite", "unknown suite '{}'", suite);
+  throw_user_error(where, "unknown suite '{}'", suite);
 }
 
 }  // namespace sparsert::bench

@@ -55,7 +55,9 @@ struct SuiteOptions {
 };
 
 // Unknown names and missing or malformed data are UserErrors naming the suite or the file.
-std::vector<Problem> make_suite(const std::string& suite, const SuiteOptions& options);
+// `where` names the suite in the error for an unknown one (the option, or the results file's field).
+std::vector<Problem> make_suite(const std::string& suite, const SuiteOptions& options,
+                                const std::string& where = "--suite");
 
 // An M×K matrix of normal draws, magnitude-pruned to `sparsity` (what the Transformer and MobileNet suites use).
 Problem generated_problem(std::string family, std::string name, int32_t m, int32_t k, int32_t n, double sparsity,
