@@ -12,6 +12,7 @@
 #include "sparsert/runtime/gpu_executor.hpp"
 #include "sparsert/runtime/npy.hpp"
 #include "sparsert/runtime/sha256.hpp"
+#include "sparsert/runtime/stream_arrays.hpp"
 #include "emulated_driver.hpp"
 #include "test_support.hpp"
 
@@ -955,7 +956,10 @@ TEST(CompileRun, PackageStreamedArraysAreCheckedAtLoad) {
     m["sha256"][file] = sha256_hex(bytes);
     m["manifest_sha256"] = manifest_digest(m);
     write_file_atomic(to / "manifest.json", m.dump());
-    return user_error([&] { GpuNetwork n(load_package(to)); });
+    // verify_package (`sparsert verify`) finds the same without a GPU.
+    const std::string loaded = user_error([&] { GpuNetwork n(load_package(to)); });
+    EXPECT_EQ(user_error([&] { verify_package(load_package(to)); }), loaded) << name;
+    return loaded;
   };
   auto set_word = [](size_t word, uint32_t v) {
     return [=](std::string& bytes) { std::memcpy(bytes.data() + 4 * word, &v, 4); };
@@ -990,6 +994,23 @@ TEST(CompileRun, PackageStreamedArraysAreCheckedAtLoad) {
   EXPECT_NE(e.find("layer layer1: entry 0 reads byte 4 of a tile"), std::string::npos) << e;
   e = resealed("ell", "ell-krows", 3, set_word(0, 40));
   EXPECT_NE(e.find("layer layer1: a stage reads input 40 of 40"), std::string::npos) << e;
+  // `sparsert verify`: the unedited packages pass; a flipped byte of a kernel (a file a CPU run never reads) and an
+  // edited array each exit 2 naming the file or the layer, without a GPU.
+  std::string err;
+  for (const char* pkg : {"ell", "rows"}) {
+    EXPECT_EQ(cli(fmt::format("verify {}", (dir / pkg).string()), &err), 0) << pkg << ": " << err;
+    EXPECT_NO_THROW(verify_package(load_package(dir / pkg))) << pkg;
+  }
+  std::filesystem::copy(dir / "ell", dir / "flipped", std::filesystem::copy_options::recursive);
+  const std::string ptx = load_package(dir / "flipped").layers[0].entries[0].ptx.at("sm_90");
+  std::string text = read_file(dir / "flipped" / ptx);
+  text[text.size() / 2] ^= 1;
+  write_file_atomic(dir / "flipped" / ptx, text);
+  EXPECT_EQ(cli(fmt::format("verify {}", (dir / "flipped").string()), &err), 2) << err;
+  EXPECT_NE(err.find(ptx), std::string::npos) << err;
+  EXPECT_EQ(cli(fmt::format("verify {}", (dir / "rows-input").string()), &err), 2) << err;
+  EXPECT_NE(err.find("layer layer1: entry 0 reads input 40 of 40"), std::string::npos) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
   // The zero row (padding's target) is a row every stage may name: the unedited package has entries reading it.
   EXPECT_NE(std::find(w.ell.begin(), w.ell.end(), 16u * row_bytes), w.ell.end()) << "padding reads the zero row";
 }

@@ -9,6 +9,7 @@
 #include "sparsert/runtime/json_text.hpp"
 #include "sparsert/runtime/npy.hpp"
 #include "sparsert/runtime/package.hpp"
+#include "sparsert/runtime/stream_arrays.hpp"
 #include "tuning_support.hpp"
 
 #include <fmt/format.h>
@@ -374,6 +375,23 @@ Action add_compile(CLI::App& app) {
                               tuned == 1 ? "" : "s");
     fmt::print("wrote {} ({} layers, {} cache hits, {} compiled) in {:.2f} s\n", args->output, layers.size(), r.hits,
                r.misses, r.seconds);
+    return static_cast<int>(kOk);
+  };
+}
+
+Action add_verify(CLI::App& app) {
+  auto package = std::make_shared<std::string>();
+  CLI::App* sub = app.add_subcommand("verify", "Check every file of a compiled package without running it (no GPU "
+                                     "needed): its manifest and digest, each file's sha256, the streamed arrays' "
+                                     "indices");
+  sub->add_option("package", *package, "Package directory")->required();
+  return [package] {
+    const Package pkg = load_package(*package);
+    verify_package(pkg);
+    size_t streamed = 0;
+    for (const PackageLayer& l : pkg.layers) streamed += l.kind == "streamed" && !l.arrays.empty();
+    fmt::print("{}: {} layers, {} files checked ({} streamed layers' arrays inside their layers)\n", *package,
+               pkg.layers.size(), pkg.sha256.size(), streamed);
     return static_cast<int>(kOk);
   };
 }

@@ -55,6 +55,8 @@ Action add_compile(CLI::App& app);
 // Registers `gen network` on `gen`; `action` runs it.
 CLI::App* add_gen_network(CLI::App& gen, Action& action);
 Action add_run(CLI::App& app);
+// `verify PKG`: every file of a package checked without a GPU.
+Action add_verify(CLI::App& app);
 Action add_bench(CLI::App& app);
 Action add_tune(CLI::App& app);
 Action add_check_model(CLI::App& app);

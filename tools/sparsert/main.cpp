@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   add(cli::add_graphchallenge);
   add(cli::add_compile);
   add(cli::add_run);
+  add(cli::add_verify);
   add(cli::add_bench);
   add(cli::add_tune);
   add(cli::add_check_model);
