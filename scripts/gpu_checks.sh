@@ -3,12 +3,14 @@
 #
 #   bash scripts/gpu_checks.sh STAGE [BUILD_DIR] [OUT_DIR]
 #
-# STAGE: info | tests | bench-rn50 | bench-rest | bench-entries | bench-functions | graphchallenge | tune | tune-gc | ncu-gc |
-#   ncu-spmm | gc65536 | gc65536-1920 | gc65536-folded | all
+# STAGE: info | tests | bench-rn50 | bench-rest | bench-entries | bench-functions | graphchallenge | tune | tune-n256 |
+#   tune-gc | ncu-gc | ncu-spmm | ncu-nlp | gc65536 | gc65536-1920 | gc65536-folded | all
 #   (not part of all: ncu-gc, Nsight Compute's kernel times of the 1200-input Graph Challenge run; ncu-spmm, its warp
-#   stall reasons on a 49-column layer baked (the tiles the model misprices) and streamed (row-split); gc65536,
-#   gc65536-1920 and gc65536-folded, the synthetic 65536-neuron networks of 120 and 1920 layers, plain and folded,
-#   each in a device call of its own)
+#   stall reasons on a 49-column layer baked (the tiles the model misprices) and streamed (row-split), and on the
+#   transformer's 512 x 2048 at N = 256; gc65536, gc65536-1920 and gc65536-folded, the synthetic 65536-neuron
+#   networks of 120 and 1920 layers, plain and folded, each in a device call of its own. For short leases, parts of
+#   stages alone: tune-n256, the tune stage's transformer layer (its baked tiles first); ncu-nlp, ncu-spmm's
+#   transformer layer, baked and as the row-split kernel)
 # BUILD_DIR: a configured and built tree (default: build, as scripts/build.sh makes it), or the bundle that
 #   scripts/gpu_bundle.sh makes (.gpu-bundle: bin/, lib/, data/) for a device machine without the build's packages
 # OUT_DIR: where results and logs go (default: $OUT when set, as on the device machine, else gpu-results)
@@ -22,7 +24,7 @@
 # (`sparsert bench` itself fails only when sparsert misses the reference; a baseline that misses is noted and passes.)
 set -euo pipefail
 
-stage=${1:?usage: gpu_checks.sh info|tests|bench-rn50|bench-rest|bench-entries|bench-functions|graphchallenge|tune|tune-gc|ncu-gc|ncu-spmm|gc65536|gc65536-1920|gc65536-folded|all [BUILD_DIR] [OUT_DIR]}
+stage=${1:?usage: gpu_checks.sh info|tests|bench-rn50|bench-rest|bench-entries|bench-functions|graphchallenge|tune|tune-n256|tune-gc|ncu-gc|ncu-spmm|ncu-nlp|gc65536|gc65536-1920|gc65536-folded|all [BUILD_DIR] [OUT_DIR]}
 build=${2:-build}
 out=${3:-${OUT:-gpu-results}}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -81,6 +83,103 @@ if command -v nvidia-smi > /dev/null; then
 else
   log "nvidia-smi: not found"
 fi
+
+# tune_step SECONDS ARGS...: `sparsert tune ARGS` as a step, with `--budget SECONDS` (0: none). Under gpu_lease.sh the
+# budget is at most the seconds left to the lease's deadline (SPARSERT_LEASE_DEADLINE) less 30 for the report and the
+# model check, since a tune killed by the deadline brings nothing back (the transformer's baked tiles at N = 256,
+# three times on 2026-11-27).
+tune_step() {
+  local seconds=$1
+  shift
+  if [[ -n ${SPARSERT_LEASE_DEADLINE:-} ]]; then
+    local left=$(( SPARSERT_LEASE_DEADLINE - $(date +%s) - 30 ))
+    (( left >= 5 )) || left=5
+    (( seconds > 0 && seconds < left )) || seconds=$left
+  fi
+  local budget=()
+  (( seconds > 0 )) && budget=(--budget "$seconds")
+  step "$sparsert" tune "${budget[@]}" "$@"
+}
+
+# The transformer's 512 x 2048 layer (made here, 90% sparse) at N = 256, streamed and baked: the tune stage's last part,
+# and a stage of its own (tune-n256) for a short lease that puts the suite furthest from its goal first.
+tune_n256() {
+  gen=$(mktemp -d)
+  step "$sparsert" gen pruned --rows 512 --cols 2048 --sparsity 0.9 --seed 100 -o "$gen/nlp_512x2048.mtx"
+  # tune-*-n256-gpu.json's layer is generated here: check-model reads it from the same file.
+  model_matrices=(--matrix "$gen/nlp_512x2048.mtx")
+  # First, as the longest (about 2 minutes on 16 cores) and the one a short lease must not lose: the baked tiles at
+  # N = 256, the model's top 16: 4 to 16 rows a block, tiles of 64 to 256 columns. Every baked kernel measured at
+  # N = 256 so far had blocks of 4 or 16 rows at 256 columns, whose loads bring about 3.4 bytes of B from L2 a fma
+  # (16 rows: about 2). Whether taller blocks (less B from L2, more code a block) run faster says whether the front
+  # end (the model's bound there) or the L2 traffic of B (which the model does not charge a baked kernel) sets their
+  # time (docs/autotune.md).
+  tune_step 0 "$gen/nlp_512x2048.mtx" --n 256 --mode gpu --kernel baked --top 2 \
+    -o "$out/tune-baked-n256-gpu.json" --no-db -j "$jobs"
+  model_check "$out/tune-baked-n256-gpu.json"
+  tune_step 0 "$gen/nlp_512x2048.mtx" --n 256 --mode gpu --kernel streamed --top 4 \
+    -o "$out/tune-rows-cols-n256-gpu.json" --no-db -j "$jobs"
+  model_check "$out/tune-rows-cols-n256-gpu.json"
+  model_matrices=()
+  rm -rf "$gen"
+}
+
+# profile KERNEL PKG INPUT CSV WHAT: one launch of the entry KERNEL of `sparsert run PKG`, its sections into
+# $out/CSV.
+profile() {
+  log "\$ ncu --cache-control none --kernel-name regex:$1 --launch-count 1 --section WarpStateStats ... sparsert \
+run $2 --device cuda > $out/$4"
+  local rc=0
+  ncu --cache-control none --kernel-name "regex:$1" --launch-count 1 --section LaunchStats \
+    --section Occupancy --section WarpStateStats --section InstructionStats --section SchedulerStats \
+    --section MemoryWorkloadAnalysis --metrics gpu__time_duration.sum --csv --page details \
+    "$sparsert" run "$2" --input "$3" --device cuda > "$out/$4" 2>> "$out/$stage.log" || rc=$?
+  (( rc == 0 )) || fail "ncu on $5 (exit $rc)"
+}
+
+# ncu_nlp FORM...: the transformer's 512 x 2048 layer at N = 256 (the suite furthest from its goal) profiled in each
+# FORM: baked (as compile builds it); staged and staged-db (one shape of the staged row-split kernel with one tile and
+# double-buffered: 64 rows a block, 2 a row group, 8 column lanes of 4 floats; 256 staged rows a stage, or 2 x 192);
+# rows (the row-split kernel the H200 timed fastest there on 2026-11-27: 16 rows a block, 32 column lanes of 2
+# floats, 11.0 us). Whether the baked kernel is bound by its instruction fetch or by the L2 traffic of B, and the
+# staged walk by its shared loads, its entry loads' latency or its copies' barriers, is what these say
+# (docs/autotune.md).
+ncu_nlp() {
+  local root nlp form kernel args staged rows header
+  root=$(mktemp -d)
+  nlp=$root/nlp
+  mkdir -p "$nlp"
+  header="{'descr': '<f4', 'fortran_order': False, 'shape': (2048, 256), }"
+  header=$(printf '%-117s' "$header")
+  { printf '\x93NUMPY\x01\x00\x76\x00%s\n' "$header"; head -c $((2048 * 256 * 4)) /dev/zero; } > "$nlp/x.npy"
+  if run "$sparsert" gen pruned --rows 512 --cols 2048 --sparsity 0.9 --seed 100 -o "$nlp/w.mtx"; then
+    rows='"layout": "rows", "rows_per_block": 16, "lanes_per_row": 1, "col_lanes": 32, "n_tile": 64'
+    rows+=', "cols_per_thread": 2, "unroll": 4'
+    staged='"layout": "staged-rows", "rows_per_block": 64, "group_rows": 2, "lanes_per_row": 1, "col_lanes": 8'
+    staged+=', "n_tile": 32, "cols_per_thread": 4, "unroll": 2'
+    for form in "$@"; do
+      mkdir -p "$nlp/$form"
+      printf '{"format": "sparsert-network/1", "layers": [{"weights": "%s", "n": 256, "activation": "none"}]}\n' \
+        "$nlp/w.mtx" > "$nlp/$form/net.json"
+      kernel=sparsert_stream args=()
+      case $form in
+        baked) kernel=sparsert_layer0 args=(--kernel baked) ;;
+        staged) args=(--stream "{$staged, \"stage_rows\": 256}") ;;
+        staged-db) args=(--stream "{$staged, \"stage_rows\": 192, \"double_buffer\": 1}") ;;
+        rows) args=(--stream "{$rows}") ;;
+      esac
+      if run "$sparsert" compile "$nlp/$form/net.json" --target sm_90 "${args[@]}" --no-tuning-db \
+        -o "$nlp/$form/pkg"; then
+        profile "$kernel" "$nlp/$form/pkg" "$nlp/x.npy" "ncu-spmm-nlp-$form.csv" "the transformer layer, $form"
+      else
+        fail "compile of the transformer layer, $form"
+      fi
+    done
+  else
+    fail "gen of the transformer layer"
+  fi
+  rm -rf "$root"
+}
 
 case $stage in
   info) ;;
@@ -197,14 +296,14 @@ case $stage in
     # -26: docs/measurements/h100-2026-11-26/tune-gpu.json.)
     # --row-align 1: at 49 columns, as the files of 2026-11-26 and -27 (compile's default builds 52 since 2026-11-27).
     layer=$data/dlmc/rn50/magnitude_pruning/0.9/bottleneck_3_block_group4_2_1.smtx
-    step "$sparsert" tune "$layer" --n 49 --row-align 1 --mode gpu --kernel baked --top 2 \
+    tune_step 0 "$layer" --n 49 --row-align 1 --mode gpu --kernel baked --top 2 \
       -o "$out/tune-baked-n49-gpu.json" --no-db -j "$jobs"
     step "$sparsert" tune "$layer" --n 49 --row-align 1 --mode model --kernel baked -o "$out/tune-baked-n49-model.json" \
       --no-db -j "$jobs"
     # The row-split streamed kernel (N <= 16) has not run on a GPU: time its candidates at N = 1 on ResNet-50's final
     # layer, so that `sparsert check-model tune-gemv-gpu.json` can calibrate its terms (docs/autotune.md).
-    step "$sparsert" tune "$data/dlmc/rn50/magnitude_pruning/0.9/final_dense.smtx" --n 1 --mode gpu --kernel streamed \
-      --top 4 -o "$out/tune-gemv-gpu.json" --no-db -j "$jobs"
+    tune_step 0 "$data/dlmc/rn50/magnitude_pruning/0.9/final_dense.smtx" --n 1 --mode gpu \
+      --kernel streamed --top 4 -o "$out/tune-gemv-gpu.json" --no-db -j "$jobs"
     # The row-split kernel with column lanes (N > 16) has not run on a GPU either: its streamed candidates, timed on
     # the layers the 2026-11-24 bench lost (2048 x 1024 at N = 49, 0.55x the faster vendor baked; the transformer's
     # 512 x 2048 at N = 256, 0.53x), against bench-rn50's and bench-rest's cuSPARSE times of the same layers.
@@ -214,27 +313,15 @@ case $stage in
     # twenty-fourth session gpu mode also times every shape of the row-split kernel (lanes per row, column lanes,
     # columns per thread; 14 at N = 49, 18 at N = 256, with the 8-float shapes) at its best-ranked parameters: among
     # those shapes the model ranked the 2026-11-26 runs at Spearman -0.05 and 0.23 (docs/autotune.md).
-    step "$sparsert" tune "$data/dlmc/rn50/magnitude_pruning/0.9/bottleneck_projection_block_group_projection_block_group4.smtx" \
-      --n 49 --row-align 1 --mode gpu --kernel streamed --top 4 -o "$out/tune-rows-cols-n49-gpu.json" --no-db \
-      -j "$jobs"
-    gen=$(mktemp -d)
-    step "$sparsert" gen pruned --rows 512 --cols 2048 --sparsity 0.9 --seed 100 -o "$gen/nlp_512x2048.mtx"
-    step "$sparsert" tune "$gen/nlp_512x2048.mtx" --n 256 --mode gpu --kernel streamed --top 4 \
-      -o "$out/tune-rows-cols-n256-gpu.json" --no-db -j "$jobs"
+    tune_step 0 \
+      "$data/dlmc/rn50/magnitude_pruning/0.9/bottleneck_projection_block_group_projection_block_group4.smtx" --n 49 \
+      --row-align 1 --mode gpu --kernel streamed --top 4 -o "$out/tune-rows-cols-n49-gpu.json" --no-db -j "$jobs"
     model_check "$out/tune-baked-n49-gpu.json" "$out/tune-gemv-gpu.json" "$out/tune-rows-cols-n49-gpu.json"
-    # tune-rows-cols-n256-gpu.json's layer is generated here: check-model reads it from the same file.
-    model_matrices=(--matrix "$gen/nlp_512x2048.mtx")
-    model_check "$out/tune-rows-cols-n256-gpu.json"
-    # Last, as the longest (about 2 minutes on 16 cores): the baked tiles of the same layer at N = 256, the model's
-    # top 16: 4 to 16 rows a block, tiles of 64 to 256 columns. Every baked kernel measured at N = 256 so far had
-    # blocks of 4 rows, whose loads bring about 3.4 bytes of B from L2 a fma (16 rows: about 2). Whether taller blocks
-    # (less B from L2, more code a block) run faster says whether the front end (the model's bound there) or the L2
-    # traffic of B (which the model does not charge a baked kernel) sets their time (docs/autotune.md).
-    step "$sparsert" tune "$gen/nlp_512x2048.mtx" --n 256 --mode gpu --kernel baked --top 2 \
-      -o "$out/tune-baked-n256-gpu.json" --no-db -j "$jobs"
-    model_check "$out/tune-baked-n256-gpu.json"
-    model_matrices=()
-    rm -rf "$gen"
+    tune_n256
+    ;;
+  tune-n256)
+    jobs=$(nproc)
+    tune_n256
     ;;
   tune-gc)
     # A stage of its own: at N = 60000 each candidate's verification and timing take long, and a run killed at the
@@ -248,8 +335,8 @@ case $stage in
     if run tar xzf "$gc/neuron1024.tar.gz" -C "$tmp" neuron1024/n1024-l100.tsv; then
       # --row-align 1: the Graph Challenge executor compiles for the live columns themselves.
       for n in 950 60000; do
-        step "$sparsert" tune "$tmp/neuron1024/n1024-l100.tsv" --n "$n" --row-align 1 --mode gpu --top 4 \
-          -o "$out/tune-gc-l100-n$n-gpu.json" --no-db -j "$jobs" --budget 200
+        tune_step 200 "$tmp/neuron1024/n1024-l100.tsv" --n "$n" --row-align 1 --mode gpu --top 4 \
+          -o "$out/tune-gc-l100-n$n-gpu.json" --no-db -j "$jobs"
         model_check "$out/tune-gc-l100-n$n-gpu.json"
       done
     else
@@ -288,18 +375,6 @@ case $stage in
     # the profiles of 2026-11-27 are of the 49-column kernels). Warp stall reasons (instruction fetch or the loads of B),
     # instruction and L1/L2 statistics of one launch, with the caches left as the run leaves them (a timed run keeps
     # the code in L2).
-    # profile KERNEL PKG INPUT CSV WHAT: one launch of the entry KERNEL of `sparsert run PKG`, its sections into
-    # $out/CSV.
-    profile() {
-      log "\$ ncu --cache-control none --kernel-name regex:$1 --launch-count 1 --section WarpStateStats ... sparsert \
-run $2 --device cuda > $out/$4"
-      local rc=0
-      ncu --cache-control none --kernel-name "regex:$1" --launch-count 1 --section LaunchStats \
-        --section Occupancy --section WarpStateStats --section InstructionStats --section SchedulerStats \
-        --section MemoryWorkloadAnalysis --metrics gpu__time_duration.sum --csv --page details \
-        "$sparsert" run "$2" --input "$3" --device cuda > "$out/$4" 2>> "$out/$stage.log" || rc=$?
-      (( rc == 0 )) || fail "ncu on $5 (exit $rc)"
-    }
     if ! command -v ncu > /dev/null; then
       fail "ncu (Nsight Compute) is not on PATH"
     else
@@ -331,39 +406,15 @@ run $2 --device cuda > $out/$4"
           fi
         done
       done
-      # The transformer's 512 x 2048 layer at N = 256 (the suite furthest from its goal): the baked kernel compile
-      # builds, and one shape of the staged row-split kernel with one tile and double-buffered (the same walk: 64 rows
-      # a block, 2 a row group, 8 column lanes of 4 floats; 256 staged rows a stage, or 2 x 192), neither of which had
-      # run on a GPU by 2026-11-27. Whether the staged walk is bound by its shared loads, its entry loads' latency or
-      # its copies' barriers is what these say (docs/autotune.md, "The staged row-split kernel").
-      nlp=$tmp/nlp
-      mkdir -p "$nlp"
-      header="{'descr': '<f4', 'fortran_order': False, 'shape': (2048, 256), }"
-      header=$(printf '%-117s' "$header")
-      { printf '\x93NUMPY\x01\x00\x76\x00%s\n' "$header"; head -c $((2048 * 256 * 4)) /dev/zero; } > "$nlp/x.npy"
-      if run "$sparsert" gen pruned --rows 512 --cols 2048 --sparsity 0.9 --seed 100 -o "$nlp/w.mtx"; then
-        staged='"layout": "staged-rows", "rows_per_block": 64, "group_rows": 2, "lanes_per_row": 1, "col_lanes": 8'
-        staged+=', "n_tile": 32, "cols_per_thread": 4, "unroll": 2'
-        for form in baked staged staged-db; do
-          mkdir -p "$nlp/$form"
-          printf '{"format": "sparsert-network/1", "layers": [{"weights": "%s", "n": 256, "activation": "none"}]}\n' \
-            "$nlp/w.mtx" > "$nlp/$form/net.json"
-          kernel=sparsert_stream args=()
-          case $form in
-            baked) kernel=sparsert_layer0 args=(--kernel baked) ;;
-            staged) args=(--stream "{$staged, \"stage_rows\": 256}") ;;
-            staged-db) args=(--stream "{$staged, \"stage_rows\": 192, \"double_buffer\": 1}") ;;
-          esac
-          if run "$sparsert" compile "$nlp/$form/net.json" --target sm_90 "${args[@]}" --no-tuning-db \
-            -o "$nlp/$form/pkg"; then
-            profile "$kernel" "$nlp/$form/pkg" "$nlp/x.npy" "ncu-spmm-nlp-$form.csv" "the transformer layer, $form"
-          else
-            fail "compile of the transformer layer, $form"
-          fi
-        done
-      else
-        fail "gen of the transformer layer"
-      fi
+      ncu_nlp baked staged staged-db
+    fi
+    ;;
+  ncu-nlp)
+    # The transformer layer alone, baked and in the row-split shape timed fastest (for a short lease).
+    if ! command -v ncu > /dev/null; then
+      fail "ncu (Nsight Compute) is not on PATH"
+    else
+      ncu_nlp baked rows
     fi
     ;;
   gc65536)

@@ -10,10 +10,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <future>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -43,76 +45,70 @@ struct LayerContext {
   std::map<std::string, std::variant<Probe, std::string>> probes;
   std::map<int32_t, inspector::WorkPlan> stream_plans;  // by rows per block (default_stream_plan's only input)
   std::map<std::string, std::variant<StreamShape, std::string>> stream_shapes;
+  // Candidates are built on several threads while the timing thread folds results in: the caches above are looked
+  // up and filled under this lock, and each value is made outside it (a probe of a large baked tile runs ptxsim for
+  // seconds). Two threads may make the same value; the first stored is kept. Entries are never erased or moved
+  // (std::map), so a reference handed out stays valid once the lock is released.
+  std::mutex mu;
+
+  template <typename Map, typename Make>
+  const typename Map::mapped_type& cached(Map& map, const typename Map::key_type& key, Make make) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (auto it = map.find(key); it != map.end()) return it->second;
+    }
+    typename Map::mapped_type value = make();
+    std::lock_guard<std::mutex> lock(mu);
+    return map.emplace(key, std::move(value)).first->second;
+  }
 
   const inspector::WorkPlan& plan(const inspector::PlanParams& p) {
-    const std::string k = plan_key(p);
-    auto it = plans.find(k);
-    if (it == plans.end()) it = plans.emplace(k, inspector::make_plan(layer.a, p)).first;
-    return it->second;
+    return cached(plans, plan_key(p), [&] { return inspector::make_plan(layer.a, p); });
   }
   // The probe's code depends on the plan, columns per thread, weight placement and load batching, not on n_tile.
   const std::variant<Probe, std::string>& probe(const codegen::TileParams& t, bool simulate) {
     const std::string k = fmt::format("{}/{}/{}/{}/{}/{}/{}", plan_key(t.plan), t.cols_per_thread,
                                       codegen::to_string(t.weights), t.loads_per_batch, t.max_fmas_per_entry,
                                       t.max_entries, simulate);
-    auto it = probes.find(k);
-    if (it == probes.end()) {
-      std::variant<Probe, std::string> v;
+    return cached(probes, k, [&]() -> std::variant<Probe, std::string> {
       try {
-        v = simulate ? run_probe(layer.a, plan(t.plan), t, opt.target, layer.epilogue)
-                     : analytic_probe(layer.a, plan(t.plan), t, opt.target);
+        return simulate ? run_probe(layer.a, plan(t.plan), t, opt.target, layer.epilogue)
+                        : analytic_probe(layer.a, plan(t.plan), t, opt.target);
       } catch (const std::exception& e) {
-        v = fmt::format("probe: {}", e.what());
+        return fmt::format("probe: {}", e.what());
       }
-      it = probes.emplace(k, std::move(v)).first;
-    }
-    return it->second;
+    });
   }
 
   // The streamed kernel's plan: compile's (default_stream_plan), so that what is tuned is what compile builds.
   const inspector::WorkPlan& stream_plan(const codegen::StreamParams& p) {
-    auto it = stream_plans.find(p.rows_per_block);
-    if (it == stream_plans.end()) {
-      it = stream_plans.emplace(p.rows_per_block, codegen::default_stream_plan(layer.a, p)).first;
-    }
-    return it->second;
+    return cached(stream_plans, p.rows_per_block, [&] { return codegen::default_stream_plan(layer.a, p); });
   }
   // The packed weights' shape depends on the layout, lanes (column lanes set the row groups of a warp), rows per
   // block, staged rows and unroll (n_tile only scales offsets).
   const std::variant<StreamShape, std::string>& stream_shape_of(const codegen::StreamParams& p) {
     const std::string k = fmt::format("{}/{}/{}/{}/{}/{}/{}", codegen::to_string(p.layout), p.lanes_per_row,
                                       p.col_lanes, p.rows_per_block, p.stage_rows, p.unroll, p.group_rows);
-    auto it = stream_shapes.find(k);
-    if (it == stream_shapes.end()) {
-      std::variant<StreamShape, std::string> v;
+    return cached(stream_shapes, k, [&]() -> std::variant<StreamShape, std::string> {
       try {
-        v = stream_shape(codegen::pack_stream_weights(layer.a, stream_plan(p), p, layer.epilogue.bias), p);
+        return stream_shape(codegen::pack_stream_weights(layer.a, stream_plan(p), p, layer.epilogue.bias), p);
       } catch (const std::exception& e) {
-        v = fmt::format("pack: {}", e.what());
+        return fmt::format("pack: {}", e.what());
       }
-      it = stream_shapes.emplace(k, std::move(v)).first;
-    }
-    return it->second;
+    });
   }
   const std::variant<Probe, std::string>& stream_probe(const codegen::StreamParams& p, bool simulate) {
     const std::string k = fmt::format("stream/{}/{}", stream_key(p), simulate);
-    auto it = probes.find(k);
-    if (it == probes.end()) {
-      std::variant<Probe, std::string> v;
+    return cached(probes, k, [&]() -> std::variant<Probe, std::string> {
       try {
-        if (simulate) {
-          v = run_stream_probe(layer.a, stream_plan(p), p, layer.n, opt.target, layer.epilogue);
-        } else if (const auto* shape = std::get_if<StreamShape>(&stream_shape_of(p))) {
-          v = analytic_stream_probe(*shape, p, layer.n, layer.epilogue);
-        } else {
-          v = std::get<std::string>(stream_shape_of(p));
-        }
+        if (simulate) return run_stream_probe(layer.a, stream_plan(p), p, layer.n, opt.target, layer.epilogue);
+        const auto& shape = stream_shape_of(p);
+        if (const auto* sh = std::get_if<StreamShape>(&shape)) return analytic_stream_probe(*sh, p, layer.n, layer.epilogue);
+        return std::get<std::string>(shape);
       } catch (const std::exception& e) {
-        v = fmt::format("probe: {}", e.what());
+        return fmt::format("probe: {}", e.what());
       }
-      it = probes.emplace(k, std::move(v)).first;
-    }
-    return it->second;
+    });
   }
 
   // Ranks one candidate with codegen's resource estimate (or `registers` when given).
@@ -153,7 +149,7 @@ struct LayerContext {
   }
 
   // Emits the candidate's kernel for the real N (a streamed one with its packed weights) and assembles its entries.
-  Built build(const Candidate& c, bool need_cubin) {
+  Built build(const Candidate& c, bool need_cubin, int entry_threads) {
     Built b;
     try {
       if (c.streamed()) {
@@ -176,7 +172,7 @@ struct LayerContext {
       return b;
     }
     b.asm_results.resize(b.entries());
-    parallel_for(static_cast<int64_t>(b.entries()), std::max(opt.threads, 1), [&](int64_t i) {
+    parallel_for(static_cast<int64_t>(b.entries()), std::max(entry_threads, 1), [&](int64_t i) {
       const auto e = static_cast<size_t>(i);
       b.asm_results[e] = store->get(b.entry_ptx(e), b.entry_name(e), opt.target, need_cubin);
     });
@@ -460,6 +456,10 @@ void confirm(LayerContext& ctx, LayerResult& lr, const std::vector<size_t>& rank
     p.emplace();
     futures.push_back(p->get_future());
   }
+  // Builders: see the loop that starts them below.
+  const int threads = std::max(options.threads, 1);
+  const size_t builders = std::clamp<size_t>(static_cast<size_t>(threads), 1, std::max<size_t>(chosen.size(), 1));
+  const int entry_threads = std::max(1, threads / static_cast<int>(builders));
   std::vector<char> skipped(chosen.size(), 0);
   auto produce = [&](size_t i) {
     const Candidate& c = lr.candidates[chosen[i]].cand;
@@ -468,7 +468,7 @@ void confirm(LayerContext& ctx, LayerResult& lr, const std::vector<size_t>& rank
       promises[i]->set_value(Built{});
       return;
     }
-    Built b = ctx.build(c, gpu);
+    Built b = ctx.build(c, gpu, entry_threads);
     for (size_t e = 0; !b.stream && e < b.asm_results.size(); ++e) {  // the assembly rate is per fma of baked code
       if (!b.asm_results[e].reused)
         run.budget.record(b.asm_results[e].seconds, static_cast<double>(b.kernel.entries[e].fmas));
@@ -477,23 +477,29 @@ void confirm(LayerContext& ctx, LayerResult& lr, const std::vector<size_t>& rank
   };
   std::unique_ptr<GpuBench> bench;
   if (gpu) bench = std::make_unique<GpuBench>(ctx.layer, options.repeats);
-  // Candidates are built one at a time (each assembles its entries in parallel) on their own thread, ahead of the
-  // timing loop here: a pipeline, not a fan-out.
+  // Candidates are built on `builders` threads of their own, in rank order, ahead of the timing loop here, which
+  // takes them in that order: a baked candidate is usually one entry, which one thread assembles (16-30 s at 100K
+  // fmas), so one candidate at a time left all but one core idle (16 baked tiles of the transformer's 512 x 2048 at
+  // N = 256 did not finish in 3 minutes on 16 cores, 2026-11-27). Each build's entries share the threads left.
   // A candidate whose build or bookkeeping throws is recorded as failed; nothing escapes either loop, so the
-  // producer is always joined (an exception past a joinable thread would end the process, report unwritten).
-  std::thread producer([&] {
-    for (size_t i = 0; i < chosen.size(); ++i) {
-      try {
-        produce(i);
-      } catch (...) {
+  // builders are always joined (an exception past a joinable thread would end the process, report unwritten).
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> workers;
+  for (size_t w = 0; w < builders; ++w) {
+    workers.emplace_back([&] {
+      for (size_t i = next++; i < chosen.size(); i = next++) {
         try {
-          promises[i]->set_exception(std::current_exception());
-        } catch (const std::future_error&) {
-          // its value was set before the throw: the candidate stands
+          produce(i);
+        } catch (...) {
+          try {
+            promises[i]->set_exception(std::current_exception());
+          } catch (const std::future_error&) {
+            // its value was set before the throw: the candidate stands
+          }
         }
       }
-    }
-  });
+    });
+  }
   for (size_t i = 0; i < chosen.size(); ++i) {
     CandidateResult& r = lr.candidates[chosen[i]];
     Built b;
@@ -526,7 +532,7 @@ void confirm(LayerContext& ctx, LayerResult& lr, const std::vector<size_t>& rank
       }
     }
   }
-  producer.join();
+  for (std::thread& w : workers) w.join();
 }
 
 // Step 4: the winner.
@@ -595,7 +601,7 @@ LayerResult search_layer(SearchRun& run, const std::vector<TuneLayer>& layers, s
   lr.k = layer.a.cols;
   lr.n = layer.n;
   lr.nnz = layer.a.nnz();
-  LayerContext ctx{layer, run.options, run.machine, run.store, {}, {}, {}, {}};
+  LayerContext ctx{layer, run.options, run.machine, run.store, {}, {}, {}, {}, {}};
   if (!(run.options.share && share_earlier(ctx, layers, li, earlier, lr))) {
     const std::vector<size_t> ranked = rank_candidates(ctx, lr);
     if (run.store) confirm(ctx, lr, ranked, run, layers.size() - li);

@@ -140,6 +140,42 @@ TEST(Model, TunerRanksInTheEntriesCompileWillBuild) {
   }
 }
 
+// Candidates are assembled on several threads at once (a baked candidate is one entry, one thread's work): what comes
+// out is what one thread building them in turn gives, candidate by candidate, in model mode and in gpu mode (the
+// emulated driver timing each while the next ones are built).
+TEST(Model, CandidatesBuiltInParallelMatchOneAtATime) {
+  const TuneLayer l = small_layer("fc", 11, 128, 96, 24);
+  for (const bool gpu : {false, true}) {
+    SCOPED_TRACE(gpu ? "gpu mode" : "model mode");
+    TuneOptions o = model_options();
+    o.assemble_top = 6;
+    if (gpu) o = on_emulated_gpu(o, 2);
+    std::vector<TuneReport> reports;
+    for (const int threads : {1, 4}) {
+      o.threads = threads;
+      reports.push_back(tune({l}, o));
+    }
+    const LayerResult &one = reports[0].layers.at(0), &four = reports[1].layers.at(0);
+    ASSERT_EQ(one.candidates.size(), four.candidates.size());
+    int built = 0;
+    for (size_t i = 0; i < one.candidates.size(); ++i) {
+      const CandidateResult &a = one.candidates[i], &b = four.candidates[i];
+      ASSERT_TRUE(a.cand == b.cand) << i;
+      EXPECT_EQ(a.status, b.status) << i << " " << a.reason << " / " << b.reason;
+      EXPECT_EQ(a.registers, b.registers) << i;
+      EXPECT_EQ(a.registers_from_assembler, b.registers_from_assembler) << i;
+      if (!gpu && a.estimate && b.estimate) {
+        EXPECT_DOUBLE_EQ(a.estimate->microseconds, b.estimate->microseconds) << i;
+      }
+      built += a.registers_from_assembler;
+    }
+    EXPECT_GE(built, gpu ? 3 : 6);  // several candidates were assembled, so several builders ran
+    if (!gpu) {
+      EXPECT_EQ(one.winner, four.winner);
+    }
+  }
+}
+
 TEST(Model, ImbalanceCostsTime) {
   // Rows 0..7 hold almost everything: balancing by rows puts them in one block, by nonzeros spreads them.
   const CsrMatrix a = inspector::generate_pruned_gaussian(256, 256, 0.97, 9);

@@ -74,10 +74,10 @@ for call in 'bench --suite rn50-0.9 --device cuda --repeats 20 --choose measured
   'graphchallenge .*--replicate 1 --device cuda --compaction fused' \
   'graphchallenge .*--replicate 1 --device cuda --compaction kernel' \
   'graphchallenge .*--replicate 1 --device cuda --max-entries 8' \
-  'graphchallenge .*--replicate 1 --device cuda --dependent-launch off' 'tune .*n1024-l100\.tsv --n 950 --row-align 1 --mode gpu' \
+  'graphchallenge .*--replicate 1 --device cuda --dependent-launch off' 'tune --budget 200 .*n1024-l100\.tsv --n 950 --row-align 1 --mode gpu' \
   'graphchallenge .*--replicate 50 --device cuda --fold-duplicates' \
   'graphchallenge .*--replicate 1 --device cuda --fold-duplicates' \
-  'tune .*n1024-l100\.tsv --n 60000 --row-align 1 --mode gpu' 'bench --suite rn50-0\.9 .*--max-entries 8 ' \
+  'tune --budget 200 .*n1024-l100\.tsv --n 60000 --row-align 1 --mode gpu' 'bench --suite rn50-0\.9 .*--max-entries 8 ' \
   'bench --suite rn50-0\.9 .*--max-entries 2 ' 'bench --suite transformer .*--max-entries 8 ' \
   'bench --suite rn50-0\.9 .*--block-functions off ' 'bench --suite transformer .*--block-functions off '; do
   check "ran: $call" grep -q -E "^$call" "$CALLS"
@@ -110,6 +110,26 @@ check "all.log names only the two failed stages" test "$(grep -c '^  - ' "$out/a
 check "bench-rn50.log names the failed step" \
   grep -q -E '^  - .*bench --suite rn50-0\.9 .*\(exit 1\)' "$out/bench-rn50.log"
 check "bench-rest passed" grep -q 'gpu_checks.sh: bench-rest: passed' "$out/bench-rest.log"
+
+check "no tune budget outside a lease but tune-gc's own" \
+  test "$(grep -c -- '--budget' "$CALLS")" -eq "$(grep -c -E '^tune --budget 200 .*n1024-l100' "$CALLS")"
+
+# tune-n256 under gpu_lease.sh's deadline (SPARSERT_LEASE_DEADLINE): each tune gets --budget, the seconds left less
+# 30, so that it writes its report before the deadline; the baked tiles come first.
+: > "$CALLS"
+SPARSERT_LEASE_DEADLINE=$(( $(date +%s) + 200 )) bash "$script" tune-n256 "$fake" "$work/out11" > "$work/log11" 2>&1
+rc=$?
+check "tune-n256 exits 0 (got $rc)" test "$rc" -eq 0
+budgets=$(grep -o -E '^tune --budget [0-9]+ ' "$CALLS" | awk '{print $3}')
+check "both tunes of tune-n256 have a budget" test "$(echo "$budgets" | wc -w)" -eq 2
+for b in $budgets; do
+  check "a budget of the seconds left less 30 ($b)" test "$b" -ge 150 -a "$b" -le 170
+done
+check "the baked tiles are tuned before the streamed ones" test "$(grep -E '^tune ' "$CALLS" | head -1 | \
+  grep -c -- '--kernel baked')" -eq 1
+: > "$CALLS"
+SPARSERT_LEASE_DEADLINE=$(( $(date +%s) + 10 )) bash "$script" tune-n256 "$fake" "$work/out12" > "$work/log12" 2>&1
+check "past the deadline a tune still gets 5 s" test "$(grep -c -E '^tune --budget 5 ' "$CALLS")" -eq 2
 
 # 2. Nothing fails: exit 0.
 : > "$CALLS"
@@ -186,6 +206,20 @@ check "ncu-spmm profiled the baked entry three times" \
 check "ncu-spmm profiled the streamed entry four times" \
   test "$(grep -c -- '--kernel-name regex:sparsert_stream ' "$CALLS")" -eq 4
 check "ncu-spmm ran each package" test "$(grep -c -E '^run .*/pkg --input .*/x.npy --device cuda$' "$CALLS")" -eq 7
+# ncu-nlp: the transformer layer alone, baked and as the row-split kernel timed fastest on 2026-11-27.
+: > "$CALLS"
+bash "$script" ncu-nlp "$fake" "$work/out10" > "$work/log10" 2>&1
+rc=$?
+check "ncu-nlp exits 0 with ncu (got $rc)" test "$rc" -eq 0
+check "ncu-nlp compiled the transformer layer baked" grep -q -E \
+  '^compile .*/nlp/baked/net.json --target sm_90 --kernel baked --no-tuning-db -o .*' "$CALLS"
+check "ncu-nlp compiled the row-split kernel" grep -q -E \
+  '^compile .*/nlp/rows/net.json --target sm_90 --stream \{"layout": "rows", "rows_per_block": 16, .*"col_lanes": 32, .*\} --no-tuning-db' \
+  "$CALLS"
+for form in baked rows; do
+  check "ncu-nlp wrote the transformer's $form CSV" grep -q 'Kernel Name' "$work/out10/ncu-spmm-nlp-$form.csv"
+done
+check "ncu-nlp compiled nothing else" test "$(grep -c '^compile ' "$CALLS")" -eq 2
 rm "$work/path/ncu"
 bash "$script" ncu-gc "$fake" "$work/out6" > "$work/log6" 2>&1
 rc=$?

@@ -188,6 +188,12 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
       // A results file naming a suite there is none of: its field, not an option nobody gave.
       {"nosuite.json", R"({"format": "sparsert-bench/1", "suite": "nope", "subject": "sparsert-gpu", "problems": []})",
        "check-model {}", "nosuite.json: field 'suite': unknown suite 'nope'"},
+      // An optional field of the wrong type: named, with its value (it was nlohmann's "type must be string").
+      {"numsuite.json", R"({"format": "sparsert-bench/1", "suite": 7, "subject": "sparsert-gpu", "problems": []})",
+       "check-model {}", "numsuite.json.suite: unexpected value 7"},
+      {"tunestatus.json", R"({"format": "sparsert-tune-report/1", "layers": [{"name": "l", "n": 4, "nnz": 3,
+       "candidates": [{"status": 1, "time_us": 1.0}]}]})", "check-model {}",
+       "tunestatus.json: layer l: a candidate.status: unexpected value 1"},
       // A .tsv cannot hold an all-zero matrix's shape (nor an empty last row or column's).
       {"", "", "gen pruned --rows 4 --cols 4 --sparsity 1 -o " + (dir / "allzero.tsv").string(),
        "allzero.tsv: a .tsv holds entries only, and this 4x4 matrix has no entry"},

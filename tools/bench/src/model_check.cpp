@@ -56,7 +56,7 @@ void checked(const autotune::Candidate& c, const CsrMatrix& a, int32_t n, const 
 }
 
 codegen::Target target_of(const json& j, const std::string& where) {
-  const std::string t = j.value("target", "sm_90");
+  const std::string t = json_get_or<std::string>(j, where, "target", "sm_90");
   try {
     return codegen::Target::parse(t);
   } catch (const std::exception&) {
@@ -81,7 +81,8 @@ CsrMatrix measured_layer(const ModelCheckOptions& o, const json& layer, const st
   for (const std::filesystem::path& f : o.matrices) {
     if (f.stem().string() != name) continue;
     inspector::LoadedMatrix m = inspector::load_matrix(f);
-    const int64_t rows = layer.value("m", int64_t{-1}), cols = layer.value("k", int64_t{-1});
+    const int64_t rows = json_get_or<int64_t>(layer, where, "m", -1);
+    const int64_t cols = json_get_or<int64_t>(layer, where, "k", -1);
     SPARSERT_USER_CHECK(m.a.nnz() == nnz && (rows < 0 || rows == m.a.rows) && (cols < 0 || cols == m.a.cols),
                         f.string(), "is {} x {} with {} nonzeros where layer '{}' of the report is {} x {} with {}",
                         m.a.rows, m.a.cols, m.a.nnz(), name, rows, cols, nnz);
@@ -104,12 +105,12 @@ CsrMatrix measured_layer(const ModelCheckOptions& o, const json& layer, const st
 // Files written before the fields existed measured layout 1 of the streamed kernel (tile rows n_tile * 4 bytes apart,
 // field stream_generator), baked entries launched one after another (field entry_launch) and each run timed alone
 // (field sparsert_timing; tuning reports timed them so until 2026-11-24, and said so from 2026-11-24).
-autotune::KernelVersion version_of(const json& j, const codegen::StreamParams& stream) {
+autotune::KernelVersion version_of(const json& j, const codegen::StreamParams& stream, const std::string& file) {
   autotune::KernelVersion v;
-  if (j.value("stream_generator", "sparsert-stream-spmm/1") == "sparsert-stream-spmm/1")
+  if (json_get_or<std::string>(j, file, "stream_generator", "sparsert-stream-spmm/1") == "sparsert-stream-spmm/1")
     v.stream_tile_row_bytes = stream.n_tile * 4;
-  v.serial_entries = j.value("entry_launch", "serial") == "serial";
-  v.isolated_runs = j.value("sparsert_timing", "isolated") == "isolated";
+  v.serial_entries = json_get_or<std::string>(j, file, "entry_launch", "serial") == "serial";
+  v.isolated_runs = json_get_or<std::string>(j, file, "sparsert_timing", "isolated") == "isolated";
   return v;
 }
 
@@ -118,7 +119,7 @@ std::vector<ModelGroup> check_tune_report(const json& j, const std::string& file
   SPARSERT_USER_CHECK(j.contains("layers") && j["layers"].is_array(), file, "field 'layers' is missing");
   std::vector<ModelGroup> out;
   for (const json& layer : j["layers"]) {
-    const std::string name = layer.value("name", "");
+    const std::string name = json_get_or<std::string>(layer, file + ": a layer", "name", "");
     const std::string where = fmt::format("{}: layer {}", file, name);
     SPARSERT_USER_CHECK(layer.contains("candidates") && layer.contains("n") && layer.contains("nnz"), where,
                         "fields 'candidates', 'n' and 'nnz' are required");
@@ -130,11 +131,12 @@ std::vector<ModelGroup> check_tune_report(const json& j, const std::string& file
     std::optional<CsrMatrix> a;
     for (const json& c : layer["candidates"]) {
       SPARSERT_USER_CHECK(c.is_object(), where, "a candidate is not an object: {}", c.dump().substr(0, 40));
-      if (c.value("status", "") != "measured" || !c.contains("time_us")) continue;
+      const std::string status = json_get_or<std::string>(c, where + ": a candidate", "status", "");
+      if (status != "measured" || !c.contains("time_us")) continue;
       if (!a) a = measured_layer(o, layer, name, json_get<int64_t>(layer, where, "nnz"), where);
-      const std::string label = c.value("label", "");
+      const std::string label = json_get_or<std::string>(c, where + ": a candidate", "label", "");
       const std::string cw = fmt::format("{}: candidate '{}'", where, label);
-      const bool streamed = c.value("kind", "baked") == "streamed";
+      const bool streamed = json_get_or<std::string>(c, cw, "kind", "baked") == "streamed";
       codegen::TileParams tile;
       codegen::StreamParams stream;
       if (streamed) {
@@ -145,7 +147,7 @@ std::vector<ModelGroup> check_tune_report(const json& j, const std::string& file
         tile = autotune::tile_from_json(c["tile"], cw);
       }
       std::optional<int> regs;
-      if (c.value("registers_from", "") == "assembler" && c.contains("registers")) {
+      if (json_get_or<std::string>(c, cw, "registers_from", "") == "assembler" && c.contains("registers")) {
         regs = json_get<int>(c, cw, "registers");
         SPARSERT_USER_CHECK(*regs >= 1 && *regs <= 255, cw + ".registers", "{} is not a register count (1 to 255)",
                             *regs);
@@ -155,14 +157,14 @@ std::vector<ModelGroup> check_tune_report(const json& j, const std::string& file
       pt.label = label;
       pt.n = n;
       pt.measured_us = measured_time(c["time_us"], cw + ": time_us");
-      pt.is_default = c.value("default", false);
+      pt.is_default = json_get_or<bool>(c, cw, "default", false);
       autotune::Candidate cand;
       cand.kind = streamed ? codegen::KernelKind::kStreamed : codegen::KernelKind::kBaked;
       cand.tile = tile;
       cand.stream = stream;
       checked(cand, *a, pt.n, target, cw);
       pt.estimate = autotune::estimate_candidate(*a, pt.n, Epilogue{}, cand.kind, tile, stream, target, regs,
-                                                 o.simulate, version_of(j, stream));
+                                                 o.simulate, version_of(j, stream, file));
       pt.predicted_us = pt.estimate.microseconds;
       g.points.push_back(std::move(pt));
     }
@@ -214,11 +216,11 @@ int32_t columns_in_detail(const std::string& detail, int32_t n, const std::strin
 }
 
 std::vector<ModelGroup> check_bench(const json& j, const std::string& file, const ModelCheckOptions& o) {
-  const std::string subject = j.value("subject", "");
+  const std::string subject = json_get_or<std::string>(j, file, "subject", "");
   SPARSERT_USER_CHECK(subject == "sparsert-gpu", file, "field 'subject' is '{}': only GPU runs (sparsert-gpu) are "
                       "measured kernels", subject);
   SPARSERT_USER_CHECK(j.contains("problems") && j["problems"].is_array(), file, "field 'problems' is missing");
-  const std::string suite = j.value("suite", "");
+  const std::string suite = json_get_or<std::string>(j, file, "suite", "");
   SuiteOptions so;
   so.data_dir = o.data_dir;
   const std::vector<Problem> problems = make_suite(suite, so, file + ": field 'suite'");
@@ -227,39 +229,42 @@ std::vector<ModelGroup> check_bench(const json& j, const std::string& file, cons
   isolated.source = g.source + " (runs timed alone)";
   other_kind.source = g.source + " (the kernels not kept, timed for bench --choose measured)";
   for (const json& p : j["problems"]) {
-    const std::string name = p.value("name", "");
+    const std::string name = json_get_or<std::string>(p, file + ": a problem", "name", "");
     const std::string where = fmt::format("{}: problem {}", file, name);
     if (!p.contains("results") || !p["results"].contains(subject)) continue;
     const json& r = p["results"][subject];
-    if (!r.value("verified", false) || !r.contains("median_ms")) continue;
-    const auto kernel = kernel_in_detail(r.value("detail", ""), where);
+    const std::string rw = where + ": results." + subject;
+    if (!json_get_or<bool>(r, rw, "verified", false) || !r.contains("median_ms")) continue;
+    const std::string detail = json_get_or<std::string>(r, rw, "detail", "");
+    const auto kernel = kernel_in_detail(detail, where);
     if (!kernel) continue;  // no parameters recorded
-    const std::string family = p.value("family", "");
+    const std::string family = json_get_or<std::string>(p, where, "family", "");
     const auto it = std::find_if(problems.begin(), problems.end(),
                                  [&](const Problem& q) { return q.name == name && q.family == family; });
     SPARSERT_USER_CHECK(it != problems.end(), where, "is not a problem of suite '{}'", suite);
-    SPARSERT_USER_CHECK(it->a.nnz() == p.value("nnz", int64_t{-1}) && it->n == p.value("n", -1), where,
-                        "has {} nonzeros and n = {}, the suite makes {} and {} (the data changed?)",
-                        p.value("nnz", int64_t{-1}), p.value("n", -1), it->a.nnz(), it->n);
+    const int64_t nnz = json_get_or<int64_t>(p, where, "nnz", -1), n = json_get_or<int64_t>(p, where, "n", -1);
+    SPARSERT_USER_CHECK(it->a.nnz() == nnz && it->n == n, where,
+                        "has {} nonzeros and n = {}, the suite makes {} and {} (the data changed?)", nnz, n,
+                        it->a.nnz(), it->n);
     ModelPoint pt;
     pt.layer = name;
     autotune::Candidate c;
     c.kind = kernel->kind;
     c.tile = kernel->tile;
     c.stream = kernel->stream;
-    const int32_t columns = columns_in_detail(r.value("detail", ""), it->n, where);
+    const int32_t columns = columns_in_detail(detail, it->n, where);
     // A kernel built for aligned rows ran the problem's n columns in rows of `columns`: it is estimated at that width.
     pt.label = autotune::describe(c) + (columns != it->n ? fmt::format(" ld={}", columns) : std::string{});
     pt.n = columns;
     pt.measured_us = measured_time(r["median_ms"], where + ": median_ms") * 1e3;
     checked(c, it->a, columns, target_of(j, file), where);
     pt.estimate = autotune::estimate_candidate(it->a, columns, Epilogue{}, c.kind, c.tile, c.stream, target_of(j, file),
-                                               std::nullopt, o.simulate, version_of(j, c.stream));
+                                               std::nullopt, o.simulate, version_of(j, c.stream, file));
     pt.predicted_us = pt.estimate.microseconds;
     if (r.contains("isolated_median_ms") && r["isolated_median_ms"].is_number()) {
       // The same kernel's runs timed alone: the model's other timing, against the same instruction counts.
       ModelPoint iso = pt;
-      autotune::KernelVersion v = version_of(j, c.stream);
+      autotune::KernelVersion v = version_of(j, c.stream, file);
       v.isolated_runs = true;
       iso.measured_us = measured_time(r["isolated_median_ms"], where + ": isolated_median_ms") * 1e3;
       iso.estimate = autotune::estimate_candidate(it->a, columns, Epilogue{}, c.kind, c.tile, c.stream,
@@ -272,9 +277,12 @@ std::vector<ModelGroup> check_bench(const json& j, const std::string& file, cons
       // too (its median of a few back-to-back samples, in microseconds).
       const json& choice = r["kind_choice"];
       for (const auto& [kind, e] : choice.items()) {
-        if (!e.is_object() || e.value("status", "") != "measured" || kind == choice.value("picked", "")) continue;
         const std::string ew = where + ": kind_choice." + kind;
-        const auto k = kernel_in_detail(e.value("detail", ""), ew);
+        if (!e.is_object() || json_get_or<std::string>(e, ew, "status", "") != "measured" ||
+            kind == json_get_or<std::string>(choice, where + ": kind_choice", "picked", ""))
+          continue;
+        const std::string other_detail = json_get_or<std::string>(e, ew, "detail", "");
+        const auto k = kernel_in_detail(other_detail, ew);
         if (!k || !e.contains("median_us")) continue;
         autotune::Candidate oc;
         oc.kind = k->kind;
@@ -282,14 +290,14 @@ std::vector<ModelGroup> check_bench(const json& j, const std::string& file, cons
         oc.stream = k->stream;
         ModelPoint op;
         op.layer = name;
-        const int32_t other_columns = columns_in_detail(e.value("detail", ""), it->n, ew);
+        const int32_t other_columns = columns_in_detail(other_detail, it->n, ew);
         op.label = autotune::describe(oc) + (other_columns != it->n ? fmt::format(" ld={}", other_columns) : std::string{});
         op.n = other_columns;
         op.measured_us = measured_time(e["median_us"], ew + ".median_us");
         checked(oc, it->a, other_columns, target_of(j, file), ew);
         op.estimate = autotune::estimate_candidate(it->a, other_columns, Epilogue{}, oc.kind, oc.tile, oc.stream,
                                                    target_of(j, file), std::nullopt, o.simulate,
-                                                   version_of(j, oc.stream));
+                                                   version_of(j, oc.stream, file));
         op.predicted_us = op.estimate.microseconds;
         other_kind.points.push_back(std::move(op));
       }
@@ -339,7 +347,7 @@ double spearman(const std::vector<double>& x, const std::vector<double>& y) {
 std::vector<ModelGroup> check_model(const std::filesystem::path& file, const ModelCheckOptions& options) {
   const json j = read_json_file(file);
   SPARSERT_USER_CHECK(j.is_object(), file.string(), "is not a JSON object");
-  const std::string format = j.value("format", "");
+  const std::string format = json_get_or<std::string>(j, file.string(), "format", "");
   std::vector<ModelGroup> groups;
   try {
     if (format == "sparsert-tune-report/1") {
@@ -386,22 +394,25 @@ PredictionSet predict_unchecked(const std::filesystem::path& file, const ModelCh
   const json j = read_json_file(file);
   SPARSERT_USER_CHECK(j.is_object(), file.string(), "is not a JSON object");
   const std::string where = file.string();
-  SPARSERT_USER_CHECK(j.value("format", "") == kResultsFormat, where, "field 'format' is not {}", kResultsFormat);
+  SPARSERT_USER_CHECK(json_get_or<std::string>(j, where, "format", "") == kResultsFormat, where,
+                      "field 'format' is not {}", kResultsFormat);
   SPARSERT_USER_CHECK(j.contains("problems") && j["problems"].is_array(), where, "field 'problems' is missing");
-  const std::string subject = j.value("subject", "");
+  const std::string subject = json_get_or<std::string>(j, where, "subject", "");
+  const std::string suite = json_get_or<std::string>(j, where, "suite", "");
   SuiteOptions so;
   so.data_dir = o.data_dir;
-  const std::vector<Problem> problems = make_suite(j.value("suite", ""), so, where + ": field 'suite'");
+  const std::vector<Problem> problems = make_suite(suite, so, where + ": field 'suite'");
   const codegen::Target target = target_of(j, where);
   PredictionSet out;
   out.source = file.filename().string();
   double log_sum = 0.0;
   int counted = 0;
   for (const json& p : j["problems"]) {
-    const std::string name = p.value("name", ""), family = p.value("family", "");
+    const std::string name = json_get_or<std::string>(p, where + ": a problem", "name", "");
+    const std::string family = json_get_or<std::string>(p, where + ": problem " + name, "family", "");
     const auto it = std::find_if(problems.begin(), problems.end(),
                                  [&](const Problem& q) { return q.name == name && q.family == family; });
-    SPARSERT_USER_CHECK(it != problems.end(), where, "problem {} is not in suite '{}'", name, j.value("suite", ""));
+    SPARSERT_USER_CHECK(it != problems.end(), where, "problem {} is not in suite '{}'", name, suite);
     Prediction pr;
     pr.problem = fmt::format("{} ({})", name, family);
     const autotune::ModelChoice c =
@@ -409,10 +420,12 @@ PredictionSet predict_unchecked(const std::filesystem::path& file, const ModelCh
     pr.choice = autotune::describe(c.candidate);
     pr.predicted_us = c.estimate.microseconds;
     pr.estimate = c.estimate;
-    const json& r = p.value("results", json::object());
+    const json none = json::object();
+    const json& r = p.contains("results") ? p["results"] : none;
     auto median_us = [&](const std::string& m) -> double {
-      if (!r.contains(m) || !r[m].value("verified", false) || !r[m].contains("median_ms")) return 0.0;
-      const std::string field = fmt::format("{}: problem {}: results.{}.median_ms", where, name, m);
+      const std::string rw = fmt::format("{}: problem {}: results.{}", where, name, m);
+      if (!r.contains(m) || !json_get_or<bool>(r[m], rw, "verified", false) || !r[m].contains("median_ms")) return 0.0;
+      const std::string field = rw + ".median_ms";
       return measured_time(r[m]["median_ms"], field) * 1e3;
     };
     pr.measured_us = median_us(subject);

@@ -76,4 +76,12 @@ T json_get(const nlohmann::json& j, const std::string& where, const char* name) 
   }
 }
 
+// Field `name` of `j` as T where it is there (checked as json_get checks it), else `fallback`: an optional field, whose
+// wrong type is named ("WHERE.NAME: unexpected value V"), not reported as nlohmann's type error with no field.
+template <typename T>
+T json_get_or(const nlohmann::json& j, const std::string& where, const char* name, T fallback) {
+  if (!j.is_object() || !j.contains(name)) return fallback;
+  return json_get<T>(j, where, name);
+}
+
 }  // namespace sparsert
