@@ -18,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <system_error>
 #include <thread>
 #include <variant>
 
@@ -456,14 +457,15 @@ void confirm(LayerContext& ctx, LayerResult& lr, const std::vector<size_t>& rank
     p.emplace();
     futures.push_back(p->get_future());
   }
-  // Builders: see the loop that starts them below.
+  // Builders: see the loop that starts them below. In gpu mode one core is left to the thread that times.
   const int threads = std::max(options.threads, 1);
-  const size_t builders = std::clamp<size_t>(static_cast<size_t>(threads), 1, std::max<size_t>(chosen.size(), 1));
+  const size_t builders = std::clamp<size_t>(static_cast<size_t>(gpu && threads > 2 ? threads - 1 : threads), 1,
+                                             std::max<size_t>(chosen.size(), 1));
   const int entry_threads = std::max(1, threads / static_cast<int>(builders));
   std::vector<char> skipped(chosen.size(), 0);
   auto produce = [&](size_t i) {
     const Candidate& c = lr.candidates[chosen[i]].cand;
-    if (run.budget.limited() && !run.budget.allows(ctx.fmas(c), layer_deadline)) {
+    if (run.budget.limited() && !run.budget.allows(ctx.fmas(c), layer_deadline, entry_threads)) {
       skipped[i] = 1;
       promises[i]->set_value(Built{});
       return;
@@ -484,21 +486,29 @@ void confirm(LayerContext& ctx, LayerResult& lr, const std::vector<size_t>& rank
   // A candidate whose build or bookkeeping throws is recorded as failed; nothing escapes either loop, so the
   // builders are always joined (an exception past a joinable thread would end the process, report unwritten).
   std::atomic<size_t> next{0};
-  std::vector<std::thread> workers;
-  for (size_t w = 0; w < builders; ++w) {
-    workers.emplace_back([&] {
-      for (size_t i = next++; i < chosen.size(); i = next++) {
+  auto build_all = [&] {
+    for (size_t i = next++; i < chosen.size(); i = next++) {
+      try {
+        produce(i);
+      } catch (...) {
         try {
-          produce(i);
-        } catch (...) {
-          try {
-            promises[i]->set_exception(std::current_exception());
-          } catch (const std::future_error&) {
-            // its value was set before the throw: the candidate stands
-          }
+          promises[i]->set_exception(std::current_exception());
+        } catch (const std::future_error&) {
+          // its value was set before the throw: the candidate stands
         }
       }
-    });
+    }
+  };
+  std::vector<std::thread> workers;
+  workers.reserve(builders);
+  for (size_t w = 0; w < builders; ++w) {
+    try {
+      workers.emplace_back(build_all);
+    } catch (const std::system_error&) {
+      // No thread to be had: those started take every candidate; with none, they are built here, before the timing.
+      if (workers.empty()) build_all();
+      break;
+    }
   }
   for (size_t i = 0; i < chosen.size(); ++i) {
     CandidateResult& r = lr.candidates[chosen[i]];
@@ -560,11 +570,10 @@ void pick_winner(LayerResult& lr) {
 }
 }  // namespace
 
-AssemblyBudget::AssemblyBudget(Clock::time_point start, double seconds, int threads)
+AssemblyBudget::AssemblyBudget(Clock::time_point start, double seconds)
     : limited_(seconds > 0),
       deadline_(start + std::chrono::duration_cast<Clock::duration>(
-                            std::chrono::duration<double>(limited_ ? seconds : 0.0))),
-      threads_(std::max(threads, 1)) {}
+                            std::chrono::duration<double>(limited_ ? seconds : 0.0))) {}
 
 Clock::time_point AssemblyBudget::layer_deadline(size_t layers_left) const {
   const double left = limited_ ? std::chrono::duration<double>(deadline_ - Clock::now()).count() : 0.0;
@@ -572,7 +581,7 @@ Clock::time_point AssemblyBudget::layer_deadline(size_t layers_left) const {
                             std::max(0.0, left / static_cast<double>(std::max<size_t>(layers_left, 1)))));
 }
 
-bool AssemblyBudget::allows(double fmas, Clock::time_point layer_deadline) const {
+bool AssemblyBudget::allows(double fmas, Clock::time_point layer_deadline, int threads) const {
   if (!limited_) return true;
   if (Clock::now() >= deadline_) return false;
   double rate;
@@ -580,7 +589,7 @@ bool AssemblyBudget::allows(double fmas, Clock::time_point layer_deadline) const
     std::lock_guard<std::mutex> lock(mu_);
     rate = fmas_ > 0 ? seconds_ / fmas_ : 4.0 / 16384;
   }
-  const double predicted = fmas * rate / threads_;
+  const double predicted = fmas * rate / std::max(threads, 1);
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(predicted)) <=
          layer_deadline;
 }

@@ -16,15 +16,16 @@ namespace sparsert::autotune {
 class AssemblyBudget {
  public:
   using Clock = std::chrono::steady_clock;
-  // `seconds` from `start` (0: no limit); `threads`: the assembler threads a prediction is divided by.
-  AssemblyBudget(Clock::time_point start, double seconds, int threads);
+  // `seconds` from `start` (0: no limit).
+  AssemblyBudget(Clock::time_point start, double seconds);
 
   bool limited() const { return limited_; }
   // The next layer's share of what is left: `layers_left` layers, that one included, share it.
   Clock::time_point layer_deadline(size_t layers_left) const;
-  // Whether assembling code of `fmas` fmas is predicted to end by `layer_deadline`: at the rate measured so far in
-  // this run, seeded with 4 s per 16K fmas (measured on the shared 2-core machine).
-  bool allows(double fmas, Clock::time_point layer_deadline) const;
+  // Whether assembling code of `fmas` fmas on `threads` threads is predicted to end by `layer_deadline`: at the
+  // one-thread rate measured so far in this run, seeded with 4 s per 16K fmas (measured on the shared 2-core machine).
+  // Candidates are built side by side, so `threads` is what one candidate's entries get, not the run's -j.
+  bool allows(double fmas, Clock::time_point layer_deadline, int threads) const;
   // An assembly that ran (a reused result says nothing about the rate).
   void record(double seconds, double fmas);
 
@@ -34,7 +35,6 @@ class AssemblyBudget {
  private:
   bool limited_;
   Clock::time_point deadline_;
-  int threads_;
   mutable std::mutex mu_;  // the rate is recorded by the thread that builds candidates, read by the next check
   double seconds_ = 0.0, fmas_ = 0.0;
   bool exhausted_ = false;

@@ -116,7 +116,7 @@ TuneReport tune(const std::vector<TuneLayer>& layers, const TuneOptions& options
 
   std::unique_ptr<AsmStore> store;
   if (have_asm) store = std::make_unique<AsmStore>(options.asm_cache_dir, report.toolkit);
-  AssemblyBudget budget(t0, options.budget_seconds, options.threads);
+  AssemblyBudget budget(t0, options.budget_seconds);
   SearchRun run{options, report.machine, gpu, store.get(), budget};
   // A layer's search time grows with its nonzeros; the 1 keeps an empty layer from counting as no work.
   auto work = [](const TuneLayer& l) { return static_cast<double>(l.a.nnz()) + 1.0; };
