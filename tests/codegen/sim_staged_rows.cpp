@@ -169,7 +169,9 @@ TEST(StagedRowsPack, EntriesNameTheirRowsOfBThroughTheTile) {
       ASSERT_LE(ke - kb, static_cast<uint32_t>(p.stage_rows));
       for (uint32_t i = kb; i < ke; ++i) {
         ASSERT_TRUE(footprint.insert(w.krows[i]).second) << "row " << w.krows[i] << " staged twice in block " << b;
-        if (i > kb) ASSERT_LT(w.krows[i - 1], w.krows[i]);
+        if (i > kb) {
+          ASSERT_LT(w.krows[i - 1], w.krows[i]);
+        }
       }
       staged_rows += ke - kb;
     }
