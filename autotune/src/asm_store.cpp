@@ -20,7 +20,7 @@ AsmStore::AsmStore(const std::filesystem::path& dir, std::string toolkit) : tool
 AsmResult AsmStore::get(const std::string& ptx, const std::string& entry, const codegen::Target& target,
                         bool need_cubin) {
   Sha256 h;
-  h.field("tune-asm/1").field(ptx).field(entry).field(target.name()).field(toolkit_);
+  h.field("tune-asm/1").field(codegen::kResourceReportVersion).field(ptx).field(entry).field(target.name()).field(toolkit_);
   const std::string key = h.hex();
   std::shared_future<AsmResult> fut;
   std::promise<AsmResult> mine;

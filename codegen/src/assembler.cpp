@@ -195,9 +195,13 @@ ResourceUsage parse_resource_report(const std::string& log, const std::string& e
       const size_t line_end = log.find('\n', name_end + 1);
       const std::string line = log.substr(name_end + 1, line_end == std::string::npos ? std::string::npos
                                                                                      : line_end - name_end - 1);
+      // The standalone ptxas indents the line; nvJitLink 13.0 prefixes it ("ptxas         .     32 bytes stack
+      // frame, ..."), so the numbers are read from the first digit on.
+      const size_t digit = line.find_first_of("0123456789");
       long frame = 0, stores = 0, loads = 0;
-      if (std::sscanf(line.c_str(), " %ld bytes stack frame, %ld bytes spill stores, %ld bytes spill loads", &frame,
-                      &stores, &loads) == 3) {
+      if (digit != std::string::npos &&
+          std::sscanf(line.c_str() + digit, "%ld bytes stack frame, %ld bytes spill stores, %ld bytes spill loads",
+                      &frame, &stores, &loads) == 3) {
         u.spill_store_bytes += static_cast<int>(stores);
         u.spill_load_bytes += static_cast<int>(loads);
       }

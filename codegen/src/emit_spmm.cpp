@@ -122,7 +122,7 @@ class EntryEmitter {
     // The preamble addresses `partials` whenever gy > 1, so it is declared even when no group has work.
     e.shared_bytes = gy_ > 1 ? std::max(16, count_slots() * slot_bytes()) : 0;
     e.weights = use_const_ ? WeightPlacement::kConstBank : WeightPlacement::kImmediate;
-    e.block_functions = opt_.block_functions.value_or(nnz * cpt_ > kBlockFunctionFmas);
+    e.block_functions = opt_.block_functions.value_or(nnz * cpt_ > kBlockFunctionFmas && opt_.tile.max_registers == 0);
     const std::string preamble_text = b_.take_body();
     // A block's function receives the preamble's registers it reads; a predicate travels as a .b32 (0 or 1), set in
     // a register of its own (word_of, at the predicate's index in preamble_regs) before the dispatch.

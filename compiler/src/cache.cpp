@@ -1,5 +1,6 @@
 #include "sparsert/compiler/cache.hpp"
 
+#include "sparsert/codegen/assembler.hpp"
 #include "sparsert/runtime/sha256.hpp"
 
 #include <fmt/format.h>
@@ -12,7 +13,7 @@ std::string kernel_cache_key(const CsrMatrix& a, const Epilogue& ep, const codeg
                              bool device_n, bool column_map, std::optional<bool> block_functions,
                              bool dependent_launch) {
   Sha256 h;
-  h.field(codegen::kGeneratorVersion);
+  h.field(codegen::kGeneratorVersion).field(codegen::kResourceReportVersion);
   hash_layer(h, a, ep);
   h.field(codegen::to_json(tile).dump());
   h.field(std::to_string(n)).field(target.name()).field(toolkit);
@@ -28,7 +29,7 @@ std::string kernel_cache_key(const CsrMatrix& a, const Epilogue& ep, const codeg
 std::string stream_cache_key(const codegen::StreamParams& p, const codegen::StreamEpilogueKind& ep, int32_t n,
                              const codegen::Target& target, const std::string& toolkit) {
   Sha256 h;
-  h.field(codegen::kStreamGeneratorVersion).field(codegen::to_json(p).dump());
+  h.field(codegen::kStreamGeneratorVersion).field(codegen::kResourceReportVersion).field(codegen::to_json(p).dump());
   h.field(ep.activation == Activation::kRelu ? "relu" : "none");
   h.field(ep.clamp ? fmt::format("{:a}", *ep.clamp) : "noclamp");
   h.field(std::to_string(n)).field(target.name()).field(toolkit);

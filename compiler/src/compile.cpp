@@ -41,6 +41,8 @@ struct Job {
   codegen::TileParams tile;
   std::string tile_source;
   std::optional<CachedKernel> cached;
+  // CompileOptions::block_functions, or false after the kernel in functions per row block spilled (below).
+  std::optional<bool> block_functions;
   codegen::SpmmKernel kernel;  // emitted on a miss
   CachedKernel built;
   double emit_seconds = 0.0;
@@ -295,13 +297,14 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     const LoadedLayer& l = layers[job.layer];
     return conv_key(kernel_cache_key(l.matrix(), epilogue_of(l.desc), job.tile, l.desc.n, job.target, toolkit,
                                      options.live_flags, options.device_n, options.column_map,
-                                     options.block_functions, waits_for_the_grid_before(options, job.target)),
+                                     job.block_functions, waits_for_the_grid_before(options, job.target)),
                     l.conv);
   };
   for (size_t li = 0; li < layers.size(); ++li) {
     for (size_t ti = 0; ti < options.targets.size(); ++ti) {
       const codegen::Target& target = options.targets[ti];
-      Job job{li, target, false, {}, std::nullopt, {}, {}, "heuristic", std::nullopt, {}, {}, 0.0};
+      Job job{li, target, false, {}, std::nullopt, {}, {}, "heuristic", std::nullopt, options.block_functions, {}, {},
+              0.0};
       if (kinds[li].choice.kind == codegen::KernelKind::kStreamed) {
         const LayerDesc& d = layers[li].desc;
         codegen::check_stream_params(kinds[li].stream, d.n, target);
@@ -328,24 +331,41 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     }
   }
 
-  // A baked kernel that spills is built again with twice the row blocks (half the accumulators a thread holds), for
-  // every target of its layer (a package holds one launch shape per layer), up to kSpillRetries times: ptxas's
-  // register allocation is not known before it runs, and the heuristic's and the model's register estimates can miss
-  // (the H100 run of 2026-11-24 had three Graph Challenge layers spill with the heuristic's 16 row blocks, which this
-  // machine's ptxas of the same version does not). A kernel that spilled stays in the cache under its own key, so a
-  // later compile goes straight to the larger row count.
+  // A baked kernel that spills is built again, up to kSpillRetries times: ptxas's register allocation is not known
+  // before it runs, and the heuristic's and the model's register estimates can miss (the H100 run of 2026-11-24 had
+  // three Graph Challenge layers spill with the heuristic's 16 row blocks, which this machine's ptxas of the same
+  // version does not). First, where codegen's rule put the row blocks in functions of their own, as one function:
+  // those functions spill where the same code in one function does not (rn50-0.9's final_dense at N = 1: 68 bytes in
+  // functions, none in one; docs/codegen.md, "Resources"). Then with twice the row blocks (half the accumulators a
+  // thread holds), for every target of its layer (a package holds one launch shape per layer). A kernel that spilled
+  // stays in the cache under its own key, so a later compile goes straight to the kernel that did not.
   constexpr int kSpillRetries = 3;
   constexpr int32_t kMaxRowBlocks = 65535;  // grid.y
   auto spills = [](const CachedKernel& k) {
     return std::any_of(k.entries.begin(), k.entries.end(), [](const CachedEntry& e) { return e.resources.spill_bytes > 0; });
   };
+  auto calls = [](const CachedKernel& k) {
+    return std::any_of(k.entries.begin(), k.entries.end(),
+                       [](const CachedEntry& e) { return e.ptx.find("\tcall.uni ") != std::string::npos; });
+  };
   // The cache's kernel for a baked job, unless it is known to spill (then it is built again, to spill and go on);
-  // true where it was.
-  auto look_up = [&](Job& job) {
+  // true where it was. `in_functions`: the kernel that spilled called functions.
+  auto look_up = [&](Job& job, bool* in_functions = nullptr) {
     job.cached = cache.find(job.key);
     const bool spilled = job.cached && spills(*job.cached);
+    if (in_functions) *in_functions = spilled && calls(*job.cached);
     if (spilled) job.cached.reset();
     return spilled;
+  };
+  // A job whose kernel spilled in functions that codegen's rule chose (not the user) is built as one function; true
+  // where it was switched, and `spilled` then says whether the cache knows that one spills too.
+  auto into_one_function = [&](Job& job, bool in_functions, bool& spilled) {
+    if (job.block_functions || !in_functions) return false;
+    job.block_functions = false;
+    job.tile_source += ", one function after its block functions spilled";
+    job.key = baked_key(job);
+    spilled = look_up(job);
+    return true;
   };
   auto can_double = [&](size_t li) {
     for (const Job& job : jobs) {
@@ -356,26 +376,35 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     return true;
   };
   // Every target of layer li to twice the row blocks; true where the cache knows one of the new kernels spills too.
+  std::vector<int> doublings(layers.size(), 0);
   auto double_row_blocks = [&](size_t li) {
     bool spilled = false;
+    ++doublings[li];
     for (Job& job : jobs) {
       if (job.layer != li || job.streamed) continue;
       job.tile.plan.m_blocks = std::min({layers[li].matrix().rows, job.tile.plan.m_blocks * 2, kMaxRowBlocks});
       const bool again = job.tile_source.find("doubled after a spill") != std::string::npos;
       job.tile_source += again ? ", and again" : ", row blocks doubled after a spill";
       job.key = baked_key(job);
-      spilled = look_up(job) || spilled;
+      bool in_functions = false;
+      if (look_up(job, &in_functions)) {
+        bool still = false;
+        spilled = !into_one_function(job, in_functions, still) || still || spilled;
+      }
     }
     return spilled;
   };
   for (size_t li = 0; li < layers.size(); ++li) {
     bool spilled = false;
     for (Job& job : jobs) {
-      if (job.layer == li && !job.streamed) spilled = look_up(job) || spilled;
+      if (job.layer != li || job.streamed) continue;
+      bool in_functions = false;
+      if (look_up(job, &in_functions)) {
+        bool still = false;
+        spilled = !into_one_function(job, in_functions, still) || still || spilled;
+      }
     }
-    for (int round = 0; spilled && round < kSpillRetries && can_double(li); ++round) {
-      spilled = double_row_blocks(li);
-    }
+    while (spilled && doublings[li] < kSpillRetries && can_double(li)) spilled = double_row_blocks(li);
   }
 
   // Emit what the cache lacks, then assemble every entry on the pool.
@@ -395,7 +424,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     opt.live_flags = options.live_flags;
     opt.device_n = options.device_n;
     opt.column_map = options.column_map;
-    opt.block_functions = options.block_functions;
+    opt.block_functions = job.block_functions;
     opt.dependent_launch = waits_for_the_grid_before(options, job.target);
     opt.conv = l.conv;
     job.kernel = codegen::emit_spmm(l.matrix(), inspector::make_plan(l.matrix(), job.tile.plan), job.target, opt);
@@ -483,27 +512,40 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     });
     tasks.clear();
     std::set<size_t> retry_layers;
+    std::vector<size_t> retry_jobs;
     for (size_t j = 0; j < jobs.size(); ++j) {
       if (!spilled[j]) continue;
       Job& job = jobs[j];
-      if (job.streamed || attempt == kSpillRetries || !can_double(job.layer)) {
+      if (!job.streamed && spills(job.built)) cache.store(job.built);
+      bool ignored = false;
+      if (!job.streamed && into_one_function(job, calls(job.built), ignored)) {
+        retry_jobs.push_back(j);
+        continue;
+      }
+      if (job.streamed || doublings[job.layer] == kSpillRetries || !can_double(job.layer)) {
+        const int d = job.streamed ? 0 : doublings[job.layer];
         throw WorkFailure(fmt::format(
             "{}{}: choose more row blocks ({} {})", spill_message[j],
-            attempt > 0 ? fmt::format(" after {} retries with twice the row blocks", attempt) : "",
+            d > 0 ? fmt::format(" after {} retries with twice the row blocks", d) : "",
             job.streamed ? "stream" : "tile",
             job.streamed ? codegen::to_json(job.stream).dump() : codegen::to_json(job.tile).dump()));
       }
-      if (spills(job.built)) cache.store(job.built);
       retry_layers.insert(job.layer);
     }
+    // Every job of a doubled layer is built again (its launch shape changed), and each job now in one function; where
+    // the cache knows a new kernel spills, it is built again and spills again.
+    std::set<size_t> rebuild(retry_jobs.begin(), retry_jobs.end());
     for (size_t li : retry_layers) {
-      double_row_blocks(li);  // where the cache knows a new kernel spills, it is built again and spills again
+      double_row_blocks(li);
       for (size_t j = 0; j < jobs.size(); ++j) {
-        if (jobs[j].layer != li || jobs[j].streamed || jobs[j].cached) continue;
-        emit_baked(j);
-        ++report.spill_rebuilds;
-        for (size_t e = 0; e < jobs[j].built.entries.size(); ++e) tasks.push_back({j, e});
+        if (jobs[j].layer == li && !jobs[j].streamed) rebuild.insert(j);
       }
+    }
+    for (size_t j : rebuild) {
+      if (jobs[j].cached) continue;
+      emit_baked(j);
+      ++report.spill_rebuilds;
+      for (size_t e = 0; e < jobs[j].built.entries.size(); ++e) tasks.push_back({j, e});
     }
   }
 

@@ -245,7 +245,9 @@ TEST(SimCorpus, PaddingThreadsOwnPartialSumFloatsWhereTheyFit) {
     const ResourceEstimate r = estimate_resources(t, plan);
     EXPECT_GE(r.shared_bytes, e.shared_bytes) << what;
     EXPECT_LE(r.shared_bytes, Target::parse("sm_90").max_static_shared_bytes()) << what;
-    if (!c.wide) EXPECT_GT(r.shared_bytes / c.n_tile * padded, Target::parse("sm_90").max_static_shared_bytes()) << what;
+    if (!c.wide) {
+      EXPECT_GT(r.shared_bytes / c.n_tile * padded, Target::parse("sm_90").max_static_shared_bytes()) << what;
+    }
     check(a, t, c.ld, c.n, {{0.1f}, Activation::kRelu, std::nullopt}, what);
   }
   // The wide slots leave room for a column map's compaction words (a word a warp and one more, at most 132 bytes): 192

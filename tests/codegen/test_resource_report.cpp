@@ -121,6 +121,28 @@ TEST(ResourceReport, AStackInTheSummaryIsSpillsUnlessTheKernelCalls) {
   EXPECT_EQ(parse_resource_report(log, "k", true).stack_bytes, 24);
 }
 
+// nvJitLink 13.0's own form of ptxas's lines (this machine's, 2026-11-27): the properties line is prefixed, not
+// indented. Read as the indented form was, every kernel it assembled counted as spill-free.
+TEST(ResourceReport, NvJitLinkPrefixedPropertiesLinesAreRead) {
+  const std::string log =
+      "ptxas info    : 0 bytes gmem\n"
+      "ptxas info    : Compiling entry function 'sparsert_l3_e0' for 'sm_90'\n"
+      "ptxas info    : Function properties for sparsert_l3_e0\n"
+      "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Used 24 registers, used 0 barriers, 7056 bytes smem\n"
+      "ptxas info    : Function properties for sparsert_l3_e0_b3\n"
+      "ptxas         .     32 bytes stack frame, 32 bytes spill stores, 48 bytes spill loads\n"
+      "info    : 0 bytes gmem\n"
+      "info    : Function properties for 'sparsert_l3_e0':\n"
+      "info    : used 255 registers, used 1 barriers, 32 stack, 8080 bytes smem, 548 bytes cmem[0], 0 bytes lmem\n";
+  const ResourceUsage u = parse_resource_report(log, "sparsert_l3_e0");
+  EXPECT_EQ(u.registers, 255);
+  EXPECT_EQ(u.stack_bytes, 32);
+  EXPECT_EQ(u.spill_store_bytes, 32);
+  EXPECT_EQ(u.spill_load_bytes, 48);
+  EXPECT_TRUE(u.spills());
+}
+
 TEST(ResourceReport, AbsentEntryIsAnInternalError) {
   EXPECT_THROW(parse_resource_report(kLinkerOnly, "sparsert_l2_e0"), InternalError);
   EXPECT_THROW(parse_resource_report("info    : Function properties for 'k':\n", "k"), InternalError);

@@ -1892,6 +1892,53 @@ TEST(CompileRun, ASpilledKernelSendsEveryTargetOfItsLayerToTwiceTheRowBlocks) {
   EXPECT_EQ(load_package(dir / "p3").layers[1].tile.at("m_blocks").get<int>(), doubled);
 }
 
+// A kernel whose row blocks codegen's rule put in functions, and that spilled, is built again as one function first
+// (functions spill where the same code in one function does not: docs/codegen.md, "Resources"), for the target that
+// spilled only and at the same row blocks. The kernel planted in the cache is a real one with functions (a compile
+// that forces them), under the key of the compile that leaves them to the rule.
+TEST(CompileRun, ASpillInBlockFunctionsIsBuiltAgainAsOneFunction) {
+  ScratchDir dir;
+  const auto layers = load_network(read_network(write_network(dir)));
+  const CompileOptions o = options(dir, {"sm_80", "sm_90"});
+  compile_network(layers, dir / "p1", o);
+  const Package p1 = load_package(dir / "p1");
+  const int m0 = p1.layers[1].tile.at("m_blocks").get<int>();
+  CompileOptions forced = o;
+  forced.block_functions = true;
+  compile_network(layers, dir / "p0", forced);
+  KernelCache cache(dir / "cache");
+  std::optional<CachedKernel> k = cache.find(load_package(dir / "p0").layers[1].cache_key);
+  ASSERT_TRUE(k.has_value());
+  ASSERT_NE(k->entries.at(0).ptx.find("\tcall.uni "), std::string::npos) << "the forced compile made no functions";
+  for (CachedEntry& e : k->entries) e.resources.spill_bytes = 8;
+  k->key = p1.layers[1].cache_key;
+  std::filesystem::remove_all(cache.entry_dir(k->key));
+  cache.store(*k);
+
+  const CompileReport r = compile_network(layers, dir / "p2", o);
+  ASSERT_EQ(r.layers.size(), 6u);
+  int switched = 0;
+  for (const LayerTargetReport& l : r.layers) {
+    const bool first_target_of_layer1 = l.layer == "layer1" && l.target == "sm_80";
+    EXPECT_EQ(l.tile_source, first_target_of_layer1 ? "heuristic, one function after its block functions spilled"
+                                                    : "heuristic")
+        << l.layer << " " << l.target;
+    if (l.layer == "layer1") {
+      EXPECT_EQ(l.tile.at("m_blocks").get<int>(), m0) << l.target;
+    }
+    EXPECT_EQ(l.cache_hit, !first_target_of_layer1) << l.layer << " " << l.target;
+    switched += first_target_of_layer1;
+  }
+  EXPECT_EQ(switched, 1);
+  const Package p2 = load_package(dir / "p2");
+  GpuNetwork net(p2);
+  const DenseTensor x = input(48, 20);
+  EXPECT_LE(max_relative_error(net.run(x), reference(layers, x)), 1e-5);
+  // The next compile goes to the one-function kernel in the cache.
+  const CompileReport again = compile_network(layers, dir / "p3", o);
+  EXPECT_EQ(again.misses, 0);
+}
+
 // Baked kernels compiled to wait for the grid before them (CompileOptions::dependent_launch): on the emulated sm_90
 // device each layer of one entry after the first launches as a programmatic dependent of the layer before (ptxsim
 // fails any global access before the wait in such a launch), plain and captured; never across the per-layer timing

@@ -170,8 +170,11 @@ Action add_emit(CLI::App& app) {
         fmt::print("{}: {} registers, {} B spill stores, {} B stack, assembled in {:.2f} s\n", e.name,
                    a.usage.registers, a.usage.spill_store_bytes, a.usage.stack_bytes, a.seconds);
         if (a.usage.spills()) {
-          throw WorkFailure(fmt::format("{} spills ({} bytes of stores, {} of loads)", e.name,
-                                        a.usage.spill_store_bytes, a.usage.spill_load_bytes));
+          // compile builds such a kernel again as one function, then with more row blocks: say which applies.
+          throw WorkFailure(fmt::format("{} spills ({} bytes of stores, {} of loads); try {}", e.name,
+                                        a.usage.spill_store_bytes, a.usage.spill_load_bytes,
+                                        e.block_functions ? "--block-functions off, or more --m-blocks"
+                                                          : "more --m-blocks"));
         }
       }
     }

@@ -25,6 +25,11 @@ struct ResourceUsage {
   bool operator==(const ResourceUsage&) const = default;
 };
 
+// The version of parse_resource_report's reading: hashed into every key under which a resource report is stored
+// (compile's kernel cache, the tuner's assembled results), so that reports read by an older parser are not reused.
+// 2: spills read from nvJitLink's prefixed lines (version 1 read none of them).
+inline constexpr const char* kResourceReportVersion = "resource-report/2";
+
 // Parses the "ptxas info" lines of a verbose assembler log for `entry`; throws InternalError if they are absent.
 // `calls`: the entry calls functions (SpmmOptions::block_functions), so a stack is their frames, not spills. (A log
 // with ptxas's lines but no linker summary gives such an entry's registers without its callees'; nvJitLink 13 always

@@ -18,7 +18,7 @@
 namespace sparsert::codegen {
 
 // Bumped whenever the generated code changes: it is part of every cache key.
-inline constexpr const char* kGeneratorVersion = "sparsert-spmm/5";
+inline constexpr const char* kGeneratorVersion = "sparsert-spmm/6";
 
 // Entries with more fmas than this put each row block's code in a function of its own (SpmmOptions::block_functions):
 // nvJitLink's time grows faster than linearly with the size of a function (a 205K-fma entry: 44 s and 2.1 GB as one
@@ -52,7 +52,8 @@ struct SpmmOptions {
   std::optional<ConvLayout> conv;
   // Each row block's code in a .func of its own, called from the entry's dispatch with the preamble's registers it
   // reads: the same instructions, assembled a function at a time. Unset: where the entry has more than
-  // kBlockFunctionFmas fmas.
+  // kBlockFunctionFmas fmas and the tile sets no register budget (ptxas spills functions under a budget: rn50-0.9's
+  // final_dense at 128 registers spilled 2452 bytes in functions, none as one function; docs/codegen.md).
   std::optional<bool> block_functions;
   // Programmatic dependent launch (sm_90 and newer): every entry starts with griddepcontrol.launch_dependents, so the
   // next kernel on the stream may be scheduled while this one runs, and griddepcontrol.wait, which holds each thread
