@@ -10,7 +10,7 @@
 #   transformer's 512 x 2048 at N = 256; gc65536, gc65536-1920 and gc65536-folded, the synthetic 65536-neuron
 #   networks of 120 and 1920 layers, plain and folded, each in a device call of its own. For short leases, parts of
 #   stages alone: tune-n256, the tune stage's transformer layer (its baked tiles first); ncu-nlp, ncu-spmm's
-#   transformer layer, baked and as the row-split kernel)
+#   transformer layer, baked and as the row-split kernel, each also JIT-compiled by the driver from its PTX)
 # BUILD_DIR: a configured and built tree (default: build, as scripts/build.sh makes it), or the bundle that
 #   scripts/gpu_bundle.sh makes (.gpu-bundle: bin/, lib/, data/) for a device machine without the build's packages
 # OUT_DIR: where results and logs go (default: $OUT when set, as on the device machine, else gpu-results)
@@ -128,12 +128,12 @@ tune_n256() {
 # $out/CSV.
 profile() {
   log "\$ ncu --cache-control none --kernel-name regex:$1 --launch-count 1 --section WarpStateStats ... sparsert \
-run $2 --device cuda > $out/$4"
+run $2 --device cuda ${*:6} > $out/$4"
   local rc=0
   ncu --cache-control none --kernel-name "regex:$1" --launch-count 1 --section LaunchStats \
     --section Occupancy --section WarpStateStats --section InstructionStats --section SchedulerStats \
     --section MemoryWorkloadAnalysis --metrics gpu__time_duration.sum --csv --page details \
-    "$sparsert" run "$2" --input "$3" --device cuda > "$out/$4" 2>> "$out/$stage.log" || rc=$?
+    "$sparsert" run "$2" --input "$3" --device cuda "${@:6}" > "$out/$4" 2>> "$out/$stage.log" || rc=$?
   (( rc == 0 )) || fail "ncu on $5 (exit $rc)"
 }
 
@@ -141,11 +141,13 @@ run $2 --device cuda > $out/$4"
 # FORM: baked (as compile builds it); staged and staged-db (one shape of the staged row-split kernel with one tile and
 # double-buffered: 64 rows a block, 2 a row group, 8 column lanes of 4 floats; 256 staged rows a stage, or 2 x 192);
 # rows (the row-split kernel the H200 timed fastest there on 2026-11-27: 16 rows a block, 32 column lanes of 2
-# floats, 11.0 us). Whether the baked kernel is bound by its instruction fetch or by the L2 traffic of B, and the
-# staged walk by its shared loads, its entry loads' latency or its copies' barriers, is what these say
-# (docs/autotune.md).
+# floats, 11.0 us); rows-jit and baked-jit (the same packages run with --ptx: the driver JIT-compiles their PTX, as a
+# whole program, where nvJitLink assembles it relocatable; ptxas 13 gives that row-split kernel 38 registers whole
+# and 82 relocatable, docs/codegen.md "Resources"). Whether the baked kernel is bound by its instruction fetch or by
+# the L2 traffic of B, and the staged walk by its shared loads, its entry loads' latency or its copies' barriers, is
+# what these say (docs/autotune.md).
 ncu_nlp() {
-  local root nlp form kernel args staged rows header
+  local root nlp form kernel args run_args staged rows header
   root=$(mktemp -d)
   nlp=$root/nlp
   mkdir -p "$nlp"
@@ -161,16 +163,19 @@ ncu_nlp() {
       mkdir -p "$nlp/$form"
       printf '{"format": "sparsert-network/1", "layers": [{"weights": "%s", "n": 256, "activation": "none"}]}\n' \
         "$nlp/w.mtx" > "$nlp/$form/net.json"
-      kernel=sparsert_stream args=()
+      kernel=sparsert_stream args=() run_args=()
       case $form in
         baked) kernel=sparsert_layer0 args=(--kernel baked) ;;
+        baked-jit) kernel=sparsert_layer0 args=(--kernel baked) run_args=(--ptx) ;;
         staged) args=(--stream "{$staged, \"stage_rows\": 256}") ;;
         staged-db) args=(--stream "{$staged, \"stage_rows\": 192, \"double_buffer\": 1}") ;;
         rows) args=(--stream "{$rows}") ;;
+        rows-jit) args=(--stream "{$rows}") run_args=(--ptx) ;;
       esac
       if run "$sparsert" compile "$nlp/$form/net.json" --target sm_90 "${args[@]}" --no-tuning-db \
         -o "$nlp/$form/pkg"; then
-        profile "$kernel" "$nlp/$form/pkg" "$nlp/x.npy" "ncu-spmm-nlp-$form.csv" "the transformer layer, $form"
+        profile "$kernel" "$nlp/$form/pkg" "$nlp/x.npy" "ncu-spmm-nlp-$form.csv" "the transformer layer, $form" \
+          "${run_args[@]}"
       else
         fail "compile of the transformer layer, $form"
       fi
@@ -410,11 +415,12 @@ case $stage in
     fi
     ;;
   ncu-nlp)
-    # The transformer layer alone, baked and in the row-split shape timed fastest (for a short lease).
+    # The transformer layer alone, baked and in the row-split shape timed fastest, each also JIT-compiled by the
+    # driver from its PTX (for a short lease).
     if ! command -v ncu > /dev/null; then
       fail "ncu (Nsight Compute) is not on PATH"
     else
-      ncu_nlp baked rows
+      ncu_nlp baked rows baked-jit rows-jit
     fi
     ;;
   gc65536)

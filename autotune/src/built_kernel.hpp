@@ -15,6 +15,9 @@ struct Built {
   codegen::SpmmKernel kernel;                   // baked
   std::optional<codegen::StreamKernel> stream;  // streamed: one entry and the weight arrays it reads
   std::vector<AsmResult> asm_results;
+  // The assemblies of a first build in functions that spilled (the candidate was built again as one function):
+  // their time is the candidate's too, and each is a rate of its own for the assembly budget.
+  std::vector<AsmResult> spilled_build;
   std::string error;
 
   size_t entries() const { return stream ? 1 : kernel.entries.size(); }

@@ -1,6 +1,7 @@
 #include "sparsert/autotune/database.hpp"
 
 #include "sparsert/autotune/space.hpp"
+#include "sparsert/codegen/assembler.hpp"
 #include "sparsert/codegen/spmm.hpp"
 #include "sparsert/runtime/content_store.hpp"
 #include "sparsert/runtime/file_io.hpp"
@@ -24,6 +25,7 @@ std::string tuning_key(const CsrMatrix& a, const Epilogue& ep, int32_t n, const 
   Sha256 h;
   h.field("sparsert-tuning/1");
   h.field(codegen::kGeneratorVersion);
+  h.field(codegen::kResourceReportVersion);  // its records were chosen by rejecting the candidates that spilled
   hash_layer(h, a, ep);
   h.field(std::to_string(n)).field(target.name()).field(toolkit);
   return h.hex();

@@ -517,16 +517,17 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       if (!spilled[j]) continue;
       Job& job = jobs[j];
       if (!job.streamed && spills(job.built)) cache.store(job.built);
-      bool ignored = false;
-      if (!job.streamed && into_one_function(job, calls(job.built), ignored)) {
+      bool known_to_spill = false;
+      if (!job.streamed && into_one_function(job, calls(job.built), known_to_spill) && !known_to_spill) {
         retry_jobs.push_back(j);
         continue;
       }
       if (job.streamed || doublings[job.layer] == kSpillRetries || !can_double(job.layer)) {
         const int d = job.streamed ? 0 : doublings[job.layer];
         throw WorkFailure(fmt::format(
-            "{}{}: choose more row blocks ({} {})", spill_message[j],
+            "{}{}: choose more row blocks{} ({} {})", spill_message[j],
             d > 0 ? fmt::format(" after {} retries with twice the row blocks", d) : "",
+            !job.streamed && job.block_functions.value_or(false) ? " or block functions off" : "",
             job.streamed ? "stream" : "tile",
             job.streamed ? codegen::to_json(job.stream).dump() : codegen::to_json(job.tile).dump()));
       }

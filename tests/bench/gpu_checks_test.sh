@@ -206,7 +206,8 @@ check "ncu-spmm profiled the baked entry three times" \
 check "ncu-spmm profiled the streamed entry four times" \
   test "$(grep -c -- '--kernel-name regex:sparsert_stream ' "$CALLS")" -eq 4
 check "ncu-spmm ran each package" test "$(grep -c -E '^run .*/pkg --input .*/x.npy --device cuda$' "$CALLS")" -eq 7
-# ncu-nlp: the transformer layer alone, baked and as the row-split kernel timed fastest on 2026-11-27.
+# ncu-nlp: the transformer layer alone, baked and as the row-split kernel timed fastest on 2026-11-27, each also run
+# with --ptx (the driver's JIT of the same PTX).
 : > "$CALLS"
 bash "$script" ncu-nlp "$fake" "$work/out10" > "$work/log10" 2>&1
 rc=$?
@@ -216,10 +217,14 @@ check "ncu-nlp compiled the transformer layer baked" grep -q -E \
 check "ncu-nlp compiled the row-split kernel" grep -q -E \
   '^compile .*/nlp/rows/net.json --target sm_90 --stream \{"layout": "rows", "rows_per_block": 16, .*"col_lanes": 32, .*\} --no-tuning-db' \
   "$CALLS"
-for form in baked rows; do
+for form in baked rows baked-jit rows-jit; do
   check "ncu-nlp wrote the transformer's $form CSV" grep -q 'Kernel Name' "$work/out10/ncu-spmm-nlp-$form.csv"
 done
-check "ncu-nlp compiled nothing else" test "$(grep -c '^compile ' "$CALLS")" -eq 2
+check "ncu-nlp compiled nothing else" test "$(grep -c '^compile ' "$CALLS")" -eq 4
+check "ncu-nlp ran the -jit packages with --ptx" \
+  test "$(grep -c -E '^run .*/nlp/(baked|rows)-jit/pkg --input .*/x.npy --device cuda --ptx$' "$CALLS")" -eq 2
+check "ncu-nlp ran the others without" \
+  test "$(grep -c -E '^run .*/nlp/(baked|rows)/pkg --input .*/x.npy --device cuda$' "$CALLS")" -eq 2
 rm "$work/path/ncu"
 bash "$script" ncu-gc "$fake" "$work/out6" > "$work/log6" 2>&1
 rc=$?

@@ -1,7 +1,8 @@
 #pragma once
 // A baked kernel assembled as `sparsert compile` builds it (compiler/src/compile.cpp): where it spills in the
 // functions that codegen's rule put its row blocks in, as one function; where it still spills, with twice the row
-// blocks, up to three times. Entries are assembled two at a time (the machine's cores).
+// blocks, up to three times. One target at a time: compile doubles the row blocks of every target of a layer when one
+// spills (a package has one launch shape per layer), which a test of one target does not need.
 #include "sparsert/codegen/assembler.hpp"
 #include "sparsert/codegen/spmm.hpp"
 #include "sparsert/inspector/plan.hpp"
@@ -23,7 +24,9 @@ struct AssembledEntry {
   size_t ptx_bytes = 0, cubin_bytes = 0;
 };
 
-inline std::vector<AssembledEntry> assemble_entries(const Target& target, const std::vector<SpmmEntry>& entries) {
+// `threads` at a time, at most the machine's cores.
+inline std::vector<AssembledEntry> assemble_entries(const Target& target, const std::vector<SpmmEntry>& entries,
+                                                    unsigned threads = 2) {
   std::vector<AssembledEntry> out(entries.size());
   std::atomic<size_t> next{0};
   auto worker = [&] {
@@ -33,19 +36,20 @@ inline std::vector<AssembledEntry> assemble_entries(const Target& target, const 
       out[i] = {e.name + "@" + target.name(), r.usage, r.seconds, e.block_functions, e.ptx.size(), r.cubin.size()};
     }
   };
-  std::vector<std::thread> threads;
-  for (unsigned t = 0; t < std::max(1u, std::min(2u, std::thread::hardware_concurrency())); ++t)
-    threads.emplace_back(worker);
-  for (auto& t : threads) t.join();
+  std::vector<std::thread> workers;
+  for (unsigned t = 0; t < std::max(1u, std::min(threads, std::thread::hardware_concurrency())); ++t)
+    workers.emplace_back(worker);
+  for (auto& t : workers) t.join();
   return out;
 }
 
 // `rebuilt`, where given, counts the builds after a spill; `final_options`, the options of the kernel returned.
 inline std::vector<AssembledEntry> assemble_as_compile(const CsrMatrix& a, const Target& target, SpmmOptions opt,
-                                                       int* rebuilt = nullptr, SpmmOptions* final_options = nullptr) {
+                                                       int* rebuilt = nullptr, SpmmOptions* final_options = nullptr,
+                                                       unsigned threads = 2) {
   for (int doublings = 0;;) {
     const SpmmKernel k = emit_spmm(a, inspector::make_plan(a, opt.tile.plan), target, opt);
-    std::vector<AssembledEntry> results = assemble_entries(target, k.entries);
+    std::vector<AssembledEntry> results = assemble_entries(target, k.entries, threads);
     const bool spilled =
         std::any_of(results.begin(), results.end(), [](const AssembledEntry& r) { return r.usage.spills(); });
     const bool in_functions = !opt.block_functions &&

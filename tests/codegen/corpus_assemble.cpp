@@ -28,7 +28,7 @@ using Result = AssembledEntry;
 // `rebuilt` counts those builds.
 std::vector<Result> assemble_all(const CsrMatrix& a, int32_t n, const std::string& name,
                                  std::initializer_list<const char*> targets = {"sm_80", "sm_90"},
-                                 int* rebuilt = nullptr) {
+                                 int* rebuilt = nullptr, unsigned threads = 2) {
   std::vector<Result> out;
   for (const char* t : targets) {
     const Target target = Target::parse(t);
@@ -37,7 +37,7 @@ std::vector<Result> assemble_all(const CsrMatrix& a, int32_t n, const std::strin
     opt.ld = n;
     opt.epilogue = {{-0.25f}, Activation::kRelu, std::nullopt};
     opt.name = name;
-    const std::vector<Result> r = assemble_as_compile(a, target, opt, rebuilt);
+    const std::vector<Result> r = assemble_as_compile(a, target, opt, rebuilt, nullptr, threads);
     out.insert(out.end(), r.begin(), r.end());
   }
   return out;
@@ -94,14 +94,20 @@ TEST(CorpusAssemble, DlmcRn50At90Percent) {
     int64_t nnz = 0;
     std::vector<Result> results;
     int rebuilt = 0;
+    std::string error;  // what a worker caught: reported on the main thread, where a failure can stop the test
   };
   std::vector<Layer> done(files.size());
   std::atomic<size_t> next{0};
   auto worker = [&] {
     for (size_t i = next++; i < files.size(); i = next++) {
-      const CsrMatrix a = inspector::read_smtx(files[i], inspector::ValueFill{});
-      done[i].nnz = a.nnz();
-      done[i].results = assemble_all(a, batch.at(files[i].stem().string()), "dlmc", {"sm_90"}, &done[i].rebuilt);
+      try {
+        const CsrMatrix a = inspector::read_smtx(files[i], inspector::ValueFill{});
+        done[i].nnz = a.nnz();
+        done[i].results =
+            assemble_all(a, batch.at(files[i].stem().string()), "dlmc", {"sm_90"}, &done[i].rebuilt, /*threads=*/1);
+      } catch (const std::exception& e) {
+        done[i].error = e.what();
+      }
     }
   };
   std::vector<std::thread> threads;
@@ -112,6 +118,7 @@ TEST(CorpusAssemble, DlmcRn50At90Percent) {
   double seconds = 0;
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string layer = files[i].stem().string();
+    EXPECT_EQ(done[i].error, "") << layer;
     expect_clean(done[i].results, layer);
     double layer_seconds = 0;
     int max_registers = 0;

@@ -54,7 +54,7 @@ TEST(StreamMeasure, CodeSizeAndAssemblyAgainstNonzeros) {
                 neurons, static_cast<long long>(a.nnz()), baked.size(),
                 rebuilt ? fmt::format(" (built {} more times after a spill: m_blocks={}, {})", rebuilt,
                                       built.tile.plan.m_blocks,
-                                      built.block_functions.has_value() ? "one function" : "functions by the rule")
+                                      !baked.empty() && baked.front().block_functions ? "in functions" : "one function")
                               .c_str()
                         : "",
                 ptx, cubin,
