@@ -220,7 +220,7 @@ ResourceUsage parse_resource_report(const std::string& log, const std::string& e
 Assembled Assembler::assemble(const std::string& ptx, const Target& target, const std::string& entry,
                               int opt_level) const {
   // Waits for memory first, so that the time reported is the assembly's own.
-  const bool calls = ptx.find("\tcall.uni ") != std::string::npos;
+  const bool calls = calls_functions(ptx);
   const AssemblyMemoryGate::Ticket memory =
       AssemblyMemoryGate::instance().acquire(AssemblyMemoryGate::estimate_bytes(ptx.size(), calls));
   const auto t0 = std::chrono::steady_clock::now();

@@ -346,7 +346,7 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
   };
   auto calls = [](const CachedKernel& k) {
     return std::any_of(k.entries.begin(), k.entries.end(),
-                       [](const CachedEntry& e) { return e.ptx.find("\tcall.uni ") != std::string::npos; });
+                       [](const CachedEntry& e) { return codegen::calls_functions(e.ptx); });
   };
   // The cache's kernel for a baked job, unless it is known to spill (then it is built again, to spill and go on);
   // true where it was. `in_functions`: the kernel that spilled called functions.
@@ -367,6 +367,14 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
     spilled = look_up(job);
     return true;
   };
+  // The cache's kernel for a baked job, as one function where it spilled in the rule's functions; true where the
+  // kernel the job now names is known to spill.
+  auto look_up_known_spill = [&](Job& job) {
+    bool in_functions = false;
+    if (!look_up(job, &in_functions)) return false;
+    bool still = false;
+    return !into_one_function(job, in_functions, still) || still;
+  };
   auto can_double = [&](size_t li) {
     for (const Job& job : jobs) {
       if (job.layer != li || job.streamed) continue;
@@ -386,23 +394,14 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       const bool again = job.tile_source.find("doubled after a spill") != std::string::npos;
       job.tile_source += again ? ", and again" : ", row blocks doubled after a spill";
       job.key = baked_key(job);
-      bool in_functions = false;
-      if (look_up(job, &in_functions)) {
-        bool still = false;
-        spilled = !into_one_function(job, in_functions, still) || still || spilled;
-      }
+      spilled = look_up_known_spill(job) || spilled;
     }
     return spilled;
   };
   for (size_t li = 0; li < layers.size(); ++li) {
     bool spilled = false;
     for (Job& job : jobs) {
-      if (job.layer != li || job.streamed) continue;
-      bool in_functions = false;
-      if (look_up(job, &in_functions)) {
-        bool still = false;
-        spilled = !into_one_function(job, in_functions, still) || still || spilled;
-      }
+      if (job.layer == li && !job.streamed) spilled = look_up_known_spill(job) || spilled;
     }
     while (spilled && doublings[li] < kSpillRetries && can_double(li)) spilled = double_row_blocks(li);
   }

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sparsert::codegen {
@@ -29,6 +30,9 @@ struct ResourceUsage {
 // (compile's kernel cache, the tuner's assembled results), so that reports read by an older parser are not reused.
 // 2: spills read from nvJitLink's prefixed lines (version 1 read none of them).
 inline constexpr const char* kResourceReportVersion = "resource-report/2";
+
+// The PTX calls functions (SpmmOptions::block_functions): its stack is their frames, not spills.
+inline bool calls_functions(std::string_view ptx) { return ptx.find("\tcall.uni ") != std::string_view::npos; }
 
 // Parses the "ptxas info" lines of a verbose assembler log for `entry`; throws InternalError if they are absent.
 // `calls`: the entry calls functions (SpmmOptions::block_functions), so a stack is their frames, not spills. (A log
