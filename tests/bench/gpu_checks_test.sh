@@ -131,6 +131,27 @@ check "the baked tiles are tuned before the streamed ones" test "$(grep -E '^tun
 SPARSERT_LEASE_DEADLINE=$(( $(date +%s) + 10 )) bash "$script" tune-n256 "$fake" "$work/out12" > "$work/log12" 2>&1
 check "past the deadline a tune still gets 5 s" test "$(grep -c -E '^tune --budget 5 ' "$CALLS")" -eq 2
 
+# bench-nlp and bench-other split bench-rest: the transformer and mobilenet suites (issue 12's goals) alone, then the
+# Graph Challenge and the convolutions; each suite's file checked against the model.
+: > "$CALLS"
+bash "$script" bench-nlp "$fake" "$work/out13" > "$work/log13" 2>&1
+rc=$?
+check "bench-nlp exits 0 (got $rc)" test "$rc" -eq 0
+check "bench-nlp benchmarks two suites" test "$(grep -E '^bench ' "$CALLS" | grep -o -E -- '--suite [^ ]+' | \
+  tr '\n' ' ')" = "--suite transformer --suite mobilenet "
+check "bench-nlp chooses by measurement" test "$(grep -c -E '^bench .*--choose measured' "$CALLS")" -eq 2
+check "bench-nlp checks both files against the model" test "$(grep -c '^check-model ' "$CALLS")" -eq 2
+: > "$CALLS"
+bash "$script" bench-other "$fake" "$work/out14" > "$work/log14" 2>&1
+rc=$?
+check "bench-other exits 0 (got $rc)" test "$rc" -eq 0
+check "bench-other benchmarks three suites" test "$(grep -E '^bench ' "$CALLS" | grep -o -E -- '--suite [^ ]+' | \
+  tr '\n' ' ')" = "--suite graphchallenge --suite rn50-conv3x3-0.9 --suite rn50-conv3x3-0.95 "
+check "bench-other chooses by measurement for the Graph Challenge only" \
+  test "$(grep -c -E '^bench --suite graphchallenge .*--choose measured' "$CALLS")" -eq 1 -a \
+  "$(grep -c -E -- '--choose' "$CALLS")" -eq 1
+check "bench-other checks three files against the model" test "$(grep -c '^check-model ' "$CALLS")" -eq 3
+
 # 2. Nothing fails: exit 0.
 : > "$CALLS"
 bash "$script" all "$fake" "$work/out2" > "$work/log2" 2>&1
