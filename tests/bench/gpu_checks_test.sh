@@ -132,25 +132,20 @@ SPARSERT_LEASE_DEADLINE=$(( $(date +%s) + 10 )) bash "$script" tune-n256 "$fake"
 check "past the deadline a tune still gets 5 s" test "$(grep -c -E '^tune --budget 5 ' "$CALLS")" -eq 2
 
 # bench-nlp and bench-other split bench-rest: the transformer and mobilenet suites (issue 12's goals) alone, then the
-# Graph Challenge and the convolutions; each suite's file checked against the model.
-: > "$CALLS"
-bash "$script" bench-nlp "$fake" "$work/out13" > "$work/log13" 2>&1
-rc=$?
-check "bench-nlp exits 0 (got $rc)" test "$rc" -eq 0
-check "bench-nlp benchmarks two suites" test "$(grep -E '^bench ' "$CALLS" | grep -o -E -- '--suite [^ ]+' | \
-  tr '\n' ' ')" = "--suite transformer --suite mobilenet "
-check "bench-nlp chooses by measurement" test "$(grep -c -E '^bench .*--choose measured' "$CALLS")" -eq 2
-check "bench-nlp checks both files against the model" test "$(grep -c '^check-model ' "$CALLS")" -eq 2
-: > "$CALLS"
-bash "$script" bench-other "$fake" "$work/out14" > "$work/log14" 2>&1
-rc=$?
-check "bench-other exits 0 (got $rc)" test "$rc" -eq 0
-check "bench-other benchmarks three suites" test "$(grep -E '^bench ' "$CALLS" | grep -o -E -- '--suite [^ ]+' | \
-  tr '\n' ' ')" = "--suite graphchallenge --suite rn50-conv3x3-0.9 --suite rn50-conv3x3-0.95 "
-check "bench-other chooses by measurement for the Graph Challenge only" \
-  test "$(grep -c -E '^bench --suite graphchallenge .*--choose measured' "$CALLS")" -eq 1 -a \
-  "$(grep -c -E -- '--choose' "$CALLS")" -eq 1
-check "bench-other checks three files against the model" test "$(grep -c '^check-model ' "$CALLS")" -eq 3
+# Graph Challenge and the convolutions (one kind: no --choose); each suite's file checked against the model.
+check_bench_stage() {  # STAGE, the suites in order, how many of them choose by measurement
+  : > "$CALLS"
+  bash "$script" "$1" "$fake" "$work/out-$1" > "$work/log-$1" 2>&1
+  local rc=$? suites
+  check "$1 exits 0 (got $rc)" test "$rc" -eq 0
+  suites=$(grep -E '^bench ' "$CALLS" | grep -o -E -- '--suite [^ ]+' | awk '{printf "%s ", $2}')
+  check "$1 benchmarks $2" test "$suites" = "$2 "
+  check "$1 chooses by measurement $3 times" test "$(grep -c -E '^bench .*--choose measured' "$CALLS")" -eq "$3"
+  check "$1 checks each file against the model" \
+    test "$(grep -c '^check-model ' "$CALLS")" -eq "$(echo "$2" | wc -w)"
+}
+check_bench_stage bench-nlp "transformer mobilenet" 2
+check_bench_stage bench-other "graphchallenge rn50-conv3x3-0.9 rn50-conv3x3-0.95" 1
 
 # 2. Nothing fails: exit 0.
 : > "$CALLS"
