@@ -337,7 +337,8 @@ TEST(ModelCheck, ReadsAGeneratedLayerFromTheMatrixNamedAfterIt) {
 // transformer's 512 x 2048 at N = 256): how much slower it ran than the fastest of them, by geometric mean over the
 // layers. With the row-split kernel's memory scale fitted to the H100's N = 1 and N = 49 runs (1.86) that was 1.16x;
 // the H200's wide tiles at N = 256 ran up to 1.9x faster than that term said. At 1.4: 1.10x (docs/autotune.md, "The
-// row-split kernel's memory scale").
+// row-split kernel's memory scale"). The lease of 2026-11-28 timed the same shapes again on another H200 (its bench
+// files only): 1.11x over its 98 layers.
 TEST(ModelCheck, PicksAmongTheRowSplitShapesTheH200Timed) {
   SPARSERT_REQUIRE_SHARED_DATA(data);
   sparsert::testing::ScratchDir scratch;
@@ -345,15 +346,19 @@ TEST(ModelCheck, PicksAmongTheRowSplitShapesTheH200Timed) {
   o.data_dir = data;
   o.matrices = {scratch.path() / "nlp_512x2048.mtx"};
   inspector::write_mtx(o.matrices[0], inspector::generate_pruned_gaussian(512, 2048, 0.9, 100));
-  const std::filesystem::path dir = std::filesystem::path(SPARSERT_SOURCE_DIR) / "docs/measurements/h200-2026-11-27b";
+  const std::filesystem::path measured = std::filesystem::path(SPARSERT_SOURCE_DIR) / "docs/measurements";
   double log_sum = 0.0;
   int layers = 0;
-  for (const char* name : {"rn50-0.9-cuda", "rn50-0.95-cuda", "transformer-cuda", "mobilenet-cuda",
-                           "graphchallenge-cuda", "tune-rows-cols-n256-gpu"}) {
+  for (const char* file : {"h200-2026-11-27b/rn50-0.9-cuda", "h200-2026-11-27b/rn50-0.95-cuda",
+                           "h200-2026-11-27b/transformer-cuda", "h200-2026-11-27b/mobilenet-cuda",
+                           "h200-2026-11-27b/graphchallenge-cuda", "h200-2026-11-27b/tune-rows-cols-n256-gpu",
+                           "h200-2026-11-28/rn50-0.9-cuda", "h200-2026-11-28/rn50-0.95-cuda",
+                           "h200-2026-11-28/transformer-cuda", "h200-2026-11-28/mobilenet-cuda",
+                           "h200-2026-11-28/graphchallenge-cuda"}) {
     // A layer's row-split kernels, at each width it ran (a bench problem's kept kernel and the ones it did not keep
     // are in different groups; its runs timed alone are left out).
     std::map<std::tuple<std::string, int32_t>, std::vector<bench::ModelPoint>> by_layer;
-    for (const bench::ModelGroup& g : bench::check_model(dir / fmt::format("{}.json", name), o)) {
+    for (const bench::ModelGroup& g : bench::check_model(measured / fmt::format("{}.json", file), o)) {
       if (g.source.find("alone") != std::string::npos) continue;
       for (const bench::ModelPoint& p : g.points) {
         if (p.label.find(" rows ") != std::string::npos) by_layer[{p.layer, p.n}].push_back(p);
@@ -369,7 +374,7 @@ TEST(ModelCheck, PicksAmongTheRowSplitShapesTheH200Timed) {
       ++layers;
     }
   }
-  ASSERT_GE(layers, 90);
+  ASSERT_GE(layers, 190);
   const double regret = std::exp(log_sum / layers);
   std::printf("the model's row-split pick over %d layers: %.3fx the fastest measured\n", layers, regret);
   EXPECT_LE(regret, 1.12);

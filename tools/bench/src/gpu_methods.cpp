@@ -581,9 +581,10 @@ class SparsertGpu final : public GpuMethod {
   static constexpr int32_t kMeasuredRowAlign = compiler::kDefaultRowAlign;
   // And the model's best row-split kernels of this many more shapes (lanes per row, column lanes, columns per
   // thread) than the streamed pick's, at compile's width: the model ranks those shapes least well of all
-  // (docs/autotune.md, "Shapes of the row-split kernel"), and each assembles in a few hundredths of a second. Where
-  // none of them (nor the pick) stages B in shared memory, the best-ranked shape that does is timed as well: the model
-  // prices that form on terms no GPU has measured yet (docs/autotune.md, "The staged row-split kernel").
+  // (docs/autotune.md, "Shapes of the row-split kernel"), and each assembles in a few hundredths of a second. (Until
+  // 2026-11-28 the best-ranked staged shape was timed as well, in both forms, wherever these held none: it was the
+  // fastest kernel on none of the 176 problems two H200 leases timed it on; on 2026-11-28 1.5-3.7x slower than the
+  // fastest other kernel. `tune --mode gpu` still times it.)
   static constexpr size_t kMeasuredShapes = 3;
   static constexpr size_t kAllShapes = 1000;  // more than the grid has
   std::string name() const override { return "sparsert-gpu"; }
@@ -848,31 +849,6 @@ class SparsertGpu final : public GpuMethod {
       if (autotune::row_split_shape(shapes[r]) == picked) continue;
       out.push_back({codegen::KernelKind::kStreamed, columns, false, r + 1});
       ++timed;
-    }
-    // The staged row-split kernel in both its forms (one tile; double-buffered) of one shape: neither form has run on
-    // a GPU. The staged shape the pick or the shapes above hold, else the best-ranked staged shape; then the same
-    // lanes, column lanes and floats a lane in the other form, so that the two times compare the forms.
-    auto staged_shape = [](const codegen::StreamParams& s) -> std::optional<autotune::RowSplitShape> {
-      if (s.layout != codegen::StreamLayout::kStagedRows) return std::nullopt;
-      return autotune::row_split_shape(s);
-    };
-    std::optional<autotune::RowSplitShape> first =
-        pick && pick->kind == codegen::KernelKind::kStreamed ? staged_shape(pick->stream) : std::nullopt;
-    for (const Variant& v : out) {
-      if (!first && v.shape > 0) first = staged_shape(shapes[v.shape - 1]);
-    }
-    for (size_t r = 0; r < shapes.size() && !first; ++r) {
-      if ((first = staged_shape(shapes[r]))) out.push_back({codegen::KernelKind::kStreamed, columns, false, r + 1});
-    }
-    if (first) {
-      autotune::RowSplitShape twin = *first;
-      twin.double_buffer = !twin.double_buffer;
-      for (size_t r = 0; r < shapes.size(); ++r) {
-        if (staged_shape(shapes[r]) != twin) continue;
-        const bool listed = std::any_of(out.begin(), out.end(), [&](const Variant& v) { return v.shape == r + 1; });
-        if (!listed) out.push_back({codegen::KernelKind::kStreamed, columns, false, r + 1});
-        break;
-      }
     }
     return out;
   }
