@@ -126,7 +126,7 @@ std::string ptx_identifier(std::string_view text) {
   return out;
 }
 
-std::string function_signature(std::string_view name, std::span<const Reg> params) {
+std::string function_signature(std::string_view name, std::span<const Reg> params, bool noreturn) {
   SPARSERT_INTERNAL_CHECK(is_identifier(name), "function name '{}' is not a PTX identifier", name);
   std::string out = ".func ";
   out.append(name).append("(");
@@ -135,7 +135,7 @@ std::string function_signature(std::string_view name, std::span<const Reg> param
     out.append(".reg ").append(params[i].cls == RegClass::kPred ? ".b32" : kDeclType[static_cast<int>(params[i].cls)]);
     out.append(" ").append(function_param(i));
   }
-  out.append(")\n{\n");
+  out.append(noreturn ? ") .noreturn\n{\n" : ")\n{\n");
   return out;
 }
 

@@ -481,7 +481,8 @@ void Parser::parse_entry() {
   k_ = nullptr;
 }
 
-// .func NAME(.reg .TYPE %a, ...) { ... }: only recorded here; each call parses the body again (inline_call).
+// .func NAME(.reg .TYPE %a, ...) [.noreturn] { ... }: only recorded here; each call parses the body again
+// (inline_call).
 void Parser::parse_func() {
   const uint32_t line = next().line;  // .func
   if (is_punct(peek(), '('))
@@ -515,6 +516,10 @@ void Parser::parse_func() {
       f.params.emplace_back(pname, ty);
     } while (accept(','));
     expect(')');
+  }
+  if (peek().kind == Tk::Dir && peek().text == ".noreturn") {
+    next();
+    f.noreturn = true;
   }
   if (peek().kind == Tk::Dir)
     err(peek().line, fmt::format("directive '{}' on .func is not supported", peek().text), ErrorKind::Unsupported);

@@ -21,6 +21,10 @@ void parse_ret_exit(InstrCtx& c) {
   c.in.op = c.base == "ret" ? Op::Ret : Op::Exit;
   c.in.cls = InstrClass::Control;
   if (c.m.take("uni")) c.in.flags |= kUni;
+  if (c.in.op == Op::Ret) {
+    // PTX leaves a return from a .noreturn function undefined: the function must end its threads with exit.
+    if (const std::string* f = c.inlining_noreturn()) c.err(fmt::format("ret in '{}', which is .noreturn", *f));
+  }
   if (c.in.op == Op::Ret && c.inlined()) {
     // The end of the inlined body: a branch, as the call's return is.
     c.in.op = Op::Bra;

@@ -110,6 +110,7 @@ class Parser {
     std::vector<std::pair<std::string, Ty>> params;
     size_t body = 0;  // token index just past the opening brace
     uint32_t line = 0;
+    bool noreturn = false;  // .noreturn: it ends its threads (exit) and never returns to the caller
   };
   std::unordered_map<std::string, FuncDef> funcs_;
   std::string label_prefix_;          // of the call being inlined ("" in the kernel's own body)
@@ -226,6 +227,10 @@ class InstrCtx {
   void branch_to(std::string label) { p_.branches_.push_back({pc(), p_.label_prefix_ + label, line}); }
   // Inside an inlined function a ret goes to the end of its body, whose label is this.
   bool inlined() const { return !p_.inlining_.empty(); }
+  // The innermost function being inlined where it is declared .noreturn (a ret in it is an error), else null.
+  const std::string* inlining_noreturn() const {
+    return inlined() && p_.funcs_.at(p_.inlining_.back()).noreturn ? &p_.inlining_.back() : nullptr;
+  }
   static constexpr const char* kReturnLabel = "$ptxsim_return";
   void uses_warp_ops() { p_.k_->uses_warp_ops = true; }
   uint32_t target_sm() const { return p_.prog_.target_sm; }

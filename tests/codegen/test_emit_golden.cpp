@@ -284,7 +284,9 @@ CHECK-NOT: ret;
 }
 
 // SpmmOptions::block_functions: each row block's code is a .func before the entry, taking the preamble's registers
-// it reads (a predicate as a .b32 word); the entry's dispatch calls it and goes to $done. Every target.
+// it reads (a predicate as a .b32 word); the entry's dispatch calls it and goes to $done. Every target. Nothing follows
+// the dispatch, so each function is .noreturn and ends its threads (exit): a returning one makes ptxas save the
+// caller's registers on the stack, which it reports as spills.
 namespace {
 // tiny() in two row blocks, with a bias per row, ReLU and a clamp.
 SpmmOptions two_blocks() {
@@ -322,7 +324,7 @@ TEST(EmitGolden, BlockFunctionsAreCalledFromTheDispatch) {
     const std::string patterns = R"(
 CHECK: .address_size 64
 CHECK-NOT: .entry
-CHECK: .func tiny_e0_b0(.reg .b32 %in0, .reg .b64 %in1, .reg .b64 %in2)
+CHECK: .func tiny_e0_b0(.reg .b32 %in0, .reg .b64 %in1, .reg .b64 %in2) .noreturn
 CHECK-NEXT: {
 CHECK: setp.ne.u32 %p2, %in0, 0;
 CHECK-NEXT: mov.b64 %rd8, %in1;
@@ -331,11 +333,11 @@ CHECK: // block 0: rows
 CHECK: fma.rn.f32
 CHECK: bra.uni $return;
 CHECK: $return:
-CHECK-NEXT: ret;
+CHECK-NEXT: exit;
 CHECK-NEXT: }
 CHECK: .func tiny_e0_b1(
 CHECK: $return:
-CHECK-NEXT: ret;
+CHECK-NEXT: exit;
 CHECK: // launch: grid = (ceil(N / 32), 2, 1), block = (32, 1, 1), static shared = 0 bytes
 CHECK: // each row block's code is the function tiny_e0_b<block> above, called from the dispatch
 CHECK-NEXT: .visible .entry tiny_e0(
@@ -352,7 +354,39 @@ CHECK: $done:
 CHECK-NEXT: ret;
 )";
     EXPECT_EQ(filecheck(ptx, patterns), "") << target.name() << "\n" << ptx;
+    auto count = [&](std::string_view what) {
+      size_t n = 0;
+      for (size_t at = ptx.find(what); at != std::string::npos; at = ptx.find(what, at + 1)) ++n;
+      return n;
+    };
+    EXPECT_EQ(count(") .noreturn\n{"), 2u) << target.name();  // both functions
+    EXPECT_EQ(count("\tret;"), 1u) << target.name();             // the entry's only
   }
+}
+
+// With a column map the last block compacts the map after the dispatch ($done): there the functions return.
+TEST(EmitGolden, BlockFunctionsReturnWhereTheEntryGoesOnAfterThem) {
+  SpmmOptions opt = two_blocks();
+  opt.epilogue = {};
+  opt.block_functions = true;
+  opt.live_flags = opt.device_n = opt.column_map = true;
+  const CsrMatrix a = tiny();
+  const SpmmKernel k = emit_spmm(a, inspector::make_plan(a, opt.tile.plan), Target::parse("sm_90", "t"), opt);
+  ASSERT_EQ(k.entries.size(), 1u);
+  const std::string& ptx = k.entries[0].ptx;
+  const std::string patterns = R"(
+CHECK-NOT: .noreturn
+CHECK: .func tiny_e0_b0(
+CHECK: $return:
+CHECK-NEXT: ret;
+CHECK: .func tiny_e0_b1(
+CHECK: $return:
+CHECK-NEXT: ret;
+CHECK: $done:
+CHECK: atom.global.add.u32
+CHECK-NOT: exit;
+)";
+  EXPECT_EQ(filecheck(ptx, patterns), "") << ptx;
 }
 
 // The wait comes before the first global access (the column count on the device, with device_n) and the trigger

@@ -119,3 +119,42 @@ TEST(PtxsimFunctions, BadCallsAreOneLineErrors) {
                                 ".visible .entry k()\n{\n\t.reg .b32 %r<2>;\n\tmov.u32 %r1, 1;\n\tcall.uni f, (%r1);\n}\n";
   expect_sim_error([&] { Module(mem, recursive, "rec.ptx"); }, ErrorKind::Unsupported, 6);
 }
+
+// A .noreturn function (codegen's block functions where nothing follows the dispatch) ends its threads with exit:
+// the caller's code after the call never runs, and a ret in it is an error naming the function.
+TEST(PtxsimFunctions, ANoreturnFunctionEndsItsThreads) {
+  DeviceMemory mem;
+  const std::string ptx = std::string(kHeader) +
+      ".func fin(.reg .b64 %out, .reg .b32 %tid) .noreturn\n"     // 4
+      "{\n"
+      "\t.reg .b64 %rd<3>;\n"
+      "\t.reg .b32 %r<2>;\n"
+      "\tbar.sync 0;\n"
+      "\tmul.wide.u32 %rd1, %tid, 4;\n"
+      "\tadd.s64 %rd2, %out, %rd1;\n"
+      "\tadd.u32 %r1, %tid, 7;\n"
+      "\tst.global.u32 [%rd2], %r1;\n"
+      "\texit;\n"                                                  // 13
+      "}\n"
+      ".visible .entry k(.param .u64 p)\n"
+      "{\n"
+      "\t.reg .b32 %r<3>;\n"
+      "\t.reg .b64 %rd<2>;\n"
+      "\tld.param.u64 %rd1, [p];\n"
+      "\tcvta.to.global.u64 %rd1, %rd1;\n"
+      "\tmov.u32 %r1, %tid.x;\n"
+      "\tcall.uni fin, (%rd1, %r1);\n"
+      "\tmov.u32 %r2, 99;\n"
+      "\tst.global.u32 [%rd1], %r2;\n"
+      "\tret;\n"
+      "}\n";
+  Module mod(mem, ptx, "noreturn.ptx");
+  const uint64_t out = upload(mem, std::vector<uint32_t>(32, 0));
+  mod.launch("k", {1}, {32}, {arg_u64(out)});
+  const auto v = download<uint32_t>(mem, out, 32);
+  for (uint32_t t = 0; t < 32; ++t) EXPECT_EQ(v[t], t + 7) << t;  // not 99: the store after the call never ran
+  std::string returns = ptx;
+  returns.replace(returns.find("\texit;\n"), 7, "\tret;\n");
+  const std::string m = expect_sim_error([&] { Module(mem, returns, "returns.ptx"); }, ErrorKind::Parse, 13);
+  EXPECT_THAT(m, HasSubstr("'fin', which is .noreturn"));
+}

@@ -75,7 +75,9 @@ std::string entry_signature(std::string_view name, std::span<const EntryParam> p
 // The signature of a device function whose parameters are registers, up to and including the brace that opens its
 // body: `.func NAME(.reg .b64 %in0, .reg .b32 %in1, ...)\n{\n`, one per entry of `params` in order, named %in0,
 // %in1, ... A predicate cannot be passed (the call ABI has no 1-bit parameters): it is a .b32 parameter, 0 or 1.
-std::string function_signature(std::string_view name, std::span<const Reg> params);
+// `noreturn`: `.func NAME(...) .noreturn`, a function that ends its threads with exit instead of returning, so that
+// the assembler keeps none of the caller's registers for after the call.
+std::string function_signature(std::string_view name, std::span<const Reg> params, bool noreturn = false);
 // The name of function parameter i ("%in3").
 std::string function_param(size_t i);
 // The builder's registers named in PTX text (%p, %r, %rd, %f and a number), each once, by class and number.

@@ -18,7 +18,7 @@
 namespace sparsert::codegen {
 
 // Bumped whenever the generated code changes: it is part of every cache key.
-inline constexpr const char* kGeneratorVersion = "sparsert-spmm/6";
+inline constexpr const char* kGeneratorVersion = "sparsert-spmm/7";
 
 // Entries with more fmas than this put each row block's code in a function of its own (SpmmOptions::block_functions):
 // nvJitLink's time grows faster than linearly with the size of a function (a 205K-fma entry: 44 s and 2.1 GB as one
