@@ -19,7 +19,7 @@ ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilo
     }
   };
   for (const Candidate& c : enumerate_candidates(a, n, target, kinds, max_entries)) {
-    if (!c.valid() || (accept && !accept(c))) continue;
+    if (!c.valid() || timed_only(c) || (accept && !accept(c))) continue;
     const std::optional<Estimate> e = model(c);
     if (!e) continue;
     ++best.ranked;
@@ -49,7 +49,7 @@ std::vector<RankedCandidate> best_row_split_shapes(const CsrMatrix& a, int32_t n
   std::map<RowSplitShape, RankedCandidate> best;
   for (const Candidate& c : enumerate_candidates(a, n, target, {codegen::KernelKind::kStreamed})) {
     const std::optional<RowSplitShape> shape = row_split_shape(c);
-    if (!c.valid() || !shape || c.stream.prefetch != 0) continue;
+    if (!c.valid() || !shape || timed_only(c)) continue;
     Estimate e;
     try {
       e = estimate_candidate(a, n, epilogue, c.kind, c.tile, c.stream, target, std::nullopt, false);
@@ -67,6 +67,25 @@ std::vector<RankedCandidate> best_row_split_shapes(const CsrMatrix& a, int32_t n
   });
   if (out.size() > shapes) out.resize(shapes);
   return out;
+}
+
+std::optional<RankedCandidate> best_with_register_budget(const CsrMatrix& a, int32_t n, const Epilogue& epilogue,
+                                                        const codegen::Target& target) {
+  std::optional<RankedCandidate> best;
+  for (const Candidate& c : enumerate_candidates(a, n, target, {codegen::KernelKind::kStreamed})) {
+    if (!c.valid() || c.stream.max_registers == 0) continue;
+    try {
+      const Estimate e = estimate_candidate(a, n, epilogue, c.kind, c.tile, c.stream, target, std::nullopt, false);
+      codegen::StreamParams free = c.stream;
+      free.max_registers = 0;
+      const Estimate without = estimate_candidate(a, n, epilogue, c.kind, c.tile, free, target, std::nullopt, false);
+      if (!budget_adds_warps(e, without)) continue;
+      // Ties keep the earlier candidate, as choose_by_model does.
+      if (!best || e.microseconds < best->estimate.microseconds) best = RankedCandidate{c, e};
+    } catch (const inspector::InvalidTileParams&) {
+    }
+  }
+  return best;
 }
 
 }  // namespace sparsert::autotune

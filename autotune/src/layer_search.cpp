@@ -416,7 +416,8 @@ void add_register_budgets(LayerResult& lr, std::vector<size_t>& chosen) {
   }
 }
 
-// The best-ranked row-split candidate (entries not prefetched) of every shape the chosen ones do not have yet: among
+// The best-ranked row-split candidate (entries not prefetched, no register budget) of every shape the chosen ones do
+// not have yet, and the best-ranked one under a register budget: among
 // these shapes the model's ranking is at its weakest (docs/autotune.md, "Shapes of the row-split kernel"), and each
 // costs a few hundredths of a second to assemble (its code does not depend on the matrix) and milliseconds to time.
 // A shape counts as covered by a chosen candidate with the plain loop only: the prefetching twin is a measurement of
@@ -426,12 +427,12 @@ size_t add_row_split_shapes(const LayerResult& lr, std::vector<size_t>& chosen) 
   std::set<RowSplitShape> have;
   for (size_t i : chosen) {
     const Candidate& c = lr.candidates[i].cand;
-    if (const std::optional<RowSplitShape> s = row_split_shape(c); s && c.stream.prefetch == 0) have.insert(*s);
+    if (const std::optional<RowSplitShape> s = row_split_shape(c); s && !timed_only(c)) have.insert(*s);
   }
   std::vector<size_t> order;
   for (size_t i = 0; i < lr.candidates.size(); ++i) {
     const CandidateResult& r = lr.candidates[i];
-    if (r.status == "estimated" && r.cand.stream.prefetch == 0 && row_split_shape(r.cand)) order.push_back(i);
+    if (r.status == "estimated" && !timed_only(r.cand) && row_split_shape(r.cand)) order.push_back(i);
   }
   auto key = [&](size_t i) {
     return std::pair{lr.candidates[i].counts_from != "ptxsim", lr.candidates[i].score()};
@@ -440,6 +441,30 @@ size_t add_row_split_shapes(const LayerResult& lr, std::vector<size_t>& chosen) 
   const size_t before = chosen.size();
   for (size_t i : order) {
     if (have.insert(*row_split_shape(lr.candidates[i].cand)).second) chosen.push_back(i);
+  }
+  // And the best-ranked one under a register budget that adds resident warps (budget_adds_warps, against its twin
+  // without one), where none was chosen: the occupancy it buys is what the model cannot price (timed_only).
+  auto budgeted = [&](size_t i) {
+    return lr.candidates[i].cand.streamed() && lr.candidates[i].cand.stream.max_registers != 0;
+  };
+  auto adds_warps = [&](size_t i) {
+    codegen::StreamParams free = lr.candidates[i].cand.stream;
+    free.max_registers = 0;
+    const auto twin = std::find_if(lr.candidates.begin(), lr.candidates.end(), [&](const CandidateResult& r) {
+      return r.cand.streamed() && r.cand.stream == free;
+    });
+    return twin != lr.candidates.end() && twin->estimate && lr.candidates[i].estimate &&
+           budget_adds_warps(*lr.candidates[i].estimate, *twin->estimate);
+  };
+  if (std::none_of(chosen.begin(), chosen.end(), budgeted)) {
+    std::vector<size_t> budgets;
+    for (size_t i = 0; i < lr.candidates.size(); ++i) {
+      if (lr.candidates[i].status == "estimated" && budgeted(i) && adds_warps(i)) budgets.push_back(i);
+    }
+    if (const auto it = std::min_element(budgets.begin(), budgets.end(),
+                                         [&](size_t x, size_t y) { return key(x) < key(y); });
+        it != budgets.end())
+      chosen.push_back(*it);
   }
   return chosen.size() - before;
 }
@@ -580,13 +605,13 @@ void confirm(LayerContext& ctx, LayerResult& lr, const std::vector<size_t>& rank
 void pick_winner(LayerResult& lr) {
   // 4. The winner: measured beats assembled beats estimated (ptxsim's counts before analytic ones); then the lowest
   // score. The same order picks the best of each kind.
-  // The row-split kernel with its entries prefetched (StreamParams::prefetch) has not run on a GPU: unless this run
-  // timed candidates, it is not the winner on the model's word. Assembled, it often holds fewer registers than its
-  // plain twin (54 against 118 at cpt 4, unroll 4), which the model counts as occupancy, while ptxas bought them
-  // with fewer rows of B in flight, which the model does not see.
+  // The row-split kernel with its entries prefetched (StreamParams::prefetch) or under a register budget: unless this
+  // run timed candidates, it is not the winner on the model's word (timed_only). Assembled, the prefetching loop often
+  // holds fewer registers than its plain twin (54 against 118 at cpt 4, unroll 4), which the model counts as
+  // occupancy, while ptxas bought them with fewer rows of B in flight, which the model does not see.
   const bool timed = std::any_of(lr.candidates.begin(), lr.candidates.end(),
                                  [](const CandidateResult& r) { return r.status == "measured"; });
-  auto eligible = [&](const Candidate& c) { return timed || c.stream.prefetch == 0; };
+  auto eligible = [&](const Candidate& c) { return timed || !timed_only(c); };
   lr.winner = best_of(lr.candidates, eligible);
   lr.best_baked = kind_best(lr.candidates, codegen::KernelKind::kBaked);
   lr.best_streamed = kind_best(lr.candidates, codegen::KernelKind::kStreamed, eligible);

@@ -34,10 +34,11 @@ std::string describe(const Candidate& c) {
                        c.stream.rows_per_block, c.stream.lanes_per_row,
                        c.stream.col_lanes != 1 ? fmt::format(" cl={}", c.stream.col_lanes) : "", c.stream.n_tile,
                        c.stream.cols_per_thread, c.stream.unroll, c.stream.prefetch ? " pf" : "",
-                       staged ? fmt::format(" sr={}{}{}", c.stream.stage_rows,
-                                            c.stream.group_rows > 1 ? fmt::format(" gr={}", c.stream.group_rows) : "",
-                                            c.stream.double_buffer ? " db" : "")
-                              : "");
+                       (staged ? fmt::format(" sr={}{}{}", c.stream.stage_rows,
+                                             c.stream.group_rows > 1 ? fmt::format(" gr={}", c.stream.group_rows) : "",
+                                             c.stream.double_buffer ? " db" : "")
+                               : std::string{}) +
+                           (c.stream.max_registers > 0 ? fmt::format(" reg<={}", c.stream.max_registers) : ""));
   }
   std::string s = fmt::format("streamed rpb={} nt={} cpt={}", c.stream.rows_per_block, c.stream.n_tile,
                               c.stream.cols_per_thread);
@@ -100,7 +101,7 @@ codegen::StreamParams stream_from_json(const nlohmann::json& j, const std::strin
   // Every key codegen::to_json writes, and no other: a misspelt one would silently leave its field at the default.
   static const std::set<std::string> known = {"layout",       "rows_per_block", "n_tile",    "cols_per_thread",
                                               "stage_rows",   "unroll",         "lanes_per_row", "col_lanes",
-                                              "prefetch",     "group_rows",     "double_buffer"};
+                                              "prefetch",     "group_rows",     "double_buffer", "max_registers"};
   for (const auto& [key, value] : j.items()) {
     SPARSERT_USER_CHECK(known.count(key), where, "'{}' is not a stream parameter (known: {})", key,
                         fmt::join(known, ", "));
@@ -119,7 +120,8 @@ codegen::StreamParams stream_from_json(const nlohmann::json& j, const std::strin
                             std::pair{"cols_per_thread", &p.cols_per_thread}, std::pair{"stage_rows", &p.stage_rows},
                             std::pair{"unroll", &p.unroll}, std::pair{"lanes_per_row", &p.lanes_per_row},
                             std::pair{"col_lanes", &p.col_lanes}, std::pair{"prefetch", &p.prefetch},
-                            std::pair{"group_rows", &p.group_rows}, std::pair{"double_buffer", &p.double_buffer}}) {
+                            std::pair{"group_rows", &p.group_rows}, std::pair{"double_buffer", &p.double_buffer},
+                            std::pair{"max_registers", &p.max_registers}}) {
     if (!j.contains(field)) continue;
     *out = json_int<int32_t>(j.at(field), where, field);
   }
@@ -318,6 +320,20 @@ std::vector<Candidate> streamed_grid(int32_t n) {
               c.stream.prefetch = prefetch;
               grid.push_back(c);
             }
+            // And under a register budget, for more blocks an SM: ptxas gives this walk 80-120 registers, one block
+            // of 512 threads an SM, and every row-split kernel the H200 timed at N = 256 ran 16 warps an SM or fewer
+            // (docs/autotune.md, "Register budgets for the row-split kernel"). 64 registers fit two such blocks, or
+            // eight of 128 threads, 48 ten of those. Prefetching only, at 2 or 4 floats a lane: ptxas spills the
+            // plain loop at 64 (it holds its own further unrolled steps' rows of B ahead), and 8 floats at 64
+            // (RowsAssemble.RegisterBudgetsHoldWithoutSpills).
+            if (cpt > 4) continue;
+            c.stream.prefetch = 1;
+            const int32_t free_registers = codegen::stream_registers_estimate(c.stream);
+            for (int32_t budget : {64, 48}) {
+              if ((budget == 48 && threads != 128) || free_registers <= budget) continue;
+              c.stream.max_registers = budget;
+              grid.push_back(c);
+            }
           }
     // The same walk with the block's rows of B staged in shared memory (StreamLayout::kStagedRows): each row of B
     // crosses L2 once per block and column tile, and every read of it after that is a shared load. Spans of 32 floats
@@ -363,6 +379,10 @@ std::optional<RowSplitShape> row_split_shape(const codegen::StreamParams& p) {
 
 std::optional<RowSplitShape> row_split_shape(const Candidate& c) {
   return c.streamed() ? row_split_shape(c.stream) : std::nullopt;
+}
+
+bool timed_only(const Candidate& c) {
+  return c.streamed() && (c.stream.prefetch != 0 || c.stream.max_registers != 0);
 }
 
 bool Candidate::operator==(const Candidate& o) const {

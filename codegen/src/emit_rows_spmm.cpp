@@ -77,6 +77,11 @@ int32_t rows_registers_estimate(const StreamParams& p) {
   const int32_t ahead = p.prefetch ? 2 * p.unroll : 0;
   // Staged: a batch of copies in flight (up to 4 floats, a row index and an address each) and the stage's ids.
   const int32_t copies = p.layout == StreamLayout::kStagedRows ? kCopyBatch * 7 + 8 : 0;
+  if (p.max_registers > 0) {
+    StreamParams free = p;
+    free.max_registers = 0;
+    return std::min(p.max_registers, rows_registers_estimate(free));
+  }
   if (p.group_rows > 1) {
     // The rows of a group walk side by side: each row's unrolled steps in flight together (an entry pair, a tile
     // address and cpt floats each, and a guard), each row's accumulators, slot and pointers. Measured (ptxas 13,
@@ -135,6 +140,9 @@ void check_rows_params(const StreamParams& p, int32_t ld, const Target& target) 
                                       p.lanes_per_row, p.col_lanes));
   }
   check_common_params(p, ld);
+  if (p.max_registers != 0 && (p.max_registers < kMinStreamRegisters || p.max_registers > 255)) {
+    bad("max_registers", fmt::format("{} is not 0 (no budget) or in [{}, 255]", p.max_registers, kMinStreamRegisters));
+  }
   if (p.prefetch != 0 && p.prefetch != 1) bad("prefetch", fmt::format("{} is not 0 or 1", p.prefetch));
   if (p.prefetch == 1 && p.unroll < 2) {
     bad("prefetch", fmt::format("prefetching needs an unrolled loop (unroll 2 or 4, not {})", p.unroll));
@@ -745,11 +753,12 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
       "// C[m x ld] = act(A * B + bias), A streamed row by row ({} rows per block, {} lanes per row{}{}); ld = {}; "
       "epilogue:{}{}{}\n",
       p.n_tile, bx, by,
-      staged ? fmt::format("{} bytes of static shared memory ({} staged rows of B a stage{})",
-                           staged_rows_shared_bytes(p), p.stage_rows,
-                           p.group_rows > 1 ? fmt::format(", {} rows a row group", p.group_rows) : "") +
-                   (p.double_buffer ? ", double-buffered: the next stage copied by cp.async during the walk" : "")
-             : std::string("no shared memory"),
+      (staged ? fmt::format("{} bytes of static shared memory ({} staged rows of B a stage{})",
+                            staged_rows_shared_bytes(p), p.stage_rows,
+                            p.group_rows > 1 ? fmt::format(", {} rows a row group", p.group_rows) : "") +
+                    (p.double_buffer ? ", double-buffered: the next stage copied by cp.async during the walk" : "")
+              : std::string("no shared memory")) +
+          (p.max_registers ? fmt::format(", at most {} registers a thread", p.max_registers) : ""),
       p.rows_per_block, lanes,
       col_lanes > 1 ? fmt::format(", {} column lanes of {} columns", col_lanes, cpt) : "",
       p.prefetch ? ", entries loaded an iteration ahead" : "", ld,
@@ -759,7 +768,7 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
   std::vector<ptx::EntryParam> params;
   for (int i = 0; i < nparams; ++i) params.push_back({param(i), i == 2 ? "u32" : "u64"});
   if (epilogue.device_n) add_device_count_param(out, params, name);
-  out += ptx::entry_signature(name, params, {bx, by, 1, true});
+  out += ptx::entry_signature(name, params, {bx, by, 1, true, p.max_registers});
   out += b.declarations();
   if (staged) out += fmt::format("\t.shared .align 16 .b8 tile[{}];\n", staged_rows_shared_bytes(p));
   out += "\n";

@@ -125,6 +125,7 @@ nlohmann::json to_json(const StreamParams& p) {
     if (p.layout == StreamLayout::kStagedRows) j["stage_rows"] = p.stage_rows;
     if (p.group_rows != 1) j["group_rows"] = p.group_rows;
     if (p.double_buffer != 0) j["double_buffer"] = p.double_buffer;
+    if (p.max_registers != 0) j["max_registers"] = p.max_registers;
     return j;
   }
   return {{"rows_per_block", p.rows_per_block},
@@ -171,6 +172,9 @@ void check_stream_params(const StreamParams& p, int32_t ld, const Target& target
   }
   if (p.double_buffer != 0) {
     bad("double_buffer", fmt::format("{}: only the staged rows layout double-buffers its copies", p.double_buffer));
+  }
+  if (p.max_registers != 0) {
+    bad("max_registers", fmt::format("{}: only the row-split layouts take a register budget", p.max_registers));
   }
   if (p.rows_per_block < kWarp || p.rows_per_block % kWarp != 0) {
     bad("rows_per_block", fmt::format("{} is not a positive multiple of 32 (one ELL segment per warp)",

@@ -79,8 +79,8 @@ TEST(Space, GridIsSmallHasTheDefaultAndTypedRejections) {
   const codegen::Target t = codegen::Target::parse("sm_90");
   const auto cands = enumerate_candidates(l.a, l.n, t);
   // 208 since the row-split candidates come in two loop forms (prefetch), 240 with the staged row-split kernel (32
-  // at N = 64), 272 with its double-buffered twins.
-  EXPECT_LT(cands.size(), 280u);
+  // at N = 64), 272 with its double-buffered twins, 311 with the row-split kernel's register budgets (33).
+  EXPECT_LT(cands.size(), 320u);
   int defaults = 0, rejected = 0;
   for (const Candidate& c : cands) {
     defaults += c.is_default;
@@ -306,6 +306,48 @@ TEST(Model, PrefetchingLoopIsNeverCheaperThanItsPlainTwinUntilMeasured) {
     const ModelChoice pick = choose_by_model(a, n, Epilogue{}, target, {codegen::KernelKind::kStreamed});
     EXPECT_EQ(pick.candidate.stream.prefetch, 0) << describe(pick.candidate);
   }
+}
+
+// A register budget (StreamParams::max_registers) is priced by the occupancy it buys, never picked on that alone:
+// neither compile's model choice nor best_row_split_shapes returns one; best_with_register_budget is the fastest of
+// them under the model, for the measured choice to time.
+TEST(Model, RegisterBudgetsAreTimedNotPickedByTheModel) {
+  const codegen::Target target = codegen::Target::parse("sm_90");
+  const CsrMatrix a = inspector::generate_pruned_gaussian(512, 1024, 0.9, 17);
+  const int32_t n = 256;
+  double fastest = std::numeric_limits<double>::infinity();
+  int more_blocks = 0, budgets = 0;
+  for (const Candidate& c : enumerate_candidates(a, n, target, {codegen::KernelKind::kStreamed})) {
+    if (!c.valid() || c.stream.max_registers == 0) continue;
+    ++budgets;
+    const Estimate with = estimate_candidate(a, n, Epilogue{}, c.kind, {}, c.stream, target, std::nullopt, false);
+    codegen::StreamParams free = c.stream;
+    free.max_registers = 0;
+    const Estimate without = estimate_candidate(a, n, Epilogue{}, c.kind, {}, free, target, std::nullopt, false);
+    EXPECT_GE(with.blocks_per_sm, without.blocks_per_sm) << describe(c);
+    more_blocks += with.blocks_per_sm > without.blocks_per_sm;
+    if (budget_adds_warps(with, without)) fastest = std::min(fastest, with.microseconds);
+  }
+  EXPECT_GT(budgets, 0);
+  EXPECT_GT(more_blocks, 0);
+  const std::optional<RankedCandidate> best = best_with_register_budget(a, n, Epilogue{}, target);
+  ASSERT_TRUE(best);
+  EXPECT_GT(best->candidate.stream.max_registers, 0);
+  EXPECT_DOUBLE_EQ(best->estimate.microseconds, fastest);
+  // And it is one whose budget adds resident warps: more blocks than the SMs hold without it.
+  codegen::StreamParams free = best->candidate.stream;
+  free.max_registers = 0;
+  const Estimate twin = estimate_candidate(a, n, Epilogue{}, codegen::KernelKind::kStreamed, {}, free, target,
+                                           std::nullopt, false);
+  EXPECT_GT(best->estimate.occupancy, twin.occupancy) << describe(best->candidate);
+  EXPECT_GT(best->estimate.grid_blocks, 132) << describe(best->candidate);
+  const ModelChoice pick = choose_by_model(a, n, Epilogue{}, target, all_kinds());
+  EXPECT_EQ(pick.candidate.stream.max_registers, 0) << describe(pick.candidate);
+  EXPECT_FALSE(timed_only(pick.candidate)) << describe(pick.candidate);
+  for (const RankedCandidate& r : best_row_split_shapes(a, n, Epilogue{}, target, 100))
+    EXPECT_EQ(r.candidate.stream.max_registers, 0) << describe(r.candidate);
+  // At N <= 16 the grid has none (the row-split layout with a lane group per row, 128 threads: 40-64 registers).
+  EXPECT_FALSE(best_with_register_budget(a, 8, Epilogue{}, target));
 }
 
 // best_row_split_shapes: one candidate a shape, the model's fastest of that shape, fastest shape first, never a
@@ -634,10 +676,30 @@ TEST(Space, StreamedCandidatesAreEnumeratedWithTypedRejections) {
   // 128 threads only, each with and without its entries prefetched. Staged in shared memory (spans of 32 or 64
   // floats): 8 shapes (8 lanes x 4 floats, 16 x 2 with 1 or 2 lanes a row; 32 x 1; 16 x 4 with 1 or 2; 32 x 2) x
   // (a row a group at unroll 2 or 4, or 2 or 4 rows a group at unroll 2), each with one tile and double-buffered.
-  EXPECT_EQ(st.size(), 12u + 2 * 25u + 2 * 8u * 4u);
-  int prefetched = 0, staged = 0, double_buffered = 0;
+  // And the prefetching row-split kernels of 2 or 4 floats a lane (22 of the 25) under a budget of 64 registers, and
+  // those of 128 threads (11) under 48.
+  EXPECT_EQ(st.size(), 12u + 2 * 25u + 2 * 8u * 4u + 33u);
+  int prefetched = 0, staged = 0, double_buffered = 0, budgets = 0;
   for (const Candidate& c : st) {
-    if (c.stream.prefetch == 0) continue;
+    if (c.stream.max_registers == 0) continue;
+    ++budgets;
+    EXPECT_TRUE(c.valid()) << describe(c) << ": " << c.rejected_reason;
+    EXPECT_TRUE(timed_only(c)) << describe(c);
+    EXPECT_EQ(c.stream.prefetch, 1) << describe(c);
+    EXPECT_LE(c.stream.cols_per_thread, 4) << describe(c);
+    const int32_t threads = codegen::stream_block_x(c.stream) * codegen::stream_block_y(c.stream);
+    EXPECT_TRUE(c.stream.max_registers == 64 || (c.stream.max_registers == 48 && threads == 128)) << describe(c);
+    EXPECT_TRUE(describe(c).ends_with(fmt::format(" pf reg<={}", c.stream.max_registers))) << describe(c);
+    EXPECT_EQ(stream_from_json(codegen::to_json(c.stream), "s"), c.stream);
+    codegen::StreamParams free = c.stream;  // its twin without a budget comes first
+    free.max_registers = 0;
+    const auto twin = std::find_if(st.begin(), st.end(), [&](const Candidate& o) { return o.stream == free; });
+    ASSERT_NE(twin, st.end()) << describe(c);
+    EXPECT_LT(twin - st.begin(), &c - st.data());
+  }
+  EXPECT_EQ(budgets, 33);
+  for (const Candidate& c : st) {
+    if (c.stream.prefetch == 0 || c.stream.max_registers != 0) continue;
     ++prefetched;
     EXPECT_EQ(c.stream.layout, codegen::StreamLayout::kRows);
     EXPECT_TRUE(c.valid()) << describe(c) << ": " << c.rejected_reason;
@@ -750,7 +812,8 @@ TEST(Space, StreamedTilesAreCappedAtNAndKindsCanBeRestricted) {
   EXPECT_EQ(rows, 32);
   EXPECT_EQ(cands.size(), 5u + 32u);
   // Above N = 16 the row-split layout's lanes span columns: 8 or 16 column lanes of 2 or 4 floats spanning 16 or 32
-  // columns at N = 17 (8 shapes with 1 to 4 lanes a row) x 128 or 512 threads x the two loop forms, all valid.
+  // columns at N = 17 (8 shapes with 1 to 4 lanes a row) x 128 or 512 threads x the two loop forms, and the
+  // prefetching ones under a budget of 64 registers (16) and, at 128 threads, of 48 (8), all valid.
   const TuneLayer wide = small_layer("w", 3, 300, 200, 17);
   int column_lanes = 0;
   for (const Candidate& c : enumerate_candidates(wide.a, wide.n, t, {codegen::KernelKind::kStreamed})) {
@@ -765,7 +828,7 @@ TEST(Space, StreamedTilesAreCappedAtNAndKindsCanBeRestricted) {
     EXPECT_TRUE(c.valid()) << describe(c) << ": " << c.rejected_reason;
     EXPECT_EQ(stream_from_json(codegen::to_json(c.stream), "s"), c.stream) << describe(c);
   }
-  EXPECT_EQ(column_lanes, 32);
+  EXPECT_EQ(column_lanes, 56);
 }
 
 // A layer with fewer blocks than the target has SMs at 16 rows a block also gets 8 and 4 rows a block (issue 12: a

@@ -594,6 +594,17 @@ TEST(Bench, MeasuredKindChoiceKeepsTheFasterKernelAndRecordsBoth) {
     }
     EXPECT_EQ(top.size(), 3u) << c.dump();
     for (int rank : top) EXPECT_LE(rank, 4) << c.dump();
+    // And the model's best row-split kernel under a register budget, where the grid offers one that adds resident
+    // warps: never at 16 columns or fewer (9 here), where the row-split layout has a lane group a row; not at 20
+    // either, whose grids are too small for a second block an SM (autotune's tests cover the choice; this one what
+    // the bench does with it).
+    if (p["n"].get<int>() <= 16) EXPECT_FALSE(c.contains("streamed-budget")) << c.dump();
+    if (c.contains("streamed-budget")) {
+      const nlohmann::json st = stream_of(c["streamed-budget"]);
+      EXPECT_GT(st.value("max_registers", 0), 0) << c.dump();
+      EXPECT_EQ(st.value("prefetch", 0), 1) << c.dump();
+      kinds.push_back("streamed-budget");
+    }
     // The pick's own shape is the one rank of the four left out where the pick is row-split; else the fourth.
     if (!rows) {
       EXPECT_EQ(top, (std::set<int>{1, 2, 3})) << c.dump();
@@ -875,6 +886,27 @@ TEST(Bench, ReportSummarisesTheMeasuredKernelChoice) {
             std::string::npos)
       << forms;
   EXPECT_EQ(twins.find("staged row-split"), std::string::npos);  // none was timed
+  EXPECT_EQ(forms.find("under a register budget"), std::string::npos);  // none was timed
+  // A kernel under a register budget on the problem with the double-buffered shape: 0.8 of the fastest kernel timed
+  // without one.
+  {
+    nlohmann::json& c = measured.run["problems"][30]["results"]["sparsert-gpu"]["kind_choice"];
+    double other = std::numeric_limits<double>::infinity();
+    for (const auto& [k, v] : c.items()) {
+      if (v.is_object() && v.value("status", "") == "measured") other = std::min(other, v["median_us"].get<double>());
+    }
+    c["streamed-aligned-budget"] = {
+        {"status", "measured"},
+        {"median_us", other * 0.8},
+        {"detail", R"(sm_90 streamed stream {"layout":"rows","max_registers":64,"prefetch":1} (model) ld=52)"}};
+  }
+  const std::string budgets = measured.report(dir / "c5");
+  EXPECT_NE(budgets.find("The row-split kernel under a register budget (`-budget`: `.maxnreg`, for more blocks an SM) "
+                         "against the fastest kernel timed without one: 1 problem, faster on 1; time 0.80× of the "
+                         "other's (geometric mean), 0.80–0.80."),
+            std::string::npos)
+      << budgets;
+  EXPECT_NE(budgets.find("| streamed-aligned-budget | 1 | 0 |"), std::string::npos) << budgets;
   EXPECT_NE(shapes.find("| streamed-aligned-shape2 | 2 | 0 |"), std::string::npos) << shapes;
   EXPECT_NE(shapes.find("The fastest row-split kernel of the other shapes timed (`-shapeR`) against the model's "
                         "streamed pick: 2 problems, faster on 1; time 0.87× of the pick's (geometric mean), "

@@ -348,3 +348,67 @@ TEST(SimRows, DeviceColumnCount) {
     }
   }
 }
+
+// A register budget (StreamParams::max_registers): a .maxnreg line, only on the row-split layouts, in range, written
+// to JSON only where set; ptxas holds it without spilling on the shapes the tuner offers budgets for.
+TEST(RowsPtx, RegisterBudgetIsAMaxnregLine) {
+  const Target t = Target::parse("sm_90");
+  StreamParams p = col_params(16, 2, 16, 32, 2, 4);
+  EXPECT_EQ(emit_stream_spmm_ptx(p, t, 256, {}, "rows_spmm").find(".maxnreg"), std::string::npos);
+  EXPECT_FALSE(to_json(p).contains("max_registers"));
+  p.max_registers = 64;
+  const std::string ptx = emit_stream_spmm_ptx(p, t, 256, {}, "rows_spmm");
+  EXPECT_NE(ptx.find(".reqntid 512, 1, 1\n.maxnreg 64\n{"), std::string::npos) << ptx.substr(0, 1200);
+  EXPECT_NE(ptx.find("at most 64 registers a thread"), std::string::npos);
+  EXPECT_EQ(to_json(p).at("max_registers"), 64);
+  EXPECT_EQ(stream_registers_estimate(p), 64);
+  auto field = [&](StreamParams q) -> std::string {
+    try {
+      check_stream_params(q, 256, t);
+    } catch (const inspector::InvalidTileParams& e) {
+      return e.field();
+    }
+    return "";
+  };
+  EXPECT_EQ(field(p), "");
+  for (int32_t bad : {-1, 1, kMinStreamRegisters - 1, 256}) {
+    p.max_registers = bad;
+    EXPECT_EQ(field(p), "max_registers") << bad;
+  }
+  p.max_registers = 255;
+  EXPECT_EQ(field(p), "");
+  StreamParams ell;
+  ell.max_registers = 64;
+  EXPECT_EQ(field(ell), "max_registers");
+  // 1024 threads at about 92 registers do not fit an SM; under a budget of 64 they do.
+  StreamParams big = col_params(32, 2, 16, 32, 2, 4);
+  EXPECT_EQ(field(big), "rows_per_block");
+  big.max_registers = 64;
+  EXPECT_EQ(field(big), "");
+}
+
+// The budgets the tuner offers (autotune's space: entries prefetched, 2 or 4 columns a thread, 64 registers, and 48 at
+// 128 threads) assemble within them and spill nothing. Without the prefetch, ptxas 13 (nvJitLink, sm_90) spills
+// 32-36 bytes at 64 registers with 2 columns a thread where rows of B are 16-byte aligned: it still holds the rows of
+// B of its own further unrolled steps ahead. Prefetching, it holds the entry pairs instead and needs 46-64.
+TEST(RowsAssemble, RegisterBudgetsHoldWithoutSpills) {
+  if (!Assembler::available()) GTEST_SKIP() << Assembler::unavailable_reason();
+  const Target t = Target::parse("sm_90");
+  for (int32_t threads : {128, 512})
+    for (int32_t budget : {64, 48})
+      for (int32_t col_lanes : {8, 16, 32})
+        for (int32_t cpt : {2, 4})
+          for (int32_t lanes : {1, 2, 4}) {
+            if (lanes * col_lanes > 32 || (budget == 48 && threads != 128)) continue;
+            StreamParams p = col_params(threads / (lanes * col_lanes), lanes, col_lanes, col_lanes * cpt, cpt, 4);
+            p.prefetch = 1;
+            p.max_registers = budget;
+            for (int32_t ld : {256, 196, 49}) {
+              const std::string ptx = emit_stream_spmm_ptx(p, t, ld, {Activation::kRelu}, "rows_spmm");
+              const Assembled as = Assembler::instance().assemble(ptx, t, "rows_spmm");
+              EXPECT_LE(as.usage.registers, budget) << to_json(p).dump() << " ld=" << ld;
+              EXPECT_FALSE(as.usage.spills()) << to_json(p).dump() << " ld=" << ld << ": "
+                                              << as.usage.spill_store_bytes << " bytes stored";
+            }
+          }
+}

@@ -2066,3 +2066,45 @@ TEST(CompileRun, OneEntryLayersLaunchAsProgrammaticDependentsOfTheLayerBefore) {
   ASSERT_EQ(log.size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(log[i].dependent, i > 0) << i;
 }
+
+// A row-split kernel under a register budget (StreamParams::max_registers, what `bench --choose measured` times as
+// "streamed-budget"): the package's tile keeps the budget, its PTX has the .maxnreg line, the assembler holds it, and
+// the network runs exact on the emulated driver.
+TEST(CompileRun, RowSplitKernelUnderARegisterBudgetRunsExact) {
+  ScratchDir dir;
+  const std::string net = forty_nine_column_network(dir);
+  const auto layers = load_network(read_network(net));
+  CompileOptions o = options(dir, {"sm_90"});
+  o.assemble = codegen::Assembler::available();
+  o.tiles = [](const LoadedLayer&, const codegen::Target&) {
+    codegen::StreamParams p;
+    p.layout = codegen::StreamLayout::kRows;
+    p.rows_per_block = 32;
+    p.lanes_per_row = 2;
+    p.col_lanes = 8;
+    p.n_tile = 16;
+    p.cols_per_thread = 2;
+    p.unroll = 4;
+    p.prefetch = 1;
+    p.max_registers = 64;
+    return std::optional<TunedKernel>(TunedKernel{codegen::KernelKind::kStreamed, {}, p, "test"});
+  };
+  const CompileReport r = compile_network(layers, dir / "pkg", o);
+  ASSERT_EQ(r.layers.size(), 2u);
+  for (const LayerTargetReport& l : r.layers) {
+    EXPECT_EQ(l.kind, "streamed") << l.layer;
+    EXPECT_EQ(l.tile.value("max_registers", 0), 64) << l.tile.dump();
+    if (o.assemble) {
+      EXPECT_GT(l.max_registers, 0) << l.layer;
+      EXPECT_LE(l.max_registers, 64) << l.layer;
+    }
+  }
+  const Package pkg = load_package(dir / "pkg");
+  for (const PackageLayer& l : pkg.layers) {
+    EXPECT_EQ(l.block_x, 32 * 2 * 8) << l.name;
+    const std::string ptx = read_file(dir / "pkg" / l.entries[0].ptx.at("sm_90"));
+    EXPECT_NE(ptx.find("\n.maxnreg 64\n"), std::string::npos) << l.name;
+  }
+  const DenseTensor x = input(256, 49);
+  EXPECT_LE(max_relative_error(GpuNetwork(pkg).run(x), reference(layers, x)), 1e-5);
+}

@@ -618,7 +618,7 @@ class SparsertGpu final : public GpuMethod {
         const auto& [i, v] = jobs[static_cast<size_t>(j)];
         const Problem& p = problems[i];
         try {
-          std::optional<compiler::CompileOptions> o = compile_options(p, v.kind, v.columns, v.prefetch, v.shape);
+          std::optional<compiler::CompileOptions> o = compile_options(p, v.kind, v.columns, v.prefetch, v.shape, v.budget);
           if (!o) return;
           o->threads = 1;
           compiler::compile_network({layer_of(p, v.columns)}, root / std::to_string(j), *o);
@@ -644,7 +644,8 @@ class SparsertGpu final : public GpuMethod {
     // not a multiple of 4, each kind is also built for rows of 16 bytes (compile --row-align 4; run with N columns).
     // Where the streamed pick at compile's width is a row-split kernel, its twin with the entries prefetched
     // ("prefetch": 1, offered to the tuner but priced no cheaper by the model) is timed too, and so are the model's
-    // best row-split kernels of kMeasuredShapes other shapes ("-shapeR": the shape the model ranks R-th).
+    // best row-split kernels of kMeasuredShapes other shapes ("-shapeR": the shape the model ranks R-th), and its best
+    // row-split kernel under a register budget ("-budget").
     choice_ = nlohmann::json::object();
     // What compile builds by default, named as the variants below are ("streamed-aligned": at the aligned width).
     if (const std::optional<codegen::KernelKind> pick = model_kind(p)) {
@@ -654,10 +655,13 @@ class SparsertGpu final : public GpuMethod {
     double best_us = std::numeric_limits<double>::infinity();
     for (const Variant& v : variants(p)) {
       const std::string kind = codegen::to_string(*v.kind) + (v.columns != p.n ? "-aligned" : "") +
-                               (v.prefetch ? "-prefetch" : "") + (v.shape > 0 ? fmt::format("-shape{}", v.shape) : "");
-      const std::optional<compiler::CompileOptions> o = compile_options(p, v.kind, v.columns, v.prefetch, v.shape);
+                               (v.prefetch ? "-prefetch" : "") + (v.shape > 0 ? fmt::format("-shape{}", v.shape) : "") +
+                               (v.budget ? "-budget" : "");
+      const std::optional<compiler::CompileOptions> o =
+          compile_options(p, v.kind, v.columns, v.prefetch, v.shape, v.budget);
       if (!o) {
-        if (!v.prefetch) choice_[kind] = {{"status", "no valid candidate"}};  // a twin only where one exists
+        // A twin or a budget only where one exists.
+        if (!v.prefetch && !v.budget) choice_[kind] = {{"status", "no valid candidate"}};
         continue;
       }
       Built cand;
@@ -696,10 +700,11 @@ class SparsertGpu final : public GpuMethod {
   // What `sparsert compile` builds for the problem without a tuning record (kind: nothing), or the model's fastest
   // kernel of that kind (nothing where the kind has no valid candidate for the problem). prefetch: that kernel with
   // its entries prefetched, where it is a row-split kernel with an unrolled loop (nothing otherwise). shape > 0: the
-  // model's best row-split kernel of the shape it ranks shape-th (nothing where there are fewer shapes).
+  // model's best row-split kernel of the shape it ranks shape-th (nothing where there are fewer shapes). budget: the
+  // model's best row-split kernel under a register budget (nothing where the grid has none for the problem).
   std::optional<compiler::CompileOptions> compile_options(const Problem& p, std::optional<codegen::KernelKind> kind,
-                                                          int32_t columns, bool prefetch = false,
-                                                          size_t shape = 0) const {
+                                                          int32_t columns, bool prefetch = false, size_t shape = 0,
+                                                          bool budget = false) const {
     compiler::CompileOptions o;
     o.targets = {target_};
     o.progress = false;
@@ -712,6 +717,11 @@ class SparsertGpu final : public GpuMethod {
         const std::vector<codegen::StreamParams>& shapes = row_split_shapes(p, columns);
         if (shape > shapes.size()) return std::nullopt;
         pick = compiler::TunedKernel{codegen::KernelKind::kStreamed, {}, shapes[shape - 1], "model"};
+      }
+      if (budget) {
+        const std::optional<codegen::StreamParams> b = budgeted(p, columns);
+        if (!b) return std::nullopt;
+        pick = compiler::TunedKernel{codegen::KernelKind::kStreamed, {}, *b, "model"};
       }
       if (prefetch) {
         if (!pick || pick->kind != codegen::KernelKind::kStreamed ||
@@ -765,6 +775,21 @@ class SparsertGpu final : public GpuMethod {
       out.push_back(r.candidate.stream);
     std::lock_guard<std::mutex> lock(picks_mutex_);
     return shapes_.emplace(key, std::move(out)).first->second;  // a map's elements stay where they are
+  }
+  // The model's best row-split kernel under a register budget for the problem at `columns`
+  // (autotune::best_with_register_budget); ranked once per problem and width.
+  std::optional<codegen::StreamParams> budgeted(const Problem& p, int32_t columns) const {
+    const std::string key = fmt::format("{}/{}/{}", p.family, p.name, columns);
+    {
+      std::lock_guard<std::mutex> lock(picks_mutex_);
+      if (auto it = budgets_.find(key); it != budgets_.end()) return it->second;
+    }
+    std::optional<codegen::StreamParams> out;
+    if (const std::optional<autotune::RankedCandidate> r =
+            autotune::best_with_register_budget(p.a, columns, Epilogue{}, target_))
+      out = r->candidate.stream;
+    std::lock_guard<std::mutex> lock(picks_mutex_);
+    return budgets_.emplace(key, out).first->second;
   }
   void run() override { c_ = net_->run(*b_); }
   // GpuNetwork times `inner` CUDA Graph replays (one per product) launched back to back between two events, as the
@@ -829,6 +854,7 @@ class SparsertGpu final : public GpuMethod {
     int32_t columns = 0;
     bool prefetch = false;  // the streamed pick with its entries prefetched (compile_options)
     size_t shape = 0;       // > 0: the model's best row-split kernel of the shape it ranks shape-th
+    bool budget = false;    // the model's best row-split kernel under a register budget
   };
   std::vector<Variant> variants(const Problem& p) const {
     std::vector<Variant> out;
@@ -850,6 +876,7 @@ class SparsertGpu final : public GpuMethod {
       out.push_back({codegen::KernelKind::kStreamed, columns, false, r + 1});
       ++timed;
     }
+    out.push_back({codegen::KernelKind::kStreamed, columns, false, 0, true});
     return out;
   }
   std::optional<codegen::KernelKind> model_kind(const Problem& p) const {
@@ -886,6 +913,7 @@ class SparsertGpu final : public GpuMethod {
   mutable std::mutex picks_mutex_;  // prebuild asks from every core
   mutable std::map<std::string, std::optional<compiler::TunedKernel>> picks_;
   mutable std::map<std::string, std::vector<codegen::StreamParams>> shapes_;  // row_split_shapes, by problem and width
+  mutable std::map<std::string, std::optional<codegen::StreamParams>> budgets_;  // budgeted, by problem and width
   const DenseTensor* b_ = nullptr;
   DenseTensor c_;
   std::string detail_;
@@ -955,7 +983,8 @@ MethodSet gpu_methods(const std::filesystem::path& scratch_dir, std::optional<in
                                   "where N is not a multiple of {0} the same kinds compiled for rows of {0} floats "
                                   "(compile --row-align {0}, B and C staged in them, N columns run), a row-split "
                                   "streamed pick also with its entries prefetched, and the model's best row-split "
-                                  "kernels of {3} other shapes, {1} x {2} runs each, the fastest kept)",
+                                  "kernels of {3} other shapes and under a register budget, {1} x {2} runs each, "
+                                  "the fastest kept)",
                                   SparsertGpu::kMeasuredRowAlign, SparsertGpu::kChoiceSamples,
                                   SparsertGpu::kChoiceRuns, SparsertGpu::kMeasuredShapes)
                     : fmt::format("; the model's kernel as compile builds it by default (N of {} or more compiled for "

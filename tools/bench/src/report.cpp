@@ -321,14 +321,16 @@ std::string ratio_summary(const std::vector<double>& ratios, const char* whose) 
 // What `bench --choose measured` timed for the subject: how often each kernel variant was timed and kept, how often
 // the model's own pick was the one kept, each prefetching twin ("-prefetch") against the same kernel without it, and
 // the fastest row-split kernel of the other shapes ("-shapeR") against the streamed pick it was built beside, and the
-// staged row-split kernel (a variant whose detail says "staged-rows") against the fastest of the others. Empty where
-// the run chose by the model.
+// staged row-split kernel (a variant whose detail says "staged-rows") against the fastest of the others, and the
+// kernel under a register budget ("-budget") against the fastest without one. Empty
+// where the run chose by the model.
 std::string kind_choice_section(const json& run, const std::string& subject) {
   std::map<std::string, int> timed, kept;
   int problems = 0, model_kept = 0, shape_without_pick = 0;
   std::vector<double> twin, shape;  // against the plain kernel; the fastest other shape against the streamed pick
   std::vector<double> staged;       // the fastest staged row-split kernel against the fastest other kernel
   std::vector<double> double_buffered;  // the fastest double-buffered staged kernel against the fastest with one tile
+  std::vector<double> budgeted;  // the fastest kernel under a register budget against the fastest without one
   for (const json& p : run["problems"]) {
     if (!p.contains("results") || !p["results"].contains(subject)) continue;
     const json& r = p["results"][subject];
@@ -344,7 +346,7 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
         return std::nullopt;
       return c[k]["median_us"].get<double>();
     };
-    std::optional<double> best_shape, best_staged, best_other, best_single, best_double;
+    std::optional<double> best_shape, best_staged, best_other, best_single, best_double, best_budget, best_free;
     std::string shape_of;  // the streamed pick the shapes were built beside ("streamed" or "streamed-aligned")
     for (const auto& [k, e] : c.items()) {
       const std::optional<double> us = measured_us(k);
@@ -354,6 +356,8 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
       const bool is_staged = detail.find("\"layout\":\"staged-rows\"") != std::string::npos;
       std::optional<double>& best = is_staged ? best_staged : best_other;
       best = best ? std::min(*best, *us) : *us;
+      std::optional<double>& regs = k.ends_with("-budget") ? best_budget : best_free;
+      regs = regs ? std::min(*regs, *us) : *us;
       if (is_staged) {
         std::optional<double>& form =
             detail.find("\"double_buffer\":1") != std::string::npos ? best_double : best_single;
@@ -371,6 +375,7 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
     }
     if (best_staged && best_other && *best_other > 0) staged.push_back(*best_staged / *best_other);
     if (best_double && best_single && *best_single > 0) double_buffered.push_back(*best_double / *best_single);
+    if (best_budget && best_free && *best_free > 0) budgeted.push_back(*best_budget / *best_free);
     if (best_shape) {
       const std::optional<double> pick = measured_us(shape_of);
       if (pick && *pick > 0) {
@@ -408,6 +413,11 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
     md += "\nThe staged kernel double-buffered (`\"double_buffer\":1`: the next stage copied by cp.async during the "
           "walk) against the staged kernel with one tile, the fastest of each form timed (the measured choice times "
           "both forms of one shape): " + ratio_summary(double_buffered, "the one tile's") + "\n";
+  }
+  if (!budgeted.empty()) {
+    md += "\nThe row-split kernel under a register budget (`-budget`: `.maxnreg`, for more blocks an SM) against the "
+          "fastest kernel timed without one: " +
+          ratio_summary(budgeted, "the other's") + "\n";
   }
   return md;
 }

@@ -43,4 +43,12 @@ struct RankedCandidate {
 std::vector<RankedCandidate> best_row_split_shapes(const CsrMatrix& a, int32_t n, const Epilogue& epilogue,
                                                    const codegen::Target& target, size_t shapes);
 
+// The row-split candidate under a register budget (StreamParams::max_registers) the model ranks fastest, of any
+// shape, among those whose budget adds resident warps (budget_adds_warps: a grid of 128 blocks on 132 SMs holds one
+// block an SM whatever the registers); nothing where the grid offers none for this layer (N <= 16, no shape above the
+// budgets, or none of them adds a block an SM). The model counts a budget's occupancy but not what ptxas gives up for
+// it (timed_only), so this is what measured choices time, not a pick.
+std::optional<RankedCandidate> best_with_register_budget(const CsrMatrix& a, int32_t n, const Epilogue& epilogue,
+                                                        const codegen::Target& target);
+
 }  // namespace sparsert::autotune

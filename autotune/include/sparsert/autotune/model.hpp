@@ -144,6 +144,12 @@ struct Estimate {
 };
 nlohmann::json to_json(const Estimate& e);
 
+// Whether a kernel's register budget adds resident warps an SM over its twin without one (the two estimates): only
+// where the grid has more blocks than the SMs hold at the twin's registers.
+inline bool budget_adds_warps(const Estimate& with, const Estimate& without) {
+  return with.occupancy > without.occupancy;
+}
+
 // registers: per thread (the codegen estimate, or the assembler's report when there is one).
 // Throws InvalidTileParams("occupancy", ...) when not even one block fits on an SM.
 Estimate estimate(const Probe& probe, const inspector::WorkPlan& plan, const codegen::TileParams& tile, int32_t n,

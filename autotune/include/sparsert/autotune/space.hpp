@@ -67,6 +67,12 @@ struct RowSplitShape {
 std::optional<RowSplitShape> row_split_shape(const codegen::StreamParams& p);
 std::optional<RowSplitShape> row_split_shape(const Candidate& c);
 
+// The row-split kernel with its entries prefetched, or under a register budget: forms whose worth the model cannot
+// price, since ptxas buys their fewer registers with fewer rows of B in flight, which the model does not see, while
+// it counts the registers as occupancy. Neither compile's model choice nor a tuning run that timed nothing picks
+// one; GPU tuning and the bench's measured choice time them.
+bool timed_only(const Candidate& c);
+
 // Runs the shared validity check of the candidate's kind for this matrix, N and target; throws InvalidTileParams.
 void check_candidate(const Candidate& c, const CsrMatrix& a, int32_t n, const codegen::Target& target);
 

@@ -74,13 +74,22 @@ struct StreamParams {
   // the next stage into one half with cp.async while the block walks the other, so that a stage waits for its copy
   // only where the walk of the stage before was shorter than it. Twice the shared memory.
   int32_t double_buffer = 0;
+  // Row-split layouts only: a register budget per thread (a .maxnreg line; 0, the default: ptxas chooses), from
+  // kMinStreamRegisters to 255. ptxas gives the row-split walk 80-120 registers at 2-4 columns a thread (it loads the
+  // next steps' rows of B ahead), so that a block of 512 threads is alone on its SM, and on the H200 every row-split
+  // kernel timed at N = 256 ran at most 16 warps an SM, waiting on its loads of B (docs/autotune.md, "Register
+  // budgets for the row-split kernel"). A budget trades that look-ahead for more blocks an SM.
+  int32_t max_registers = 0;
   bool operator==(const StreamParams&) const = default;
 };
+
+// The fewest registers a row-split kernel may be budgeted: its pointers, ids and slot alone take about 30.
+inline constexpr int32_t kMinStreamRegisters = 32;
 
 // kEll writes the five fields above (as before kRows existed, so cache keys are unchanged); kRows writes "layout":
 // "rows", lanes_per_row, rows_per_block, n_tile, cols_per_thread and unroll, col_lanes where it is not 1 and
 // prefetch where it is not 0; kStagedRows writes "layout": "staged-rows", the same fields, stage_rows, group_rows
-// where it is not 1 and double_buffer where it is not 0.
+// where it is not 1 and double_buffer where it is not 0. Both write max_registers where it is not 0.
 nlohmann::json to_json(const StreamParams& p);
 
 // The launch shape and static shared memory of a kernel with these parameters.
@@ -91,7 +100,8 @@ int32_t stream_shared_bytes(const StreamParams& p);
 // Bytes from one staged row of B to the next in the shared tile: n_tile * 4, padded so that the lanes of a warp,
 // which read different rows, do not all fall in one bank (version 2 of the layout; version 1 had no padding).
 int32_t stream_row_bytes(const StreamParams& p);
-// Registers per thread before assembly: the bound check_stream_params applies (the assembler's figure replaces it).
+// Registers per thread before assembly: the bound check_stream_params applies (the assembler's figure replaces it),
+// at most max_registers where that is set.
 int32_t stream_registers_estimate(const StreamParams& p);
 
 // Throws inspector::InvalidTileParams naming the field when the parameters cannot describe a kernel for `target`
