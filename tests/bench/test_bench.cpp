@@ -598,7 +598,9 @@ TEST(Bench, MeasuredKindChoiceKeepsTheFasterKernelAndRecordsBoth) {
     // warps: never at 16 columns or fewer (9 here), where the row-split layout has a lane group a row; not at 20
     // either, whose grids are too small for a second block an SM (autotune's tests cover the choice; this one what
     // the bench does with it).
-    if (p["n"].get<int>() <= 16) EXPECT_FALSE(c.contains("streamed-budget")) << c.dump();
+    if (p["n"].get<int>() <= 16) {
+      EXPECT_FALSE(c.contains("streamed-budget")) << c.dump();
+    }
     if (c.contains("streamed-budget")) {
       const nlohmann::json st = stream_of(c["streamed-budget"]);
       EXPECT_GT(st.value("max_registers", 0), 0) << c.dump();

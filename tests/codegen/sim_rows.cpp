@@ -404,7 +404,7 @@ TEST(RowsAssemble, RegisterBudgetsHoldWithoutSpills) {
             p.prefetch = 1;
             p.max_registers = budget;
             for (int32_t ld : {256, 196, 49}) {
-              const std::string ptx = emit_stream_spmm_ptx(p, t, ld, {Activation::kRelu}, "rows_spmm");
+              const std::string ptx = emit_stream_spmm_ptx(p, t, ld, {Activation::kRelu, std::nullopt}, "rows_spmm");
               const Assembled as = Assembler::instance().assemble(ptx, t, "rows_spmm");
               EXPECT_LE(as.usage.registers, budget) << to_json(p).dump() << " ld=" << ld;
               EXPECT_FALSE(as.usage.spills()) << to_json(p).dump() << " ld=" << ld << ": "
