@@ -33,8 +33,10 @@ std::string plan_key(const inspector::PlanParams& p) {
 }
 
 std::string stream_key(const codegen::StreamParams& p) {
-  return fmt::format("{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", codegen::to_string(p.layout), p.lanes_per_row, p.col_lanes,
-                     p.rows_per_block, p.n_tile, p.cols_per_thread, p.stage_rows, p.unroll, p.prefetch, p.group_rows);
+  // Everything the probe's counts depend on (the register budget changes none of them).
+  return fmt::format("{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", codegen::to_string(p.layout), p.lanes_per_row,
+                     p.col_lanes, p.rows_per_block, p.n_tile, p.cols_per_thread, p.stage_rows, p.unroll, p.prefetch,
+                     p.group_rows, p.double_buffer, p.segment_entries);
 }
 
 struct LayerContext {
@@ -44,7 +46,8 @@ struct LayerContext {
   AsmStore* store;  // null without an assembler
   std::map<std::string, inspector::WorkPlan> plans;
   std::map<std::string, std::variant<Probe, std::string>> probes;
-  std::map<int32_t, inspector::WorkPlan> stream_plans;  // by rows per block (default_stream_plan's only input)
+  // By rows per block and segment length (default_stream_plan's inputs).
+  std::map<std::pair<int32_t, int32_t>, inspector::WorkPlan> stream_plans;
   std::map<std::string, std::variant<StreamShape, std::string>> stream_shapes;
   // Candidates are built on several threads while the timing thread folds results in: the caches above are looked
   // up and filled under this lock, and each value is made outside it (a probe of a large baked tile runs ptxsim for
@@ -83,13 +86,15 @@ struct LayerContext {
 
   // The streamed kernel's plan: compile's (default_stream_plan), so that what is tuned is what compile builds.
   const inspector::WorkPlan& stream_plan(const codegen::StreamParams& p) {
-    return cached(stream_plans, p.rows_per_block, [&] { return codegen::default_stream_plan(layer.a, p); });
+    return cached(stream_plans, std::pair{p.rows_per_block, p.segment_entries},
+                  [&] { return codegen::default_stream_plan(layer.a, p); });
   }
   // The packed weights' shape depends on the layout, lanes (column lanes set the row groups of a warp), rows per
-  // block, staged rows and unroll (n_tile only scales offsets).
+  // block, staged rows, unroll and the segment length of split rows (n_tile only scales offsets).
   const std::variant<StreamShape, std::string>& stream_shape_of(const codegen::StreamParams& p) {
-    const std::string k = fmt::format("{}/{}/{}/{}/{}/{}/{}", codegen::to_string(p.layout), p.lanes_per_row,
-                                      p.col_lanes, p.rows_per_block, p.stage_rows, p.unroll, p.group_rows);
+    const std::string k = fmt::format("{}/{}/{}/{}/{}/{}/{}/{}", codegen::to_string(p.layout), p.lanes_per_row,
+                                      p.col_lanes, p.rows_per_block, p.stage_rows, p.unroll, p.group_rows,
+                                      p.segment_entries);
     return cached(stream_shapes, k, [&]() -> std::variant<StreamShape, std::string> {
       try {
         return stream_shape(codegen::pack_stream_weights(layer.a, stream_plan(p), p, layer.epilogue.bias), p);

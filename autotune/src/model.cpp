@@ -1,6 +1,7 @@
 #include "sparsert/autotune/model.hpp"
 #include "sparsert/runtime/concurrent_launch.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
+#include "sparsert/runtime/row_slots.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -582,6 +583,9 @@ StreamShape row_split_base(const codegen::StreamWeights& w) {
   s.nnz = w.nnz;
   s.k = w.k;
   s.slots = static_cast<int64_t>(w.slots.size() / 4);
+  if (w.layout == codegen::StreamLayout::kRows) {
+    for (size_t i = 0; i < w.slots.size(); i += 4) s.partial_slots += w.slots[i] == kSlotPartial;
+  }
   return s;
 }
 
@@ -743,6 +747,19 @@ Probe analytic_rows_probe(const StreamShape& s, const codegen::StreamParams& p, 
   add(C::Control, iterations);
   // Prefetching: per unrolled iteration the pointer's move and the prefetched pairs' (two a step).
   if (p.prefetch) add(C::Move, 2 * lane_steps + lane_steps / p.unroll);
+  // Split rows: per thread the sums' addresses, the barrier and the owner test; per partial slot its lanes' stores
+  // of their sums and the owner's loads and adds of them (lane 0 of each column lane, counted lanes_per_row times to
+  // make warp issues come out, as the epilogue's).
+  if (p.segment_entries > 0 && !staged) {
+    const int64_t partial_lanes = s.partial_slots * by * lanes * p.col_lanes;
+    add(C::IntArith, 6 * threads + 4 * partial_lanes);
+    add(C::Compare, 4 * threads + partial_lanes);
+    add(C::Control, 2 * threads + partial_lanes);
+    add(C::Sync, threads);
+    add(C::StShared, partial_lanes * chunks);
+    add(C::LdShared, partial_lanes * chunks);
+    add(C::FpArith, partial_lanes * cpt);
+  }
   // The butterfly runs once for each row a thread's group walks.
   const int64_t group_rows = staged ? std::max(p.group_rows, 1) : 1;
   add(C::Warp, log_lanes * cpt * threads * group_rows);

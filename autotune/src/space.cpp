@@ -38,7 +38,8 @@ std::string describe(const Candidate& c) {
                                              c.stream.group_rows > 1 ? fmt::format(" gr={}", c.stream.group_rows) : "",
                                              c.stream.double_buffer ? " db" : "")
                                : std::string{}) +
-                           (c.stream.max_registers > 0 ? fmt::format(" reg<={}", c.stream.max_registers) : ""));
+                           (c.stream.max_registers > 0 ? fmt::format(" reg<={}", c.stream.max_registers) : "") +
+                           (c.stream.segment_entries > 0 ? fmt::format(" seg={}", c.stream.segment_entries) : ""));
   }
   std::string s = fmt::format("streamed rpb={} nt={} cpt={}", c.stream.rows_per_block, c.stream.n_tile,
                               c.stream.cols_per_thread);
@@ -101,7 +102,8 @@ codegen::StreamParams stream_from_json(const nlohmann::json& j, const std::strin
   // Every key codegen::to_json writes, and no other: a misspelt one would silently leave its field at the default.
   static const std::set<std::string> known = {"layout",       "rows_per_block", "n_tile",    "cols_per_thread",
                                               "stage_rows",   "unroll",         "lanes_per_row", "col_lanes",
-                                              "prefetch",     "group_rows",     "double_buffer", "max_registers"};
+                                              "prefetch",     "group_rows",     "double_buffer", "max_registers",
+                                              "segment_entries"};
   for (const auto& [key, value] : j.items()) {
     SPARSERT_USER_CHECK(known.count(key), where, "'{}' is not a stream parameter (known: {})", key,
                         fmt::join(known, ", "));
@@ -121,7 +123,8 @@ codegen::StreamParams stream_from_json(const nlohmann::json& j, const std::strin
                             std::pair{"unroll", &p.unroll}, std::pair{"lanes_per_row", &p.lanes_per_row},
                             std::pair{"col_lanes", &p.col_lanes}, std::pair{"prefetch", &p.prefetch},
                             std::pair{"group_rows", &p.group_rows}, std::pair{"double_buffer", &p.double_buffer},
-                            std::pair{"max_registers", &p.max_registers}}) {
+                            std::pair{"max_registers", &p.max_registers},
+                            std::pair{"segment_entries", &p.segment_entries}}) {
     if (!j.contains(field)) continue;
     *out = json_int<int32_t>(j.at(field), where, field);
   }
@@ -371,6 +374,14 @@ std::vector<Candidate> streamed_grid(int32_t n) {
 }
 }  // namespace
 
+int32_t split_segment_entries(const CsrMatrix& a) {
+  if (a.rows <= 0 || a.nnz() == 0) return 0;
+  int32_t longest = 0;
+  for (int32_t r = 0; r < a.rows; ++r) longest = std::max(longest, a.row_nnz(r));
+  const int64_t segment = std::max<int64_t>(kMinSegmentEntries, (2 * a.nnz() + a.rows - 1) / a.rows);
+  return longest > segment ? static_cast<int32_t>(segment) : 0;
+}
+
 std::optional<RowSplitShape> row_split_shape(const codegen::StreamParams& p) {
   if (!codegen::row_split(p.layout)) return std::nullopt;
   return RowSplitShape{p.lanes_per_row, p.col_lanes, p.cols_per_thread, p.layout == codegen::StreamLayout::kStagedRows,
@@ -418,7 +429,19 @@ std::vector<Candidate> enumerate_candidates(const CsrMatrix& a, int32_t n, const
   if (wants(kinds, codegen::KernelKind::kBaked)) grid = baked_grid(a, n, MachineModel::for_target(target).sms);
 
   if (wants(kinds, codegen::KernelKind::kStreamed)) {
-    for (Candidate& c : streamed_grid(n)) grid.push_back(std::move(c));
+    const int32_t segment = split_segment_entries(a);
+    for (Candidate& c : streamed_grid(n)) {
+      // Each row-split walk also with its long rows split, where the matrix has long rows (budgeted ones are
+      // offered to time occupancy, not balance: they keep whole rows).
+      if (segment > 0 && c.stream.layout == codegen::StreamLayout::kRows && c.stream.max_registers == 0) {
+        Candidate split = c;
+        split.stream.segment_entries = segment;
+        grid.push_back(std::move(c));
+        grid.push_back(std::move(split));
+        continue;
+      }
+      grid.push_back(std::move(c));
+    }
   }
   try {
     grid.push_back(default_candidate(a, n, target, kinds));

@@ -18,6 +18,8 @@
 // L1 or L2 per fma and the latency of those reads bounds it.
 #include "stream_common.hpp"
 
+#include "sparsert/runtime/row_slots.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -64,6 +66,60 @@ int32_t load_vector(const StreamParams& p, int32_t ld) {
   }
   return 1;
 }
+// Split rows (StreamParams::segment_entries; the slot words in runtime/row_slots.hpp), after the butterfly: lane 0
+// of each column lane of a partial segment leaves its sums in the shared row of its slot; the block meets at a
+// barrier (every thread reaches it: no thread of the walk leaves before); lane 0 of an owner adds the sums of its
+// partials, the slots after its own. Threads with nothing to store go to `skip_to`. Returns the row of C.
+Reg emit_segment_sums(Builder& b, const StreamParams& p, const std::vector<Reg>& acc, const Reg& word,
+                      const Reg& group, const Reg& sub, const Reg& cthr, const Reg& col0, const std::string& skip_to) {
+  const int32_t cpt = p.cols_per_thread, vec = cpt % 4 == 0 ? 4 : cpt % 2 == 0 ? 2 : 1;
+  const int64_t slot_bytes = int64_t{p.n_tile} * 4;
+  b.comment(fmt::format("split rows: a segment's sums go to its slot's row of shared memory ({} bytes); after the "
+                        "barrier each row's first segment adds those of the {{word >> {}}} slots after it",
+                        slot_bytes, kSlotRowBits));
+  const Reg sbase = b.reg(RegClass::kB32), srow = b.reg(RegClass::kB32), lcol = b.reg(RegClass::kB32),
+            sthis = b.reg(RegClass::kB32), partial = b.reg(RegClass::kPred);
+  b.inst("mov.u32", {sbase, Symbol{"sums"}});
+  b.inst("mad.lo.u32", {srow, group, IntImm{slot_bytes}, sbase});
+  b.inst("sub.u32", {lcol, cthr, col0});
+  b.inst("mad.lo.u32", {sthis, lcol, IntImm{4}, srow});
+  b.inst("setp.eq.u32", {partial, word, IntImm{kSlotPartial}});
+  b.inst("setp.eq.and.u32", {partial, sub, IntImm{0}, partial});
+  for (int32_t q = 0; q < cpt / vec; ++q) {
+    std::span<const Reg> part(acc.data() + q * vec, static_cast<size_t>(vec));
+    b.inst(fmt::format("st.shared{}.f32", vec_suffix(vec)),
+           {Address{sthis, int64_t{q} * vec * 4}, vec == 1 ? ptx::Operand{part[0]} : ptx::Operand{Vector{part}}},
+           Guard{partial});
+  }
+  b.inst("bar.sync", {IntImm{0}});
+  const Reg skip = b.reg(RegClass::kPred), none = b.reg(RegClass::kPred), more = b.reg(RegClass::kPred);
+  b.comment("lane 0 of each row's first segment stores: not a partial, not an empty slot");
+  b.inst("setp.ge.u32", {none, word, IntImm{kSlotPartial}});
+  b.inst("setp.ne.or.u32", {skip, sub, IntImm{0}, none});
+  b.inst("bra", {Symbol{skip_to}}, Guard{skip});
+  const Reg left = b.reg(RegClass::kB32), at = b.reg(RegClass::kB32), row = b.reg(RegClass::kB32);
+  b.inst("shr.u32", {left, word, IntImm{kSlotRowBits}});
+  b.inst("and.b32", {row, word, IntImm{kSlotRowMask}});
+  b.inst("setp.eq.u32", {more, left, IntImm{0}});
+  b.inst("bra", {Symbol{"$summed"}}, Guard{more});
+  b.inst("mov.u32", {at, sthis});
+  b.label("$sum");
+  b.inst("add.u32", {at, at, IntImm{slot_bytes}});
+  for (int32_t q = 0; q < cpt / vec; ++q) {
+    const std::vector<Reg> t = b.regs(RegClass::kF32, vec);
+    b.inst(fmt::format("ld.shared{}.f32", vec_suffix(vec)),
+           {vec == 1 ? ptx::Operand{t[0]} : ptx::Operand{Vector{t}}, Address{at, int64_t{q} * vec * 4}});
+    for (int32_t c = 0; c < vec; ++c) {
+      const Reg& a = acc[static_cast<size_t>(q * vec + c)];
+      b.inst("add.f32", {a, a, t[static_cast<size_t>(c)]});
+    }
+  }
+  b.inst("sub.u32", {left, left, IntImm{1}});
+  b.inst("setp.ne.u32", {more, left, IntImm{0}});
+  b.inst("bra", {Symbol{"$sum"}}, Guard{more});
+  b.label("$summed");
+  return row;
+}
 }  // namespace
 
 int32_t rows_registers_estimate(const StreamParams& p) {
@@ -89,12 +145,25 @@ int32_t rows_registers_estimate(const StreamParams& p) {
     // 4, cpt 4.
     return std::min(255, staged_group_registers(p) + copies);
   }
-  return std::min(255, 40 + p.cols_per_thread * (3 * p.unroll + 2) + 6 * p.unroll + ahead + copies);
+  // Split rows: the sums' addresses, the partial count and the loop over them (an owner's loads of its partials).
+  const int32_t split = p.segment_entries > 0 ? 8 : 0;
+  return std::min(255, 40 + p.cols_per_thread * (3 * p.unroll + 2) + 6 * p.unroll + ahead + copies + split);
 }
 
 int32_t staged_rows_shared_bytes(const StreamParams& p) {
   const int64_t halves = p.double_buffer != 0 ? 2 : 1;
   return static_cast<int32_t>(std::min<int64_t>(halves * p.stage_rows * p.n_tile * 4, INT32_MAX));
+}
+
+int32_t rows_segment_shared_bytes(const StreamParams& p) {
+  if (p.layout != StreamLayout::kRows || p.segment_entries <= 0) return 0;
+  return static_cast<int32_t>(std::min<int64_t>(int64_t{p.rows_per_block} * p.n_tile * 4, INT32_MAX));
+}
+
+int32_t row_segments(int64_t nnz, const StreamParams& p) {
+  if (p.segment_entries <= 0 || nnz <= p.segment_entries) return 1;
+  const int64_t cut = (nnz + p.segment_entries - 1) / p.segment_entries;
+  return static_cast<int32_t>(std::min<int64_t>({cut, int64_t{kMaxSlotPartials} + 1, p.rows_per_block}));
 }
 
 void check_rows_params(const StreamParams& p, int32_t ld, const Target& target) {
@@ -142,6 +211,16 @@ void check_rows_params(const StreamParams& p, int32_t ld, const Target& target) 
   check_common_params(p, ld);
   if (p.max_registers != 0 && (p.max_registers < kMinStreamRegisters || p.max_registers > 255)) {
     bad("max_registers", fmt::format("{} is not 0 (no budget) or in [{}, 255]", p.max_registers, kMinStreamRegisters));
+  }
+  if (p.segment_entries < 0) bad("segment_entries", fmt::format("{} is negative", p.segment_entries));
+  if (p.segment_entries > 0 && p.layout != StreamLayout::kRows) {
+    bad("segment_entries", fmt::format("{}: only the rows layout splits rows (the staged walk meets at its stages' "
+                                       "barriers)", p.segment_entries));
+  }
+  if (int64_t{rows_segment_shared_bytes(p)} > target.max_static_shared_bytes()) {
+    bad("segment_entries", fmt::format("the sums of split rows' segments take {} slots × {} columns × 4 = {} bytes of "
+                                       "shared memory, more than {}", p.rows_per_block, p.n_tile,
+                                       rows_segment_shared_bytes(p), target.max_static_shared_bytes()));
   }
   if (p.prefetch != 0 && p.prefetch != 1) bad("prefetch", fmt::format("{} is not 0 or 1", p.prefetch));
   if (p.prefetch == 1 && p.unroll < 2) {
@@ -194,6 +273,7 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
   const bool clamp_columns = !staged && ld % p.n_tile != 0;
   const int64_t step_bytes = int64_t{lanes} * kEntryBytes;
   const int32_t row_bytes = p.n_tile * 4;
+  const bool split = p.segment_entries > 0;  // kRows only (check_rows_params)
 
   Builder b;
   if (epilogue.dependent_launch) ptx::wait_for_the_grid_before(b);
@@ -716,8 +796,11 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
       }
     }
 
-    // ---- epilogue: lane 0 of each group with a row ----
-    {
+    Reg row_of_c = out_row[static_cast<size_t>(i)];
+    if (split) {
+      row_of_c = emit_segment_sums(b, p, acc, out_row[0], group, sub, cthr, col0, next);
+    } else {
+      // ---- epilogue: lane 0 of each group with a row ----
       const Reg skip = b.reg(RegClass::kPred);
       b.inst("setp.eq.u32", {pr, out_row[static_cast<size_t>(i)], IntImm{kNoRow}});
       b.inst("setp.ne.or.u32", {skip, sub, IntImm{0}, pr});
@@ -725,7 +808,7 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
     }
     const Reg roff = b.reg(RegClass::kB64), coff = b.reg(RegClass::kB64), t = b.reg(RegClass::kB64),
               cptr = b.reg(RegClass::kB64);
-    b.inst("mul.wide.u32", {roff, out_row[static_cast<size_t>(i)], IntImm{int64_t{ld} * 4}});
+    b.inst("mul.wide.u32", {roff, row_of_c, IntImm{int64_t{ld} * 4}});
     b.inst("mul.wide.u32", {coff, cthr, IntImm{4}});
     b.inst("add.s64", {t, g[1], roff});
     b.inst("add.s64", {cptr, t, coff});
@@ -757,7 +840,9 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
                             staged_rows_shared_bytes(p), p.stage_rows,
                             p.group_rows > 1 ? fmt::format(", {} rows a row group", p.group_rows) : "") +
                     (p.double_buffer ? ", double-buffered: the next stage copied by cp.async during the walk" : "")
-              : std::string("no shared memory")) +
+              : split ? fmt::format("{} bytes of static shared memory (the sums of split rows' segments, rows of "
+                                    "more than {} entries)", rows_segment_shared_bytes(p), p.segment_entries)
+                      : std::string("no shared memory")) +
           (p.max_registers ? fmt::format(", at most {} registers a thread", p.max_registers) : ""),
       p.rows_per_block, lanes,
       col_lanes > 1 ? fmt::format(", {} column lanes of {} columns", col_lanes, cpt) : "",
@@ -771,6 +856,7 @@ std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int3
   out += ptx::entry_signature(name, params, {bx, by, 1, true, p.max_registers});
   out += b.declarations();
   if (staged) out += fmt::format("\t.shared .align 16 .b8 tile[{}];\n", staged_rows_shared_bytes(p));
+  if (split) out += fmt::format("\t.shared .align 16 .b8 sums[{}];\n", rows_segment_shared_bytes(p));
   out += "\n";
   out += b.body();
   out += "}\n";
@@ -879,6 +965,55 @@ StreamWeights pack_staged_rows_weights(const CsrMatrix& a, const inspector::Work
   }
   return out;
 }
+// Split rows: each row of the block takes row_segments() consecutive slots, its entries cut into that many nearly
+// equal runs, the first slot the owner (row | partials << kSlotRowBits), the others kSlotPartial. Rows go longest
+// segment first, so that the row groups of a warp walk similar lengths.
+void pack_split_rows(const CsrMatrix& a, const inspector::WorkPlan& plan, const StreamParams& p,
+                     const std::vector<float>& bias, StreamWeights& out) {
+  if (a.rows > static_cast<int32_t>(kSlotRowMask)) {
+    throw InvalidTileParams("segment_entries", fmt::format("{} rows: a split row's slot holds a row below 2^{}",
+                                                           a.rows, kSlotRowBits));
+  }
+  std::vector<int32_t> rows;
+  for (int32_t bi = 0; bi < out.blocks; ++bi) {
+    const inspector::BlockPlan& block = plan.blocks[static_cast<size_t>(bi)];
+    rows.assign(plan.row_order.begin() + block.row_begin, plan.row_order.begin() + block.row_end);
+    auto segment_length = [&](int32_t r) {
+      const int64_t nnz = a.row_nnz(r), parts = row_segments(nnz, p);
+      return (nnz + parts - 1) / parts;
+    };
+    std::stable_sort(rows.begin(), rows.end(), [&](int32_t x, int32_t y) { return segment_length(x) > segment_length(y); });
+    int64_t slots = 0;
+    for (const int32_t r : rows) slots += row_segments(a.row_nnz(r), p);
+    if (slots > p.rows_per_block) {
+      throw InvalidTileParams("m_blocks", fmt::format("row block {} cuts its rows into {} segments, more than "
+                                                      "rows_per_block = {} slots", bi, slots, p.rows_per_block));
+    }
+    int32_t x = 0;
+    for (const int32_t r : rows) {
+      const int64_t nnz = a.row_nnz(r);
+      const int32_t parts = row_segments(nnz, p);
+      const float bv = bias.empty() ? 0.0f : bias.size() == 1 ? bias[0] : bias[static_cast<size_t>(r)];
+      for (int32_t part = 0; part < parts; ++part, ++x) {
+        uint32_t* slot = out.slots.data() + (static_cast<size_t>(bi) * p.rows_per_block + x) * kSlotWords;
+        slot[0] = part == 0 ? slot_owner_word(static_cast<uint32_t>(r), static_cast<uint32_t>(parts - 1)) : kSlotPartial;
+        slot[1] = part == 0 ? std::bit_cast<uint32_t>(bv) : 0u;
+        slot[2] = static_cast<uint32_t>(out.ell.size() / 2);
+        // Run `part` of `parts` nearly equal runs: [nnz * part / parts, nnz * (part + 1) / parts).
+        const int64_t from = a.row_ptr[r] + nnz * part / parts, to = a.row_ptr[r] + nnz * (part + 1) / parts;
+        for (int64_t t = from; t < to; ++t) {
+          out.ell.push_back(std::bit_cast<uint32_t>(a.values[static_cast<size_t>(t)]));
+          out.ell.push_back(static_cast<uint32_t>(a.col_idx[static_cast<size_t>(t)]));
+        }
+        slot[3] = static_cast<uint32_t>(out.ell.size() / 2);
+      }
+    }
+    for (; x < p.rows_per_block; ++x) {
+      out.slots[(static_cast<size_t>(bi) * p.rows_per_block + x) * kSlotWords] = kNoRow;
+    }
+  }
+  if (out.ell.empty()) out.ell.assign(2, 0);  // no allocation is empty
+}
 }  // namespace
 
 StreamWeights pack_rows_weights(const CsrMatrix& a, const inspector::WorkPlan& plan, const StreamParams& p,
@@ -889,6 +1024,10 @@ StreamWeights pack_rows_weights(const CsrMatrix& a, const inspector::WorkPlan& p
   out.slots.assign(static_cast<size_t>(out.blocks) * p.rows_per_block * kSlotWords, 0);
   out.ell.reserve(static_cast<size_t>(a.nnz()) * 2);
   SPARSERT_INTERNAL_CHECK(a.nnz() < (int64_t{1} << 32), "entries overflow 32-bit indices");
+  if (p.segment_entries > 0) {
+    pack_split_rows(a, plan, p, bias, out);
+    return out;
+  }
   std::vector<int32_t> rows;
   for (int32_t bi = 0; bi < out.blocks; ++bi) {
     block_rows_longest_first(a, plan, bi, rows);

@@ -126,6 +126,7 @@ nlohmann::json to_json(const StreamParams& p) {
     if (p.group_rows != 1) j["group_rows"] = p.group_rows;
     if (p.double_buffer != 0) j["double_buffer"] = p.double_buffer;
     if (p.max_registers != 0) j["max_registers"] = p.max_registers;
+    if (p.segment_entries != 0) j["segment_entries"] = p.segment_entries;
     return j;
   }
   return {{"rows_per_block", p.rows_per_block},
@@ -150,7 +151,7 @@ int32_t stream_row_bytes(const StreamParams& p) {
   return stream_tile_row_bytes(p.n_tile, p.cols_per_thread);
 }
 int32_t stream_shared_bytes(const StreamParams& p) {
-  if (p.layout == StreamLayout::kRows) return 0;
+  if (p.layout == StreamLayout::kRows) return rows_segment_shared_bytes(p);
   if (p.layout == StreamLayout::kStagedRows) return staged_rows_shared_bytes(p);
   return (p.stage_rows + 1) * stream_row_bytes(p);
 }
@@ -175,6 +176,9 @@ void check_stream_params(const StreamParams& p, int32_t ld, const Target& target
   }
   if (p.max_registers != 0) {
     bad("max_registers", fmt::format("{}: only the row-split layouts take a register budget", p.max_registers));
+  }
+  if (p.segment_entries != 0) {
+    bad("segment_entries", fmt::format("{}: only the rows layout splits rows", p.segment_entries));
   }
   if (p.rows_per_block < kWarp || p.rows_per_block % kWarp != 0) {
     bad("rows_per_block", fmt::format("{} is not a positive multiple of 32 (one ELL segment per warp)",
@@ -629,7 +633,44 @@ StreamWeights pack_stream_weights(const CsrMatrix& a, const inspector::WorkPlan&
   return out;
 }
 
+namespace {
+// Split rows: rows in order, each taking its segments' slots, a block closed where the next row's would pass
+// rows_per_block. Every slot then walks at most segment_entries entries (short rows fewer), which is the balance the
+// cut is for; nonzero balance across blocks would refill the slots the long rows' segments need.
+inspector::WorkPlan segment_plan(const CsrMatrix& a, const StreamParams& p) {
+  inspector::WorkPlan plan;
+  plan.rows = a.rows;
+  plan.cols = a.cols;
+  plan.nnz = a.nnz();
+  plan.row_order.resize(static_cast<size_t>(a.rows));
+  for (int32_t r = 0; r < a.rows; ++r) plan.row_order[static_cast<size_t>(r)] = r;
+  inspector::BlockPlan cur;
+  int32_t used = 0;
+  auto close = [&](int32_t end) {
+    cur.row_end = end;
+    cur.groups = {inspector::GroupRange{0, a.cols, cur.nnz}};
+    plan.blocks.push_back(cur);
+    cur = inspector::BlockPlan{};
+    cur.row_begin = end;
+    used = 0;
+  };
+  for (int32_t r = 0; r < a.rows; ++r) {
+    const int32_t segments = row_segments(a.row_nnz(r), p);
+    if (used > 0 && used + segments > p.rows_per_block) close(r);
+    used += segments;
+    cur.nnz += a.row_nnz(r);
+    cur.live_rows += a.row_nnz(r) > 0;
+  }
+  close(a.rows);
+  plan.params = inspector::PlanParams{static_cast<int32_t>(plan.blocks.size()), 1, inspector::Balance::kNonzeros,
+                                      false};
+  plan.stats = inspector::compute_stats(plan.blocks);
+  return plan;
+}
+}  // namespace
+
 inspector::WorkPlan default_stream_plan(const CsrMatrix& a, const StreamParams& p) {
+  if (p.layout == StreamLayout::kRows && p.segment_entries > 0 && a.rows > 0) return segment_plan(a, p);
   const int32_t blocks = std::max<int32_t>(1, (a.rows + p.rows_per_block - 1) / p.rows_per_block);
   inspector::PlanParams pp{std::min(blocks, std::max(a.rows, 1)), 1, inspector::Balance::kNonzeros, false};
   inspector::WorkPlan plan = inspector::make_plan(a, pp);

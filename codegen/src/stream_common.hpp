@@ -47,6 +47,10 @@ void check_rows_params(const StreamParams& p, int32_t ld, const Target& target);
 int32_t rows_registers_estimate(const StreamParams& p);
 // The staged row-split layout's static shared memory: stage_rows rows of n_tile floats.
 int32_t staged_rows_shared_bytes(const StreamParams& p);
+// The rows layout's static shared memory: with segment_entries, one sum of n_tile floats a slot; else none.
+int32_t rows_segment_shared_bytes(const StreamParams& p);
+// With segment_entries: how many segments a row of `nnz` entries is cut into (1 when it is not cut).
+int32_t row_segments(int64_t nnz, const StreamParams& p);
 std::string emit_rows_spmm_ptx(const StreamParams& p, const Target& target, int32_t ld,
                                const StreamEpilogueKind& epilogue, const std::string& name);
 // What both layouts' packers require of the plan and bias (typed errors naming the field).

@@ -1,6 +1,7 @@
 #include "sparsert/runtime/stream_arrays.hpp"
 
 #include "sparsert/runtime/error.hpp"
+#include "sparsert/runtime/row_slots.hpp"
 
 #include <fmt/format.h>
 
@@ -83,6 +84,32 @@ void check_staged_rows_arrays(const PackageLayer& pl, const std::vector<std::vec
   }
 }
 
+// Split rows: each owner's partials follow it in the same block, and every partial belongs to the owner before it,
+// so that the owner's reads of their sums in shared memory stay inside the block's slots and every sum is added once.
+void check_split_rows(const PackageLayer& pl, const std::vector<uint32_t>& slots, int64_t rows_per_block,
+                      const std::string& where) {
+  const int64_t blocks = static_cast<int64_t>(slots.size() / 4) / rows_per_block;
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint32_t owed = 0;  // partials the last owner still expects
+    for (int64_t x = 0; x < rows_per_block; ++x) {
+      const uint32_t word = slots[static_cast<size_t>((b * rows_per_block + x) * 4)];
+      if (word == kSlotPartial) {
+        SPARSERT_USER_CHECK(owed > 0, where, "layer {}: slot {} of block {} is a segment of no row (no first "
+                            "segment before it claims it)", pl.name, x, b);
+        --owed;
+        continue;
+      }
+      SPARSERT_USER_CHECK(owed == 0, where, "layer {}: slot {} of block {} comes before the {} more segment(s) the row "
+                          "before it claims", pl.name, x, b, owed);
+      if (word == kSlotNoRow) continue;
+      owed = slot_partials(word);
+      SPARSERT_USER_CHECK(owed <= kMaxSlotPartials && x + owed < rows_per_block, where, "layer {}: slot {} of block {} "
+                          "claims {} more segment(s), past the block's {} slots", pl.name, x, b, owed,
+                          rows_per_block);
+    }
+  }
+}
+
 }  // namespace
 
 void check_stream_arrays(const PackageLayer& pl, const std::vector<std::vector<uint32_t>>& arrays,
@@ -101,11 +128,16 @@ void check_stream_arrays(const PackageLayer& pl, const std::vector<std::vector<u
   const uint64_t entries = arrays.front().size() / 2;
   const auto m = static_cast<uint32_t>(pl.m), k = static_cast<uint32_t>(pl.k);
   if (rows) {
+    // Split rows (the rows layout with segment_entries): owner and partial words, checked per block below.
+    const bool split = pl.stream_layout() == "rows" && tile_int(pl.tile, "segment_entries") > 0;
     for (size_t i = 0; i < s.size(); i += 4) {
-      SPARSERT_USER_CHECK((s[i] == 0xFFFFFFFFu || s[i] < m) && s[i + 2] <= s[i + 3] && s[i + 3] <= entries, where,
+      const bool word_ok = s[i] == kSlotNoRow || (split ? s[i] == kSlotPartial || slot_row(s[i]) < m : s[i] < m);
+      SPARSERT_USER_CHECK(word_ok && s[i + 2] <= s[i + 3] && s[i + 3] <= entries, where,
                           "layer {}: slot {} (row {}, entries {} to {}) is outside the layer's {} rows or its {} "
-                          "entries", pl.name, i / 4, s[i], s[i + 2], s[i + 3], pl.m, entries);
+                          "entries", pl.name, i / 4, split ? slot_row(s[i]) : s[i], s[i + 2], s[i + 3], pl.m,
+                          entries);
     }
+    if (split) check_split_rows(pl, s, rows_per_block, where);
     const std::vector<uint32_t>& ell = arrays.front();
     if (pl.stream_layout() == "staged-rows") {
       check_staged_rows_arrays(pl, arrays, rows_per_block, where);

@@ -350,6 +350,55 @@ TEST(Model, RegisterBudgetsAreTimedNotPickedByTheModel) {
   EXPECT_FALSE(best_with_register_budget(a, 8, Epilogue{}, target));
 }
 
+// Split rows (StreamParams::segment_entries): the grid offers each row-split walk (budgets aside) with its long rows
+// split, at twice the mean row, only where some row is longer than that; the model prices the heaviest block's walk,
+// so that on a matrix with a few rows many times the mean (as rn50's 2048 x 512 layers have) the split twins estimate
+// faster and compile's model choice picks one, and on a uniform matrix nothing is offered.
+TEST(Model, SplitRowsAreOfferedWhereRowsAreLongAndPricedByTheHeaviestBlock) {
+  const codegen::Target target = codegen::Target::parse("sm_90");
+  const CsrMatrix uniform = inspector::generate_pruned_gaussian(1024, 512, 0.9, 18);
+  EXPECT_EQ(split_segment_entries(uniform), 0);
+  for (const Candidate& c : enumerate_candidates(uniform, 52, target, {codegen::KernelKind::kStreamed}))
+    EXPECT_EQ(c.stream.segment_entries, 0) << describe(c);
+  // The same with every 64th row dense: rows of 512 against a mean of 58.
+  CsrMatrix a;
+  a.rows = uniform.rows;
+  a.cols = uniform.cols;
+  for (int32_t r = 0; r < a.rows; ++r) {
+    for (int32_t t = uniform.row_ptr[r]; t < uniform.row_ptr[r + 1] && r % 64 != 5; ++t) {
+      a.col_idx.push_back(uniform.col_idx[t]);
+      a.values.push_back(uniform.values[t]);
+    }
+    for (int32_t c = 0; c < a.cols && r % 64 == 5; ++c) {
+      a.col_idx.push_back(c);
+      a.values.push_back(0.5f);
+    }
+    a.row_ptr.push_back(static_cast<int32_t>(a.col_idx.size()));
+  }
+  const int32_t segment = split_segment_entries(a);
+  EXPECT_EQ(segment, (2 * a.nnz() + a.rows - 1) / a.rows);
+  int twins = 0, faster = 0;
+  for (const Candidate& c : enumerate_candidates(a, 52, target, {codegen::KernelKind::kStreamed})) {
+    if (!c.valid() || c.stream.segment_entries == 0) continue;
+    EXPECT_EQ(c.stream.segment_entries, segment) << describe(c);
+    EXPECT_EQ(c.stream.layout, codegen::StreamLayout::kRows) << describe(c);
+    EXPECT_EQ(c.stream.max_registers, 0) << describe(c);
+    EXPECT_NE(describe(c).find(fmt::format(" seg={}", segment)), std::string::npos) << describe(c);
+    ++twins;
+    const Estimate cut = estimate_candidate(a, 52, Epilogue{}, c.kind, {}, c.stream, target, std::nullopt, false);
+    codegen::StreamParams whole = c.stream;
+    whole.segment_entries = 0;
+    const Estimate w = estimate_candidate(a, 52, Epilogue{}, c.kind, {}, whole, target, std::nullopt, false);
+    faster += cut.latency_us < w.latency_us;
+  }
+  EXPECT_GT(twins, 10);
+  EXPECT_EQ(faster, twins);  // every dense row is cut: the heaviest block's walk is shorter in every shape
+  const ModelChoice pick = choose_by_model(a, 52, Epilogue{}, target, {codegen::KernelKind::kStreamed});
+  EXPECT_EQ(pick.candidate.stream.segment_entries, segment) << describe(pick.candidate);
+  // The parameter round-trips through a tuning record.
+  EXPECT_EQ(stream_from_json(codegen::to_json(pick.candidate.stream), "test"), pick.candidate.stream);
+}
+
 // best_row_split_shapes: one candidate a shape, the model's fastest of that shape, fastest shape first, never a
 // prefetching twin, at most as many as asked for.
 TEST(Model, BestRowSplitShapesAreEachShapesFastestInOrder) {

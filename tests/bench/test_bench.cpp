@@ -607,6 +607,15 @@ TEST(Bench, MeasuredKindChoiceKeepsTheFasterKernelAndRecordsBoth) {
       EXPECT_EQ(st.value("prefetch", 0), 1) << c.dump();
       kinds.push_back("streamed-budget");
     }
+    // And the streamed pick with whole rows where it splits long ones (segment_entries), and only there.
+    EXPECT_EQ(c.contains("streamed-whole"), pick_stream.value("segment_entries", 0) > 0) << c.dump();
+    if (c.contains("streamed-whole")) {
+      nlohmann::json whole = stream_of(c["streamed-whole"]), cut = pick_stream;
+      EXPECT_FALSE(whole.contains("segment_entries")) << c.dump();
+      cut.erase("segment_entries");
+      EXPECT_EQ(whole, cut) << c.dump();
+      kinds.push_back("streamed-whole");
+    }
     // The pick's own shape is the one rank of the four left out where the pick is row-split; else the fourth.
     if (!rows) {
       EXPECT_EQ(top, (std::set<int>{1, 2, 3})) << c.dump();
@@ -909,6 +918,21 @@ TEST(Bench, ReportSummarisesTheMeasuredKernelChoice) {
             std::string::npos)
       << budgets;
   EXPECT_NE(budgets.find("| streamed-aligned-budget | 1 | 0 |"), std::string::npos) << budgets;
+  EXPECT_EQ(budgets.find("long rows split"), std::string::npos);  // none was timed
+  // The streamed pick of that problem splitting long rows, timed beside its twin with whole rows at 1.25 its time.
+  {
+    nlohmann::json& c = measured.run["problems"][30]["results"]["sparsert-gpu"]["kind_choice"];
+    c["streamed-aligned-whole"] = {
+        {"status", "measured"},
+        {"median_us", c["streamed-aligned"]["median_us"].get<double>() * 1.25},
+        {"detail", R"(sm_90 streamed stream {"layout":"rows"} (model) ld=52)"}};
+  }
+  const std::string splits = measured.report(dir / "c6");
+  EXPECT_NE(splits.find("The streamed pick with its long rows split (`segment_entries`: segments in their own row "
+                        "groups, summed in shared memory) against the same kernel with whole rows (`-whole`): 1 "
+                        "problem, faster on 1; time 0.80× of the whole rows' (geometric mean), 0.80–0.80."),
+            std::string::npos)
+      << splits;
   EXPECT_NE(shapes.find("| streamed-aligned-shape2 | 2 | 0 |"), std::string::npos) << shapes;
   EXPECT_NE(shapes.find("The fastest row-split kernel of the other shapes timed (`-shapeR`) against the model's "
                         "streamed pick: 2 problems, faster on 1; time 0.87× of the pick's (geometric mean), "

@@ -24,21 +24,12 @@ using sparsert::testing::run_stream_in_ptxsim;
 
 namespace {
 StreamParams rows_params(int32_t rows, int32_t lanes, int32_t n_tile, int32_t cpt, int32_t unroll) {
-  StreamParams p;
-  p.layout = StreamLayout::kRows;
-  p.rows_per_block = rows;
-  p.lanes_per_row = lanes;
-  p.n_tile = n_tile;
-  p.cols_per_thread = cpt;
-  p.unroll = unroll;
-  return p;
+  return sparsert::testing::row_split_params(rows, lanes, 1, n_tile, cpt, unroll);
 }
 
 // The same with col_lanes lanes of each row spanning its columns.
 StreamParams col_params(int32_t rows, int32_t lanes, int32_t col_lanes, int32_t n_tile, int32_t cpt, int32_t unroll) {
-  StreamParams p = rows_params(rows, lanes, n_tile, cpt, unroll);
-  p.col_lanes = col_lanes;
-  return p;
+  return sparsert::testing::row_split_params(rows, lanes, col_lanes, n_tile, cpt, unroll);
 }
 
 // A random m × k matrix at this sparsity, run at n of ld columns with these parameters.

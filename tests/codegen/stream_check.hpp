@@ -14,6 +14,21 @@
 
 namespace sparsert::testing {
 
+// The row-split layout (StreamLayout::kRows): rows rows a block, lanes lanes a row, col_lanes lanes spanning its
+// columns, n_tile columns a block of cpt a thread, unroll steps an iteration.
+inline codegen::StreamParams row_split_params(int32_t rows, int32_t lanes, int32_t col_lanes, int32_t n_tile,
+                                              int32_t cpt, int32_t unroll) {
+  codegen::StreamParams p;
+  p.layout = codegen::StreamLayout::kRows;
+  p.rows_per_block = rows;
+  p.lanes_per_row = lanes;
+  p.col_lanes = col_lanes;
+  p.n_tile = n_tile;
+  p.cols_per_thread = cpt;
+  p.unroll = unroll;
+  return p;
+}
+
 inline DenseTensor random_stream_b(int32_t k, int32_t ld, uint64_t seed) {
   std::vector<float> v(static_cast<size_t>(k) * ld);
   inspector::fill_values(v, inspector::ValueFill{inspector::ValueFill::Distribution::kUniform, seed, 1.0f});

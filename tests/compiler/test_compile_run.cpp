@@ -11,6 +11,7 @@
 #include "sparsert/runtime/file_io.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
 #include "sparsert/runtime/npy.hpp"
+#include "sparsert/runtime/row_slots.hpp"
 #include "sparsert/runtime/sha256.hpp"
 #include "sparsert/runtime/stream_arrays.hpp"
 #include "emulated_driver.hpp"
@@ -2067,6 +2068,87 @@ TEST(CompileRun, OneEntryLayersLaunchAsProgrammaticDependentsOfTheLayerBefore) {
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(log[i].dependent, i > 0) << i;
 }
 
+// The row-split kernel of the next two tests at N = 49: 32 rows a block, 2 lanes a row, 8 column lanes of 2 floats, 4
+// steps an iteration, the same for every layer.
+codegen::StreamParams n49_row_split_params() {
+  codegen::StreamParams p;
+  p.layout = codegen::StreamLayout::kRows;
+  p.rows_per_block = 32;
+  p.lanes_per_row = 2;
+  p.col_lanes = 8;
+  p.n_tile = 16;
+  p.cols_per_thread = 2;
+  p.unroll = 4;
+  return p;
+}
+
+// Split rows (StreamParams::segment_entries): every row of these layers is cut into segments of 16 entries whose sums
+// meet in shared memory; compile keeps the parameter in the tile and the package runs exact on the emulated driver.
+// Its slots are checked at load: re-sealed so that an owner claims more segments than follow it in its block, or a
+// segment follows no owner, the package is refused naming the layer and slot (on a GPU the owner would read sums past
+// its block's shared memory, or a row would lose a segment).
+TEST(CompileRun, SplitRowsRunExactAndTheirSlotsAreCheckedAtLoad) {
+  ScratchDir dir;
+  const std::string net = forty_nine_column_network(dir);
+  const auto layers = load_network(read_network(net));
+  CompileOptions o = options(dir, {"sm_90"});
+  o.assemble = codegen::Assembler::available();
+  codegen::StreamParams p = n49_row_split_params();
+  p.segment_entries = 16;
+  o.tiles = [p](const LoadedLayer&, const codegen::Target&) {
+    return std::optional<TunedKernel>(TunedKernel{codegen::KernelKind::kStreamed, {}, p, "test"});
+  };
+  const CompileReport r = compile_network(layers, dir / "pkg", o);
+  ASSERT_EQ(r.layers.size(), 2u);
+  for (const LayerTargetReport& l : r.layers) {
+    EXPECT_EQ(l.tile.value("segment_entries", 0), 16) << l.tile.dump();
+    if (o.assemble) {
+      EXPECT_GT(l.max_registers, 0) << l.layer;
+    }
+  }
+  const Package pkg = load_package(dir / "pkg");
+  for (const PackageLayer& l : pkg.layers) {
+    const std::string ptx = read_file(dir / "pkg" / l.entries[0].ptx.at("sm_90"));
+    EXPECT_NE(ptx.find("bar.sync 0;"), std::string::npos) << l.name;
+  }
+  const DenseTensor x = input(256, 49);
+  EXPECT_LE(max_relative_error(GpuNetwork(pkg).run(x), reference(layers, x)), 1e-5);
+  EXPECT_NO_THROW(verify_package(pkg));
+
+  // Layer 1's slots (array 1 of the rows layout: {row word, bias, first, end} a slot), edited and re-sealed.
+  const nlohmann::json manifest = nlohmann::json::parse(read_file(dir / "pkg" / "manifest.json"));
+  const std::string file = manifest["layers"][1]["arrays"][1];
+  const std::string bytes = read_file(dir / "pkg" / file);
+  std::vector<uint32_t> slots(bytes.size() / 4);
+  std::memcpy(slots.data(), bytes.data(), slots.size() * 4);
+  ASSERT_GT(slot_partials(slots[0]), 0u) << "the first row is split";
+  auto refused = [&](const std::string& name, const std::function<void(std::vector<uint32_t>&)>& edit) {
+    const std::filesystem::path to = dir / name;
+    std::filesystem::copy(dir / "pkg", to, std::filesystem::copy_options::recursive);
+    std::vector<uint32_t> s = slots;
+    edit(s);
+    const std::string edited(reinterpret_cast<const char*>(s.data()), s.size() * 4);
+    write_file_atomic(to / file, edited);
+    nlohmann::json m = manifest;
+    m["sha256"][file] = sha256_hex(edited);
+    m["manifest_sha256"] = manifest_digest(m);
+    write_file_atomic(to / "manifest.json", m.dump());
+    const std::string loaded = user_error([&] { GpuNetwork n(load_package(to)); });
+    EXPECT_EQ(user_error([&] { verify_package(load_package(to)); }), loaded) << name;
+    return loaded;
+  };
+  // The first owner claims every slot of its block and one more.
+  std::string e = refused("claims", [](std::vector<uint32_t>& s) { s[0] = slot_owner_word(slot_row(s[0]), 32); });
+  EXPECT_NE(e.find("layer layer1: slot 0 of block 0 claims 32 more segment(s), past the block's 32 slots"),
+            std::string::npos) << e;
+  // The first row's first partial made an owner of nothing: the owner before it then has a segment too few.
+  e = refused("orphan", [](std::vector<uint32_t>& s) { s[4] = slot_owner_word(0, 0); });
+  EXPECT_NE(e.find("layer layer1: slot 1 of block 0 comes before the"), std::string::npos) << e;
+  // A partial where the block starts.
+  e = refused("partial-first", [](std::vector<uint32_t>& s) { s[0] = kSlotPartial; });
+  EXPECT_NE(e.find("layer layer1: slot 0 of block 0 is a segment of no row"), std::string::npos) << e;
+}
+
 // A row-split kernel under a register budget (StreamParams::max_registers, what `bench --choose measured` times as
 // "streamed-budget"): the package's tile keeps the budget, its PTX has the .maxnreg line, the assembler holds it, and
 // the network runs exact on the emulated driver.
@@ -2076,17 +2158,10 @@ TEST(CompileRun, RowSplitKernelUnderARegisterBudgetRunsExact) {
   const auto layers = load_network(read_network(net));
   CompileOptions o = options(dir, {"sm_90"});
   o.assemble = codegen::Assembler::available();
-  o.tiles = [](const LoadedLayer&, const codegen::Target&) {
-    codegen::StreamParams p;
-    p.layout = codegen::StreamLayout::kRows;
-    p.rows_per_block = 32;
-    p.lanes_per_row = 2;
-    p.col_lanes = 8;
-    p.n_tile = 16;
-    p.cols_per_thread = 2;
-    p.unroll = 4;
-    p.prefetch = 1;
-    p.max_registers = 64;
+  codegen::StreamParams p = n49_row_split_params();
+  p.prefetch = 1;
+  p.max_registers = 64;
+  o.tiles = [p](const LoadedLayer&, const codegen::Target&) {
     return std::optional<TunedKernel>(TunedKernel{codegen::KernelKind::kStreamed, {}, p, "test"});
   };
   const CompileReport r = compile_network(layers, dir / "pkg", o);

@@ -618,7 +618,8 @@ class SparsertGpu final : public GpuMethod {
         const auto& [i, v] = jobs[static_cast<size_t>(j)];
         const Problem& p = problems[i];
         try {
-          std::optional<compiler::CompileOptions> o = compile_options(p, v.kind, v.columns, v.prefetch, v.shape, v.budget);
+          std::optional<compiler::CompileOptions> o =
+              compile_options(p, v.kind, v.columns, v.prefetch, v.shape, v.budget, v.whole);
           if (!o) return;
           o->threads = 1;
           compiler::compile_network({layer_of(p, v.columns)}, root / std::to_string(j), *o);
@@ -645,7 +646,8 @@ class SparsertGpu final : public GpuMethod {
     // Where the streamed pick at compile's width is a row-split kernel, its twin with the entries prefetched
     // ("prefetch": 1, offered to the tuner but priced no cheaper by the model) is timed too, and so are the model's
     // best row-split kernels of kMeasuredShapes other shapes ("-shapeR": the shape the model ranks R-th), and its best
-    // row-split kernel under a register budget ("-budget").
+    // row-split kernel under a register budget ("-budget"). Where the streamed pick splits long rows
+    // (segment_entries), its twin with whole rows is timed too ("-whole").
     choice_ = nlohmann::json::object();
     // What compile builds by default, named as the variants below are ("streamed-aligned": at the aligned width).
     if (const std::optional<codegen::KernelKind> pick = model_kind(p)) {
@@ -656,12 +658,12 @@ class SparsertGpu final : public GpuMethod {
     for (const Variant& v : variants(p)) {
       const std::string kind = codegen::to_string(*v.kind) + (v.columns != p.n ? "-aligned" : "") +
                                (v.prefetch ? "-prefetch" : "") + (v.shape > 0 ? fmt::format("-shape{}", v.shape) : "") +
-                               (v.budget ? "-budget" : "");
+                               (v.budget ? "-budget" : "") + (v.whole ? "-whole" : "");
       const std::optional<compiler::CompileOptions> o =
-          compile_options(p, v.kind, v.columns, v.prefetch, v.shape, v.budget);
+          compile_options(p, v.kind, v.columns, v.prefetch, v.shape, v.budget, v.whole);
       if (!o) {
         // A twin or a budget only where one exists.
-        if (!v.prefetch && !v.budget) choice_[kind] = {{"status", "no valid candidate"}};
+        if (!v.prefetch && !v.budget && !v.whole) choice_[kind] = {{"status", "no valid candidate"}};
         continue;
       }
       Built cand;
@@ -701,10 +703,11 @@ class SparsertGpu final : public GpuMethod {
   // kernel of that kind (nothing where the kind has no valid candidate for the problem). prefetch: that kernel with
   // its entries prefetched, where it is a row-split kernel with an unrolled loop (nothing otherwise). shape > 0: the
   // model's best row-split kernel of the shape it ranks shape-th (nothing where there are fewer shapes). budget: the
-  // model's best row-split kernel under a register budget (nothing where the grid has none for the problem).
+  // model's best row-split kernel under a register budget (nothing where the grid has none for the problem). whole:
+  // that kernel with its long rows kept whole, where it splits them (nothing otherwise).
   std::optional<compiler::CompileOptions> compile_options(const Problem& p, std::optional<codegen::KernelKind> kind,
                                                           int32_t columns, bool prefetch = false, size_t shape = 0,
-                                                          bool budget = false) const {
+                                                          bool budget = false, bool whole = false) const {
     compiler::CompileOptions o;
     o.targets = {target_};
     o.progress = false;
@@ -729,6 +732,12 @@ class SparsertGpu final : public GpuMethod {
           return std::nullopt;
         }
         pick->stream.prefetch = 1;
+      }
+      if (whole) {
+        if (!pick || pick->kind != codegen::KernelKind::kStreamed || pick->stream.segment_entries == 0) {
+          return std::nullopt;
+        }
+        pick->stream.segment_entries = 0;
       }
       if (pick) {
         o.tiles = [pick = *pick](const compiler::LoadedLayer&, const codegen::Target&) { return pick; };
@@ -855,6 +864,7 @@ class SparsertGpu final : public GpuMethod {
     bool prefetch = false;  // the streamed pick with its entries prefetched (compile_options)
     size_t shape = 0;       // > 0: the model's best row-split kernel of the shape it ranks shape-th
     bool budget = false;    // the model's best row-split kernel under a register budget
+    bool whole = false;     // the streamed pick with its long rows kept whole, where it splits them
   };
   std::vector<Variant> variants(const Problem& p) const {
     std::vector<Variant> out;
@@ -877,6 +887,7 @@ class SparsertGpu final : public GpuMethod {
       ++timed;
     }
     out.push_back({codegen::KernelKind::kStreamed, columns, false, 0, true});
+    out.push_back({codegen::KernelKind::kStreamed, columns, false, 0, false, true});
     return out;
   }
   std::optional<codegen::KernelKind> model_kind(const Problem& p) const {
@@ -982,7 +993,8 @@ MethodSet gpu_methods(const std::filesystem::path& scratch_dir, std::optional<in
       measure_kinds ? fmt::format("; kernel kind by measurement (the model's fastest baked and streamed kernels, and "
                                   "where N is not a multiple of {0} the same kinds compiled for rows of {0} floats "
                                   "(compile --row-align {0}, B and C staged in them, N columns run), a row-split "
-                                  "streamed pick also with its entries prefetched, and the model's best row-split "
+                                  "streamed pick also with its entries prefetched (and with whole rows where it splits "
+                                  "long ones), and the model's best row-split "
                                   "kernels of {3} other shapes and under a register budget, {1} x {2} runs each, "
                                   "the fastest kept)",
                                   SparsertGpu::kMeasuredRowAlign, SparsertGpu::kChoiceSamples,

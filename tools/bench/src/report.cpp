@@ -322,8 +322,8 @@ std::string ratio_summary(const std::vector<double>& ratios, const char* whose) 
 // the model's own pick was the one kept, each prefetching twin ("-prefetch") against the same kernel without it, and
 // the fastest row-split kernel of the other shapes ("-shapeR") against the streamed pick it was built beside, and the
 // staged row-split kernel (a variant whose detail says "staged-rows") against the fastest of the others, and the
-// kernel under a register budget ("-budget") against the fastest without one. Empty
-// where the run chose by the model.
+// kernel under a register budget ("-budget") against the fastest without one, and the streamed pick that splits long
+// rows against its twin with whole rows ("-whole"). Empty where the run chose by the model.
 std::string kind_choice_section(const json& run, const std::string& subject) {
   std::map<std::string, int> timed, kept;
   int problems = 0, model_kept = 0, shape_without_pick = 0;
@@ -331,6 +331,7 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
   std::vector<double> staged;       // the fastest staged row-split kernel against the fastest other kernel
   std::vector<double> double_buffered;  // the fastest double-buffered staged kernel against the fastest with one tile
   std::vector<double> budgeted;  // the fastest kernel under a register budget against the fastest without one
+  std::vector<double> split;     // the streamed pick with its long rows split against its twin with them whole
   for (const json& p : run["problems"]) {
     if (!p.contains("results") || !p["results"].contains(subject)) continue;
     const json& r = p["results"][subject];
@@ -362,6 +363,11 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
         std::optional<double>& form =
             detail.find("\"double_buffer\":1") != std::string::npos ? best_double : best_single;
         form = form ? std::min(*form, *us) : *us;
+      }
+      constexpr std::string_view kWhole = "-whole";
+      if (k.size() > kWhole.size() && k.ends_with(kWhole)) {
+        const std::optional<double> cut = measured_us(k.substr(0, k.size() - kWhole.size()));
+        if (cut && *us > 0) split.push_back(*cut / *us);
       }
       constexpr std::string_view kTwin = "-prefetch";
       if (k.size() > kTwin.size() && k.ends_with(kTwin)) {
@@ -418,6 +424,11 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
     md += "\nThe row-split kernel under a register budget (`-budget`: `.maxnreg`, for more blocks an SM) against the "
           "fastest kernel timed without one: " +
           ratio_summary(budgeted, "the other's") + "\n";
+  }
+  if (!split.empty()) {
+    md += "\nThe streamed pick with its long rows split (`segment_entries`: segments in their own row groups, summed in "
+          "shared memory) against the same kernel with whole rows (`-whole`): " +
+          ratio_summary(split, "the whole rows'") + "\n";
   }
   return md;
 }

@@ -106,6 +106,7 @@ struct StreamShape {
   // holds is not counted.
   int64_t b_rows_read = 0;
   int64_t slots = 0;
+  int64_t partial_slots = 0;   // the rows layout with split rows: slots holding a row's second or later segment
   int32_t k = 0;               // rows of B (read once from DRAM)
   // Measured over modelled time of the ELL walk, for the layout the shape was made for (stream_shape).
   double time_scale = 1.0;

@@ -80,6 +80,13 @@ struct StreamParams {
   // kernel timed at N = 256 ran at most 16 warps an SM, waiting on its loads of B (docs/autotune.md, "Register
   // budgets for the row-split kernel"). A budget trades that look-ahead for more blocks an SM.
   int32_t max_registers = 0;
+  // kRows only: rows of more than this many entries are cut into segments of at most this many (0, the default: no
+  // cut), at most kMaxSlotPartials + 1 a row, in consecutive slots of one block, each walked by its own row group. A
+  // row longer than the rest otherwise holds its block (and, on a skewed matrix such as rn50's 2048 x 512 layers,
+  // whose longest row has 6-15 times the mean, the whole launch) for its length / lanes_per_row steps. The segments'
+  // sums meet in shared memory (rows_per_block x n_tile floats) after one barrier; the row's first segment adds
+  // them before the bias. The default plan then packs blocks by slots (default_stream_plan).
+  int32_t segment_entries = 0;
   bool operator==(const StreamParams&) const = default;
 };
 
@@ -89,7 +96,8 @@ inline constexpr int32_t kMinStreamRegisters = 32;
 // kEll writes the five fields above (as before kRows existed, so cache keys are unchanged); kRows writes "layout":
 // "rows", lanes_per_row, rows_per_block, n_tile, cols_per_thread and unroll, col_lanes where it is not 1 and
 // prefetch where it is not 0; kStagedRows writes "layout": "staged-rows", the same fields, stage_rows, group_rows
-// where it is not 1 and double_buffer where it is not 0. Both write max_registers where it is not 0.
+// where it is not 1 and double_buffer where it is not 0. Both write max_registers where it is not 0; kRows writes
+// segment_entries where it is not 0.
 nlohmann::json to_json(const StreamParams& p);
 
 // The launch shape and static shared memory of a kernel with these parameters.
@@ -213,7 +221,8 @@ struct StreamOptions {
 };
 
 // The plan this kernel uses by default: nonzero-balanced row blocks, as many as keep every block within
-// rows_per_block rows (Balance::kRows when balancing cannot).
+// rows_per_block rows (Balance::kRows when balancing cannot). With segment_entries, rows in order, a block closed
+// where the next row's segments would pass its rows_per_block slots.
 inspector::WorkPlan default_stream_plan(const CsrMatrix& a, const StreamParams& p);
 
 StreamKernel emit_stream_spmm(const CsrMatrix& a, const inspector::WorkPlan& plan, const Target& target,
