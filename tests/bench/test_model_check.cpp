@@ -491,6 +491,10 @@ TEST(ModelCheck, PredictionsSitBesideTheMeasuredVendorTimes) {
     EXPECT_NEAR(r.vendor_us, want * 1e3, 1e-9) << r.problem;
     EXPECT_GT(r.predicted_us, 0.0) << r.problem;
     EXPECT_FALSE(r.choice.empty());
+    // Ranked at the width compile builds: rows of 16 bytes, so 52 columns for rn50's N = 49, N itself where it is a
+    // multiple of 4 (and at N = 1).
+    const int n = j["problems"][i]["n"].get<int>();
+    EXPECT_EQ(r.choice.ends_with(" ld=52"), n == 49) << r.problem << ": " << r.choice;
     log_sum += std::log(r.vendor_us / r.predicted_us);
   }
   EXPECT_NEAR(p.geomean_over_vendor, std::exp(log_sum / static_cast<double>(p.problems.size())), 1e-9);

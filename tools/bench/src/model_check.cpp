@@ -11,6 +11,9 @@
 #include "sparsert/runtime/file_io.hpp"
 #include "sparsert/runtime/json_text.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
+#if SPARSERT_BENCH_HAVE_COMPILER
+#include "sparsert/compiler/network.hpp"
+#endif
 
 #include <fmt/format.h>
 
@@ -415,9 +418,15 @@ PredictionSet predict_unchecked(const std::filesystem::path& file, const ModelCh
     SPARSERT_USER_CHECK(it != problems.end(), where, "problem {} is not in suite '{}'", name, suite);
     Prediction pr;
     pr.problem = fmt::format("{} ({})", name, family);
+    // At the width compile builds the layer for (--row-align auto: rows of 16 bytes from 32 columns up), which
+    // gives the row-split kernel its vector loads; a convolution keeps its own.
+    int32_t columns = it->n;
+#if SPARSERT_BENCH_HAVE_COMPILER
+    if (!it->conv) columns = compiler::aligned_columns(it->n, compiler::default_row_align(it->n));
+#endif
     const autotune::ModelChoice c =
-        autotune::choose_by_model(it->a, it->n, Epilogue{}, target, autotune::all_kinds(), {}, o.max_entries);
-    pr.choice = autotune::describe(c.candidate);
+        autotune::choose_by_model(it->a, columns, Epilogue{}, target, autotune::all_kinds(), {}, o.max_entries);
+    pr.choice = autotune::describe(c.candidate) + (columns != it->n ? fmt::format(" ld={}", columns) : "");
     pr.predicted_us = c.estimate.microseconds;
     pr.estimate = c.estimate;
     const json none = json::object();

@@ -61,7 +61,7 @@ nlohmann::json to_json(const ModelGroup& g);
 // baselines' measured medians from the file. Estimates beside measurements, never a measurement.
 struct Prediction {
   std::string problem;
-  std::string choice;         // describe() of the model's pick
+  std::string choice;         // describe() of the model's pick at the width compile builds (" ld=W" where not N)
   double predicted_us = 0.0;
   autotune::Estimate estimate;  // the pick's, whole (its bound and terms)
   double measured_us = 0.0;   // sparsert's measured median in the file (its kernels then), 0 when absent
