@@ -433,14 +433,12 @@ std::vector<Candidate> enumerate_candidates(const CsrMatrix& a, int32_t n, const
     for (Candidate& c : streamed_grid(n)) {
       // Each row-split walk also with its long rows split, where the matrix has long rows (budgeted ones are
       // offered to time occupancy, not balance: they keep whole rows).
-      if (segment > 0 && c.stream.layout == codegen::StreamLayout::kRows && c.stream.max_registers == 0) {
-        Candidate split = c;
-        split.stream.segment_entries = segment;
+      const bool twin = segment > 0 && c.stream.layout == codegen::StreamLayout::kRows && c.stream.max_registers == 0;
+      grid.push_back(c);
+      if (twin) {
         grid.push_back(std::move(c));
-        grid.push_back(std::move(split));
-        continue;
+        grid.back().stream.segment_entries = segment;
       }
-      grid.push_back(std::move(c));
     }
   }
   try {

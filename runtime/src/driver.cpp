@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -583,6 +584,27 @@ std::string Graph::capture_or_without_dependents(const Stream& s, const std::fun
 
 void Graph::launch(const Stream& s) const {
   Driver::get().check(Driver::get().api().cuGraphLaunch(exec_, s.get()), "cuGraphLaunch");
+}
+
+std::vector<double> time_graph_replays(const Graph& g, const Stream& s, int products, int samples,
+                                       double min_sample_ms) {
+  SPARSERT_INTERNAL_CHECK(g.ready() && products >= 1 && samples >= 1,
+                          "time_graph_replays: {} products, {} samples, graph {}", products, samples,
+                          g.ready() ? "ready" : "empty");
+  auto timed = [&](int replays) {
+    Event start, stop;
+    start.record(s);
+    for (int r = 0; r < replays; ++r) g.launch(s);
+    stop.record(s);
+    stop.synchronize();
+    return static_cast<double>(stop.elapsed_ms_since(start)) / replays;
+  };
+  constexpr int kMaxReplays = 64;
+  const double once = std::max(1e-6, timed(1));
+  const int replays = static_cast<int>(std::clamp(std::ceil(min_sample_ms / once), 1.0, double{kMaxReplays}));
+  std::vector<double> out;
+  for (int i = 0; i < samples; ++i) out.push_back(timed(replays) / products);
+  return out;
 }
 
 }  // namespace sparsert::cuda

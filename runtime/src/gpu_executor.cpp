@@ -77,16 +77,19 @@ struct GpuNetwork::Impl {
     timing_n = 0;
     // A driver that takes dependent launches on a stream may still refuse them in a graph: capture again with
     // ordinary launches rather than fail.
-    const std::string refused = timing_graph.capture_or_without_dependents(*stream, [&] { launch_all(n); }, [&] {
-      const bool any = std::any_of(layers.begin(), layers.end(), [](const LoadedLayer& l) { return l.dependent; });
-      for (LoadedLayer& l : layers) l.dependent = false;
-      return any;
-    });
+    const std::string refused =
+        timing_graph.capture_or_without_dependents(*stream, [&] { launch_all(n); }, [&] { return drop_dependents(); });
     if (!refused.empty()) {
       notes.push_back(fmt::format("the timing graph's capture failed with the layers launched as programmatic "
                                   "dependents ({}); they launch as ordinary kernels from now on", refused));
     }
     timing_n = n;
+  }
+  // Turns every layer's programmatic dependent launch off; returns whether any had it.
+  bool drop_dependents() {
+    const bool any = std::any_of(layers.begin(), layers.end(), [](const LoadedLayer& l) { return l.dependent; });
+    for (LoadedLayer& l : layers) l.dependent = false;
+    return any;
   }
   void timed_run(uint32_t n) {
     if (timing_graph.ready() && timing_n == n) {
@@ -488,6 +491,25 @@ double GpuNetwork::time_back_to_back(const DenseTensor& input, int runs) {
   const uint32_t n = im.upload(input);
   im.prepare_timed_run(n);
   return back_to_back(*im.stream, runs, [&] { im.timed_run(n); });
+}
+
+std::vector<double> GpuNetwork::time_in_one_graph(const DenseTensor& input, int runs_per_graph, int samples,
+                                                  double min_sample_ms) {
+  Impl& im = *impl_;
+  im.ctx->make_current();
+  SPARSERT_USER_CHECK(cuda::Graph::supported(), "driver", "{} has no CUDA Graphs (cuStreamBeginCapture), which a "
+                      "time in one graph needs", cuda::Driver::get().library());
+  const uint32_t n = im.upload(input);
+  cuda::Graph g;
+  const std::string refused = g.capture_or_without_dependents(
+      *im.stream, [&] { for (int r = 0; r < runs_per_graph; ++r) im.launch_all(n); },
+      [&] { return im.drop_dependents(); });
+  if (!refused.empty()) {
+    im.notes.push_back(fmt::format("a graph of {} runs could not be captured with the layers launched as programmatic "
+                                   "dependents ({}); they launch as ordinary kernels from now on", runs_per_graph,
+                                   refused));
+  }
+  return cuda::time_graph_replays(g, *im.stream, runs_per_graph, samples, min_sample_ms);
 }
 
 double GpuNetwork::time_isolated(const DenseTensor& input, int runs) {

@@ -256,7 +256,7 @@ nlohmann::json run_suite(const std::vector<Problem>& problems, MethodSet& set, c
         r["samples_ms"] = samples[mi];
         r["gflops"] = 2.0 * static_cast<double>(p.a.nnz()) * p.n / (s.median_ms * 1e6);
         line += fmt::format(" {} {:.4f} ms", method.name(), s.median_ms);
-        guarded(mi, "further measures", [&] { r.update(method.further_measures()); });
+        guarded(mi, "further measures", [&] { r.update(method.further_measures(o)); });
       } else {
         all_verified = false;
         if (is_subject) subject_verified = false;

@@ -281,4 +281,12 @@ class Graph {
   CUgraphExec exec_ = nullptr;
 };
 
+// Milliseconds per product of `g`, a graph holding `products` products: `samples` samples, each `g` replayed back to
+// back between two events on `s` often enough to last about `min_sample_ms` (at least once, at most 64 times), after
+// one replay that warms up and sets the count. Neither the host's submission nor a launch's own gap to the one before
+// it is in a product's time here, only what the device spends on it inside a graph: how a layer runs in a network's
+// graph, and how the bench sets every method's device time side by side (docs/benchmarks.md).
+std::vector<double> time_graph_replays(const Graph& g, const Stream& s, int products, int samples,
+                                       double min_sample_ms);
+
 }  // namespace sparsert::cuda

@@ -63,6 +63,12 @@ class GpuNetwork {
   double time_back_to_back(const DenseTensor& input, int runs);
   // GpuTimings::total_ms alone: the median of `runs` whole-network runs, each timed alone from an idle stream.
   double time_isolated(const DenseTensor& input, int runs);
+  // Milliseconds per run, `samples` samples, with `runs_per_graph` whole-network runs captured as one CUDA Graph and
+  // replayed back to back (cuda::time_graph_replays, about `min_sample_ms` a sample): the device's time per run
+  // without the host's submission, as the network's runs would take inside a larger graph. A user error where the
+  // driver has no graphs.
+  std::vector<double> time_in_one_graph(const DenseTensor& input, int runs_per_graph, int samples,
+                                        double min_sample_ms);
 
   // Per-layer control for executors that manage activations themselves (the Graph Challenge's dead-input filter):
   // layer `layer` on n columns of `in` (K × package n floats) into `out` (M × package n), on stream(). A baked

@@ -70,6 +70,8 @@ inline constexpr double kFp32Tolerance = 1e-4;
 // product: grows as sqrt(K), see measure.cpp.
 double tf32_tolerance(int64_t k);
 
+struct RunOptions;
+
 // One way of computing the product. Untimed work (conversions, uploads, compilation) goes in prepare().
 class Method {
  public:
@@ -93,8 +95,12 @@ class Method {
   // What was chosen in prepare() (an algorithm, a tile), for the results; empty when nothing was.
   virtual std::string detail() const { return {}; }
   // Further measures of the prepared product, taken after the samples and merged into its results (sparsert-gpu:
-  // the median of runs timed alone, for the model check); empty when there are none.
-  virtual nlohmann::json further_measures() { return nlohmann::json::object(); }
+  // the median of runs timed alone, for the model check; every GPU method: its products' time in one CUDA Graph);
+  // empty when there are none.
+  virtual nlohmann::json further_measures(const RunOptions& options) {
+    (void)options;
+    return nlohmann::json::object();
+  }
 };
 
 // A method that could not be built here (a library missing) and why.
@@ -151,6 +157,9 @@ struct RunOptions {
   double min_sample_ms = 2.0;     // a sample repeats the product until it lasts about this long
   double settle_ms = 50.0;        // pause after each sample, so one library's spinning threads do not steal the next's
   std::string command;            // the command line, for the report
+  // The GPU methods' further measure: this many products captured as one CUDA Graph, replayed back to back, so that
+  // the host's submission of each call is out of the time (graph_median_ms); 0: not taken.
+  int graph_products = 32;
   std::function<void(const std::string&)> progress;  // one line per problem; may be empty
 };
 
