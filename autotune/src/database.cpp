@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <string_view>
 
@@ -63,6 +64,10 @@ TuningRecord record_of(const nlohmann::json& e, const std::string& where) {
   } catch (const nlohmann::json::exception& ex) {
     throw_user_error(where, "malformed field ({})", ex.what());
   }
+  // n is the record's width (0 in records that predate it); the score a time, which compile and reports compare.
+  SPARSERT_USER_CHECK(r.n >= 0, where + ".n", "{} is negative", r.n);
+  SPARSERT_USER_CHECK(std::isfinite(r.score) && r.score >= 0, where + ".score_us", "{} is not a time in microseconds",
+                      r.score);
   return r;
 }
 

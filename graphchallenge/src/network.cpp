@@ -81,19 +81,25 @@ DenseTensor expand_output(const Network& net, const DenseTensor& y) {
   return out;
 }
 
-DenseTensor feature_major_inputs(const CsrMatrix& images, int32_t neurons, int32_t replicate) {
+void check_dense_inputs_fit(int64_t images, int32_t neurons, int32_t replicate, std::string_view images_note) {
   SPARSERT_USER_CHECK(replicate >= 1, "--replicate", "{} is not positive", replicate);
-  SPARSERT_USER_CHECK(images.cols <= neurons, "inputs", "have {} neurons, the network has {}", images.cols, neurons);
-  const int64_t n = static_cast<int64_t>(images.rows) * replicate;
+  const int64_t n = images * replicate;
   SPARSERT_USER_CHECK(n <= std::numeric_limits<int32_t>::max(), "--replicate", "{} inputs are too many", n);
-  // The inputs are dense here (and twice that while the layers run): more than the machine holds is bad input, with
+  // The inputs are dense (and twice that while the layers run): more than the machine holds is bad input, with
   // the numbers that made it, not an allocation failure (an image id of 99999999 means 10^8 inputs).
   const double bytes = static_cast<double>(neurons) * static_cast<double>(n) * 4.0;
   const double ram = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
   SPARSERT_USER_CHECK(ram <= 0 || bytes <= ram, "inputs",
-                      "{} inputs ({} images, the largest id, x {} replicas) of {} neurons need {:.1f} GB as dense "
-                      "floats; this machine has {:.1f} GB",
-                      n, images.rows, replicate, neurons, bytes / 1e9, ram / 1e9);
+                      "{} inputs ({} images{} x {} replicas) of {} neurons need {:.1f} GB as dense floats; this machine "
+                      "has {:.1f} GB",
+                      n, images, images_note, replicate, neurons, bytes / 1e9, ram / 1e9);
+}
+
+DenseTensor feature_major_inputs(const CsrMatrix& images, int32_t neurons, int32_t replicate) {
+  SPARSERT_USER_CHECK(replicate >= 1, "--replicate", "{} is not positive", replicate);
+  SPARSERT_USER_CHECK(images.cols <= neurons, "inputs", "have {} neurons, the network has {}", images.cols, neurons);
+  check_dense_inputs_fit(images.rows, neurons, replicate, ", the largest id,");
+  const int64_t n = static_cast<int64_t>(images.rows) * replicate;
   DenseTensor y({neurons, n});
   for (int32_t i = 0; i < images.rows; ++i) {
     for (int32_t k = images.row_ptr[i]; k < images.row_ptr[i + 1]; ++k) {

@@ -24,11 +24,11 @@ void parse_ret_exit(InstrCtx& c) {
   if (c.in.op == Op::Ret) {
     // PTX leaves a return from a .noreturn function undefined: the function must end its threads with exit.
     if (const std::string* f = c.inlining_noreturn()) c.err(fmt::format("ret in '{}', which is .noreturn", *f));
-  }
-  if (c.in.op == Op::Ret && c.inlined()) {
-    // The end of the inlined body: a branch, as the call's return is.
-    c.in.op = Op::Bra;
-    c.branch_to(InstrCtx::kReturnLabel);
+    if (c.inlined()) {
+      // The end of the inlined body: a branch, as the call's return is.
+      c.in.op = Op::Bra;
+      c.branch_to(InstrCtx::kReturnLabel);
+    }
   }
   c.finish();
 }

@@ -145,8 +145,8 @@ void check_output_path(const std::filesystem::path& path) {
                       "is not a file name");
   const std::filesystem::path dir = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
   std::error_code ec;
-  SPARSERT_USER_CHECK(std::filesystem::is_directory(dir, ec), path.string(), "cannot write: {} is not a directory",
-                      dir.string());
+  SPARSERT_USER_CHECK(std::filesystem::is_directory(dir, ec), path.string(), "cannot write: {} {}", dir.string(),
+                      std::filesystem::exists(dir, ec) ? "is not a directory" : "does not exist");
   SPARSERT_USER_CHECK(::access(dir.c_str(), W_OK) == 0, path.string(), "cannot write: directory {} is not writable",
                       dir.string());
   SPARSERT_USER_CHECK(!std::filesystem::is_directory(path, ec), path.string(), "cannot write: it is a directory");

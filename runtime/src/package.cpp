@@ -361,7 +361,20 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
       pe.block_end = blocks[1];
       pe.ptx = json_get<std::map<std::string, std::string>>(entries[e], ew, "ptx");
       pe.cubin = json_get<std::map<std::string, std::string>>(entries[e], ew, "cubin");
+      // The entries split the layer's row blocks between them in order: a gap or an overlap would leave rows of C
+      // unwritten or written twice, which no check at launch sees.
+      const int32_t want_begin = l.entries.empty() ? 0 : l.entries.back().block_end;
+      SPARSERT_USER_CHECK(pe.block_begin == want_begin, ew + ".blocks",
+                          "[{}, {}] does not start where the entry before ends ({})", pe.block_begin, pe.block_end,
+                          want_begin);
       l.entries.push_back(std::move(pe));
+    }
+    if (l.kind == "baked" && l.tile.is_object() && l.tile.contains("m_blocks")) {
+      // A baked layer's kernels hold the weights of its m_blocks row blocks: a launch over fewer leaves rows unwritten.
+      SPARSERT_USER_CHECK(l.tile["m_blocks"].is_number_integer() &&
+                              l.tile["m_blocks"].get<int64_t>() == l.entries.back().block_end,
+                          lw + ".entries", "cover row blocks [0, {}); the tile has m_blocks {}",
+                          l.entries.back().block_end, l.tile["m_blocks"].dump());
     }
     if (l.arrays_at_load) {
       // The loader checks supplied arrays against this launch (GpuRunOptions::streamed_arrays): it must be the one

@@ -168,6 +168,19 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
       {"", "", "check-model x.json --matrix /nonexistent/m.mtx", "/nonexistent/m.mtx"},
       {"m.mtx", mtx + "1 1 1\n1 1 1.0\n", "check-model --predict x.json --matrix {}",
        "--matrix: applies to tuning reports, not to --predict"},
+      // Too many synthetic inputs: refused before a single image is made (the check once came after making them,
+      // a minute and 20 GB for 2^24 images).
+      {"", "", "graphchallenge --synthetic 1 --neurons 1024 --layers 2 --images 2000000 --replicate 2000",
+       "--replicate: 4000000000 inputs are too many"},
+      // A word that is no command is named, with the commands there are.
+      {"", "", "inspekt x.mtx", "'inspekt' is not a command (one of: inspect, gen, "},
+      // An output under a folder that is not there says so.
+      {"ok10.mtx", mtx + "3 3 2\n1 1 1.0\n2 2 2.0\n", "emit {} --n 8 -o /nonexistent/k.ptx",
+       "cannot write: /nonexistent does not exist"},
+      // A tuning report's candidate of an unknown kind.
+      {"kind-tune.json", "{\"format\": \"sparsert-tune-report/1\", \"layers\": [{\"name\": \"l\", \"m\": 2, "
+       "\"k\": 2, \"n\": 4, \"nnz\": 2, \"candidates\": [{\"status\": \"measured\", \"time_us\": 3, "
+       "\"label\": \"x\", \"kind\": \"foo\"}]}]}", "check-model {}", ".kind: 'foo' is not baked or streamed"},
       // An unsigned option given a negative number (CLI11 would wrap it to 2^64 - 1).
       {"", "", "gen pruned --rows 4 --cols 4 --sparsity 0.5 --seed -1 -o " + (dir / "s.mtx").string(), "--seed"},
       // A parent folder nothing can be created in, whoever runs it (root passes access() there): said up front.
@@ -609,6 +622,15 @@ TEST(CliBadInput, CheckFailsOnOutputsThatAreNotFinite) {
   o = run(fmt::format("run {} --input {} --device cpu --check", pkg, (dir / "x.npy").string()), dir);
   EXPECT_EQ(o.code, 1) << o.err;
   EXPECT_NE(o.err.find("2 of 4 outputs are not finite"), std::string::npos) << o.err;
+  EXPECT_EQ(lines(o.err), 1) << o.err;
+  // The output the check refused is not written over what --output named.
+  sparsert::write_file_atomic(dir / "y.npy", "OLD");
+  o = run_printing(fmt::format("run {} --input {} --device cpu --check --output {}", pkg, (dir / "x.npy").string(),
+                               (dir / "y.npy").string()),
+                   dir);
+  EXPECT_EQ(o.code, 1) << o.err;
+  EXPECT_TRUE(sparsert::read_file(dir / "y.npy") == "OLD") << "the output was replaced";
+  EXPECT_NE(o.err.find("y.npy not written: the output failed its check"), std::string::npos) << o.err;
 }
 
 // check-model --matrix: a tuning report's generated layer comes from the file named after it; each --matrix takes

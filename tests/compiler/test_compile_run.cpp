@@ -797,6 +797,31 @@ TEST(CompileRun, BadPackagesAndInputs) {
   const std::string msg = user_error([&] { GpuNetwork net(other); });
   EXPECT_NE(msg.find("package has kernels for sm_100 only"), std::string::npos) << msg;
   EXPECT_NE(msg.find("is sm_90"), std::string::npos) << msg;
+
+  // Sealed edits of a baked layer's block ranges: a launch over fewer row blocks than the tile's, or entries that
+  // leave a gap, would leave rows of C unwritten with every check at launch passing.
+  const nlohmann::json sealed = nlohmann::json::parse(read_file(dir / "pkg" / "manifest.json"));
+  size_t baked = 0;
+  while (baked < sealed["layers"].size() && sealed["layers"][baked]["kind"] != "baked") ++baked;
+  ASSERT_LT(baked, sealed["layers"].size());
+  ASSERT_GE(sealed["layers"][baked]["tile"]["m_blocks"].get<int>(), 2);
+  auto reseal = [&](const std::function<void(nlohmann::json&)>& edit) {
+    std::filesystem::remove_all(dir / "blocks");
+    std::filesystem::copy(dir / "pkg", dir / "blocks", std::filesystem::copy_options::recursive);
+    nlohmann::json m = sealed;
+    edit(m["layers"][baked]["entries"]);
+    m["manifest_sha256"] = manifest_digest(m);
+    write_file_atomic(dir / "blocks" / "manifest.json", m.dump(2));
+    return user_error([&] { load_package(dir / "blocks"); });
+  };
+  std::string blocks = reseal([](nlohmann::json& e) { e.back()["blocks"][1] = e.back()["blocks"][1].get<int>() - 1; });
+  EXPECT_NE(blocks.find(".entries: cover row blocks [0, "), std::string::npos) << blocks;
+  EXPECT_NE(blocks.find("the tile has m_blocks"), std::string::npos) << blocks;
+  blocks = reseal([](nlohmann::json& e) { e.back()["blocks"][1] = 99; });
+  EXPECT_NE(blocks.find(".entries: cover row blocks [0, 99)"), std::string::npos) << blocks;
+  blocks = reseal([](nlohmann::json& e) { e.front()["blocks"][0] = 1; });
+  EXPECT_NE(blocks.find("entries[0].blocks: [1, "), std::string::npos) << blocks;
+  EXPECT_NE(blocks.find("does not start where the entry before ends (0)"), std::string::npos) << blocks;
 }
 
 TEST(CompileRun, StreamedLayersRunThroughTheEmulatedDriver) {

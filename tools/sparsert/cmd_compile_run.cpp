@@ -507,7 +507,10 @@ Action add_run(CLI::App& app) {
       for (size_t i = 0; i < pkg.layers.size(); ++i) ref = reference_spmm(weights[i].a, ref, epilogue(i));
       rc = check_output(out, ref, "the reference");
     }
-    if (!args->output.empty()) {
+    if (!args->output.empty() && rc != kOk) {
+      // A failed run leaves what the path held: the product the check refused is no output.
+      fmt::print("{} not written: the output failed its check\n", args->output);
+    } else if (!args->output.empty()) {
       const DenseTensor written = args->layout == "batch-major" ? transpose_dense(out) : out;
       write_npy(args->output, written);
       fmt::print("wrote {} {}\n", args->output, written.shape_string());

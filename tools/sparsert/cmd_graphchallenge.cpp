@@ -118,6 +118,8 @@ int run(const GraphChallengeArgs& a) {
   // A synthetic network to be folded is folded as it is made, below, never held whole.
   const bool fold_as_made = a.synthetic && a.fold_duplicates;
   if (a.synthetic) {
+    // Before the images are made (a minute and 20 GB for 2^24 of them, only to be refused after).
+    graphchallenge::check_dense_inputs_fit(a.images, a.neurons, a.replicate);
     if (fold_as_made) {
       // Before the inputs (minutes and 16 GB at 65536 x 60000) are made.
       graphchallenge::check_synthetic_size(a.neurons, a.layers, gc::FoldedOutput::kOneRowPerKind);

@@ -5,7 +5,9 @@
 #include "sparsert/runtime/process_memory.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -67,6 +69,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    // A first word that is no command: CLI11 says only that a subcommand is required, not which word it did not know.
+    std::vector<std::string> names;
+    for (const auto& [sub, action] : commands) names.push_back(sub->get_name());
+    if (argc > 1 && argv[1][0] != '-' && std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+      std::fprintf(stderr, "sparsert: error: '%s' is not a command (one of: %s)\n", one_line(argv[1]).c_str(),
+                   fmt::format("{}", fmt::join(names, ", ")).c_str());
+      return cli::kBadInput;
+    }
     // One line, as every other error (CLI11's own exit() adds a second "Run with --help" line).
     std::fprintf(stderr, "sparsert: error: %s (see sparsert --help)\n", one_line(e.what()).c_str());
     return cli::kBadInput;

@@ -16,6 +16,7 @@
 #include <ctime>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <thread>
 #include <sys/utsname.h>
 
@@ -359,6 +360,8 @@ void check_results(const nlohmann::json& j, const std::string& what) {
   optional(j, "machine_after", is_object, "an object", what);
   if (j.contains("machine_after")) optional(j["machine_after"], "load_average", is_array, "an array", what);
   optional(j, "repeats", is_integer, "an integer", what);
+  SPARSERT_USER_CHECK(!j.contains("repeats") || j["repeats"].get<int64_t>() >= 1, what, "field 'repeats' is {}, not "
+                      "positive", j.value("repeats", int64_t{0}));
   optional(j, "threads_requested", is_integer, "an integer", what);
   optional(j, "min_sample_ms", is_number, "a number", what);
   optional(j, "method_notes", is_object, "an object", what);
@@ -388,6 +391,10 @@ void check_results(const nlohmann::json& j, const std::string& what) {
     for (const char* f : {"m", "k", "n", "nnz"}) {
       SPARSERT_USER_CHECK(p.contains(f) && p[f].is_number_integer(), where, "field '{}' is missing or not an integer",
                           f);
+      // A product's shape (nnz may be 0); the report prints it and divides by none of it.
+      const int64_t min = std::string_view(f) == "nnz" ? 0 : 1;
+      SPARSERT_USER_CHECK(p[f].get<int64_t>() >= min, where, "field '{}' is {}, below {}", f, p[f].get<int64_t>(),
+                          min);
     }
     SPARSERT_USER_CHECK(p.contains("results") && p["results"].is_object(), where, "field 'results' is missing");
     for (const auto& [method, r] : p["results"].items()) {
@@ -406,6 +413,13 @@ void check_results(const nlohmann::json& j, const std::string& what) {
           optional(c, "detail", is_string, "a string", in + ".kind_choice." + kind);
           optional(c, "median_us", is_number, "a number", in + ".kind_choice." + kind);
         }
+      }
+      optional(r, "graph_median_ms", is_number, "a number", in);
+      if (r.contains("graph_median_ms")) {
+        // Divided by, as the samples' times are.
+        const double ms = r["graph_median_ms"].get<double>();
+        SPARSERT_USER_CHECK(ms >= 1e-6 && ms <= 1e9, where, "results.{}.graph_median_ms is {}, outside [1e-6, 1e9] ms",
+                            method, ms);
       }
       if (r["verified"].get<bool>()) {
         for (const char* f : {"median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms"}) {

@@ -136,10 +136,13 @@ std::vector<ModelGroup> check_tune_report(const json& j, const std::string& file
       SPARSERT_USER_CHECK(c.is_object(), where, "a candidate is not an object: {}", c.dump().substr(0, 40));
       const std::string status = json_get_or<std::string>(c, where + ": a candidate", "status", "");
       if (status != "measured" || !c.contains("time_us")) continue;
-      if (!a) a = measured_layer(o, layer, name, json_get<int64_t>(layer, where, "nnz"), where);
       const std::string label = json_get_or<std::string>(c, where + ": a candidate", "label", "");
       const std::string cw = fmt::format("{}: candidate '{}'", where, label);
-      const bool streamed = json_get_or<std::string>(c, cw, "kind", "baked") == "streamed";
+      // A candidate without a kind predates the streamed kernels and is baked.
+      const std::string kind = json_get_or<std::string>(c, cw, "kind", "baked");
+      SPARSERT_USER_CHECK(kind == "baked" || kind == "streamed", cw + ".kind", "'{}' is not baked or streamed", kind);
+      const bool streamed = kind == "streamed";
+      if (!a) a = measured_layer(o, layer, name, json_get<int64_t>(layer, where, "nnz"), where);
       codegen::TileParams tile;
       codegen::StreamParams stream;
       if (streamed) {

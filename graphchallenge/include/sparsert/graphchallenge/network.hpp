@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sparsert::graphchallenge {
@@ -67,6 +68,10 @@ DenseTensor expand_output(const Network& net, const DenseTensor& y);
 // Y_0 feature-major from images stored one per row (images × neurons), tiled `replicate` times: column
 // i + r·images is image i. UserError when the neuron counts differ or the result is too large.
 DenseTensor feature_major_inputs(const CsrMatrix& images, int32_t neurons, int32_t replicate = 1);
+// feature_major_inputs' checks of `images` (`images_note`, e.g. ", the largest id", follows their count in the
+// message) tiled `replicate` times, before they are read or made: a positive replica count, at most 2^31 - 1 inputs,
+// and their dense floats within this machine's memory. UserError naming the numbers otherwise.
+void check_dense_inputs_fit(int64_t images, int32_t neurons, int32_t replicate, std::string_view images_note = {});
 
 // What a run of the layers leaves: the live count after each layer, and which of the loaded input columns survive.
 struct LiveColumns {
