@@ -172,6 +172,9 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
       // a minute and 20 GB for 2^24 images).
       {"", "", "graphchallenge --synthetic 1 --neurons 1024 --layers 2 --images 2000000 --replicate 2000",
        "--replicate: 4000000000 inputs are too many"},
+      // The plan's options without --plan would change nothing.
+      {"", "", "inspect x.mtx --m-blocks 0", "--m-blocks: applies to --plan only"},
+      {"", "", "inspect x.mtx --reorder", "--reorder: applies to --plan only"},
       // A word that is no command is named, with the commands there are.
       {"", "", "inspekt x.mtx", "'inspekt' is not a command (one of: inspect, gen, "},
       // An output under a folder that is not there says so.

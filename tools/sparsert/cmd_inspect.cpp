@@ -37,7 +37,11 @@ Action add_inspect(CLI::App& app) {
       ->check(CLI::IsMember({"nnz", "rows"}))
       ->default_val("nnz");
   sub->add_flag("--reorder", args->reorder, "Reorder rows so that rows with similar patterns are adjacent");
-  return [args] {
+  return [args, sub] {
+    // The plan's options change nothing without --plan: given alone, they are a mistake, not a no-op.
+    for (const char* option : {"--m-blocks", "--gy", "--balance", "--reorder"}) {
+      SPARSERT_USER_CHECK(args->plan || sub->count(option) == 0, option, "applies to --plan only");
+    }
     inspector::LoadedMatrix m = load_matrix_for_cli(args->file, args->matrix);
     const inspector::MatrixStats stats = inspector::analyze(m.a);
     std::optional<inspector::WorkPlan> plan;
