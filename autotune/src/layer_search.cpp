@@ -398,17 +398,19 @@ std::vector<size_t> rank_candidates(LayerContext& ctx, LayerResult& lr) {
 constexpr int32_t kRegisterBudgets[] = {128, 64};
 constexpr size_t kRegisterBudgetCandidates = 2;
 
-void add_register_budgets(LayerResult& lr, std::vector<size_t>& chosen) {
+// Twins of the chosen baked candidates (without a register budget), each chosen after them unless the layer has it
+// already, until `most` bases have given a new one. `twins` sees the base and returns its variants' tiles.
+template <class Twins>
+void add_baked_twins(LayerResult& lr, std::vector<size_t>& chosen, size_t most, Twins twins) {
   const size_t before = chosen.size();
   size_t bases = 0;
-  for (size_t k = 0; k < before && bases < kRegisterBudgetCandidates; ++k) {
+  for (size_t k = 0; k < before && bases < most; ++k) {
     const CandidateResult base = lr.candidates[chosen[k]];  // a copy: the pushes below may move the vector
     if (base.cand.streamed() || base.cand.tile.max_registers != 0) continue;
     bool any = false;
-    for (const int32_t budget : kRegisterBudgets) {
-      if (base.registers > budget) continue;
+    for (const codegen::TileParams& t : twins(base)) {
       CandidateResult v = base;
-      v.cand.tile.max_registers = budget;
+      v.cand.tile = t;
       v.cand.is_default = false;
       if (std::any_of(lr.candidates.begin(), lr.candidates.end(),
                       [&](const CandidateResult& r) { return r.cand == v.cand; }))
@@ -419,6 +421,35 @@ void add_register_budgets(LayerResult& lr, std::vector<size_t>& chosen) {
     }
     bases += any;
   }
+}
+
+void add_register_budgets(LayerResult& lr, std::vector<size_t>& chosen) {
+  add_baked_twins(lr, chosen, kRegisterBudgetCandidates, [](const CandidateResult& base) {
+    std::vector<codegen::TileParams> out;
+    for (const int32_t budget : kRegisterBudgets) {
+      if (base.registers > budget) continue;
+      out.push_back(base.cand.tile);
+      out.back().max_registers = budget;
+    }
+    return out;
+  });
+}
+
+// Interleaved thread groups (TileParams::interleave_groups): the same code and threads with each group's warps on
+// fewer of an SM's sub-partitions, so fewer of them fetch its code. The model's price for it is extrapolated (no GPU
+// has run one yet), so only gpu mode tries it: the best baked candidates whose groups it would place on fewer
+// sub-partitions are timed again interleaved.
+constexpr size_t kInterleavedCandidates = 2;
+
+void add_interleaved_groups(LayerResult& lr, std::vector<size_t>& chosen) {
+  add_baked_twins(lr, chosen, kInterleavedCandidates, [](const CandidateResult& base) {
+    std::vector<codegen::TileParams> out;
+    if (codegen::interleaving_helps(base.cand.tile)) {
+      out.push_back(base.cand.tile);
+      out.back().interleave_groups = true;
+    }
+    return out;
+  });
 }
 
 // The best-ranked row-split candidate (entries not prefetched, no register budget) of every shape the chosen ones do
@@ -485,7 +516,10 @@ void confirm(LayerContext& ctx, LayerResult& lr, const std::vector<size_t>& rank
   if (gpu && lr.default_index >= 0 && lr.candidates[static_cast<size_t>(lr.default_index)].status == "estimated" &&
       std::find(chosen.begin(), chosen.end(), static_cast<size_t>(lr.default_index)) == chosen.end())
     chosen.push_back(static_cast<size_t>(lr.default_index));
-  if (gpu) add_register_budgets(lr, chosen);
+  if (gpu) {
+    add_register_budgets(lr, chosen);
+    add_interleaved_groups(lr, chosen);
+  }
   // The best streamed candidate too: assembling it costs ~0.03 s whatever the layer (its code does not depend on
   // the matrix), and its registers from the assembler (~84 for 16 columns per thread) replace the 56 + 4·cpt
   // bound, so the kinds are compared on real occupancy. (A baked candidate's assembly grows with its nonzeros:

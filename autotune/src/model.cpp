@@ -63,6 +63,7 @@ Probe run_probe(const CsrMatrix& a, const inspector::WorkPlan& plan, const codeg
   codegen::SpmmOptions opt;
   opt.tile = tile;
   opt.tile.n_tile = tile.cols_per_thread;  // one thread column per group: the code per thread is unchanged
+  opt.tile.interleave_groups = false;       // (which warps run a group is a permutation of the same threads)
   opt.ld = tile.cols_per_thread;
   opt.epilogue = epilogue;
   opt.name = "probe";
@@ -478,10 +479,15 @@ Estimate estimate(const Probe& probe, const inspector::WorkPlan& plan, const cod
     // What the entry holds, not what the tile asked for: an entry past the 64 KB bank is built with immediates.
     const bool immediates = e.counts.of(ptxsim::InstrClass::LdConst) == 0;
     const int64_t region_warps = tiles_x * warps_x;  // warps of the grid that run each region of the entry's code
+    // The sub-partitions a group's warps issue from (warp w from w % 4): its consecutive warps, or with
+    // interleave_groups every gy-th warp (1 sub-partition for gy >= 4, 2 for gy = 2). The wide-group rate is that of
+    // code every sub-partition fetches; an interleaved group of several warps is priced as two warps sharing code
+    // (kWarpSharedFetchGain). Extrapolated, not measured: the tuner and the bench only time interleaved tiles.
+    const int32_t group_subpartitions = std::min(warps_x, tile.interleave_groups ? (tile.plan.gy >= 4 ? 1 : 2) : 4);
     l.fetch_gain = tiles_x >= 2 && immediates && region_warps >= kManyWarps      ? kManyTilesFetchGain
                    : tiles_x >= 2 && immediates && region_warps >= kSeveralWarps ? kSeveralTilesFetchGain
                    : tiles_x >= 2                                                ? kSharedFetchGain
-                   : warps_x >= 3                                                ? kWideGroupFetchGain
+                   : group_subpartitions >= 3                                    ? kWideGroupFetchGain
                    : warps_x >= 2                                                ? kWarpSharedFetchGain
                                                                                  : 1.0;
     l.warp_cycles = thread_work * warps;

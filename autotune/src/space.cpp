@@ -22,7 +22,8 @@ std::string describe(const codegen::TileParams& t) {
   return fmt::format("mb={} gy={} nt={} cpt={} {} {}{}{}", t.plan.m_blocks, t.plan.gy, t.n_tile, t.cols_per_thread,
                      codegen::to_string(t.weights), inspector::to_string(t.plan.balance),
                      t.plan.reorder_rows ? " reorder" : "",
-                     t.max_registers > 0 ? fmt::format(" reg<={}", t.max_registers) : "");
+                     t.max_registers > 0 ? fmt::format(" reg<={}", t.max_registers) : "") +
+         (t.interleave_groups ? " il" : "");
 }
 
 std::string describe(const Candidate& c) {
@@ -90,9 +91,11 @@ codegen::TileParams tile_from_json(const nlohmann::json& j, const std::string& w
   } catch (const UserError& e) {
     throw UserError(where, e.what());
   }
-  if (j.contains("reorder_rows")) {
-    SPARSERT_USER_CHECK(j.at("reorder_rows").is_boolean(), where, "reorder_rows is not a boolean");
-    t.plan.reorder_rows = j.at("reorder_rows").get<bool>();
+  for (auto [field, out] : {std::pair{"reorder_rows", &t.plan.reorder_rows},
+                            std::pair{"interleave_groups", &t.interleave_groups}}) {
+    if (!j.contains(field)) continue;
+    SPARSERT_USER_CHECK(j.at(field).is_boolean(), where, "{} is not a boolean", field);
+    *out = j.at(field).get<bool>();
   }
   return t;
 }

@@ -282,8 +282,27 @@ class EntryEmitter {
     group_reg_ = b_.reg(RegClass::kB32);
     block_reg_ = b_.reg(RegClass::kB32);
     b_.inst("mov.u32", {tile, Special{"%ctaid.x"}});
-    b_.inst("mov.u32", {lane, Special{"%tid.x"}});
-    b_.inst("mov.u32", {group_reg_, Special{"%tid.y"}});
+    if (opt_.tile.interleave_groups) {
+      // A permutation of the block's (tid.x, tid.y): every group still has bx threads, whole warps of them.
+      const int32_t shift = std::countr_zero(static_cast<uint32_t>(gy_));
+      b_.comment(fmt::format("groups interleaved over warps: warp w = (tid.y * {} + tid.x) / 32 runs group w % {} at "
+                             "thread column (w / {}) * 32 + lane",
+                             bx_, gy_, gy_));
+      const Reg linear = b_.reg(RegClass::kB32), warp = b_.reg(RegClass::kB32), chunk = b_.reg(RegClass::kB32);
+      const Reg ty = b_.reg(RegClass::kB32);
+      b_.inst("mov.u32", {linear, Special{"%tid.x"}});
+      b_.inst("mov.u32", {ty, Special{"%tid.y"}});
+      b_.inst("mad.lo.u32", {linear, ty, IntImm{bx_}, linear});
+      b_.inst("shr.u32", {warp, linear, IntImm{5}});
+      b_.inst("and.b32", {group_reg_, warp, IntImm{gy_ - 1}});
+      b_.inst("shr.u32", {chunk, warp, IntImm{shift}});
+      b_.inst("and.b32", {lane, linear, IntImm{31}});
+      b_.inst("shl.b32", {chunk, chunk, IntImm{5}});
+      b_.inst("add.u32", {lane, lane, chunk});
+    } else {
+      b_.inst("mov.u32", {lane, Special{"%tid.x"}});
+      b_.inst("mov.u32", {group_reg_, Special{"%tid.y"}});
+    }
     b_.inst("mov.u32", {block_reg_, Special{"%ctaid.y"}});
     if (opt_.device_n) {
       // The grid covers N; the whole block leaves when its tile holds no active column (uniform: no barrier waits).
@@ -304,7 +323,8 @@ class EntryEmitter {
         b_.inst("bra", {Symbol{"$done"}}, Guard{past});
       }
     }
-    b_.comment(fmt::format("this thread's first column: c0 = ctaid.x * {} + tid.x * {}", opt_.tile.n_tile, cpt_));
+    b_.comment(fmt::format("this thread's first column: c0 = ctaid.x * {} + {} * {}", opt_.tile.n_tile,
+                           opt_.tile.interleave_groups ? "(its thread column)" : "tid.x", cpt_));
     const Reg lane_col = b_.reg(RegClass::kB32), c0 = b_.reg(RegClass::kB32);
     b_.inst("mul.lo.u32", {lane_col, lane, IntImm{cpt_}});
     b_.inst("mad.lo.u32", {c0, tile, IntImm{opt_.tile.n_tile}, lane_col});
@@ -854,6 +874,10 @@ class EntryEmitter {
              "arrivals.\n// The last block compacts M to the live columns and writes their count to NP[1]\n";
     }
     if (opt_.conv) out += conv_header_comment(*opt_.conv);
+    if (opt_.tile.interleave_groups) {
+      out += fmt::format("// thread groups interleaved over warps: warp w runs group w % {} (TileParams::interleave_groups)\n",
+                         gy_);
+    }
     if (e.block_functions) {
       out += fmt::format("// each row block's code is the function {}_b<block> above, called from the dispatch\n", name_);
     }

@@ -4,7 +4,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
+#include <vector>
 
 namespace sparsert::codegen {
 
@@ -18,7 +20,8 @@ WeightPlacement parse_weight_placement(const std::string& s) {
   throw InvalidTileParams("weights", fmt::format("'{}' is not one of: imm, const", s));
 }
 
-nlohmann::json to_json(const TileParams& t) {
+namespace {
+nlohmann::json tile_fields(const TileParams& t) {
   return {{"m_blocks", t.plan.m_blocks},
           {"gy", t.plan.gy},
           {"balance", inspector::to_string(t.plan.balance)},
@@ -30,6 +33,14 @@ nlohmann::json to_json(const TileParams& t) {
           {"max_fmas_per_entry", t.max_fmas_per_entry},
           {"max_entries", t.max_entries},
           {"max_registers", t.max_registers}};
+}
+}  // namespace
+
+nlohmann::json to_json(const TileParams& t) {
+  nlohmann::json j = tile_fields(t);
+  // Only where set: every tile recorded before the field (cache keys, tuning records) reads and hashes as it did.
+  if (t.interleave_groups) j["interleave_groups"] = true;
+  return j;
 }
 
 int64_t entry_fma_limit(const TileParams& t, const inspector::WorkPlan& plan) {
@@ -69,6 +80,34 @@ int32_t block_threads_x(const TileParams& t) {
 
 int32_t threads_per_block(const TileParams& t) {
   return static_cast<int32_t>(std::min<int64_t>(int64_t{block_threads_x(t)} * std::max(t.plan.gy, 0), INT32_MAX));
+}
+
+int32_t groups_per_subpartition(const TileParams& t) {
+  const int32_t gy = std::max(t.plan.gy, 1);
+  const int32_t warps = (threads_per_block(t) + 31) / 32;
+  int32_t most = 0;
+  for (int32_t p = 0; p < 4; ++p) {
+    std::vector<char> seen(static_cast<size_t>(gy), 0);
+    int32_t groups = 0;
+    for (int32_t w = p; w < warps; w += 4) {
+      // Groups narrower than a warp share one (block_threads_x: a power of two below 32); the warp holds each.
+      const int32_t bx = std::max(block_threads_x(t), 1);
+      const int32_t first = t.interleave_groups ? w % gy : std::min(w * 32 / bx, gy - 1);
+      const int32_t last = t.interleave_groups ? first : std::min((w * 32 + 31) / bx, gy - 1);
+      for (int32_t g = first; g <= last; ++g) groups += !seen[static_cast<size_t>(g)]++;
+    }
+    most = std::max(most, groups);
+  }
+  return most;
+}
+
+bool interleaving_helps(const TileParams& t) {
+  if (t.interleave_groups || t.plan.gy < 2 || !std::has_single_bit(static_cast<uint32_t>(t.plan.gy)) ||
+      block_threads_x(t) % 32 != 0)
+    return false;
+  TileParams i = t;
+  i.interleave_groups = true;
+  return groups_per_subpartition(i) < groups_per_subpartition(t);
 }
 
 TileParams column_map_tile(TileParams t) {
@@ -172,6 +211,17 @@ void check_tile_params(const TileParams& t, const KernelShape& shape, const Targ
   if (t.max_registers != 0 && (t.max_registers < kFixedRegisters || t.max_registers > target.max_registers_per_thread())) {
     throw InvalidTileParams("max_registers", fmt::format("{} is not 0 (no budget) or in [{}, {}]", t.max_registers,
                                                          kFixedRegisters, target.max_registers_per_thread()));
+  }
+  if (t.interleave_groups) {
+    if (t.plan.gy < 2 || !std::has_single_bit(static_cast<uint32_t>(t.plan.gy))) {
+      throw InvalidTileParams("interleave_groups", fmt::format("needs gy a power of two above 1; gy is {}", t.plan.gy));
+    }
+    if (block_threads_x(t) % 32 != 0) {
+      throw InvalidTileParams("interleave_groups",
+                              fmt::format("needs whole warps a thread group; n_tile / cols_per_thread = {} / {} "
+                                          "makes groups of {} threads",
+                                          t.n_tile, t.cols_per_thread, block_threads_x(t)));
+    }
   }
 }
 

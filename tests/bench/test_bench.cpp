@@ -634,6 +634,9 @@ TEST(Bench, MeasuredKindChoiceKeepsTheFasterKernelAndRecordsBoth) {
       EXPECT_EQ(whole, cut) << c.dump();
       kinds.push_back("streamed-whole");
     }
+    // The baked pick with its thread groups interleaved over its warps only where that places them on fewer
+    // sub-partitions of an SM: never with groups narrower than a warp, as at 9 and 20 columns.
+    EXPECT_FALSE(c.contains("baked-interleaved")) << c.dump();
     // The pick's own shape is the one rank of the four left out where the pick is row-split; else the fourth.
     if (!rows) {
       EXPECT_EQ(top, (std::set<int>{1, 2, 3})) << c.dump();
@@ -985,6 +988,24 @@ TEST(Bench, ReportSummarisesTheMeasuredKernelChoice) {
                         "problem, faster on 1; time 0.80× of the whole rows' (geometric mean), 0.80–0.80."),
             std::string::npos)
       << splits;
+  EXPECT_EQ(splits.find("interleaved over its warps"), std::string::npos);  // none was timed
+  // The baked pick of that problem with its thread groups interleaved over its warps, at 0.75 its time.
+  {
+    nlohmann::json& c = measured.run["problems"][30]["results"]["sparsert-gpu"]["kind_choice"];
+    ASSERT_EQ(c["baked-aligned"].value("status", ""), "measured") << c.dump();
+    c["baked-aligned-interleaved"] = {
+        {"status", "measured"},
+        {"median_us", c["baked-aligned"]["median_us"].get<double>() * 0.75},
+        {"detail", R"(sm_90 baked tile {"gy":2,"interleave_groups":true,"n_tile":64} (model) ld=52)"}};
+  }
+  const std::string interleaved = measured.report(dir / "c7");
+  EXPECT_NE(interleaved.find("The baked pick with its thread groups interleaved over its warps (`-interleaved`: warp w "
+                             "runs group w % gy, so each of an SM's sub-partitions fetches fewer groups' code) against "
+                             "the same kernel without: 1 problem, faster on 1; time 0.75× of the consecutive groups' "
+                             "(geometric mean), 0.75–0.75."),
+            std::string::npos)
+      << interleaved;
+  measured.run["problems"][30]["results"]["sparsert-gpu"]["kind_choice"].erase("baked-aligned-interleaved");
   EXPECT_NE(shapes.find("| streamed-aligned-shape2 | 2 | 0 |"), std::string::npos) << shapes;
   EXPECT_NE(shapes.find("The fastest row-split kernel of the other shapes timed (`-shapeR`) against the model's "
                         "streamed pick: 2 problems, faster on 1; time 0.87× of the pick's (geometric mean), "

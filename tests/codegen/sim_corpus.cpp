@@ -265,6 +265,56 @@ TEST(SimCorpus, PaddingThreadsOwnPartialSumFloatsWhereTheyFit) {
   }
 }
 
+// Interleaved groups (TileParams::interleave_groups) permute which threads run which (group, column): every
+// product is the consecutive kernel's, bit for bit (each sum is added in the same order), and exact against the
+// reference, with ptxsim's race checks on: the padding threads of a group, idle warps past N, vector columns, guarded
+// partial sums, block functions and the constant bank among them.
+TEST(SimCorpus, InterleavedGroupsGiveTheConsecutiveProducts) {
+  struct Case {
+    int32_t rows, cols;
+    double sparsity;
+    int32_t m_blocks, gy, n_tile, cpt, ld, n;
+    WeightPlacement w;
+    std::optional<bool> block_functions;
+  };
+  const WeightPlacement imm = WeightPlacement::kImmediate, cst = WeightPlacement::kConstBank;
+  for (const Case& c : {Case{96, 200, 0.8, 6, 2, 256, 1, 256, 256, imm, {}},    // 8 warps a group
+                        Case{96, 200, 0.8, 6, 4, 64, 1, 64, 50, imm, {}},       // 2 a group; a warp past N idles
+                        Case{64, 160, 0.85, 8, 4, 196, 4, 196, 190, imm, {}},   // 49 threads padded to 64
+                        Case{64, 160, 0.85, 8, 2, 196, 1, 196, 196, cst, {}},   // 196 padded to 224
+                        Case{48, 80, 0.9, 6, 8, 128, 1, 128, 128, imm, true},   // 1024 threads, block functions
+                        Case{400, 120, 0.3, 3, 2, 33, 1, 33, 33, imm, {}}}) {   // partial sums guarded
+    const CsrMatrix a = positive(inspector::generate_pruned_gaussian(c.rows, c.cols, c.sparsity, 47));
+    TileParams t;
+    t.plan = {c.m_blocks, c.gy, inspector::Balance::kNonzeros, false};
+    t.n_tile = c.n_tile;
+    t.cols_per_thread = c.cpt;
+    t.weights = c.w;
+    const std::string what = fmt::format("{}x{} mb={} gy={} nt={} cpt={} n={}/{}", c.rows, c.cols, c.m_blocks, c.gy,
+                                         c.n_tile, c.cpt, c.n, c.ld);
+    const Epilogue ep{{0.1f}, Activation::kRelu, std::nullopt};
+    TileParams il = t;
+    il.interleave_groups = true;
+    check(a, il, c.ld, c.n, ep, what + " interleaved", Target::parse("sm_90"), c.block_functions);
+    const inspector::WorkPlan plan = inspector::make_plan(a, t.plan);
+    const DenseTensor b = random_b(a.cols, c.ld, 7);
+    DenseTensor out[2];
+    for (const bool interleave : {false, true}) {
+      SpmmOptions opt;
+      opt.tile = interleave ? il : t;
+      opt.ld = c.ld;
+      opt.epilogue = ep;
+      opt.block_functions = c.block_functions;
+      out[interleave] = run_in_ptxsim(emit_spmm(a, plan, Target::parse("sm_90"), opt), b, c.n).c;
+    }
+    ASSERT_EQ(out[0].size(), out[1].size()) << what;
+    for (int64_t i = 0; i < out[0].size(); ++i) {
+      const float x = out[0].data()[i], y = out[1].data()[i];
+      ASSERT_TRUE((std::isnan(x) && std::isnan(y)) || x == y) << what << " at " << i << ": " << x << " and " << y;
+    }
+  }
+}
+
 TEST(SimCorpus, EveryTarget) {
   const CsrMatrix a = positive(inspector::generate_pruned_gaussian(70, 90, 0.8, 3));
   TileParams t;

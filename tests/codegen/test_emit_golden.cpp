@@ -147,6 +147,42 @@ CHECK: $b0_e1_stored:
   EXPECT_EQ(k.entries[0].shared_bytes, 128);
 }
 
+// Interleaved groups (TileParams::interleave_groups): the thread's group and column come from its warp in the
+// block's linear order, warp w running group w % gy; the rest of the kernel is the consecutive one's.
+TEST(EmitGolden, InterleavedGroupsComeFromTheWarp) {
+  TileParams t = single_block();
+  t.plan.gy = 4;
+  t.n_tile = 64;  // two warps a group, eight in the block
+  t.interleave_groups = true;
+  const SpmmKernel k = emit(tiny(), t, Target::parse("sm_90"), 64);
+  const std::string& ptx = k.entries[0].ptx;
+  const std::string patterns = R"(
+CHECK: // launch: grid = (ceil(N / 64), 1, 1), block = (64, 4, 1)
+CHECK: // thread groups interleaved over warps: warp w runs group w % 4 (TileParams::interleave_groups)
+CHECK: .reqntid 64, 4, 1
+CHECK: mov.u32 %r2, %ctaid.x;
+CHECK-NEXT: // groups interleaved over warps: warp w = (tid.y * 64 + tid.x) / 32 runs group w % 4 at thread column (w / 4) * 32 + lane
+CHECK-NEXT: mov.u32 %r6, %tid.x;
+CHECK-NEXT: mov.u32 %r9, %tid.y;
+CHECK-NEXT: mad.lo.u32 %r6, %r9, 64, %r6;
+CHECK-NEXT: shr.u32 %r7, %r6, 5;
+CHECK-NEXT: and.b32 %r4, %r7, 3;
+CHECK-NEXT: shr.u32 %r8, %r7, 2;
+CHECK-NEXT: and.b32 %r3, %r6, 31;
+CHECK-NEXT: shl.b32 %r8, %r8, 5;
+CHECK-NEXT: add.u32 %r3, %r3, %r8;
+CHECK-NEXT: mov.u32 %r5, %ctaid.y;
+CHECK-NEXT: // this thread's first column: c0 = ctaid.x * 64 + (its thread column) * 1
+CHECK-NEXT: mul.lo.u32 %r10, %r3, 1;
+CHECK-NOT: %tid
+CHECK: // dispatch on the thread group
+)";
+  EXPECT_EQ(filecheck(ptx, patterns), "") << ptx;
+  t.interleave_groups = false;
+  const std::string consecutive = emit(tiny(), t, Target::parse("sm_90"), 64).entries[0].ptx;
+  EXPECT_EQ(filecheck(consecutive, "CHECK-NOT: interleaved"), "");
+}
+
 TEST(EmitGolden, ConstBankHoldsTheWeights) {
   TileParams t = single_block();
   t.weights = WeightPlacement::kConstBank;

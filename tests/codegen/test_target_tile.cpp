@@ -2,7 +2,9 @@
 #include "sparsert/codegen/target.hpp"
 #include "sparsert/codegen/tile.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 using namespace sparsert;
 using namespace sparsert::codegen;
@@ -78,6 +80,57 @@ TEST(TileParams, EachLimitHasItsTypedError) {
     t.max_registers = bad;
     EXPECT_EQ(field_of(t, shape), "max_registers") << bad;
   }
+}
+
+// Interleaved groups need gy a power of two above 1 and whole warps a group; which sub-partitions (warp w % 4) a
+// group's warps issue from is what the placement changes, and the tuner offers the twin only where it lowers the most
+// groups one sub-partition fetches code for.
+TEST(TileParams, InterleavedGroupsNeedWholeWarpsAndAPowerOfTwo) {
+  const KernelShape shape{256, 512, 256};
+  TileParams t;
+  t.n_tile = 128;
+  t.interleave_groups = true;
+  for (const int32_t gy : {1, 3, 6}) {
+    t.plan.gy = gy;
+    EXPECT_EQ(field_of(t, shape), "interleave_groups") << "gy " << gy;
+  }
+  t.plan.gy = 2;
+  EXPECT_EQ(field_of(t, shape), "");
+  t.n_tile = 16;  // 16 threads a group
+  EXPECT_EQ(field_of(t, shape), "interleave_groups");
+  t.n_tile = 49;  // padded to 64: whole warps
+  EXPECT_EQ(field_of(t, shape), "");
+
+  struct Case {
+    int32_t gy, n_tile, cpt, consecutive, interleaved;
+  };
+  // gy = 2, 8 warps a group: every sub-partition issues warps of both groups, interleaved one each. 2 warps a group
+  // and gy = 2 places two groups on two sub-partitions either way; with gy = 4 each sub-partition holds two groups'
+  // warps consecutive, one interleaved. One warp a group: the same placement.
+  for (const Case& c : {Case{2, 256, 1, 2, 1}, Case{2, 64, 1, 1, 1}, Case{4, 64, 1, 2, 1}, Case{4, 256, 2, 4, 1},
+                        Case{8, 128, 1, 8, 2}, Case{4, 32, 1, 1, 1}, Case{4, 196, 4, 2, 1}}) {
+    TileParams c_tile;
+    c_tile.plan.gy = c.gy;
+    c_tile.n_tile = c.n_tile;
+    c_tile.cols_per_thread = c.cpt;
+    const std::string what = fmt::format("gy={} nt={} cpt={}", c.gy, c.n_tile, c.cpt);
+    EXPECT_EQ(groups_per_subpartition(c_tile), c.consecutive) << what;
+    EXPECT_EQ(interleaving_helps(c_tile), c.interleaved < c.consecutive) << what;
+    c_tile.interleave_groups = true;
+    EXPECT_EQ(groups_per_subpartition(c_tile), c.interleaved) << what;
+    EXPECT_FALSE(interleaving_helps(c_tile)) << what;
+  }
+  // Groups narrower than a warp share one: 4 groups of 8 threads are one warp on one sub-partition.
+  TileParams narrow;
+  narrow.plan.gy = 4;
+  narrow.n_tile = 8;
+  EXPECT_EQ(groups_per_subpartition(narrow), 4);
+  EXPECT_FALSE(interleaving_helps(narrow));
+  // Written to JSON only where set, so every tile recorded before the field hashes as it did.
+  EXPECT_FALSE(to_json(narrow).contains("interleave_groups"));
+  t.plan.gy = 2;
+  t.n_tile = 256;
+  EXPECT_EQ(to_json(t).at("interleave_groups"), true);
 }
 
 TEST(TileParams, ResourcesNeedThePlan) {

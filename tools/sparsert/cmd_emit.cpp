@@ -46,6 +46,7 @@ struct EmitArgs {
   std::string weights = "imm";
   std::string balance = "nnz";
   bool reorder = false;
+  bool interleave_groups = false;
   std::vector<float> bias;
   bool relu = false;
   std::optional<float> clamp;
@@ -79,6 +80,9 @@ Action add_emit(CLI::App& app) {
   sub->add_option("--weights", args->weights, "imm (immediates) or const (constant bank)")->default_val("imm");
   sub->add_option("--balance", args->balance, "nnz or rows")->default_val("nnz");
   sub->add_flag("--reorder", args->reorder, "Reorder rows by pattern similarity");
+  sub->add_flag("--interleave-groups", args->interleave_groups,
+                "Warp w runs thread group w % gy (gy a power of two, whole warps a group): fewer groups' code a "
+                "sub-partition of an SM");
   sub->add_option("--bias", args->bias, "Bias: one value for every row, or one per row");
   sub->add_flag("--relu", args->relu, "Apply ReLU");
   sub->add_option("--clamp", args->clamp, "Upper clamp after the activation");
@@ -112,6 +116,7 @@ Action add_emit(CLI::App& app) {
     if (args->max_registers) tile.max_registers = *args->max_registers;
     tile.plan.balance = inspector::parse_balance(args->balance);
     tile.plan.reorder_rows = args->reorder;
+    tile.interleave_groups = args->interleave_groups;
     tile.weights = codegen::parse_weight_placement(args->weights);
     codegen::check_tile_params(tile, codegen::KernelShape{m.a.rows, m.a.cols, args->n}, target);
 

@@ -12,6 +12,7 @@
 
 #if SPARSERT_BENCH_HAVE_COMPILER
 #include "sparsert/codegen/target.hpp"
+#include "sparsert/codegen/tile.hpp"
 #include "sparsert/compiler/compile.hpp"
 #include "sparsert/compiler/network.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
@@ -646,7 +647,7 @@ class SparsertGpu final : public GpuMethod {
         const Problem& p = problems[i];
         try {
           std::optional<compiler::CompileOptions> o =
-              compile_options(p, v.kind, v.columns, v.prefetch, v.shape, v.budget, v.whole);
+              compile_options(p, v.kind, v.columns, v.prefetch, v.shape, v.budget, v.whole, v.interleave);
           if (!o) return;
           o->threads = 1;
           compiler::compile_network({layer_of(p, v.columns)}, root / std::to_string(j), *o);
@@ -674,7 +675,8 @@ class SparsertGpu final : public GpuMethod {
     // ("prefetch": 1, offered to the tuner but priced no cheaper by the model) is timed too, and so are the model's
     // best row-split kernels of kMeasuredShapes other shapes ("-shapeR": the shape the model ranks R-th), and its best
     // row-split kernel under a register budget ("-budget"). Where the streamed pick splits long rows
-    // (segment_entries), its twin with whole rows is timed too ("-whole").
+    // (segment_entries), its twin with whole rows is timed too ("-whole"). Where the baked pick's thread groups would
+    // sit on fewer sub-partitions of an SM interleaved over its warps, that twin is timed too ("-interleaved").
     choice_ = nlohmann::json::object();
     // What compile builds by default, named as the variants below are ("streamed-aligned": at the aligned width).
     if (const std::optional<codegen::KernelKind> pick = model_kind(p)) {
@@ -685,12 +687,13 @@ class SparsertGpu final : public GpuMethod {
     for (const Variant& v : variants(p)) {
       const std::string kind = codegen::to_string(*v.kind) + (v.columns != p.n ? "-aligned" : "") +
                                (v.prefetch ? "-prefetch" : "") + (v.shape > 0 ? fmt::format("-shape{}", v.shape) : "") +
-                               (v.budget ? "-budget" : "") + (v.whole ? "-whole" : "");
+                               (v.budget ? "-budget" : "") + (v.whole ? "-whole" : "") +
+                               (v.interleave ? "-interleaved" : "");
       const std::optional<compiler::CompileOptions> o =
-          compile_options(p, v.kind, v.columns, v.prefetch, v.shape, v.budget, v.whole);
+          compile_options(p, v.kind, v.columns, v.prefetch, v.shape, v.budget, v.whole, v.interleave);
       if (!o) {
         // A twin or a budget only where one exists.
-        if (!v.prefetch && !v.budget && !v.whole) choice_[kind] = {{"status", "no valid candidate"}};
+        if (!v.prefetch && !v.budget && !v.whole && !v.interleave) choice_[kind] = {{"status", "no valid candidate"}};
         continue;
       }
       Built cand;
@@ -731,10 +734,13 @@ class SparsertGpu final : public GpuMethod {
   // its entries prefetched, where it is a row-split kernel with an unrolled loop (nothing otherwise). shape > 0: the
   // model's best row-split kernel of the shape it ranks shape-th (nothing where there are fewer shapes). budget: the
   // model's best row-split kernel under a register budget (nothing where the grid has none for the problem). whole:
-  // that kernel with its long rows kept whole, where it splits them (nothing otherwise).
+  // that kernel with its long rows kept whole, where it splits them (nothing otherwise). interleave: the baked pick
+  // with its thread groups interleaved over its warps, where that places them on fewer sub-partitions (nothing
+  // otherwise).
   std::optional<compiler::CompileOptions> compile_options(const Problem& p, std::optional<codegen::KernelKind> kind,
                                                           int32_t columns, bool prefetch = false, size_t shape = 0,
-                                                          bool budget = false, bool whole = false) const {
+                                                          bool budget = false, bool whole = false,
+                                                          bool interleave = false) const {
     compiler::CompileOptions o;
     o.targets = {target_};
     o.progress = false;
@@ -765,6 +771,12 @@ class SparsertGpu final : public GpuMethod {
           return std::nullopt;
         }
         pick->stream.segment_entries = 0;
+      }
+      if (interleave) {
+        if (!pick || pick->kind != codegen::KernelKind::kBaked || !codegen::interleaving_helps(pick->tile)) {
+          return std::nullopt;
+        }
+        pick->tile.interleave_groups = true;
       }
       if (pick) {
         o.tiles = [pick = *pick](const compiler::LoadedLayer&, const codegen::Target&) { return pick; };
@@ -895,6 +907,7 @@ class SparsertGpu final : public GpuMethod {
     size_t shape = 0;       // > 0: the model's best row-split kernel of the shape it ranks shape-th
     bool budget = false;    // the model's best row-split kernel under a register budget
     bool whole = false;     // the streamed pick with its long rows kept whole, where it splits them
+    bool interleave = false;  // the baked pick with its thread groups interleaved over its warps, where that helps
   };
   std::vector<Variant> variants(const Problem& p) const {
     std::vector<Variant> out;
@@ -918,6 +931,7 @@ class SparsertGpu final : public GpuMethod {
     }
     out.push_back({codegen::KernelKind::kStreamed, columns, false, 0, true});
     out.push_back({codegen::KernelKind::kStreamed, columns, false, 0, false, true});
+    out.push_back({codegen::KernelKind::kBaked, columns, false, 0, false, false, true});
     return out;
   }
   std::optional<codegen::KernelKind> model_kind(const Problem& p) const {
@@ -1024,7 +1038,8 @@ MethodSet gpu_methods(const std::filesystem::path& scratch_dir, std::optional<in
                                   "where N is not a multiple of {0} the same kinds compiled for rows of {0} floats "
                                   "(compile --row-align {0}, B and C staged in them, N columns run), a row-split "
                                   "streamed pick also with its entries prefetched (and with whole rows where it splits "
-                                  "long ones), and the model's best row-split "
+                                  "long ones), the baked pick also with its thread groups interleaved over its "
+                                  "warps where that puts fewer on each sub-partition, and the model's best row-split "
                                   "kernels of {3} other shapes and under a register budget, {1} x {2} runs each, "
                                   "the fastest kept)",
                                   SparsertGpu::kMeasuredRowAlign, SparsertGpu::kChoiceSamples,

@@ -358,7 +358,8 @@ std::string ratio_summary(const std::vector<double>& ratios, const char* whose) 
 // the fastest row-split kernel of the other shapes ("-shapeR") against the streamed pick it was built beside, and the
 // staged row-split kernel (a variant whose detail says "staged-rows") against the fastest of the others, and the
 // kernel under a register budget ("-budget") against the fastest without one, and the streamed pick that splits long
-// rows against its twin with whole rows ("-whole"). Empty where the run chose by the model.
+// rows against its twin with whole rows ("-whole"), and the baked pick with its thread groups interleaved over its
+// warps against the same kernel without ("-interleaved"). Empty where the run chose by the model.
 std::string kind_choice_section(const json& run, const std::string& subject) {
   std::map<std::string, int> timed, kept;
   int problems = 0, model_kept = 0, shape_without_pick = 0;
@@ -367,6 +368,7 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
   std::vector<double> double_buffered;  // the fastest double-buffered staged kernel against the fastest with one tile
   std::vector<double> budgeted;  // the fastest kernel under a register budget against the fastest without one
   std::vector<double> split;     // the streamed pick with its long rows split against its twin with them whole
+  std::vector<double> interleaved;  // the baked pick with its groups interleaved against the same kernel without
   for (const json& p : run["problems"]) {
     if (!p.contains("results") || !p["results"].contains(subject)) continue;
     const json& r = p["results"][subject];
@@ -403,6 +405,11 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
       if (k.size() > kWhole.size() && k.ends_with(kWhole)) {
         const std::optional<double> cut = measured_us(k.substr(0, k.size() - kWhole.size()));
         if (cut && *us > 0) split.push_back(*cut / *us);
+      }
+      constexpr std::string_view kInterleaved = "-interleaved";
+      if (k.size() > kInterleaved.size() && k.ends_with(kInterleaved)) {
+        const std::optional<double> plain = measured_us(k.substr(0, k.size() - kInterleaved.size()));
+        if (plain && *plain > 0) interleaved.push_back(*us / *plain);
       }
       constexpr std::string_view kTwin = "-prefetch";
       if (k.size() > kTwin.size() && k.ends_with(kTwin)) {
@@ -464,6 +471,11 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
     md += "\nThe streamed pick with its long rows split (`segment_entries`: segments in their own row groups, summed in "
           "shared memory) against the same kernel with whole rows (`-whole`): " +
           ratio_summary(split, "the whole rows'") + "\n";
+  }
+  if (!interleaved.empty()) {
+    md += "\nThe baked pick with its thread groups interleaved over its warps (`-interleaved`: warp w runs group "
+          "w % gy, so each of an SM's sub-partitions fetches fewer groups' code) against the same kernel without: " +
+          ratio_summary(interleaved, "the consecutive groups'") + "\n";
   }
   return md;
 }

@@ -41,6 +41,13 @@ struct TileParams {
   // Through nvJitLink ptxas spends what it may on loads hoisted ahead (244 registers for a block of 16 accumulators
   // at N = 49, where ptxas in whole-program mode takes 32), which caps blocks per SM at 1-2.
   int32_t max_registers = 0;
+  // false: thread group g is warps [g * W, (g + 1) * W) of the block (W = block_threads_x / 32). true: warp w runs
+  // group w % gy over the columns of its (w / gy)-th 32 threads. An SM issues warp w from its sub-partition w % 4,
+  // and each sub-partition brings the code its warps run into its own instruction cache: with gy = 4 each one then
+  // fetches a single group's code instead of all four (2 of 4 with gy = 2). Nsight Compute found the wide baked tiles
+  // (N = 256, 8 warps a group) waiting on instruction fetch for half their stalls (docs/measurements/h200-2026-11-28).
+  // Needs gy a power of two above 1 and whole warps a group; not measured on a GPU yet, so the tuner only times it.
+  bool interleave_groups = false;
   bool operator==(const TileParams&) const = default;
 };
 
@@ -68,6 +75,14 @@ int32_t block_threads_x(const TileParams& t);
 
 // Threads per block: block_threads_x × gy.
 int32_t threads_per_block(const TileParams& t);
+
+// The most thread groups whose warps any one of an SM's four sub-partitions issues (warp w from w % 4), under the
+// tile's placement of groups on warps (TileParams::interleave_groups).
+int32_t groups_per_subpartition(const TileParams& t);
+
+// Whether interleave_groups would place the tile's groups on fewer sub-partitions each than it does without: the
+// tiles a measured choice or the tuner times an interleaved twin of.
+bool interleaving_helps(const TileParams& t);
 
 // `t` made valid for gathered columns (KernelShape::column_map): one column per thread, the same n_tile, doubled
 // until the block is whole warps. Unchanged where it already is.

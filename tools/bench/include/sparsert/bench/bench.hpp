@@ -129,8 +129,9 @@ MethodSet cpu_methods(int threads);
 // (compiler::CompileOptions::block_functions), else codegen's rule. measure_kinds: sparsert's kernel for each SpMM
 // problem is the fastest, timed on the device, of the model's fastest baked and fastest streamed kernels (as cuSPARSE's
 // is its fastest algorithm), and where N is not a multiple of 4 of the same two compiled for rows of 4 floats
-// (compiler::aligned_columns; "baked-aligned", "streamed-aligned"), every time and the model's own pick recorded in
-// the result's "kind_choice"; without it,
+// (compiler::aligned_columns; "baked-aligned", "streamed-aligned"), with the twins and other shapes the method's note
+// lists (gpu_methods.cpp, SparsertGpu::prepare), every time and the model's own pick recorded in the result's
+// "kind_choice"; without it,
 // the model's pick (what `sparsert compile` builds without a tuning record).
 MethodSet gpu_methods(const std::filesystem::path& scratch_dir, std::optional<int32_t> max_entries = std::nullopt,
                       std::optional<bool> block_functions = std::nullopt, bool measure_kinds = false);
