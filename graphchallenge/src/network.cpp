@@ -96,7 +96,6 @@ void check_dense_inputs_fit(int64_t images, int32_t neurons, int32_t replicate, 
 }
 
 DenseTensor feature_major_inputs(const CsrMatrix& images, int32_t neurons, int32_t replicate) {
-  SPARSERT_USER_CHECK(replicate >= 1, "--replicate", "{} is not positive", replicate);
   SPARSERT_USER_CHECK(images.cols <= neurons, "inputs", "have {} neurons, the network has {}", images.cols, neurons);
   check_dense_inputs_fit(images.rows, neurons, replicate, ", the largest id,");
   const int64_t n = static_cast<int64_t>(images.rows) * replicate;
