@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace sparsert::codegen {
@@ -86,12 +87,12 @@ int32_t groups_per_subpartition(const TileParams& t) {
   const int32_t gy = std::max(t.plan.gy, 1);
   const int32_t warps = (threads_per_block(t) + 31) / 32;
   int32_t most = 0;
+  // Groups narrower than a warp share one (block_threads_x: a power of two below 32); the warp holds each.
+  const int32_t bx = std::max(block_threads_x(t), 1);
   for (int32_t p = 0; p < 4; ++p) {
     std::vector<char> seen(static_cast<size_t>(gy), 0);
     int32_t groups = 0;
     for (int32_t w = p; w < warps; w += 4) {
-      // Groups narrower than a warp share one (block_threads_x: a power of two below 32); the warp holds each.
-      const int32_t bx = std::max(block_threads_x(t), 1);
       const int32_t first = t.interleave_groups ? w % gy : std::min(w * 32 / bx, gy - 1);
       const int32_t last = t.interleave_groups ? first : std::min((w * 32 + 31) / bx, gy - 1);
       for (int32_t g = first; g <= last; ++g) groups += !seen[static_cast<size_t>(g)]++;
@@ -101,10 +102,23 @@ int32_t groups_per_subpartition(const TileParams& t) {
   return most;
 }
 
+namespace {
+// Why the tile's groups cannot be interleaved over its warps (TileParams::interleave_groups), or "" where they can:
+// the one rule check_tile_params throws by and interleaving_helps offers by.
+std::string interleave_error(const TileParams& t) {
+  if (t.plan.gy < 2 || !std::has_single_bit(static_cast<uint32_t>(t.plan.gy))) {
+    return fmt::format("needs gy a power of two above 1; gy is {}", t.plan.gy);
+  }
+  if (block_threads_x(t) % 32 != 0) {
+    return fmt::format("needs whole warps a thread group; n_tile / cols_per_thread = {} / {} makes groups of {} threads",
+                       t.n_tile, t.cols_per_thread, block_threads_x(t));
+  }
+  return "";
+}
+}  // namespace
+
 bool interleaving_helps(const TileParams& t) {
-  if (t.interleave_groups || t.plan.gy < 2 || !std::has_single_bit(static_cast<uint32_t>(t.plan.gy)) ||
-      block_threads_x(t) % 32 != 0)
-    return false;
+  if (t.interleave_groups || !interleave_error(t).empty()) return false;
   TileParams i = t;
   i.interleave_groups = true;
   return groups_per_subpartition(i) < groups_per_subpartition(t);
@@ -213,15 +227,7 @@ void check_tile_params(const TileParams& t, const KernelShape& shape, const Targ
                                                          kFixedRegisters, target.max_registers_per_thread()));
   }
   if (t.interleave_groups) {
-    if (t.plan.gy < 2 || !std::has_single_bit(static_cast<uint32_t>(t.plan.gy))) {
-      throw InvalidTileParams("interleave_groups", fmt::format("needs gy a power of two above 1; gy is {}", t.plan.gy));
-    }
-    if (block_threads_x(t) % 32 != 0) {
-      throw InvalidTileParams("interleave_groups",
-                              fmt::format("needs whole warps a thread group; n_tile / cols_per_thread = {} / {} "
-                                          "makes groups of {} threads",
-                                          t.n_tile, t.cols_per_thread, block_threads_x(t)));
-    }
+    if (const std::string why = interleave_error(t); !why.empty()) throw InvalidTileParams("interleave_groups", why);
   }
 }
 
