@@ -211,8 +211,9 @@ constexpr double kDependentCpi = 4.0;       // a lone warp issues a dependent FF
 // A baked warp's straight-line code is less dependent than a loop's: a block's rows are independent accumulators.
 // Refitted on 2026-11-29 (scripts/fit_model_terms.py over check-model's output for every measured file, H100 and
 // H200, 3486 kernels): at 4 the convolutions' N = 3136 kernels (25 column tiles, one warp a scheduler) were modelled
-// at 2.0-2.2x their time; at 3 every convolution file is within 1.8x, the mean |log error| of the baked kernels falls,
-// and a lone 2-warp block of unshared code (mb=4 gy=1 at N = 49, 65.5 us timed) is still modelled within 1.1x.
+// at 2.0-2.2x their time; at 3 every convolution file is within 1.8x and the mean |log error| falls. Lone blocks of
+// unshared code lean the other way: a 3x3 layer's mb=4 gy=1 nt=64 at N = 196 (4 blocks of 2 warps) ran 179.6 us on the
+// H100 on 2026-11-23 (modelled 177.6 now) and 65.5 and 54.7 us on 2026-11-24 and -26 (modelled 50.5 and 44.1).
 constexpr double kBakedDependentCpi = 3.0;
 constexpr double kWarpsToHideLatency = 4.0; // per scheduler: fewer resident warps leave issue slots empty
 constexpr int kSchedulersPerSm = 4;
