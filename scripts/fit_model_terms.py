@@ -16,8 +16,7 @@ side by side), which on large layers is more than they cost (one entry against e
 against 14.9 us, about 0.6 us an entry), so the fetch scales of such files lean low. Prints the scales and, per file,
 the worst ratio and the Spearman of the ranking before and after. A scale multiplies the term as the model computes
 it; to apply a fit, divide the class's fetch gain by its f_ scale, multiply kBakedDependentCpi (and for the
-streamed kernels kDependentCpi) by `critical`, and scale
-the issue, latency and memory terms and the back-to-back launch (kGpuLaunchUs) in autotune/src/model.cpp, then rerun
+streamed kernels kDependentCpi) by `critical`, and scale the issue, latency and memory terms and the back-to-back launch (kGpuLaunchUs) in autotune/src/model.cpp, then rerun
 the ModelCheck and Model tests (docs/autotune.md, "The fit of 2026-11-26" says what that broke the first time).
 """
 import collections, glob, json, math, os, re, sys

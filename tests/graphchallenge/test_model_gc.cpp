@@ -70,9 +70,9 @@ TEST(ModelGraphChallenge, FirstLayerAtSixtyThousandColumnsWithinTwiceTheMeasured
 // It models today's code, not 287c969's. The same tile (mb=16 gy=1 nt=64, one thread's rows over all of K) on layer
 // 100 at 950 columns, built by today's generator, ran 21.7 us alone on the H100 (2026-11-24) and 13.9 us back to back
 // on the H200 (2026-11-27), modelled at 16.2 and 12.9 (ModelCheck.ReadsTheGraphChallengeTuningRunsByLayerName holds
-// every such kernel within 2x): about 18 us a launch of work where 287c969's two entries took 28-31 each, timed by
-// Nsight Compute with its caches flushed before every kernel (the code came from DRAM). Until the refit of
-// 2026-11-29 (a baked warp's dependent CPI 3, not 4) these were within 2x; now 2.2x.
+// the H100 file's immediate kernels within 2x): about 18 us a launch of work where 287c969's two entries took 28-31
+// each, timed by Nsight Compute with its caches flushed before every kernel (the code came from DRAM). Until the
+// refit of 2026-11-29 (a baked warp's dependent CPI 3, not 4) these were within 2x; now 2.2x.
 TEST(ModelGraphChallenge, LateLayersAtNineHundredFiftyColumnsNearTheMeasuredTime) {
   SPARSERT_REQUIRE_SHARED_DATA(data);
   const std::filesystem::path csv = data.parent_path() / "measurements/h100-2026-11-23/gc-ncu.csv";
