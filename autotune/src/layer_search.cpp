@@ -366,10 +366,12 @@ std::vector<size_t> rank_candidates(LayerContext& ctx, LayerResult& lr) {
     };
     if (lr.default_index >= 0 && lr.candidates[static_cast<size_t>(lr.default_index)].status == "estimated")
       include(static_cast<size_t>(lr.default_index));
+    // A timed-only one (timed_only: the prefetching twin, a register budget) is never the model's pick, so it takes
+    // no place here; gpu mode times those on their analytic counts.
     int streamed = 0;
     for (size_t i : analytic) {
       if (streamed >= options.stream_simulate_top) break;
-      if (lr.candidates[i].cand.streamed()) {
+      if (lr.candidates[i].cand.streamed() && !timed_only(lr.candidates[i].cand)) {
         include(i);
         ++streamed;
       }
@@ -520,13 +522,21 @@ void confirm(LayerContext& ctx, LayerResult& lr, const std::vector<size_t>& rank
     add_register_budgets(lr, chosen);
     add_interleaved_groups(lr, chosen);
   }
-  // The best streamed candidate too: assembling it costs ~0.03 s whatever the layer (its code does not depend on
-  // the matrix), and its registers from the assembler (~84 for 16 columns per thread) replace the 56 + 4·cpt
-  // bound, so the kinds are compared on real occupancy. (A baked candidate's assembly grows with its nonzeros:
-  // only the top ones are confirmed.)
-  auto streamed = [&](size_t i) { return lr.candidates[i].cand.streamed(); };
-  if (std::none_of(chosen.begin(), chosen.end(), streamed)) {
-    if (auto it = std::find_if(ranked.begin(), ranked.end(), streamed); it != ranked.end()) chosen.push_back(*it);
+  // The best streamed candidates too, as many as were simulated (stream_simulate_top): assembling one costs ~0.03 s
+  // whatever the layer (its code does not depend on the matrix), and its registers from the assembler replace the
+  // analytic bound (rows_registers_estimate), so the kinds are compared on real occupancy. Several, because that
+  // bound is loose by up to 2x (255 for 16 floats a lane where ptxas takes 110), which reorders near-ties: on an
+  // 8192 x 64 layer at N = 16 the best-ranked row-split candidate assembled at 4.00 us and the next at 3.29, against
+  // the baked tile's 3.67 (Model.StreamingWinsOnATallLayerWithFewNonzerosPerRow). The model never picks a timed-only
+  // one, so in model mode those are not assembled. (A baked candidate's assembly grows with its nonzeros: only the
+  // top ones are confirmed.)
+  auto streamed = [&](size_t i) {
+    return lr.candidates[i].cand.streamed() && (gpu || !timed_only(lr.candidates[i].cand));
+  };
+  const auto streamed_wanted = static_cast<size_t>(std::max(options.stream_simulate_top, 1));
+  for (auto it = ranked.begin(); it != ranked.end(); ++it) {
+    if (static_cast<size_t>(std::count_if(chosen.begin(), chosen.end(), streamed)) >= streamed_wanted) break;
+    if (streamed(*it) && std::find(chosen.begin(), chosen.end(), *it) == chosen.end()) chosen.push_back(*it);
   }
   // And in gpu mode the best baked one where the model ranked streamed kernels first (codegen's default and its
   // register budgets aside, which are timed anyway): the kind is the choice the model gets most wrong (rn50's N = 49

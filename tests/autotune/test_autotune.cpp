@@ -399,6 +399,50 @@ TEST(Model, SplitRowsAreOfferedWhereRowsAreLongAndPricedByTheHeaviestBlock) {
   EXPECT_EQ(stream_from_json(codegen::to_json(pick.candidate.stream), "test"), pick.candidate.stream);
 }
 
+// The row-split walk is priced at the heaviest block's steps, but the steps it walks beyond a mean warp's are a long
+// row's, contiguous entries that hit L1 past their first line: charged at a share of a step (kLongRowStepShare, 0.6).
+// One dense row among short ones walks as many steps as a matrix of dense rows, and is priced well under it.
+TEST(Model, StepsOfALongRowPastTheMeanWarpsCostLessThanAStep) {
+  const codegen::Target target = codegen::Target::parse("sm_90");
+  const CsrMatrix sparse = inspector::generate_pruned_gaussian(1024, 512, 0.98, 19);
+  CsrMatrix skewed = sparse, dense;
+  skewed.row_ptr.assign(1, 0);
+  skewed.col_idx.clear();
+  skewed.values.clear();
+  dense.rows = skewed.rows;
+  dense.cols = skewed.cols;
+  dense.row_ptr.assign(1, 0);
+  for (int32_t r = 0; r < skewed.rows; ++r) {
+    for (int32_t c = 0; c < skewed.cols; ++c) {
+      dense.col_idx.push_back(c);
+      dense.values.push_back(0.25f);
+    }
+    dense.row_ptr.push_back(static_cast<int32_t>(dense.col_idx.size()));
+    for (int32_t t = sparse.row_ptr[r]; t < sparse.row_ptr[r + 1] && r != 700; ++t) {
+      skewed.col_idx.push_back(sparse.col_idx[t]);
+      skewed.values.push_back(sparse.values[t]);
+    }
+    for (int32_t c = 0; c < skewed.cols && r == 700; ++c) {
+      skewed.col_idx.push_back(c);
+      skewed.values.push_back(0.25f);
+    }
+    skewed.row_ptr.push_back(static_cast<int32_t>(skewed.col_idx.size()));
+  }
+  int compared = 0;
+  for (const Candidate& c : enumerate_candidates(skewed, 16, target, {codegen::KernelKind::kStreamed})) {
+    if (!c.valid() || c.stream.layout != codegen::StreamLayout::kRows || c.stream.segment_entries != 0 ||
+        c.stream.prefetch != 0 || c.stream.max_registers != 0 || c.stream.col_lanes != 1)
+      continue;
+    const Estimate one = estimate_candidate(skewed, 16, Epilogue{}, c.kind, {}, c.stream, target, std::nullopt, false);
+    const Estimate all = estimate_candidate(dense, 16, Epilogue{}, c.kind, {}, c.stream, target, std::nullopt, false);
+    // The same heaviest walk (512 entries / lanes a row); the long row's steps beyond the mean at 0.6 of a step.
+    EXPECT_LT(one.latency_us, 0.9 * all.latency_us) << describe(c);
+    EXPECT_GT(one.latency_us, 0.5 * all.latency_us) << describe(c);
+    ++compared;
+  }
+  EXPECT_GT(compared, 4);
+}
+
 // best_row_split_shapes: one candidate a shape, the model's fastest of that shape, fastest shape first, never a
 // prefetching twin, at most as many as asked for.
 TEST(Model, BestRowSplitShapesAreEachShapesFastestInOrder) {

@@ -32,7 +32,7 @@ struct TuneOptions {
   KindSet kinds = all_kinds();   // kernel kinds searched (baked, streamed); `sparsert tune --kernel` restricts it
   double budget_seconds = 0.0;   // whole run; 0: no limit. Past it, no new candidate is assembled or timed.
   int simulate_top = 12;         // how many of the analytic ranking's best get instruction counts from ptxsim
-  int stream_simulate_top = 2;   // and how many of the best streamed candidates besides (so that both kinds rank)
+  int stream_simulate_top = 3;   // and how many of the best streamed ones besides (both kinds rank); each assembled
   int assemble_top = 1;          // model mode: how many of the best-ranked candidates the assembler confirms
   int measure_top = 24;          // gpu mode: how many of the best-ranked candidates are timed
   int threads = 2;               // assembler threads
