@@ -4,13 +4,15 @@
 #   bash scripts/gpu_checks.sh STAGE [BUILD_DIR] [OUT_DIR]
 #
 # STAGE: info | tests | bench-rn50 | bench-rest | bench-nlp | bench-other | bench-entries | bench-functions |
-#   graphchallenge | tune | tune-n256 | tune-gc | ncu-gc | ncu-spmm | ncu-nlp | gc65536 | gc65536-1920 | gc65536-folded | all
+#   graphchallenge | tune | tune-n256 | tune-gc | ncu-gc | ncu-spmm | ncu-nlp | ncu-lanes | gc65536 | gc65536-1920 |
+#   gc65536-folded | all
 #   (not part of all: ncu-gc, Nsight Compute's kernel times of the 1200-input Graph Challenge run; ncu-spmm, its warp
 #   stall reasons on a 49-column layer baked (the tiles the model misprices) and streamed (row-split), and on the
 #   transformer's 512 x 2048 at N = 256; gc65536, gc65536-1920 and gc65536-folded, the synthetic 65536-neuron
 #   networks of 120 and 1920 layers, plain and folded, each in a device call of its own. For short leases, parts of
 #   stages alone: tune-n256, the tune stage's transformer layer (its baked tiles first); ncu-nlp, ncu-spmm's
 #   transformer layer, baked and as the row-split kernel, each also JIT-compiled by the driver from its PTX;
+#   ncu-lanes, two row-split kernels of 8 and 4 floats a lane that the model prices alike and the H200 did not;
 #   bench-nlp and bench-other, bench-rest's suites with goals in issue 12 (transformer, mobilenet) and the others)
 # BUILD_DIR: a configured and built tree (default: build, as scripts/build.sh makes it), or the bundle that
 #   scripts/gpu_bundle.sh makes (.gpu-bundle: bin/, lib/, data/) for a device machine without the build's packages
@@ -25,7 +27,7 @@
 # (`sparsert bench` itself fails only when sparsert misses the reference; a baseline that misses is noted and passes.)
 set -euo pipefail
 
-stage=${1:?usage: gpu_checks.sh info|tests|bench-rn50|bench-rest|bench-nlp|bench-other|bench-entries|bench-functions|graphchallenge|tune|tune-n256|tune-gc|ncu-gc|ncu-spmm|ncu-nlp|gc65536|gc65536-1920|gc65536-folded|all [BUILD_DIR] [OUT_DIR]}
+stage=${1:?usage: gpu_checks.sh info|tests|bench-rn50|bench-rest|bench-nlp|bench-other|bench-entries|bench-functions|graphchallenge|tune|tune-n256|tune-gc|ncu-gc|ncu-spmm|ncu-nlp|ncu-lanes|gc65536|gc65536-1920|gc65536-folded|all [BUILD_DIR] [OUT_DIR]}
 build=${2:-build}
 out=${3:-${OUT:-gpu-results}}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -436,6 +438,39 @@ case $stage in
       fail "ncu (Nsight Compute) is not on PATH"
     else
       ncu_nlp baked rows baked-jit rows-jit
+    fi
+    ;;
+  ncu-lanes)
+    # rn50-0.95's bottleneck_1_block_group1_1_1 (64 x 256, 819 nonzeros) at N = 3136 in the two row-split shapes the
+    # H200's measured choice timed there (rn50-0.95-cuda.json, 2026-11-27b and -28): 8 floats a lane, 5.3-5.6 us, and
+    # 4 floats a lane, 4.1-4.2 us, both modelled 4.43. Kernels of 8 floats a lane run 23% over the model where priced
+    # at the assembler's 64-96 registers (docs/autotune.md, "The row-split register bound against ptxas"): whether
+    # that is occupancy ptxas bought with fewer loads in flight, or twice the L1 wavefronts a byte of a 16-byte load
+    # whose lanes stride 32 bytes, is what the stall reasons and the L1 statistics of the pair say.
+    if ! command -v ncu > /dev/null; then
+      fail "ncu (Nsight Compute) is not on PATH"
+    else
+      tmp=$(mktemp -d)
+      trap 'rm -rf "$tmp"' EXIT
+      header="{'descr': '<f4', 'fortran_order': False, 'shape': (256, 3136), }"
+      header=$(printf '%-117s' "$header")
+      { printf '\x93NUMPY\x01\x00\x76\x00%s\n' "$header"; head -c $((256 * 3136 * 4)) /dev/zero; } > "$tmp/x.npy"
+      w=$(realpath -m "$data/dlmc/rn50/magnitude_pruning/0.95/bottleneck_1_block_group1_1_1.smtx")
+      for form in cpt8 cpt4; do
+        case $form in
+          cpt8) params='"rows_per_block": 8, "col_lanes": 16, "cols_per_thread": 8' ;;
+          cpt4) params='"rows_per_block": 16, "col_lanes": 32, "cols_per_thread": 4' ;;
+        esac
+        mkdir -p "$tmp/$form"
+        printf '{"format": "sparsert-network/1", "layers": [{"weights": "%s", "n": 3136, "activation": "none"}]}\n' \
+          "$w" > "$tmp/$form/net.json"
+        if run "$sparsert" compile "$tmp/$form/net.json" --target sm_90 --no-tuning-db -o "$tmp/$form/pkg" \
+          --stream "{\"layout\": \"rows\", \"lanes_per_row\": 1, \"n_tile\": 128, \"unroll\": 4, $params}"; then
+          profile sparsert_stream "$tmp/$form/pkg" "$tmp/x.npy" "ncu-spmm-lanes-$form.csv" "the 64 x 256 layer, $form"
+        else
+          fail "compile of the 64 x 256 layer, $form"
+        fi
+      done
     fi
     ;;
   gc65536)

@@ -16,7 +16,7 @@ namespace {
 struct CheckModelArgs {
   std::vector<std::string> files, matrices;
   std::string data, output;
-  bool simulate = false, quiet = false, predict = false;
+  bool simulate = false, quiet = false, predict = false, assembled_registers = false;
   std::optional<int32_t> max_entries;
 };
 }  // namespace
@@ -35,6 +35,9 @@ Action add_check_model(CLI::App& app) {
       ->allow_extra_args(false)
       ->check(CLI::ExistingFile);
   sub->add_flag("--simulate", args->simulate, "Instruction counts from ptxsim instead of the analytic counts");
+  sub->add_flag("--assembled-registers", args->assembled_registers, "A bench file's streamed kernels at the "
+                "assembler's register count for their PTX, as `tune` prices what it assembled (default: codegen's "
+                "bound, as compile's model choice prices them)");
   sub->add_flag("-q,--quiet", args->quiet, "Only the summary line of each group");
   sub->add_flag("--predict", args->predict, "Bench results only: the model's estimate for the kernel compile builds "
                 "today on each problem, beside the vendors' measured medians (estimates, not measurements)");
@@ -55,6 +58,7 @@ Action add_check_model(CLI::App& app) {
     bench::ModelCheckOptions o;
     o.data_dir = args->data.empty() ? bench::default_data_dir() : std::filesystem::path(args->data);
     o.simulate = args->simulate;
+    o.registers_from_assembler = args->assembled_registers;
     for (const std::string& m : args->matrices) o.matrices.emplace_back(m);
     o.max_entries = args->max_entries;
     nlohmann::json out = nlohmann::json::array();

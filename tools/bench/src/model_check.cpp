@@ -4,6 +4,8 @@
 
 #include "sparsert/autotune/choose.hpp"
 #include "sparsert/autotune/space.hpp"
+#include "sparsert/codegen/assembler.hpp"
+#include "sparsert/codegen/stream_spmm.hpp"
 #include "sparsert/bench/bench.hpp"
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/inspector/plan.hpp"
@@ -22,6 +24,8 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <numeric>
 
 namespace sparsert::bench {
@@ -45,6 +49,27 @@ double measured_time(const json& v, const std::string& where) {
   const double t = v.get<double>();
   SPARSERT_USER_CHECK(std::isfinite(t) && t > 0, where, "{} is not a positive time", t);
   return t;
+}
+
+// A streamed kernel of a bench file, which records no registers, with registers_from_assembler: the assembler's count
+// for today's PTX of its parameters (which does not depend on the matrix; ~0.05 s, once per parameters and width in
+// a run). Otherwise, or without an assembler, codegen's bound (rows_registers_estimate: 1.0-2.9x the assembler's over
+// the row-split grid, 2026-11-30), which is what compile's model choice ranks with.
+std::optional<int> streamed_registers(const autotune::Candidate& c, int32_t ld, const codegen::Target& target,
+                                      const ModelCheckOptions& o) {
+  if (!c.streamed() || !o.registers_from_assembler || !codegen::Assembler::available()) return std::nullopt;
+  static std::mutex mu;
+  static std::map<std::string, int> seen;
+  const std::string key = fmt::format("{} {} {}", codegen::to_json(c.stream).dump(), ld, target.name());
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (const auto it = seen.find(key); it != seen.end()) return it->second;
+  }
+  const std::string ptx = codegen::emit_stream_spmm_ptx(c.stream, target, ld, codegen::StreamEpilogueKind{}, "k");
+  const int regs = codegen::Assembler::instance().assemble(ptx, target, "k").usage.registers;
+  std::lock_guard<std::mutex> lock(mu);
+  seen[key] = regs;
+  return regs;
 }
 
 // The shared tile check before the model sees the parameters (a zero or odd one would divide by zero there).
@@ -264,8 +289,9 @@ std::vector<ModelGroup> check_bench(const json& j, const std::string& file, cons
     pt.n = columns;
     pt.measured_us = measured_time(r["median_ms"], where + ": median_ms") * 1e3;
     checked(c, it->a, columns, target_of(j, file), where);
+    const std::optional<int> regs = streamed_registers(c, columns, target_of(j, file), o);
     pt.estimate = autotune::estimate_candidate(it->a, columns, Epilogue{}, c.kind, c.tile, c.stream, target_of(j, file),
-                                               std::nullopt, o.simulate, version_of(j, c.stream, file));
+                                               regs, o.simulate, version_of(j, c.stream, file));
     pt.predicted_us = pt.estimate.microseconds;
     if (r.contains("isolated_median_ms") && r["isolated_median_ms"].is_number()) {
       // The same kernel's runs timed alone: the model's other timing, against the same instruction counts.
@@ -274,7 +300,7 @@ std::vector<ModelGroup> check_bench(const json& j, const std::string& file, cons
       v.isolated_runs = true;
       iso.measured_us = measured_time(r["isolated_median_ms"], where + ": isolated_median_ms") * 1e3;
       iso.estimate = autotune::estimate_candidate(it->a, columns, Epilogue{}, c.kind, c.tile, c.stream,
-                                                  target_of(j, file), std::nullopt, o.simulate, v);
+                                                  target_of(j, file), regs, o.simulate, v);
       iso.predicted_us = iso.estimate.microseconds;
       isolated.points.push_back(std::move(iso));
     }
@@ -302,8 +328,9 @@ std::vector<ModelGroup> check_bench(const json& j, const std::string& file, cons
         op.measured_us = measured_time(e["median_us"], ew + ".median_us");
         checked(oc, it->a, other_columns, target_of(j, file), ew);
         op.estimate = autotune::estimate_candidate(it->a, other_columns, Epilogue{}, oc.kind, oc.tile, oc.stream,
-                                                   target_of(j, file), std::nullopt, o.simulate,
-                                                   version_of(j, oc.stream, file));
+                                                   target_of(j, file),
+                                                   streamed_registers(oc, other_columns, target_of(j, file), o),
+                                                   o.simulate, version_of(j, oc.stream, file));
         op.predicted_us = op.estimate.microseconds;
         other_kind.points.push_back(std::move(op));
       }

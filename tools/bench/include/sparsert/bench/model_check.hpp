@@ -45,6 +45,10 @@ struct ModelCheckOptions {
   // predict_against_vendors: baked kernels split into at most this many entries (as `bench --max-entries` builds
   // them); unset: the tile's default.
   std::optional<int32_t> max_entries;
+  // A bench file's streamed kernels at the registers the assembler gives today's PTX of their parameters (where an
+  // assembler is found), as `tune` prices a candidate once it assembled it. Off: codegen's bound, as compile's model
+  // choice (choose_by_model) prices every candidate. A bench file records no registers; tuning reports carry theirs.
+  bool registers_from_assembler = false;
 };
 
 // Reads `file` (format sparsert-tune-report/1 or sparsert-bench/1 with device cuda) and predicts each measured
