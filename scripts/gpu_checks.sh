@@ -152,6 +152,20 @@ run $2 --device cuda ${*:6} > $out/$4"
   (( rc == 0 )) || fail "ncu on $5 (exit $rc)"
 }
 
+# zero_npy ROWS COLS FILE: a float32 .npy of zeros (the kernels' times do not depend on the values). Its header is
+# padded so that 10 + 117 + newline = 128 bytes, as .npy aligns it.
+zero_npy() {
+  local header
+  header=$(printf '%-117s' "{'descr': '<f4', 'fortran_order': False, 'shape': ($1, $2), }")
+  { printf '\x93NUMPY\x01\x00\x76\x00%s\n' "$header"; head -c $(($1 * $2 * 4)) /dev/zero; } > "$3"
+}
+
+# one_layer_net WEIGHTS N FILE: a network file of one layer (WEIGHTS absolute: paths are read relative to the file).
+one_layer_net() {
+  printf '{"format": "sparsert-network/1", "layers": [{"weights": "%s", "n": %d, "activation": "none"}]}\n' "$1" "$2" \
+    > "$3"
+}
+
 # ncu_nlp FORM...: the transformer's 512 x 2048 layer at N = 256 (the suite furthest from its goal) profiled in each
 # FORM: baked (as compile builds it); staged and staged-db (one shape of the staged row-split kernel with one tile and
 # double-buffered: 64 rows a block, 2 a row group, 8 column lanes of 4 floats; 256 staged rows a stage, or 2 x 192);
@@ -162,13 +176,11 @@ run $2 --device cuda ${*:6} > $out/$4"
 # the L2 traffic of B, and the staged walk by its shared loads, its entry loads' latency or its copies' barriers, is
 # what these say (docs/autotune.md).
 ncu_nlp() {
-  local root nlp form kernel args run_args staged rows header
+  local root nlp form kernel args run_args staged rows
   root=$(mktemp -d)
   nlp=$root/nlp
   mkdir -p "$nlp"
-  header="{'descr': '<f4', 'fortran_order': False, 'shape': (2048, 256), }"
-  header=$(printf '%-117s' "$header")
-  { printf '\x93NUMPY\x01\x00\x76\x00%s\n' "$header"; head -c $((2048 * 256 * 4)) /dev/zero; } > "$nlp/x.npy"
+  zero_npy 2048 256 "$nlp/x.npy"
   if run "$sparsert" gen pruned --rows 512 --cols 2048 --sparsity 0.9 --seed 100 -o "$nlp/w.mtx"; then
     rows='"layout": "rows", "rows_per_block": 16, "lanes_per_row": 1, "col_lanes": 32, "n_tile": 64'
     rows+=', "cols_per_thread": 2, "unroll": 4'
@@ -176,8 +188,7 @@ ncu_nlp() {
     staged+=', "n_tile": 32, "cols_per_thread": 4, "unroll": 2'
     for form in "$@"; do
       mkdir -p "$nlp/$form"
-      printf '{"format": "sparsert-network/1", "layers": [{"weights": "%s", "n": 256, "activation": "none"}]}\n' \
-        "$nlp/w.mtx" > "$nlp/$form/net.json"
+      one_layer_net "$nlp/w.mtx" 256 "$nlp/$form/net.json"
       kernel=sparsert_stream args=() run_args=()
       case $form in
         baked) kernel=sparsert_layer0 args=(--kernel baked) ;;
@@ -402,10 +413,7 @@ case $stage in
     else
       tmp=$(mktemp -d)
       trap 'rm -rf "$tmp"' EXIT
-      # A zero input [2048, 49]: the baked code's time does not depend on the values.
-      header="{'descr': '<f4', 'fortran_order': False, 'shape': (2048, 49), }"
-      header=$(printf '%-117s' "$header")  # 10 + 117 + newline = 128 bytes, as .npy aligns its header
-      { printf '\x93NUMPY\x01\x00\x76\x00%s\n' "$header"; head -c $((2048 * 49 * 4)) /dev/zero; } > "$tmp/x.npy"
+      zero_npy 2048 49 "$tmp/x.npy"
       for sparsity in 0.9 0.95; do
         # Absolute: the network file is read from a folder of its own, relative to which its paths are taken.
         w=$(realpath -m "$data/dlmc/rn50/magnitude_pruning/$sparsity/bottleneck_1_block_group4_2_1.smtx")
@@ -417,8 +425,7 @@ case $stage in
           suffix=$sparsity kernel=sparsert_layer0
           [[ $kind == streamed ]] && suffix=$sparsity-streamed kernel=sparsert_stream
           mkdir -p "$tmp/$suffix"
-          printf '{"format": "sparsert-network/1", "layers": [{"weights": "%s", "n": 49, "activation": "none"}]}\n' \
-            "$w" > "$tmp/$suffix/net.json"
+          one_layer_net "$w" 49 "$tmp/$suffix/net.json"
           # Not -q: the log names the tile (mb=128 gy=4 nt=49 on 2026-11-26).
           if run "$sparsert" compile "$tmp/$suffix/net.json" --target sm_90 --kernel $kind --no-tuning-db \
             -o "$tmp/$suffix/pkg"; then
@@ -452,9 +459,7 @@ case $stage in
     else
       tmp=$(mktemp -d)
       trap 'rm -rf "$tmp"' EXIT
-      header="{'descr': '<f4', 'fortran_order': False, 'shape': (256, 3136), }"
-      header=$(printf '%-117s' "$header")
-      { printf '\x93NUMPY\x01\x00\x76\x00%s\n' "$header"; head -c $((256 * 3136 * 4)) /dev/zero; } > "$tmp/x.npy"
+      zero_npy 256 3136 "$tmp/x.npy"
       w=$(realpath -m "$data/dlmc/rn50/magnitude_pruning/0.95/bottleneck_1_block_group1_1_1.smtx")
       for form in cpt8 cpt4; do
         case $form in
@@ -462,8 +467,7 @@ case $stage in
           cpt4) params='"rows_per_block": 16, "col_lanes": 32, "cols_per_thread": 4' ;;
         esac
         mkdir -p "$tmp/$form"
-        printf '{"format": "sparsert-network/1", "layers": [{"weights": "%s", "n": 3136, "activation": "none"}]}\n' \
-          "$w" > "$tmp/$form/net.json"
+        one_layer_net "$w" 3136 "$tmp/$form/net.json"
         if run "$sparsert" compile "$tmp/$form/net.json" --target sm_90 --no-tuning-db -o "$tmp/$form/pkg" \
           --stream "{\"layout\": \"rows\", \"lanes_per_row\": 1, \"n_tile\": 128, \"unroll\": 4, $params}"; then
           profile sparsert_stream "$tmp/$form/pkg" "$tmp/x.npy" "ncu-spmm-lanes-$form.csv" "the 64 x 256 layer, $form"
