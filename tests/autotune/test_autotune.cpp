@@ -1040,6 +1040,28 @@ TEST(Model, StreamedCandidatesRankBesideBakedOnes) {
   EXPECT_GT(streamed_listed, 0u);
 }
 
+// Model mode assembles the best stream_simulate_top (3) streamed candidates besides assemble_top's, never a timed-only
+// one: the analytic register bound they are ranked by is loose (255 against ptxas's 110 for 16 floats a lane), and
+// the assembler's counts reorder near-ties.
+TEST(Tune, ModelModeAssemblesTheBestThreeStreamedCandidates) {
+  const TuneLayer l = small_layer("three", 44, 256, 128, 32);
+  const TuneOptions o = model_options();
+  ASSERT_EQ(o.stream_simulate_top, 3);
+  const TuneReport r = tune({l}, o);
+  const LayerResult& lr = r.layers[0];
+  int assembled_streamed = 0, simulated_streamed = 0;
+  for (const CandidateResult& c : lr.candidates) {
+    if (!c.cand.streamed()) continue;
+    simulated_streamed += c.counts_from == "ptxsim";
+    if (c.status != "assembled") continue;
+    ++assembled_streamed;
+    EXPECT_FALSE(timed_only(c.cand)) << describe(c.cand);
+    EXPECT_TRUE(c.registers_from_assembler) << describe(c.cand);
+  }
+  EXPECT_EQ(assembled_streamed, 3);
+  EXPECT_GE(simulated_streamed, 3);
+}
+
 TEST(Model, StreamingWinsOnATallLayerWithFewNonzerosPerRow) {
   // 8192 x 64 with about 2.5 nonzeros per row at N = 16: a baked thread owns every row of its block (64 or more) and
   // loads every row of B for 2-3 fmas a row, so its critical path (about 1.9 us in the model) is its rows' loads and
