@@ -115,6 +115,11 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
       // CLI11's range checks, in one line like ours.
       {"ok6.mtx", mtx + "3 3 2\n1 1 1.0\n2 2 2.0\n", "emit {} --n 0 -o " + (dir / "k.ptx").string(), "--n"},
       {"", "", "run " + dir.path().string() + " --input x.npy --threads 40000", "--threads"},
+      // Integers are decimal: CLI11 alone read 0x10 as 16 and 010 as 8 (HelpAndSuccessExitZero: 010 is 10).
+      {"", "", "gen pruned --rows 0x10 --cols 4 --sparsity 0.5 -o " + (dir / "g3.mtx").string(),
+       "--rows: '0x10' is not a decimal integer"},
+      {"ok7.mtx", mtx + "3 3 2\n1 1 1.0\n2 2 2.0\n", "emit {} --n ' 8' -o " + (dir / "k.ptx").string(),
+       "--n: ' 8' is not a decimal integer"},
       // An empty value (here: no output written at all, silently) is refused for every option.
       {"", "", "run " + dir.path().string() + " --input x.npy --output ''", "--output: an empty value"},
       {"", "", "inspect ''", "file: an empty value"},
@@ -546,6 +551,11 @@ TEST(CliBadInput, HelpAndSuccessExitZero) {
   const std::string m = (dir / "g.mtx").string();
   EXPECT_EQ(run(fmt::format("gen pruned --rows 20 --cols 30 --sparsity 0.7 --seed 3 -o {}", m), dir).code, 0);
   EXPECT_EQ(run(fmt::format("inspect {} --json --plan --m-blocks 4 --gy 2", m), dir).code, 0);
+  // A leading zero is not octal: 010 rows are ten (CLI11 alone made them eight).
+  const std::string ten = (dir / "ten.mtx").string();
+  EXPECT_EQ(run(fmt::format("gen pruned --rows 010 --cols +030 --sparsity 0.5 --seed 3 -o {}", ten), dir).code, 0);
+  const std::string text = sparsert::read_file(ten);
+  EXPECT_NE(text.find("\n10 30 150\n"), std::string::npos) << text.substr(0, 120);
   // Flags take no value and are not "empty values"; emit's heuristic tile is made for the plan options given.
   const std::string tall = (dir / "t.mtx").string();
   EXPECT_EQ(run(fmt::format("gen pruned --rows 256 --cols 64 --sparsity 0.9 --seed 5 -o {}", tall), dir).code, 0);
