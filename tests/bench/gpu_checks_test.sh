@@ -241,6 +241,21 @@ check "ncu-nlp ran the -jit packages with --ptx" \
   test "$(grep -c -E '^run .*/nlp/(baked|rows)-jit/pkg --input .*/x.npy --device cuda --ptx$' "$CALLS")" -eq 2
 check "ncu-nlp ran the others without" \
   test "$(grep -c -E '^run .*/nlp/(baked|rows)/pkg --input .*/x.npy --device cuda$' "$CALLS")" -eq 2
+# ncu-lanes: rn50-0.95's 64 x 256 layer at N = 3136 as two row-split kernels, 8 and 4 floats a lane, each profiled.
+: > "$CALLS"
+bash "$script" ncu-lanes "$fake" "$work/out11" > "$work/log11" 2>&1
+rc=$?
+check "ncu-lanes exits 0 with ncu (got $rc)" test "$rc" -eq 0
+check "ncu-lanes compiled 8 floats a lane" grep -q -E \
+  '^compile .*/cpt8/net.json --target sm_90 --no-tuning-db -o .* --stream \{"layout": "rows", .*"col_lanes": 16, "cols_per_thread": 8\}$' \
+  "$CALLS"
+check "ncu-lanes compiled 4 floats a lane" grep -q -E \
+  '^compile .*/cpt4/net.json --target sm_90 --no-tuning-db -o .* --stream \{"layout": "rows", .*"col_lanes": 32, "cols_per_thread": 4\}$' \
+  "$CALLS"
+for form in cpt8 cpt4; do
+  check "ncu-lanes wrote the $form CSV" grep -q 'Kernel Name' "$work/out11/ncu-spmm-lanes-$form.csv"
+done
+check "ncu-lanes ran both packages" test "$(grep -c -E '^run .*/cpt[48]/pkg --input .*/x.npy --device cuda$' "$CALLS")" -eq 2
 rm "$work/path/ncu"
 bash "$script" ncu-gc "$fake" "$work/out6" > "$work/log6" 2>&1
 rc=$?
