@@ -450,10 +450,11 @@ case $stage in
   ncu-lanes)
     # rn50-0.95's bottleneck_1_block_group1_1_1 (64 x 256, 819 nonzeros) at N = 3136 in the two row-split shapes the
     # H200's measured choice timed there (rn50-0.95-cuda.json, 2026-11-27b and -28): 8 floats a lane, 5.3-5.6 us, and
-    # 4 floats a lane, 4.1-4.2 us, both modelled 4.43. Kernels of 8 floats a lane run 23% over the model where priced
-    # at the assembler's 64-96 registers (docs/autotune.md, "The row-split register bound against ptxas"): whether
-    # that is occupancy ptxas bought with fewer loads in flight, or twice the L1 wavefronts a byte of a 16-byte load
-    # whose lanes stride 32 bytes, is what the stall reasons and the L1 statistics of the pair say.
+    # 4 floats a lane, 4.1-4.2 us, both modelled 4.43 until kWideLaneCriticalScale. Kernels of 8 floats a lane ran 23%
+    # over the model where priced at the assembler's 64-96 registers, and 27% where it had them critical-bound
+    # (docs/autotune.md, "The row-split register bound against ptxas"): whether that is occupancy ptxas bought with
+    # fewer loads in flight, or twice the L1 wavefronts a byte of a 16-byte load whose lanes stride 32 bytes (what the
+    # scale assumes), is what the stall reasons and the L1 statistics of the pair say.
     if ! command -v ncu > /dev/null; then
       fail "ncu (Nsight Compute) is not on PATH"
     else

@@ -286,6 +286,13 @@ constexpr double kRowsPreambleCycles = 1000.0;
 // was 1.66x), and the H200's measured-choice runs that ModelCheck.PicksAmongTheRowSplitShapesTheH200Timed reads go
 // from 1.106x to 1.054x (docs/autotune.md, "Long rows in the row-split walk").
 constexpr double kLongRowStepShare = 0.6;
+// A row-split warp whose lanes take 8 floats or more: each step's 16-byte loads of B stride 32 bytes across the lanes,
+// twice the L1 wavefronts a byte of a contiguous load, and its fmas wait on them. Its critical path is scaled by this.
+// Fitted on 2026-11-30 over the 209 such kernels timed (H100 and H200, 2026-11-24 to -28): they ran 1.27x the model
+// where it had them critical-bound (50 kernels), and at 1.3 all 209 are unbiased (+0.00 mean log error, was +0.07);
+// the model's pick among a layer's timed row-split kernels goes from 1.032x to 1.026x the fastest (worst 1.38x ->
+// 1.24x). Staged rows charge their shared loads' wavefronts instead (shared_cycles).
+constexpr double kWideLaneCriticalScale = 1.3;
 // Sustained DRAM reads reach about this share of the data-sheet bandwidth.
 constexpr double kDramEfficiency = 0.8;
 // Fitted on 2026-11-26 with the launch above: the issue term's scale (ptxas's schedule against the probe's classes
@@ -1019,6 +1026,7 @@ Estimate estimate_stream(const Probe& probe, const StreamShape& shape, const cod
       }
       l.l2_bytes = static_cast<double>(shape.b_rows_read) * tile_row_bytes;
     }
+    if (!staged && p.cols_per_thread >= 8) l.critical_cycles *= kWideLaneCriticalScale;
     return combine({l}, warps_per_block, bps, m);
   }
   l.latency_cycles = static_cast<double>(shape.heaviest_block_steps) * kStreamStepCycles / p.unroll +

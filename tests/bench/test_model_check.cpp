@@ -18,6 +18,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <tuple>
 
 namespace {
@@ -82,6 +83,44 @@ TEST(ModelCheck, RanksEveryMeasuredTuningRunAsTheGpuDid) {
     }
   }
   EXPECT_GE(groups, 1) << "no tuning report held measured candidates";
+}
+
+// The row-split kernels of 8 floats a lane the H200 ran (its three days of bench files, the measured choice's kernels
+// kept and not kept, back to back): unbiased on average, and not 1.16x fast where the model has their critical path
+// bound them. Before kWideLaneCriticalScale (2026-11-30) they ran 1.08x the model on average and 1.27x where it had
+// them critical-bound; kernels of 2 and 4 floats were unbiased.
+TEST(ModelCheck, RowSplitKernelsOfEightFloatsALaneAreNotModelledFast) {
+  SPARSERT_REQUIRE_SHARED_DATA(data);
+  bench::ModelCheckOptions o;
+  o.data_dir = data;
+  double all = 0.0, critical = 0.0;
+  int n_all = 0, n_critical = 0;
+  for (const char* day : {"h200-2026-11-27", "h200-2026-11-27b", "h200-2026-11-28"}) {
+    for (const char* suite :
+         {"rn50-0.9", "rn50-0.95", "transformer", "mobilenet", "rn50-conv3x3-0.9", "rn50-conv3x3-0.95"}) {
+      const auto f = std::filesystem::path(SPARSERT_SOURCE_DIR) / "docs/measurements" / day /
+                     fmt::format("{}-cuda.json", suite);
+      for (const bench::ModelGroup& g : bench::check_model(f, o)) {
+        if (g.source.find("alone") != std::string::npos) continue;
+        for (const bench::ModelPoint& p : g.points) {
+          if (p.label.find(" rows ") == std::string::npos || p.label.find(" cpt=8 ") == std::string::npos) continue;
+          const double e = std::log(p.measured_us / p.predicted_us);
+          all += e;
+          ++n_all;
+          if (std::string_view(p.estimate.bound) == "critical") {
+            critical += e;
+            ++n_critical;
+          }
+        }
+      }
+    }
+  }
+  ASSERT_GE(n_all, 150);
+  ASSERT_GE(n_critical, 30);
+  std::printf("8 floats a lane: mean log error %+.3f over %d kernels, %+.3f over the %d critical-bound\n", all / n_all,
+              n_all, critical / n_critical, n_critical);
+  EXPECT_LT(std::abs(all / n_all), 0.05);
+  EXPECT_LT(critical / n_critical, 0.15);
 }
 
 // The ELL walk at one column (the H100's GEMV tunes of the 1000 x 2048 final layer, 2026-11-24 and -26, today's padded
