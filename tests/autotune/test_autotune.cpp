@@ -1044,6 +1044,7 @@ TEST(Model, StreamedCandidatesRankBesideBakedOnes) {
 // one: the analytic register bound they are ranked by is loose (255 against ptxas's 110 for 16 floats a lane), and
 // the assembler's counts reorder near-ties.
 TEST(Tune, ModelModeAssemblesTheBestThreeStreamedCandidates) {
+  if (!codegen::Assembler::available()) GTEST_SKIP() << codegen::Assembler::unavailable_reason();
   const TuneLayer l = small_layer("three", 44, 256, 128, 32);
   const TuneOptions o = model_options();
   ASSERT_EQ(o.stream_simulate_top, 3);
