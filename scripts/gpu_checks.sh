@@ -166,6 +166,18 @@ one_layer_net() {
     > "$3"
 }
 
+# compile_profile DIR KERNEL INPUT CSV WHAT COMPILE_ARG...: compiles DIR/net.json for sm_90 with the arguments into
+# DIR/pkg and profiles the entry KERNEL of its run on INPUT into $out/CSV; a compile that fails is named by WHAT.
+compile_profile() {
+  local dir=$1 kernel=$2 input=$3 csv=$4 what=$5
+  shift 5
+  if run "$sparsert" compile "$dir/net.json" --target sm_90 "$@" --no-tuning-db -o "$dir/pkg"; then
+    profile "$kernel" "$dir/pkg" "$input" "$csv" "$what"
+  else
+    fail "compile of $what"
+  fi
+}
+
 # ncu_nlp FORM...: the transformer's 512 x 2048 layer at N = 256 (the suite furthest from its goal) profiled in each
 # FORM: baked (as compile builds it); staged and staged-db (one shape of the staged row-split kernel with one tile and
 # double-buffered: 64 rows a block, 2 a row group, 8 column lanes of 4 floats; 256 staged rows a stage, or 2 x 192);
@@ -427,12 +439,8 @@ case $stage in
           mkdir -p "$tmp/$suffix"
           one_layer_net "$w" 49 "$tmp/$suffix/net.json"
           # Not -q: the log names the tile (mb=128 gy=4 nt=49 on 2026-11-26).
-          if run "$sparsert" compile "$tmp/$suffix/net.json" --target sm_90 --kernel $kind --no-tuning-db \
-            -o "$tmp/$suffix/pkg"; then
-            profile "$kernel" "$tmp/$suffix/pkg" "$tmp/x.npy" "ncu-spmm-$suffix.csv" "the $sparsity layer, $kind"
-          else
-            fail "compile of the $sparsity layer, $kind"
-          fi
+          compile_profile "$tmp/$suffix" "$kernel" "$tmp/x.npy" "ncu-spmm-$suffix.csv" "the $sparsity layer, $kind" \
+            --kernel "$kind"
         done
       done
       ncu_nlp baked staged staged-db
@@ -469,12 +477,8 @@ case $stage in
         esac
         mkdir -p "$tmp/$form"
         one_layer_net "$w" 3136 "$tmp/$form/net.json"
-        if run "$sparsert" compile "$tmp/$form/net.json" --target sm_90 --no-tuning-db -o "$tmp/$form/pkg" \
-          --stream "{\"layout\": \"rows\", \"lanes_per_row\": 1, \"n_tile\": 128, \"unroll\": 4, $params}"; then
-          profile sparsert_stream "$tmp/$form/pkg" "$tmp/x.npy" "ncu-spmm-lanes-$form.csv" "the 64 x 256 layer, $form"
-        else
-          fail "compile of the 64 x 256 layer, $form"
-        fi
+        compile_profile "$tmp/$form" sparsert_stream "$tmp/x.npy" "ncu-spmm-lanes-$form.csv" "the 64 x 256 layer, $form" \
+          --stream "{\"layout\": \"rows\", \"lanes_per_row\": 1, \"n_tile\": 128, \"unroll\": 4, $params}"
       done
     fi
     ;;

@@ -247,10 +247,10 @@ bash "$script" ncu-lanes "$fake" "$work/out11" > "$work/log11" 2>&1
 rc=$?
 check "ncu-lanes exits 0 with ncu (got $rc)" test "$rc" -eq 0
 check "ncu-lanes compiled 8 floats a lane" grep -q -E \
-  '^compile .*/cpt8/net.json --target sm_90 --no-tuning-db -o .* --stream \{"layout": "rows", .*"col_lanes": 16, "cols_per_thread": 8\}$' \
+  '^compile .*/cpt8/net.json --target sm_90 --stream \{"layout": "rows", .*"col_lanes": 16, "cols_per_thread": 8\} --no-tuning-db -o .*/pkg$' \
   "$CALLS"
 check "ncu-lanes compiled 4 floats a lane" grep -q -E \
-  '^compile .*/cpt4/net.json --target sm_90 --no-tuning-db -o .* --stream \{"layout": "rows", .*"col_lanes": 32, "cols_per_thread": 4\}$' \
+  '^compile .*/cpt4/net.json --target sm_90 --stream \{"layout": "rows", .*"col_lanes": 32, "cols_per_thread": 4\} --no-tuning-db -o .*/pkg$' \
   "$CALLS"
 for form in cpt8 cpt4; do
   check "ncu-lanes wrote the $form CSV" grep -q 'Kernel Name' "$work/out11/ncu-spmm-lanes-$form.csv"
