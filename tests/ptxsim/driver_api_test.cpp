@@ -561,6 +561,19 @@ TEST_F(DriverApi, MisuseReturnsRealErrorCodes) {
   if (drv().emulated) {
     EXPECT_EQ(r, CUDA_ERROR_INVALID_IMAGE);
     EXPECT_NE(std::string(log).find("PTX only"), std::string::npos) << log;
+    // The tuner offers a cubin before its PTX for every candidate: each load still fails with the reason in its log,
+    // but stderr gets the line once, not once a candidate.
+    ::testing::internal::CaptureStderr();
+    for (int i = 0; i < 3; ++i) {
+      std::memset(log, 0, sizeof log);
+      vals[1] = reinterpret_cast<void*>(sizeof log);
+      EXPECT_EQ(drv().cuModuleLoadDataEx(&mod, elf, 2, opts, vals), CUDA_ERROR_INVALID_IMAGE);
+      EXPECT_NE(std::string(log).find("PTX only"), std::string::npos) << log;
+    }
+    const std::string printed = ::testing::internal::GetCapturedStderr();
+    size_t lines = 0;
+    for (size_t at = printed.find("ELF cubin"); at != std::string::npos; at = printed.find("ELF cubin", at + 1)) ++lines;
+    EXPECT_LE(lines, 1u) << printed;
   }
   // Broken PTX: the error log names the line.
   std::string bad = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k()\n{\nbogus.op;\n}\n";

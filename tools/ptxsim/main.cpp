@@ -5,7 +5,10 @@
 //
 // Parameters, in declaration order:  u32:V s32:V u64:V s64:V f32:V f64:V  or  buf:TYPE:COUNT[:FILL]
 // where FILL is a number, "iota" (0,1,2,...) or absent (zeros); a buffer parameter passes a fresh device allocation.
+// Integers are decimal, or hexadecimal after 0x; --grid and --block stay within CUDA's limits.
 #include <sparsert/ptxsim/ptxsim.hpp>
+
+#include <sparsert/cli/decimal_integers.hpp>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -20,17 +23,48 @@ namespace ps = sparsert::ptxsim;
 
 namespace {
 
-ps::Dim3 parse_dim(const std::string& s) {
+// A whole decimal number, or hexadecimal after 0x, within [lo, hi]; anything else (a sign where none is allowed,
+// trailing characters, octal's leading zero read as octal) is an error naming `what`.
+long long parse_integer(const std::string& text, const std::string& what, long long lo, long long hi) {
+  const size_t sign = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+  const bool hex = text.size() > sign + 2 && text[sign] == '0' && (text[sign + 1] == 'x' || text[sign + 1] == 'X');
+  const std::string digits = text.substr(sign + (hex ? 2 : 0));
+  const char* allowed = hex ? "0123456789abcdefABCDEF" : "0123456789";
+  if (digits.empty() || digits.find_first_not_of(allowed) != std::string::npos || digits.size() > 18)
+    throw sparsert::UserError(what, fmt::format("'{}' is not an integer (decimal, or hexadecimal after 0x)", text));
+  long long v = std::stoll(digits, nullptr, hex ? 16 : 10);
+  if (sign && text[0] == '-') v = -v;
+  if (v < lo || v > hi) throw sparsert::UserError(what, fmt::format("{} is outside [{}, {}]", text, lo, hi));
+  return v;
+}
+
+double parse_real(const std::string& text, const std::string& what) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (text.empty() || used != text.size()) throw sparsert::UserError(what, fmt::format("'{}' is not a number", text));
+  return v;
+}
+
+// "x[,y[,z]]" within CUDA's limits (x < 2^31, y and z < 65536): a grid of -1 would otherwise wrap to 2^32 - 1 blocks
+// and run for hours.
+ps::Dim3 parse_dim(const std::string& s, const std::string& what) {
   ps::Dim3 d;
-  unsigned v[3] = {1, 1, 1};
+  long long v[3] = {1, 1, 1};
   std::stringstream ss(s);
   std::string part;
   int i = 0;
   while (std::getline(ss, part, ',')) {
-    if (i >= 3) throw sparsert::UserError("dimension", fmt::format("'{}' has more than 3 components", s));
-    v[i++] = static_cast<unsigned>(std::stoul(part));
+    if (i >= 3) throw sparsert::UserError(what, fmt::format("'{}' has more than 3 components", s));
+    v[i] = parse_integer(part, what, 1, i == 0 ? 2147483647LL : 65535LL);
+    ++i;
   }
-  d.x = v[0], d.y = v[1], d.z = v[2];
+  if (i == 0 || s.back() == ',') throw sparsert::UserError(what, fmt::format("'{}' is not x[,y[,z]]", s));
+  d.x = static_cast<unsigned>(v[0]), d.y = static_cast<unsigned>(v[1]), d.z = static_cast<unsigned>(v[2]);
   return d;
 }
 
@@ -68,7 +102,16 @@ int main(int argc, char** argv) {
   run->add_option("--print", print_n, "elements of each buffer to print after the run");
   run->add_option("--dynamic-shared", dyn_shared, "dynamic shared memory bytes");
   check->add_option("file", file, "PTX file")->required();
-  CLI11_PARSE(app, argc, argv);
+  sparsert::cli::decimal_integers(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line and exit 2, as every other error here (CLI11's exit() adds a "Run with --help" line and its own code).
+    std::cerr << "ptxsim: " << e.what() << " (see ptxsim --help)\n";
+    return 2;
+  }
   try {
     std::ifstream in(file);
     if (!in) throw sparsert::UserError(file, "cannot open");
@@ -95,22 +138,26 @@ int main(int argc, char** argv) {
       auto f = split(p, ':');
       if (f.size() < 2) throw sparsert::UserError("--param", fmt::format("'{}' is not TYPE:VALUE", p));
       const std::string& t = f[0];
-      if (t == "u32") args.push_back(ps::arg_u32(static_cast<uint32_t>(std::stoul(f[1], nullptr, 0))));
-      else if (t == "s32") args.push_back(ps::arg_s32(std::stoi(f[1], nullptr, 0)));
-      else if (t == "u64") args.push_back(ps::arg_u64(std::stoull(f[1], nullptr, 0)));
-      else if (t == "s64") args.push_back(ps::arg_s64(std::stoll(f[1], nullptr, 0)));
-      else if (t == "f32") args.push_back(ps::arg_f32(std::stof(f[1])));
-      else if (t == "f64") args.push_back(ps::arg_f64(std::stod(f[1])));
+      const std::string what = "--param " + p;
+      constexpr long long kMax64 = 999999999999999999LL;  // what 18 digits hold
+      if (t == "u32") args.push_back(ps::arg_u32(static_cast<uint32_t>(parse_integer(f[1], what, 0, 4294967295LL))));
+      else if (t == "s32") args.push_back(ps::arg_s32(static_cast<int32_t>(parse_integer(f[1], what, -2147483648LL, 2147483647LL))));
+      else if (t == "u64") args.push_back(ps::arg_u64(static_cast<uint64_t>(parse_integer(f[1], what, 0, kMax64))));
+      else if (t == "s64") args.push_back(ps::arg_s64(parse_integer(f[1], what, -kMax64, kMax64)));
+      else if (t == "f32") args.push_back(ps::arg_f32(static_cast<float>(parse_real(f[1], what))));
+      else if (t == "f64") args.push_back(ps::arg_f64(parse_real(f[1], what)));
       else if (t == "buf") {
         if (f.size() < 3) throw sparsert::UserError("--param", fmt::format("'{}' is not buf:TYPE:COUNT[:FILL]", p));
         std::string et = f[1];
-        size_t n = std::stoull(f[2]);
+        // 2^28 elements (1-2 GiB): the interpreter's memory is the host's.
+        const size_t n = static_cast<size_t>(parse_integer(f[2], what, 0, 1LL << 28));
+        const double fill = f.size() > 3 && f[3] != "iota" ? parse_real(f[3], what) : 0.0;
         size_t es = (et == "f64" || et == "u64" || et == "s64") ? 8 : 4;
         if (et != "f32" && et != "f64" && et != "u32" && et != "s32" && et != "u64" && et != "s64")
           throw sparsert::UserError("--param", fmt::format("unknown buffer element type '{}'", et));
         std::vector<uint8_t> host(n * es);
         for (size_t i = 0; i < n && f.size() > 3; ++i) {
-          double v = f[3] == "iota" ? double(i) : std::stod(f[3]);
+          double v = f[3] == "iota" ? double(i) : fill;
           if (et == "f32") { float x = float(v); std::memcpy(&host[i * es], &x, 4); }
           else if (et == "f64") std::memcpy(&host[i * es], &v, 8);
           else if (es == 4) { int32_t x = int32_t(v); std::memcpy(&host[i * es], &x, 4); }
@@ -127,7 +174,7 @@ int main(int argc, char** argv) {
     ps::LaunchOptions opt;
     opt.dynamic_shared_bytes = dyn_shared;
     auto t0 = std::chrono::steady_clock::now();
-    auto counts = mod.launch(entry, parse_dim(grid_s), parse_dim(block_s), args, opt);
+    auto counts = mod.launch(entry, parse_dim(grid_s, "--grid"), parse_dim(block_s, "--block"), args, opt);
     double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     fmt::print("{}: {} instructions in {:.3f} s ({:.1f} M/s)\n  {}\n", entry, counts.total(), sec,
                counts.total() / sec / 1e6, counts.to_string());

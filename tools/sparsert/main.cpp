@@ -1,5 +1,6 @@
 // sparsert: the command-line front end of the compiler and runtime.
 #include "commands.hpp"
+#include "sparsert/cli/decimal_integers.hpp"
 #include "sparsert/runtime/error.hpp"
 #include "sparsert/runtime/printable.hpp"
 #include "sparsert/runtime/process_memory.hpp"
@@ -27,30 +28,6 @@ void reject_empty_values(const CLI::App& app) {
       }
     }
     reject_empty_values(*sub);
-  }
-}
-
-// Integer options read decimal only. CLI11 converts with strtoll's base 0, so `--n 010` read as 8 (octal) and
-// `--n 0x10` as 16, and ` 8` passed; here a value must be an optional sign and decimal digits, and leading zeros are
-// dropped before the conversion (010 reads as 10). Applied before each option's own checks (its ranges).
-void decimal_integers(CLI::App& app) {
-  for (CLI::App* sub : app.get_subcommands({})) {
-    for (CLI::Option* opt : sub->get_options()) {
-      const std::string type = opt->get_type_name();
-      const std::string base = type.substr(0, type.find(':'));
-      if (base != "INT" && base != "UINT") continue;
-      opt->transform(CLI::Validator(
-          [](std::string& v) -> std::string {
-            const size_t sign = !v.empty() && (v[0] == '+' || v[0] == '-') ? 1 : 0;
-            if (v.size() == sign || v.find_first_not_of("0123456789", sign) != std::string::npos)
-              return fmt::format("'{}' is not a decimal integer", v);
-            const size_t first = std::min(v.find_first_not_of('0', sign), v.size() - 1);
-            v = v.substr(0, sign) + v.substr(first);
-            return {};
-          },
-          "", "decimal"));
-    }
-    decimal_integers(*sub);
   }
 }
 
@@ -83,7 +60,7 @@ int main(int argc, char** argv) {
   add(cli::add_tune);
   add(cli::add_check_model);
 
-  decimal_integers(app);
+  sparsert::cli::decimal_integers(app);
   try {
     app.parse(argc, argv);
     reject_empty_values(app);

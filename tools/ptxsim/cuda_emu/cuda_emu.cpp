@@ -165,6 +165,7 @@ struct State {
   std::set<GraphObj*> graphs;
   std::set<ExecObj*> execs;
   std::string last_error;
+  std::set<std::string> printed_errors;  // fail_with prints a message once
   ps::InstrCounts last_counts, total_counts;
   unsigned next_stream_serial = 1;
   std::vector<LaunchRecord> launch_log;  // the first kLaunchLogLimit since the last clear
@@ -209,9 +210,15 @@ bool stream_ok(CUstream s, StreamObj** out) {
   return *out != nullptr;
 }
 
+// Each failure is printed the first time its message is seen. A caller that tries a cubin before the PTX (the tuner,
+// once a candidate) would otherwise get the same refusal line hundreds of times; the error code and
+// cuGetErrorString still report every failure. Past kMaxQuietMessages distinct messages, every one is printed.
 CUresult fail_with(CUresult r, const std::string& msg) {
-  st().last_error = msg;
-  std::fprintf(stderr, "sparsert_cuda_emu: %s\n", msg.c_str());
+  constexpr size_t kMaxQuietMessages = 256;
+  State& s = st();
+  s.last_error = msg;
+  if (s.printed_errors.size() >= kMaxQuietMessages || s.printed_errors.insert(msg).second)
+    std::fprintf(stderr, "sparsert_cuda_emu: %s\n", msg.c_str());
   return r;
 }
 
