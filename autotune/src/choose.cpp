@@ -44,6 +44,8 @@ ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilo
   return best;
 }
 
+bool convolution_candidate(const Candidate& c) { return !c.streamed() && c.tile.cols_per_thread == 1; }
+
 std::vector<RankedCandidate> best_row_split_shapes(const CsrMatrix& a, int32_t n, const Epilogue& epilogue,
                                                    const codegen::Target& target, size_t shapes) {
   std::map<RowSplitShape, RankedCandidate> best;

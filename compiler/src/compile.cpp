@@ -76,9 +76,8 @@ TunedTable ask_tile_source(const std::vector<LoadedLayer>& layers, const Compile
   TunedTable t(layers.size());
   for (size_t li = 0; li < layers.size(); ++li) {
     for (const codegen::Target& target : options.targets) {
-      // The tile sources rank plain SpMM kernels; a convolution takes codegen's rules (one column per thread).
-      const bool ask = options.tiles && !layers[li].conv;
-      t[li].push_back(ask ? options.tiles(layers[li], target) : std::nullopt);
+      // A convolution's source answers with its kinds only (autotune::convolution_candidate), or not at all.
+      t[li].push_back(options.tiles ? options.tiles(layers[li], target) : std::nullopt);
     }
   }
   return t;

@@ -27,6 +27,9 @@ codegen::Target primary_target(const std::vector<codegen::Target>& targets) {
 TileSource database_tile_source(std::shared_ptr<const autotune::TuningDatabase> db, const std::string& toolkit,
                                 const codegen::Target& primary) {
   return [db, toolkit, primary](const LoadedLayer& l, const codegen::Target& target) -> std::optional<TunedKernel> {
+    // A record's key names the matrix, not a convolution's layout: one tuned as a plain SpMM of the same weights may
+    // hold several columns a thread or a row-split kernel, neither of which a convolution can be.
+    if (l.conv) return std::nullopt;
     const Epilogue ep{l.desc.bias, l.desc.activation, l.desc.clamp};
     const auto rec = db->find(autotune::tuning_key(l.matrix(), ep, l.desc.n, primary, toolkit));
     if (!rec) return std::nullopt;
@@ -65,21 +68,29 @@ TileSource model_tile_source(const std::vector<LoadedLayer>& layers, const std::
       // With a column map the tile must be one column per thread and whole warps: the model ranks only those, so that
       // its estimate is of the kernel built (codegen::column_map_tile would otherwise change the winner).
       std::function<bool(const autotune::Candidate&)> accept;
+      autotune::KindSet layer_kinds = kinds;
       if (options.column_map) {
         accept = [](const autotune::Candidate& c) {
           return !c.streamed() && codegen::column_map_tile(c.tile) == c.tile;
         };
+        layer_kinds = {codegen::KernelKind::kBaked};
       }
-      const autotune::ModelChoice c = autotune::choose_by_model(
-          l.matrix(), n, l.desc.epilogue(), primary,
-          options.column_map ? autotune::KindSet{codegen::KernelKind::kBaked} : kinds, accept, options.max_entries);
+      if (l.conv) {
+        accept = autotune::convolution_candidate;
+        layer_kinds = autotune::convolution_kinds();
+        // --kernel streamed: the model has no convolution of that kind to rank; compile's rules stream it.
+        if (options.forced && *options.forced != codegen::KernelKind::kBaked) return;
+      }
+      const autotune::ModelChoice c = autotune::choose_by_model(l.matrix(), n, l.desc.epilogue(), primary,
+                                                                layer_kinds, accept, options.max_entries);
       // Ranked at the width the layer runs on, built for the width it is compiled for.
       for (const codegen::Target& t : targets) autotune::check_candidate(c.candidate, l.matrix(), l.desc.n, t);
       pick = TunedKernel{c.candidate.kind, c.candidate.tile, c.candidate.stream, "model"};
       pick->model_us = c.estimate.microseconds;
       if (std::isfinite(c.best_baked_us) && std::isfinite(c.best_streamed_us))
         pick->baked_gain_us = c.best_streamed_us - c.best_baked_us;
-      if (pick->kind == codegen::KernelKind::kBaked && c.best_stream) {
+      // A convolution's fallback is compile's streamed rule (the ELL walk over staged taps), not a row-split kernel.
+      if (pick->kind == codegen::KernelKind::kBaked && c.best_stream && !l.conv) {
         bool valid_everywhere = true;
         for (const codegen::Target& t : targets) {
           try {

@@ -768,7 +768,36 @@ TEST(BenchConv, SparsertGpuConvolutionRunsOnTheEmulatedDriver) {
   for (const auto& p : r["problems"]) {
     expect_timed(p["results"]["sparsert-gpu"], p["name"].get<std::string>() + " sparsert-gpu");
     EXPECT_NE(p["results"]["sparsert-gpu"]["detail"].get<std::string>().find("conv"), std::string::npos) << p.dump();
+    // What compile builds: the model's tile (one column a thread), not codegen's rules.
+    EXPECT_NE(p["results"]["sparsert-gpu"]["detail"].get<std::string>().find("(model)"), std::string::npos)
+        << p.dump();
   }
+}
+
+// --choose measured on a convolution suite: the model's tile and codegen's rules' kernel are both timed and kept in
+// kind_choice, the faster is the subject's, and the report sets one against the other.
+TEST(BenchConv, MeasuredChoiceTimesTheModelsTileBesideTheRules) {
+  ScratchDir dir;
+  ::setenv("SPARSERT_LIBCUDA", SPARSERT_EMU_LIB, 1);
+  ::setenv("SPARSERT_LIBCUDNN", (dir / "none.so").c_str(), 1);
+  MethodSet set = conv_gpu_methods(dir / "scratch", /*measure_kinds=*/true);
+  ::unsetenv("SPARSERT_LIBCUDNN");
+  const nlohmann::json r = run_suite(make_suite("smoke-conv", {}), set, quick("smoke-conv"));
+  EXPECT_TRUE(r["all_verified"].get<bool>()) << r.dump();
+  for (const auto& p : r["problems"]) {
+    const nlohmann::json& c = p["results"]["sparsert-gpu"]["kind_choice"];
+    EXPECT_EQ(c.value("model_pick", ""), "baked") << c.dump();
+    EXPECT_EQ(c["baked"].value("status", ""), "measured") << c.dump();
+    EXPECT_EQ(c["baked-rules"].value("status", ""), "measured") << c.dump();
+    EXPECT_NE(c["baked"].value("detail", "").find("(model)"), std::string::npos) << c.dump();
+    EXPECT_NE(c["baked-rules"].value("detail", "").find("(heuristic)"), std::string::npos) << c.dump();
+    const std::string picked = c.value("picked", "");
+    ASSERT_TRUE(picked == "baked" || picked == "baked-rules") << c.dump();
+    EXPECT_EQ(p["results"]["sparsert-gpu"].value("detail", ""), c[picked].value("detail", "")) << c.dump();
+  }
+  const std::string md = write_report({r}, {"conv.json"}, dir / "charts", "charts", "x");
+  EXPECT_NE(md.find("against codegen's rules' kernel (`-rules`"), std::string::npos) << md;
+  EXPECT_NE(md.find("| baked-rules | 4 |"), std::string::npos) << md;
 }
 #endif
 

@@ -626,4 +626,32 @@ TEST(ModelCheck, PredictionsSitBesideTheMeasuredVendorTimes) {
   }
   EXPECT_NEAR(p.geomean_over_vendor, std::exp(log_sum / static_cast<double>(p.problems.size())), 1e-9);
 }
+
+// A convolution suite's estimate is of what compile builds for a convolution (a baked kernel of one column a thread,
+// at the convolution's own width) beside cuDNN's fastest verified algorithm, the suite's baseline. The H200's run of
+// 2026-11-28 timed codegen's rules' tiles, which compile built for convolutions until then.
+TEST(ModelCheck, PredictsAConvolutionSuiteAgainstCudnn) {
+  SPARSERT_REQUIRE_SHARED_DATA(data);
+  const std::filesystem::path file =
+      std::filesystem::path(SPARSERT_SOURCE_DIR) / "docs/measurements/h200-2026-11-28/rn50-conv3x3-0.9-cuda.json";
+  bench::ModelCheckOptions o;
+  o.data_dir = data;
+  const bench::PredictionSet p = bench::predict_against_vendors(file, o);
+  const nlohmann::json j = nlohmann::json::parse(sparsert::read_file(file));
+  ASSERT_EQ(p.problems.size(), j.at("problems").size());
+  int with_vendor = 0;
+  for (size_t i = 0; i < p.problems.size(); ++i) {
+    const bench::Prediction& r = p.problems[i];
+    EXPECT_TRUE(r.choice.starts_with("baked ") && r.choice.find(" cpt=1 ") != std::string::npos) << r.problem << ": "
+                                                                                                 << r.choice;
+    EXPECT_EQ(r.choice.find(" ld="), std::string::npos) << r.problem << ": " << r.choice;
+    const nlohmann::json& res = j["problems"][i]["results"];
+    if (res.contains("cudnn-fastest") && res["cudnn-fastest"].value("verified", false)) {
+      ++with_vendor;
+      EXPECT_EQ(r.vendor, "cudnn-fastest") << r.problem;
+      EXPECT_NEAR(r.vendor_us, res["cudnn-fastest"]["median_ms"].get<double>() * 1e3, 1e-9) << r.problem;
+    }
+  }
+  EXPECT_GT(with_vendor, 10);
+}
 }  // namespace

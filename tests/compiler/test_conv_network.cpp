@@ -2,7 +2,10 @@
 // compiles (baked and streamed) and runs through ptxsim's emulated driver and through `sparsert run` on the CPU,
 // matching the direct convolution of reference_conv2d layer by layer; a ResNet-50 bottleneck block from DLMC does the
 // same; and bad descriptions are one-line UserErrors naming the field.
+#include "sparsert/autotune/database.hpp"
+#include "sparsert/codegen/heuristic.hpp"
 #include "sparsert/compiler/compile.hpp"
+#include "sparsert/compiler/tile_sources.hpp"
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/inspector/generate.hpp"
 #include "sparsert/runtime/file_io.hpp"
@@ -131,6 +134,49 @@ TEST(ConvNetwork, BakedAndStreamedMatchTheReferenceOnTheEmulatedDriver) {
       EXPECT_LE(max_relative_error(got, want), 1e-4) << codegen::to_string(kind) << ", " << images << " image(s)";
     }
   }
+}
+
+// compile's model ranks a convolution's kernels too (autotune::convolution_candidate): baked, one column a thread. A
+// tuning record of the same weights as a plain SpMM (here two columns a thread) is not a convolution's, and is passed
+// over. What the model picks runs exact on the emulated driver.
+TEST(ConvNetwork, TheModelPicksAConvolutionsTileAndItRunsExact) {
+  ScratchDir dir;
+  const std::vector<LoadedLayer> layers = load_network(read_network(write_small_network(dir)));
+  CompileOptions o = options(dir, codegen::KernelKind::kBaked);
+  o.kernel_kind.reset();
+  auto db = std::make_shared<autotune::TuningDatabase>(autotune::TuningDatabase::load(dir / "tuning.json"));
+  for (const LoadedLayer& l : layers) {
+    autotune::TuningRecord r;
+    r.tile = codegen::default_tile_params(l.matrix(), l.desc.n, o.targets.front());
+    r.tile.cols_per_thread = 2;
+    r.tile.n_tile = 64;
+    r.target = "sm_90";
+    r.n = l.desc.n;
+    db->put(autotune::tuning_key(l.matrix(), l.desc.epilogue(), l.desc.n, o.targets.front(), compile_toolkit(false)),
+            r);
+  }
+  const TileSource records = database_tile_source(db, compile_toolkit(false), o.targets.front());
+  for (const LoadedLayer& l : layers) EXPECT_FALSE(records(l, o.targets.front()).has_value()) << l.desc.name;
+  o.tiles = model_tile_source(layers, o.targets, ModelTileOptions{}, records);
+  const CompileReport report = compile_network(layers, dir / "pkg", o);
+  ASSERT_EQ(report.layers.size(), layers.size());
+  for (const LayerTargetReport& r : report.layers) {
+    EXPECT_EQ(r.tile_source, "model") << r.layer;
+    EXPECT_EQ(r.kind, "baked") << r.layer;
+    EXPECT_EQ(r.tile.at("cols_per_thread"), 1) << r.layer;
+    EXPECT_TRUE(r.model_us.has_value()) << r.layer;
+  }
+  GpuNetwork net(load_package(dir / "pkg"));
+  const DenseTensor x = random_images(2, 8, 9, 9, 31);
+  const DenseTensor got = net.run(x);
+  const DenseTensor want = reference(layers, x);
+  ASSERT_EQ(got.shape(), want.shape());
+  EXPECT_LE(max_relative_error(got, want), 1e-4);
+  // --kernel streamed: the model has no streamed convolution to rank; compile's rules stream every layer.
+  ModelTileOptions streamed;
+  streamed.forced = codegen::KernelKind::kStreamed;
+  const TileSource none = model_tile_source(layers, o.targets, streamed, nullptr);
+  for (const LoadedLayer& l : layers) EXPECT_FALSE(none(l, o.targets.front()).has_value()) << l.desc.name;
 }
 
 TEST(ConvNetwork, CliRunsOnTheCpuAndChecks) {

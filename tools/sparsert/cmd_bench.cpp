@@ -97,12 +97,12 @@ int run_bench(const BenchArgs& a) {
                       "applies to sparsert's baked SpMM kernels on the GPU (--device cuda, not a convolution suite)");
   SPARSERT_USER_CHECK(a.block_functions == "auto" || (a.device == "cuda" && !conv), "--block-functions",
                       "applies to sparsert's baked SpMM kernels on the GPU (--device cuda, not a convolution suite)");
-  SPARSERT_USER_CHECK(a.choose == "model" || (a.device == "cuda" && !conv), "--choose",
-                      "applies to sparsert's SpMM kernels on the GPU (--device cuda, not a convolution suite)");
+  SPARSERT_USER_CHECK(a.choose == "model" || a.device == "cuda", "--choose",
+                      "applies to sparsert's kernels on the GPU (--device cuda)");
   const std::optional<bool> block_functions =
       a.block_functions == "auto" ? std::nullopt : std::optional<bool>(a.block_functions == "on");
   bench::MethodSet methods =
-      a.device == "cuda" ? (conv ? bench::conv_gpu_methods(scratch)
+      a.device == "cuda" ? (conv ? bench::conv_gpu_methods(scratch, a.choose == "measured")
                                  : bench::gpu_methods(scratch, a.max_entries, block_functions, a.choose == "measured"))
                          : (conv ? bench::conv_cpu_methods(a.threads) : bench::cpu_methods(a.threads));
   for (const auto& u : methods.unavailable) fmt::print("note: {} not measured: {}\n", u.method, u.reason);
@@ -180,8 +180,8 @@ Action add_bench(CLI::App& app) {
                   "cuda: sparsert's kernel kind for each problem: model (what compile builds without a tuning record) "
                   "or measured (the model's fastest baked and streamed kernels timed on the device, also built for "
                   "rows of 16 bytes where N is not a multiple of 4, a row-split streamed pick also with its entries "
-                  "prefetched, and the model's best row-split kernels of 3 other shapes; the fastest kept, every time "
-                  "recorded)")
+                  "prefetched, and the model's best row-split kernels of 3 other shapes; for a convolution, the "
+                  "model's baked tile and codegen's rules' tile; the fastest kept, every time recorded)")
       ->check(CLI::IsMember({"model", "measured"}))
       ->default_val("model");
   sub->add_option("--report", args->report, "Results files to turn into the Markdown report (-o)")->expected(1, -1);

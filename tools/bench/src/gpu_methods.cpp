@@ -688,12 +688,13 @@ class SparsertGpu final : public GpuMethod {
       const std::string kind = codegen::to_string(*v.kind) + (v.columns != p.n ? "-aligned" : "") +
                                (v.prefetch ? "-prefetch" : "") + (v.shape > 0 ? fmt::format("-shape{}", v.shape) : "") +
                                (v.budget ? "-budget" : "") + (v.whole ? "-whole" : "") +
-                               (v.interleave ? "-interleaved" : "");
+                               (v.interleave ? "-interleaved" : "") + (v.rules ? "-rules" : "");
       const std::optional<compiler::CompileOptions> o =
-          compile_options(p, v.kind, v.columns, v.prefetch, v.shape, v.budget, v.whole, v.interleave);
+          compile_options(p, v.kind, v.columns, v.prefetch, v.shape, v.budget, v.whole, v.interleave, v.rules);
       if (!o) {
         // A twin or a budget only where one exists.
-        if (!v.prefetch && !v.budget && !v.whole && !v.interleave) choice_[kind] = {{"status", "no valid candidate"}};
+        if (!v.prefetch && !v.budget && !v.whole && !v.interleave && !v.rules)
+          choice_[kind] = {{"status", "no valid candidate"}};
         continue;
       }
       Built cand;
@@ -737,17 +738,26 @@ class SparsertGpu final : public GpuMethod {
   // that kernel with its long rows kept whole, where it splits them (nothing otherwise). interleave: the baked pick
   // with its thread groups interleaved over its warps, where that places them on fewer sub-partitions (nothing
   // otherwise).
+  // rules: codegen's rules, not the model's pick (a convolution's, timed beside the model's by the measured choice).
   std::optional<compiler::CompileOptions> compile_options(const Problem& p, std::optional<codegen::KernelKind> kind,
                                                           int32_t columns, bool prefetch = false, size_t shape = 0,
                                                           bool budget = false, bool whole = false,
-                                                          bool interleave = false) const {
+                                                          bool interleave = false, bool rules = false) const {
     compiler::CompileOptions o;
     o.targets = {target_};
     o.progress = false;
     o.block_functions = block_functions_;
-    // A convolution takes codegen's rules (the model ranks plain SpMM kernels); anything else the kernel the static
-    // model ranks fastest, every baked candidate ranked and built in at most --max-entries entries.
-    if (!p.conv) {
+    // A convolution: the model's fastest of the kernels a convolution can be (autotune::convolution_candidate: baked,
+    // a column a thread), or codegen's rules; it has no twins. Anything else: the kernel the static model ranks
+    // fastest, every baked candidate ranked and built in at most --max-entries entries.
+    if (p.conv) {
+      if (prefetch || shape > 0 || budget || whole || interleave) return std::nullopt;
+      if (kind && *kind != codegen::KernelKind::kBaked) return std::nullopt;
+      const std::optional<compiler::TunedKernel> pick =
+          rules ? std::nullopt : model_pick(p, codegen::KernelKind::kBaked, columns);
+      if (!rules && !pick && kind) return std::nullopt;  // asked for the model's: there is none (the rules' is timed)
+      if (pick) o.tiles = [pick = *pick](const compiler::LoadedLayer&, const codegen::Target&) { return pick; };
+    } else {
       std::optional<compiler::TunedKernel> pick = model_pick(p, kind, columns);
       if (shape > 0) {
         const std::vector<codegen::StreamParams>& shapes = row_split_shapes(p, columns);
@@ -800,8 +810,15 @@ class SparsertGpu final : public GpuMethod {
     }
     std::optional<compiler::TunedKernel> pick;
     try {
-      const autotune::ModelChoice c = autotune::choose_by_model(
-          p.a, columns, Epilogue{}, target_, kind ? autotune::KindSet{*kind} : autotune::all_kinds(), {}, max_entries_);
+      autotune::KindSet kinds = kind ? autotune::KindSet{*kind} : autotune::all_kinds();
+      std::function<bool(const autotune::Candidate&)> accept;
+      if (p.conv) {
+        if (kind && *kind != codegen::KernelKind::kBaked) return std::nullopt;
+        kinds = autotune::convolution_kinds();
+        accept = autotune::convolution_candidate;
+      }
+      const autotune::ModelChoice c =
+          autotune::choose_by_model(p.a, columns, Epilogue{}, target_, kinds, accept, max_entries_);
       pick = compiler::TunedKernel{c.candidate.kind, c.candidate.tile, c.candidate.stream, "model"};
     } catch (const inspector::InvalidTileParams&) {
     }
@@ -892,7 +909,7 @@ class SparsertGpu final : public GpuMethod {
     from_cache_ = b.from_cache;
     detail_ = b.detail;
   }
-  bool measured(const Problem& p) const { return measure_kinds_ && !p.conv; }
+  bool measured(const Problem&) const { return measure_kinds_; }
   // The width `sparsert compile` builds the problem for by default (--row-align auto): rows of 16 bytes for a matrix
   // layer of at least 32 columns, the problem's own width otherwise and for a convolution.
   static int32_t compiled_columns(const Problem& p) {
@@ -908,9 +925,16 @@ class SparsertGpu final : public GpuMethod {
     bool budget = false;    // the model's best row-split kernel under a register budget
     bool whole = false;     // the streamed pick with its long rows kept whole, where it splits them
     bool interleave = false;  // the baked pick with its thread groups interleaved over its warps, where that helps
+    bool rules = false;       // codegen's rules instead of the model's pick (a convolution's)
   };
   std::vector<Variant> variants(const Problem& p) const {
     std::vector<Variant> out;
+    // A convolution has one kind and one width: the model's pick, and codegen's rules that chose before it.
+    if (p.conv) {
+      out.push_back({codegen::KernelKind::kBaked, p.n});
+      out.push_back({codegen::KernelKind::kBaked, p.n, false, 0, false, false, false, true});
+      return out;
+    }
     for (codegen::KernelKind k : autotune::all_kinds()) out.push_back({k, p.n});
     const int32_t aligned = compiler::aligned_columns(p.n, kMeasuredRowAlign);
     if (aligned != p.n) {
@@ -980,10 +1004,10 @@ class SparsertGpu final : public GpuMethod {
 // (virtual im2col, docs/codegen.md) and runs it NCHW in, NCHW out. It becomes the subject, both cuDNN methods its
 // baselines.
 std::unique_ptr<Method> make_sparsert_gpu_conv(const std::shared_ptr<Gpu>& gpu, const std::filesystem::path& scratch,
-                                               std::string* why) {
+                                               bool measure_kinds, std::string* why) {
 #if SPARSERT_BENCH_HAVE_COMPILER
   try {
-    return std::make_unique<SparsertGpu>(gpu, scratch);
+    return std::make_unique<SparsertGpu>(gpu, scratch, std::nullopt, std::nullopt, measure_kinds);
   } catch (const UserError& e) {
     *why = e.what();
     return nullptr;
@@ -991,6 +1015,7 @@ std::unique_ptr<Method> make_sparsert_gpu_conv(const std::shared_ptr<Gpu>& gpu, 
 #else
   (void)gpu;
   (void)scratch;
+  (void)measure_kinds;
   *why = "built without the compiler";
   return nullptr;
 #endif
@@ -1080,7 +1105,7 @@ MethodSet gpu_methods(const std::filesystem::path& scratch_dir, std::optional<in
   return set;
 }
 
-MethodSet conv_gpu_methods(const std::filesystem::path& scratch_dir) {
+MethodSet conv_gpu_methods(const std::filesystem::path& scratch_dir, bool measure_kinds) {
   std::string why;
   if (!cuda::Driver::available(&why)) {
     throw cuda::DriverUnavailable("--device cuda", why);
@@ -1089,10 +1114,14 @@ MethodSet conv_gpu_methods(const std::filesystem::path& scratch_dir) {
   MethodSet set;
   set.convolution = true;
   std::string sparsert_why;
-  if (std::unique_ptr<Method> m = make_sparsert_gpu_conv(gpu, scratch_dir, &sparsert_why)) {
+  if (std::unique_ptr<Method> m = make_sparsert_gpu_conv(gpu, scratch_dir, measure_kinds, &sparsert_why)) {
     set.subject = m->name();
-    set.notes[m->name()] =
-        fmt::format("sparsert's generated convolution on {} (sm_{})", gpu->info.name, gpu->info.sm());
+    set.notes[m->name()] = fmt::format(
+        "sparsert's generated convolution on {} (sm_{}); {}", gpu->info.name, gpu->info.sm(),
+        measure_kinds ? fmt::format("the faster, {} x {} runs each, of the model's fastest baked kernel of one column "
+                                    "a thread and codegen's rules' kernel",
+                                    SparsertGpu::kChoiceSamples, SparsertGpu::kChoiceRuns)
+                      : std::string("the model's fastest baked kernel of one column a thread, as compile builds it"));
     set.methods.push_back(std::move(m));
   } else {
     set.unavailable.push_back({"sparsert-gpu", sparsert_why});

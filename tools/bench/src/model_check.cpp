@@ -454,8 +454,12 @@ PredictionSet predict_unchecked(const std::filesystem::path& file, const ModelCh
 #if SPARSERT_BENCH_HAVE_COMPILER
     if (!it->conv) columns = compiler::aligned_columns(it->n, compiler::default_row_align(it->n));
 #endif
+    // A convolution: what compile's model picks for one (autotune::convolution_candidate).
     const autotune::ModelChoice c =
-        autotune::choose_by_model(it->a, columns, Epilogue{}, target, autotune::all_kinds(), {}, o.max_entries);
+        it->conv ? autotune::choose_by_model(it->a, columns, Epilogue{}, target, autotune::convolution_kinds(),
+                                             autotune::convolution_candidate, o.max_entries)
+                 : autotune::choose_by_model(it->a, columns, Epilogue{}, target, autotune::all_kinds(), {},
+                                             o.max_entries);
     pr.choice = autotune::describe(c.candidate) + (columns != it->n ? fmt::format(" ld={}", columns) : "");
     pr.predicted_us = c.estimate.microseconds;
     pr.estimate = c.estimate;
@@ -468,7 +472,10 @@ PredictionSet predict_unchecked(const std::filesystem::path& file, const ModelCh
       return measured_time(r[m]["median_ms"], field) * 1e3;
     };
     pr.measured_us = median_us(subject);
-    for (const char* v : {"cublas-fp32", "cusparse"}) {
+    // The baselines of the goals; a convolution's is cuDNN's fastest verified algorithm.
+    const std::vector<const char*> vendors =
+        it->conv ? std::vector<const char*>{"cudnn-fastest"} : std::vector<const char*>{"cublas-fp32", "cusparse"};
+    for (const char* v : vendors) {
       const double t = median_us(v);
       if (t > 0 && (pr.vendor_us == 0 || t < pr.vendor_us)) {
         pr.vendor_us = t;
@@ -484,7 +491,7 @@ PredictionSet predict_unchecked(const std::filesystem::path& file, const ModelCh
     out.problems.push_back(std::move(pr));
   }
   // A run with no vendor time (a CPU run) has nothing to set the estimates against: "0.00x" would read as a result.
-  SPARSERT_USER_CHECK(counted > 0, where, "no problem has a verified cuBLAS or cuSPARSE time (subject '{}'): "
+  SPARSERT_USER_CHECK(counted > 0, where, "no problem has a verified cuBLAS, cuSPARSE or cuDNN time (subject '{}'): "
                       "--predict needs a GPU run (bench --device cuda)", subject);
   out.geomean_over_vendor = std::exp(log_sum / counted);
   return out;

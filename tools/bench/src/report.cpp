@@ -359,7 +359,8 @@ std::string ratio_summary(const std::vector<double>& ratios, const char* whose) 
 // staged row-split kernel (a variant whose detail says "staged-rows") against the fastest of the others, and the
 // kernel under a register budget ("-budget") against the fastest without one, and the streamed pick that splits long
 // rows against its twin with whole rows ("-whole"), and the baked pick with its thread groups interleaved over its
-// warps against the same kernel without ("-interleaved"). Empty where the run chose by the model.
+// warps against the same kernel without ("-interleaved"), and a convolution's model tile against codegen's rules'
+// ("-rules"). Empty where the run chose by the model.
 std::string kind_choice_section(const json& run, const std::string& subject) {
   std::map<std::string, int> timed, kept;
   int problems = 0, model_kept = 0, shape_without_pick = 0;
@@ -369,6 +370,7 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
   std::vector<double> budgeted;  // the fastest kernel under a register budget against the fastest without one
   std::vector<double> split;     // the streamed pick with its long rows split against its twin with them whole
   std::vector<double> interleaved;  // the baked pick with its groups interleaved against the same kernel without
+  std::vector<double> modelled;     // a convolution's model tile against codegen's rules' kernel ("-rules")
   for (const json& p : run["problems"]) {
     if (!p.contains("results") || !p["results"].contains(subject)) continue;
     const json& r = p["results"][subject];
@@ -410,6 +412,11 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
       if (k.size() > kInterleaved.size() && k.ends_with(kInterleaved)) {
         const std::optional<double> plain = measured_us(k.substr(0, k.size() - kInterleaved.size()));
         if (plain && *plain > 0) interleaved.push_back(*us / *plain);
+      }
+      constexpr std::string_view kRules = "-rules";
+      if (k.size() > kRules.size() && k.ends_with(kRules)) {
+        const std::optional<double> model = measured_us(k.substr(0, k.size() - kRules.size()));
+        if (model && *us > 0) modelled.push_back(*model / *us);
       }
       constexpr std::string_view kTwin = "-prefetch";
       if (k.size() > kTwin.size() && k.ends_with(kTwin)) {
@@ -471,6 +478,11 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
     md += "\nThe streamed pick with its long rows split (`segment_entries`: segments in their own row groups, summed in "
           "shared memory) against the same kernel with whole rows (`-whole`): " +
           ratio_summary(split, "the whole rows'") + "\n";
+  }
+  if (!modelled.empty()) {
+    md += "\nThe model's tile for a convolution (one column a thread, ranked as its im2col SpMM) against codegen's "
+          "rules' kernel (`-rules`, what compile built for convolutions until 2026-11-29): " +
+          ratio_summary(modelled, "the rules'") + "\n";
   }
   if (!interleaved.empty()) {
     md += "\nThe baked pick with its thread groups interleaved over its warps (`-interleaved`: warp w runs group "

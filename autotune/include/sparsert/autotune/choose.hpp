@@ -32,6 +32,14 @@ ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilo
                             const std::function<bool(const Candidate&)>& accept = {},
                             std::optional<int32_t> max_entries = std::nullopt);
 
+// What the model may choose for a convolution (docs/codegen.md, "Convolutions (virtual im2col)"): a baked kernel of
+// one column per thread, since its columns are output pixels, not adjacent in memory past a row of the image. The
+// streamed convolution is the ELL walk over staged taps, which the model prices least well of all its kernels
+// (docs/autotune.md), so it is left to `--kernel streamed`. The model prices the plain SpMM of the im2col matrix: the
+// kernels differ in their loads' offsets (immediates either way) and a per-thread pixel computation.
+bool convolution_candidate(const Candidate& c);
+inline KindSet convolution_kinds() { return {codegen::KernelKind::kBaked}; }
+
 // The row-split candidates (entries not prefetched) the model ranks fastest for each shape of the grid
 // (row_split_shape), fastest shape first, at most `shapes` of them; empty where the grid has none for this layer.
 // The model ranks shapes of this kernel least well of all (docs/autotune.md, "Shapes of the row-split kernel"), and

@@ -143,7 +143,10 @@ MethodSet conv_cpu_methods(int threads);
 // fastest algorithm cudnnFindConvolutionForwardAlgorithm reports, beside sparsert's generated convolution where
 // make_sparsert_gpu_conv (gpu_methods.cpp) provides it; until then the implicit GEMM is the subject. Throws
 // cuda::DriverUnavailable (a UserError) when no driver can be loaded, and a UserError when no method can be built.
-MethodSet conv_gpu_methods(const std::filesystem::path& scratch_dir);
+// sparsert's kernel is the one compile builds (the model's fastest baked kernel of one column a thread); with
+// measure_kinds, the faster on the device of that and codegen's rules' kernel ("baked-rules"), both recorded in the
+// result's "kind_choice".
+MethodSet conv_gpu_methods(const std::filesystem::path& scratch_dir, bool measure_kinds = false);
 
 struct Stats {
   double median_ms = 0, min_ms = 0, max_ms = 0, q1_ms = 0, q3_ms = 0;
