@@ -275,12 +275,19 @@ TEST(ConvNetwork, Rn50BottleneckBlockFromDlmc) {
   const std::vector<LoadedLayer> layers = load_network(read_network(json));
   ASSERT_EQ(layers[1].conv->shape.in_channels, 128);
   ASSERT_EQ(layers[2].conv->shape.out_channels, 512);
-  CompileOptions o = options(dir, codegen::KernelKind::kBaked);
-  o.kernel_kind.reset();  // compile's own choice per layer
-  compile_network(layers, dir / "pkg", o);
-  GpuNetwork net(load_package(dir / "pkg"));
-  const DenseTensor x = random_images(2, 256, 12, 12, 5);
-  EXPECT_LE(max_relative_error(net.run(x), reference(layers, x)), 1e-4);
+  // compile's own choice per layer: the model's tiles (what `sparsert compile` builds), then codegen's rules.
+  for (const bool model : {true, false}) {
+    CompileOptions o = options(dir, codegen::KernelKind::kBaked);
+    o.kernel_kind.reset();
+    if (model) o.tiles = model_tile_source(layers, o.targets, ModelTileOptions{}, nullptr);
+    const std::filesystem::path pkg = dir / (model ? "pkg-model" : "pkg-rules");
+    const CompileReport report = compile_network(layers, pkg, o);
+    for (const LayerTargetReport& r : report.layers)
+      EXPECT_EQ(r.tile_source, model ? "model" : "heuristic") << r.layer;
+    GpuNetwork net(load_package(pkg));
+    const DenseTensor x = random_images(2, 256, 12, 12, 5);
+    EXPECT_LE(max_relative_error(net.run(x), reference(layers, x)), 1e-4) << (model ? "model" : "rules");
+  }
 }
 
 // The borders a manifest gives size the executors' bordered tensors: one past any padding (2^31 wrapped a plane to 0
