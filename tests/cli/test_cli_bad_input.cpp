@@ -781,8 +781,8 @@ TEST(CliBadInput, ThreadsThatCannotStartAreAnErrorNotAHang) {
   EXPECT_EQ(lines(o.err), 1) << o.err;
 }
 
-// tune ranks matrix kernels; compile builds a convolution by codegen's rules whatever a record says: a convolutional
-// network is refused by tune with a line saying so, not ranked as if it were a chain of products.
+// tune ranks matrix kernels; compile ranks a convolution's tiles with its model whatever a record says: a
+// convolutional network is refused by tune with a line saying so, not ranked as if it were a chain of products.
 TEST(CliBadInput, TuneRefusesAConvolutionalNetwork) {
   ScratchDir dir;
   sparsert::write_file_atomic(dir / "c.mtx", "%%MatrixMarket matrix coordinate real general\n8 4 2\n1 1 0.5\n8 4 -1\n");

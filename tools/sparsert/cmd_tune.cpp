@@ -138,7 +138,8 @@ Action add_tune(CLI::App& app) {
       layers = tune_layers_of(loaded, &convolutions);
       // (A network with an input is convolutional throughout.)
       SPARSERT_USER_CHECK(!layers.empty(), args->input, "is a convolutional network ({} layers), which tune does not "
-                          "search: compile builds convolutions by codegen's rules", convolutions);
+                          "search: compile ranks a convolution's tiles with the model, and no tuning record applies to one "
+                          "(bench --choose measured times its pick beside codegen's rules)", convolutions);
     } else {
       SPARSERT_USER_CHECK(args->n >= 1, "--n", "a matrix input needs the number of columns of B (--n N, N >= 1)");
       inspector::LoadedMatrix m = load_matrix_for_cli(args->input, args->matrix);
