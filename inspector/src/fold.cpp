@@ -95,7 +95,9 @@ FoldedLayer fold_layer(const CsrMatrix& a, std::span<const float> bias, std::spa
   FoldedLayer out;
   out.source.resize(static_cast<size_t>(a.rows));
   std::unordered_map<uint64_t, std::vector<int32_t>> firsts;  // hash -> the first rows of their kind
-  firsts.reserve(static_cast<size_t>(a.rows));
+  // At most one kind per nonempty row, plus the empty row: a file that declares 2^27 rows and holds a few nonzeros
+  // (inspect counts its kinds) would otherwise reserve a gigabyte of buckets.
+  firsts.reserve(static_cast<size_t>(std::min<int64_t>(a.rows, a.nnz() + 1)));
   for (int32_t r = 0; r < a.rows; ++r) {
     const uint64_t h = hash[static_cast<size_t>(r)];
     int32_t first = r;
