@@ -615,6 +615,18 @@ class SparsertGpu final : public GpuMethod {
   // fastest other kernel. `tune --mode gpu` still times it.)
   static constexpr size_t kMeasuredShapes = 3;
   static constexpr size_t kAllShapes = 1000;  // more than the grid has
+  // A kernel the measured choice builds and times: the model's fastest of a kind (any kind: nothing), compiled for
+  // `columns`.
+  struct Variant {
+    std::optional<codegen::KernelKind> kind;
+    int32_t columns = 0;
+    bool prefetch = false;  // the streamed pick with its entries prefetched (compile_options)
+    size_t shape = 0;       // > 0: the model's best row-split kernel of the shape it ranks shape-th
+    bool budget = false;    // the model's best row-split kernel under a register budget
+    bool whole = false;     // the streamed pick with its long rows kept whole, where it splits them
+    bool interleave = false;  // the baked pick with its thread groups interleaved over its warps, where that helps
+    bool rules = false;       // codegen's rules instead of the model's pick (a convolution's)
+  };
   std::string name() const override { return "sparsert-gpu"; }
   std::string detail() const override { return detail_; }
   // Every problem's kernels compiled side by side, one compile a core, into the kernel cache, so that prepare() finds
@@ -646,8 +658,7 @@ class SparsertGpu final : public GpuMethod {
         const auto& [i, v] = jobs[static_cast<size_t>(j)];
         const Problem& p = problems[i];
         try {
-          std::optional<compiler::CompileOptions> o =
-              compile_options(p, v.kind, v.columns, v.prefetch, v.shape, v.budget, v.whole, v.interleave);
+          std::optional<compiler::CompileOptions> o = compile_options(p, v);
           if (!o) return;
           o->threads = 1;
           compiler::compile_network({layer_of(p, v.columns)}, root / std::to_string(j), *o);
@@ -665,7 +676,7 @@ class SparsertGpu final : public GpuMethod {
     b_ = &b;
     if (!measured(p)) {
       const int32_t columns = compiled_columns(p);
-      adopt(build(p, *compile_options(p, std::nullopt, columns), columns));
+      adopt(build(p, *compile_options(p, Variant{std::nullopt, columns}), columns));
       return;
     }
     // Each kind's fastest kernel under the model, timed here; the faster one is the subject's kernel, as cuSPARSE's
@@ -689,8 +700,7 @@ class SparsertGpu final : public GpuMethod {
                                (v.prefetch ? "-prefetch" : "") + (v.shape > 0 ? fmt::format("-shape{}", v.shape) : "") +
                                (v.budget ? "-budget" : "") + (v.whole ? "-whole" : "") +
                                (v.interleave ? "-interleaved" : "") + (v.rules ? "-rules" : "");
-      const std::optional<compiler::CompileOptions> o =
-          compile_options(p, v.kind, v.columns, v.prefetch, v.shape, v.budget, v.whole, v.interleave, v.rules);
+      const std::optional<compiler::CompileOptions> o = compile_options(p, v);
       if (!o) {
         // A twin or a budget only where one exists.
         if (!v.prefetch && !v.budget && !v.whole && !v.interleave && !v.rules)
@@ -730,19 +740,16 @@ class SparsertGpu final : public GpuMethod {
     if (p.conv) layer.conv = ConvLayout{*p.conv, p.conv->pad, 0};
     return layer;
   }
-  // What `sparsert compile` builds for the problem without a tuning record (kind: nothing), or the model's fastest
-  // kernel of that kind (nothing where the kind has no valid candidate for the problem). prefetch: that kernel with
-  // its entries prefetched, where it is a row-split kernel with an unrolled loop (nothing otherwise). shape > 0: the
-  // model's best row-split kernel of the shape it ranks shape-th (nothing where there are fewer shapes). budget: the
-  // model's best row-split kernel under a register budget (nothing where the grid has none for the problem). whole:
-  // that kernel with its long rows kept whole, where it splits them (nothing otherwise). interleave: the baked pick
-  // with its thread groups interleaved over its warps, where that places them on fewer sub-partitions (nothing
-  // otherwise).
-  // rules: codegen's rules, not the model's pick (a convolution's, timed beside the model's by the measured choice).
-  std::optional<compiler::CompileOptions> compile_options(const Problem& p, std::optional<codegen::KernelKind> kind,
-                                                          int32_t columns, bool prefetch = false, size_t shape = 0,
-                                                          bool budget = false, bool whole = false,
-                                                          bool interleave = false, bool rules = false) const {
+  // The compile options that build variant `v` of the problem, or nothing where it has no kernel. kind unset: what
+  // `sparsert compile` builds without a tuning record; set: the model's fastest kernel of that kind (nothing where no
+  // candidate of the kind is valid). prefetch: that kernel with its entries prefetched, where it is a row-split
+  // kernel with an unrolled loop. shape > 0: the model's best row-split kernel of the shape it ranks shape-th.
+  // budget: the model's best row-split kernel under a register budget. whole: that kernel with its long rows kept
+  // whole, where it splits them. interleave: the baked pick with its thread groups interleaved over its warps, where
+  // that places them on fewer sub-partitions. rules: codegen's rules, not the model's pick (a convolution's, timed
+  // beside the model's by the measured choice). One struct, so that prebuild and prepare build the same kernels.
+  std::optional<compiler::CompileOptions> compile_options(const Problem& p, const Variant& v) const {
+    const auto& [kind, columns, prefetch, shape, budget, whole, interleave, rules] = v;
     compiler::CompileOptions o;
     o.targets = {target_};
     o.progress = false;
@@ -915,18 +922,6 @@ class SparsertGpu final : public GpuMethod {
   static int32_t compiled_columns(const Problem& p) {
     return p.conv ? p.n : compiler::aligned_columns(p.n, compiler::default_row_align(p.n));
   }
-  // A kernel the measured choice builds and times: the model's fastest of a kind (any kind: nothing), compiled for
-  // `columns`.
-  struct Variant {
-    std::optional<codegen::KernelKind> kind;
-    int32_t columns = 0;
-    bool prefetch = false;  // the streamed pick with its entries prefetched (compile_options)
-    size_t shape = 0;       // > 0: the model's best row-split kernel of the shape it ranks shape-th
-    bool budget = false;    // the model's best row-split kernel under a register budget
-    bool whole = false;     // the streamed pick with its long rows kept whole, where it splits them
-    bool interleave = false;  // the baked pick with its thread groups interleaved over its warps, where that helps
-    bool rules = false;       // codegen's rules instead of the model's pick (a convolution's)
-  };
   std::vector<Variant> variants(const Problem& p) const {
     std::vector<Variant> out;
     // A convolution has one kind and one width: the model's pick, and codegen's rules that chose before it.
