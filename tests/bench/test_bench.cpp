@@ -791,13 +791,43 @@ TEST(BenchConv, MeasuredChoiceTimesTheModelsTileBesideTheRules) {
     EXPECT_EQ(c["baked-rules"].value("status", ""), "measured") << c.dump();
     EXPECT_NE(c["baked"].value("detail", "").find("(model)"), std::string::npos) << c.dump();
     EXPECT_NE(c["baked-rules"].value("detail", "").find("(heuristic)"), std::string::npos) << c.dump();
+    // The interleaved twin where the model's tile has groups that interleaving spreads over fewer sub-partitions.
+    if (c.contains("baked-interleaved")) {
+      EXPECT_EQ(c["baked-interleaved"].value("status", ""), "measured") << c.dump();
+      EXPECT_NE(c["baked-interleaved"].value("detail", "").find("\"interleave_groups\":true"), std::string::npos)
+          << c.dump();
+    }
     const std::string picked = c.value("picked", "");
-    ASSERT_TRUE(picked == "baked" || picked == "baked-rules") << c.dump();
+    ASSERT_TRUE(picked == "baked" || picked == "baked-rules" || picked == "baked-interleaved") << c.dump();
     EXPECT_EQ(p["results"]["sparsert-gpu"].value("detail", ""), c[picked].value("detail", "")) << c.dump();
   }
   const std::string md = write_report({r}, {"conv.json"}, dir / "charts", "charts", "x");
   EXPECT_NE(md.find("against codegen's rules' kernel (`-rules`"), std::string::npos) << md;
   EXPECT_NE(md.find("| baked-rules | 4 |"), std::string::npos) << md;
+}
+
+// A convolution whose model tile has thread groups of two warps (32 x 144 at 28 x 28: mb=8 gy=4 nt=64) also gets its
+// interleaved twin timed, and the report sets it against the tile without.
+TEST(BenchConv, MeasuredChoiceTimesTheInterleavedTwinWhereItHelps) {
+  ScratchDir dir;
+  ::setenv("SPARSERT_LIBCUDA", SPARSERT_EMU_LIB, 1);
+  ::setenv("SPARSERT_LIBCUDNN", (dir / "none.so").c_str(), 1);
+  MethodSet set = conv_gpu_methods(dir / "scratch", /*measure_kinds=*/true);
+  ::unsetenv("SPARSERT_LIBCUDNN");
+  const ConvShape shape{1, 16, 28, 28, 32, 3, 3, 1, 1, Im2colOrder::kRSC};
+  Problem p = generated_problem("smoke-conv", "conv3x3-28", shape.out_channels, shape.k(),
+                                static_cast<int32_t>(shape.columns()), 0.8, 7);
+  p.conv = shape;
+  const nlohmann::json r = run_suite({p}, set, quick("smoke-conv"));
+  EXPECT_TRUE(r["all_verified"].get<bool>()) << r.dump();
+  const nlohmann::json& c = r["problems"][0]["results"]["sparsert-gpu"]["kind_choice"];
+  ASSERT_TRUE(c.contains("baked-interleaved")) << c.dump();
+  EXPECT_EQ(c["baked-interleaved"].value("status", ""), "measured") << c.dump();
+  EXPECT_NE(c["baked-interleaved"].value("detail", "").find("\"interleave_groups\":true"), std::string::npos)
+      << c.dump();
+  EXPECT_EQ(c["baked"].value("detail", "").find("interleave_groups"), std::string::npos) << c.dump();
+  const std::string md = write_report({r}, {"conv.json"}, dir / "charts", "charts", "x");
+  EXPECT_NE(md.find("against the same kernel without: 1 problem"), std::string::npos) << md;
 }
 #endif
 

@@ -179,6 +179,30 @@ TEST(ConvNetwork, TheModelPicksAConvolutionsTileAndItRunsExact) {
   for (const LoadedLayer& l : layers) EXPECT_FALSE(none(l, o.targets.front()).has_value()) << l.desc.name;
 }
 
+// A convolution's baked tile with its thread groups interleaved over its warps (TileParams::interleave_groups, the
+// twin the measured choice times): exact on the emulated driver, with groups of one and two warps.
+TEST(ConvNetwork, InterleavedGroupsRunExact) {
+  for (const int32_t n_tile : {32, 64}) {
+    ScratchDir dir;
+    const std::vector<LoadedLayer> layers = load_network(read_network(write_small_network(dir)));
+    CompileOptions o = options(dir, codegen::KernelKind::kBaked);
+    o.tiles = [n_tile](const LoadedLayer& l, const codegen::Target& target) -> std::optional<TunedKernel> {
+      codegen::TileParams t = codegen::default_tile_params(l.matrix(), l.desc.n, target);
+      t.cols_per_thread = 1;
+      t.n_tile = n_tile;
+      t.plan.gy = 4;
+      t.plan.m_blocks = 2;
+      t.interleave_groups = true;
+      return TunedKernel{codegen::KernelKind::kBaked, t, {}, "model"};
+    };
+    const CompileReport report = compile_network(layers, dir / "pkg", o);
+    for (const LayerTargetReport& r : report.layers) EXPECT_EQ(r.tile.value("interleave_groups", false), true) << r.layer;
+    GpuNetwork net(load_package(dir / "pkg"));
+    const DenseTensor x = random_images(2, 8, 9, 9, 41);
+    EXPECT_LE(max_relative_error(net.run(x), reference(layers, x)), 1e-4) << "n_tile " << n_tile;
+  }
+}
+
 TEST(ConvNetwork, CliRunsOnTheCpuAndChecks) {
   ScratchDir dir;
   ::setenv("SPARSERT_CACHE_DIR", (dir / "cache").c_str(), 1);  // the user's kernel cache stays as it is

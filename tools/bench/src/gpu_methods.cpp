@@ -758,11 +758,15 @@ class SparsertGpu final : public GpuMethod {
     // a column a thread), or codegen's rules; it has no twins. Anything else: the kernel the static model ranks
     // fastest, every baked candidate ranked and built in at most --max-entries entries.
     if (p.conv) {
-      if (prefetch || shape > 0 || budget || whole || interleave) return std::nullopt;
+      if (prefetch || shape > 0 || budget || whole) return std::nullopt;
       if (kind && *kind != codegen::KernelKind::kBaked) return std::nullopt;
-      const std::optional<compiler::TunedKernel> pick =
+      std::optional<compiler::TunedKernel> pick =
           rules ? std::nullopt : model_pick(p, codegen::KernelKind::kBaked, columns);
       if (!rules && !pick && kind) return std::nullopt;  // asked for the model's: there is none (the rules' is timed)
+      if (interleave) {
+        if (!pick || !codegen::interleaving_helps(pick->tile)) return std::nullopt;
+        pick->tile.interleave_groups = true;
+      }
       if (pick) o.tiles = [pick = *pick](const compiler::LoadedLayer&, const codegen::Target&) { return pick; };
     } else {
       std::optional<compiler::TunedKernel> pick = model_pick(p, kind, columns);
@@ -924,9 +928,11 @@ class SparsertGpu final : public GpuMethod {
   }
   std::vector<Variant> variants(const Problem& p) const {
     std::vector<Variant> out;
-    // A convolution has one kind and one width: the model's pick, and codegen's rules that chose before it.
+    // A convolution has one kind and one width: the model's pick, its twin with the groups interleaved over its warps
+    // (where that helps), and codegen's rules' kernel, which compile built before the model chose.
     if (p.conv) {
       out.push_back({codegen::KernelKind::kBaked, p.n});
+      out.push_back({codegen::KernelKind::kBaked, p.n, false, 0, false, false, true});
       out.push_back({codegen::KernelKind::kBaked, p.n, false, 0, false, false, false, true});
       return out;
     }
@@ -1113,8 +1119,9 @@ MethodSet conv_gpu_methods(const std::filesystem::path& scratch_dir, bool measur
     set.subject = m->name();
     set.notes[m->name()] = fmt::format(
         "sparsert's generated convolution on {} (sm_{}); {}", gpu->info.name, gpu->info.sm(),
-        measure_kinds ? fmt::format("the faster, {} x {} runs each, of the model's fastest baked kernel of one column "
-                                    "a thread and codegen's rules' kernel",
+        measure_kinds ? fmt::format("the fastest, {} x {} runs each, of the model's fastest baked kernel of one "
+                                    "column a thread, the same with its thread groups interleaved over its warps "
+                                    "where that puts fewer on each sub-partition, and codegen's rules' kernel",
                                     SparsertGpu::kChoiceSamples, SparsertGpu::kChoiceRuns)
                       : std::string("the model's fastest baked kernel of one column a thread, as compile builds it"));
     set.methods.push_back(std::move(m));
