@@ -752,12 +752,20 @@ TEST(BenchConv, Rn50Conv3x3SuiteDerivesTheShapes) {
 // On ptxsim's emulated driver without cuDNN: sparsert's generated convolution is the subject, every smoke-conv
 // problem (stride 1 and 2, 1x1, 3x3 and 7x7, both im2col orders) is verified against the direct convolution, and
 // cuDNN is recorded as not measured with its reason.
-TEST(BenchConv, SparsertGpuConvolutionRunsOnTheEmulatedDriver) {
-  ScratchDir dir;
+namespace {
+// The convolution methods on ptxsim's emulated driver, with a cuDNN that cannot be loaded.
+MethodSet emulated_conv_methods(const ScratchDir& dir, bool measure_kinds) {
   ::setenv("SPARSERT_LIBCUDA", SPARSERT_EMU_LIB, 1);
   ::setenv("SPARSERT_LIBCUDNN", (dir / "none.so").c_str(), 1);
-  MethodSet set = conv_gpu_methods(dir / "scratch");
+  MethodSet set = conv_gpu_methods(dir / "scratch", measure_kinds);
   ::unsetenv("SPARSERT_LIBCUDNN");
+  return set;
+}
+}  // namespace
+
+TEST(BenchConv, SparsertGpuConvolutionRunsOnTheEmulatedDriver) {
+  ScratchDir dir;
+  MethodSet set = emulated_conv_methods(dir, /*measure_kinds=*/false);
   EXPECT_TRUE(set.convolution);
   EXPECT_EQ(set.subject, "sparsert-gpu");
   ASSERT_FALSE(set.unavailable.empty());
@@ -778,10 +786,7 @@ TEST(BenchConv, SparsertGpuConvolutionRunsOnTheEmulatedDriver) {
 // kind_choice, the faster is the subject's, and the report sets one against the other.
 TEST(BenchConv, MeasuredChoiceTimesTheModelsTileBesideTheRules) {
   ScratchDir dir;
-  ::setenv("SPARSERT_LIBCUDA", SPARSERT_EMU_LIB, 1);
-  ::setenv("SPARSERT_LIBCUDNN", (dir / "none.so").c_str(), 1);
-  MethodSet set = conv_gpu_methods(dir / "scratch", /*measure_kinds=*/true);
-  ::unsetenv("SPARSERT_LIBCUDNN");
+  MethodSet set = emulated_conv_methods(dir, /*measure_kinds=*/true);
   const nlohmann::json r = run_suite(make_suite("smoke-conv", {}), set, quick("smoke-conv"));
   EXPECT_TRUE(r["all_verified"].get<bool>()) << r.dump();
   for (const auto& p : r["problems"]) {
@@ -810,10 +815,7 @@ TEST(BenchConv, MeasuredChoiceTimesTheModelsTileBesideTheRules) {
 // interleaved twin timed, and the report sets it against the tile without.
 TEST(BenchConv, MeasuredChoiceTimesTheInterleavedTwinWhereItHelps) {
   ScratchDir dir;
-  ::setenv("SPARSERT_LIBCUDA", SPARSERT_EMU_LIB, 1);
-  ::setenv("SPARSERT_LIBCUDNN", (dir / "none.so").c_str(), 1);
-  MethodSet set = conv_gpu_methods(dir / "scratch", /*measure_kinds=*/true);
-  ::unsetenv("SPARSERT_LIBCUDNN");
+  MethodSet set = emulated_conv_methods(dir, /*measure_kinds=*/true);
   const ConvShape shape{1, 16, 28, 28, 32, 3, 3, 1, 1, Im2colOrder::kRSC};
   Problem p = generated_problem("smoke-conv", "conv3x3-28", shape.out_channels, shape.k(),
                                 static_cast<int32_t>(shape.columns()), 0.8, 7);
