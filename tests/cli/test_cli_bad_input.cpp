@@ -78,6 +78,9 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
       // NaN passes every range comparison: refused by name.
       {"", "", "gen pruned --rows 4 --cols 4 --sparsity nan -o " + (dir / "g2.mtx").string(), "--sparsity"},
       {"", "", "bench --suite smoke --min-sample-ms nan -o " + (dir / "b.json").string(), "--min-sample-ms"},
+      // The measured choice times kernels on a GPU: on the CPU it is refused, for a convolution suite as for any.
+      {"", "", "bench --suite smoke-conv --device cpu --choose measured -o " + (dir / "b.json").string(),
+       "--choose: applies to sparsert's kernels on the GPU (--device cuda)"},
       {"count.smtx", "2, 3, 3\n0 1 2\n0 1\n", "inspect {}", ""},
       {"col.smtx", "2, 3, 2\n0 1 2\n0 7\n", "inspect {}", ":3"},
       {"order.smtx", "2, 3, 2\n0 2 1\n0 1\n", "inspect {}", ":2"},
