@@ -75,14 +75,12 @@ TileSource model_tile_source(const std::vector<LoadedLayer>& layers, const std::
         };
         layer_kinds = {codegen::KernelKind::kBaked};
       }
-      if (l.conv) {
-        accept = autotune::convolution_candidate;
-        layer_kinds = autotune::convolution_kinds();
-        // --kernel streamed: the model has no convolution of that kind to rank; compile's rules stream it.
-        if (options.forced && *options.forced != codegen::KernelKind::kBaked) return;
-      }
-      const autotune::ModelChoice c = autotune::choose_by_model(l.matrix(), n, l.desc.epilogue(), primary,
-                                                                layer_kinds, accept, options.max_entries);
+      // --kernel streamed: the model has no convolution of that kind to rank; compile's rules stream it.
+      if (l.conv && options.forced && *options.forced != codegen::KernelKind::kBaked) return;
+      const autotune::ModelChoice c =
+          l.conv ? autotune::choose_convolution_by_model(l.matrix(), n, l.desc.epilogue(), primary, options.max_entries)
+                 : autotune::choose_by_model(l.matrix(), n, l.desc.epilogue(), primary, layer_kinds, accept,
+                                             options.max_entries);
       // Ranked at the width the layer runs on, built for the width it is compiled for.
       for (const codegen::Target& t : targets) autotune::check_candidate(c.candidate, l.matrix(), l.desc.n, t);
       pick = TunedKernel{c.candidate.kind, c.candidate.tile, c.candidate.stream, "model"};

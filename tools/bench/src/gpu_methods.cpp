@@ -821,15 +821,11 @@ class SparsertGpu final : public GpuMethod {
     }
     std::optional<compiler::TunedKernel> pick;
     try {
-      autotune::KindSet kinds = kind ? autotune::KindSet{*kind} : autotune::all_kinds();
-      std::function<bool(const autotune::Candidate&)> accept;
-      if (p.conv) {
-        if (kind && *kind != codegen::KernelKind::kBaked) return std::nullopt;
-        kinds = autotune::convolution_kinds();
-        accept = autotune::convolution_candidate;
-      }
+      if (p.conv && kind && *kind != codegen::KernelKind::kBaked) return std::nullopt;
       const autotune::ModelChoice c =
-          autotune::choose_by_model(p.a, columns, Epilogue{}, target_, kinds, accept, max_entries_);
+          p.conv ? autotune::choose_convolution_by_model(p.a, columns, Epilogue{}, target_, max_entries_)
+                 : autotune::choose_by_model(p.a, columns, Epilogue{}, target_,
+                                             kind ? autotune::KindSet{*kind} : autotune::all_kinds(), {}, max_entries_);
       pick = compiler::TunedKernel{c.candidate.kind, c.candidate.tile, c.candidate.stream, "model"};
     } catch (const inspector::InvalidTileParams&) {
     }

@@ -456,8 +456,7 @@ PredictionSet predict_unchecked(const std::filesystem::path& file, const ModelCh
 #endif
     // A convolution: what compile's model picks for one (autotune::convolution_candidate).
     const autotune::ModelChoice c =
-        it->conv ? autotune::choose_by_model(it->a, columns, Epilogue{}, target, autotune::convolution_kinds(),
-                                             autotune::convolution_candidate, o.max_entries)
+        it->conv ? autotune::choose_convolution_by_model(it->a, columns, Epilogue{}, target, o.max_entries)
                  : autotune::choose_by_model(it->a, columns, Epilogue{}, target, autotune::all_kinds(), {},
                                              o.max_entries);
     pr.choice = autotune::describe(c.candidate) + (columns != it->n ? fmt::format(" ld={}", columns) : "");

@@ -38,7 +38,9 @@ ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilo
 // (docs/autotune.md), so it is left to `--kernel streamed`. The model prices the plain SpMM of the im2col matrix: the
 // kernels differ in their loads' offsets (immediates either way) and a per-thread pixel computation.
 bool convolution_candidate(const Candidate& c);
-inline KindSet convolution_kinds() { return {codegen::KernelKind::kBaked}; }
+// choose_by_model among a convolution's candidates: the one ranking compile, bench and check-model --predict share.
+ModelChoice choose_convolution_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilogue,
+                                        const codegen::Target& target, std::optional<int32_t> max_entries = std::nullopt);
 
 // The row-split candidates (entries not prefetched) the model ranks fastest for each shape of the grid
 // (row_split_shape), fastest shape first, at most `shapes` of them; empty where the grid has none for this layer.
