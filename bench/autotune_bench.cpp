@@ -29,7 +29,7 @@ std::vector<autotune::TuneLayer> rn50_layers() {
   std::vector<autotune::TuneLayer> out;
   for (const auto& f : files) {
     out.push_back({f.stem().string(), inspector::read_smtx(f, inspector::ValueFill{}), Epilogue{},
-                   batch.at(f.stem().string())});
+                   batch.at(f.stem().string()), std::nullopt});
   }
   return out;
 }

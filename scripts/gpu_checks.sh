@@ -4,13 +4,14 @@
 #   bash scripts/gpu_checks.sh STAGE [BUILD_DIR] [OUT_DIR]
 #
 # STAGE: info | tests | bench-rn50 | bench-rest | bench-nlp | bench-other | bench-entries | bench-functions |
-#   graphchallenge | tune | tune-n256 | tune-gc | ncu-gc | ncu-spmm | ncu-nlp | ncu-lanes | gc65536 | gc65536-1920 |
-#   gc65536-folded | all
+#   graphchallenge | tune | tune-n256 | tune-conv | tune-gc | ncu-gc | ncu-spmm | ncu-nlp | ncu-lanes | gc65536 |
+#   gc65536-1920 | gc65536-folded | all
 #   (not part of all: ncu-gc, Nsight Compute's kernel times of the 1200-input Graph Challenge run; ncu-spmm, its warp
 #   stall reasons on a 49-column layer baked (the tiles the model misprices) and streamed (row-split), and on the
 #   transformer's 512 x 2048 at N = 256; gc65536, gc65536-1920 and gc65536-folded, the synthetic 65536-neuron
 #   networks of 120 and 1920 layers, plain and folded, each in a device call of its own. For short leases, parts of
-#   stages alone: tune-n256, the tune stage's transformer layer (its baked tiles first); ncu-nlp, ncu-spmm's
+#   stages alone: tune-n256, the tune stage's transformer layer (its baked tiles first); tune-conv, DLMC's 3x3
+#   convolutions tuned through their layouts at N = 3136, 196 and 49 (also in all); ncu-nlp, ncu-spmm's
 #   transformer layer, baked and as the row-split kernel, each also JIT-compiled by the driver from its PTX;
 #   ncu-lanes, two row-split kernels of 8 and 4 floats a lane that the model prices alike and the H200 did not;
 #   bench-nlp and bench-other, bench-rest's suites with goals in issue 12 (transformer, mobilenet) and the others)
@@ -27,7 +28,7 @@
 # (`sparsert bench` itself fails only when sparsert misses the reference; a baseline that misses is noted and passes.)
 set -euo pipefail
 
-stage=${1:?usage: gpu_checks.sh info|tests|bench-rn50|bench-rest|bench-nlp|bench-other|bench-entries|bench-functions|graphchallenge|tune|tune-n256|tune-gc|ncu-gc|ncu-spmm|ncu-nlp|ncu-lanes|gc65536|gc65536-1920|gc65536-folded|all [BUILD_DIR] [OUT_DIR]}
+stage=${1:?usage: gpu_checks.sh info|tests|bench-rn50|bench-rest|bench-nlp|bench-other|bench-entries|bench-functions|graphchallenge|tune|tune-n256|tune-conv|tune-gc|ncu-gc|ncu-spmm|ncu-nlp|ncu-lanes|gc65536|gc65536-1920|gc65536-folded|all [BUILD_DIR] [OUT_DIR]}
 build=${2:-build}
 out=${3:-${OUT:-gpu-results}}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -367,6 +368,32 @@ case $stage in
     jobs=$(nproc)
     tune_n256
     ;;
+  tune-conv)
+    # DLMC's 3x3 convolutions tuned as convolutions (the kernels a convolution can be, timed through its layout), at
+    # the three widths of the rn50-conv3x3 suite: N = 3136, where the model's tile ran 4-7% slower than codegen's
+    # rules on the H200 (2026-11-29: ptxas's registers leave it two waves), 196 and the stride-2 49 (236K nonzeros,
+    # about 20 s to assemble a candidate on one core: --top 1, so 8 timed). check-model reads the layers by name.
+    jobs=$(nproc)
+    nets=$(mktemp -d)
+    trap 'rm -rf "$nets"' EXIT
+    dlmc=$data/dlmc/rn50/magnitude_pruning/0.9
+    conv_net() {  # conv_net FILE LAYER CHANNELS SIDE STRIDE
+      printf '{"format": "sparsert-network/1", "input": {"images": 1, "channels": %s, "height": %s, "width": %s},
+  "values": {"distribution": "normal", "seed": 3},
+  "layers": [{"name": "%s", "weights": "%s/%s.smtx", "activation": "relu",
+              "conv": {"kernel": 3, "stride": %s, "padding": 1, "im2col_order": "rsc"}}]}\n' \
+        "$3" "$4" "$4" "$2" "$dlmc" "$2" "$5" > "$1"
+    }
+    conv_net "$nets/g1.json" bottleneck_2_block_group1_1_1 64 56 1
+    conv_net "$nets/g3.json" bottleneck_2_block_group3_1_1 256 14 1
+    conv_net "$nets/g4s2.json" bottleneck_2_block_group_projection_block_group4 512 14 2
+    for net in g1 g3 g4s2; do
+      top=2
+      [[ $net == g4s2 ]] && top=1
+      tune_step 0 "$nets/$net.json" --mode gpu --top "$top" -o "$out/tune-conv-$net-gpu.json" --no-db -j "$jobs"
+    done
+    model_check "$out/tune-conv-g1-gpu.json" "$out/tune-conv-g3-gpu.json" "$out/tune-conv-g4s2-gpu.json"
+    ;;
   tune-gc)
     # A stage of its own: at N = 60000 each candidate's verification and timing take long, and a run killed at the
     # device call's limit writes no report. The budget stops new work in time for both runs to write theirs.
@@ -511,7 +538,7 @@ case $stage in
     ;;
   all)
     # Each stage in its own process and log; a failed one is listed, and the next one runs.
-    for s in info tests bench-rn50 bench-rest bench-entries bench-functions graphchallenge tune tune-gc; do
+    for s in info tests bench-rn50 bench-rest bench-entries bench-functions graphchallenge tune tune-conv tune-gc; do
       rc=0
       bash "$0" "$s" "$build" "$out" || rc=$?
       (( rc == 0 )) || failed+=("$s (exit $rc, see $out/$s.log)")

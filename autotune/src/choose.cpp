@@ -44,8 +44,6 @@ ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilo
   return best;
 }
 
-bool convolution_candidate(const Candidate& c) { return !c.streamed() && c.tile.cols_per_thread == 1; }
-
 ModelChoice choose_convolution_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilogue,
                                         const codegen::Target& target, std::optional<int32_t> max_entries) {
   return choose_by_model(a, n, epilogue, target, {codegen::KernelKind::kBaked}, convolution_candidate, max_entries);

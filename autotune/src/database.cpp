@@ -5,6 +5,7 @@
 #include "sparsert/codegen/spmm.hpp"
 #include "sparsert/runtime/content_store.hpp"
 #include "sparsert/runtime/file_io.hpp"
+#include "sparsert/runtime/package.hpp"
 #include "sparsert/runtime/sha256.hpp"
 
 #include <fcntl.h>
@@ -22,13 +23,15 @@
 namespace sparsert::autotune {
 
 std::string tuning_key(const CsrMatrix& a, const Epilogue& ep, int32_t n, const codegen::Target& target,
-                       const std::string& toolkit) {
+                       const std::string& toolkit, const std::optional<ConvLayout>& conv) {
   Sha256 h;
   h.field("sparsert-tuning/1");
   h.field(codegen::kGeneratorVersion);
   h.field(codegen::kResourceReportVersion);  // its records were chosen by rejecting the candidates that spilled
   hash_layer(h, a, ep);
   h.field(std::to_string(n)).field(target.name()).field(toolkit);
+  // Only a convolution's key has the field, so the keys of matrix layers are those of the records already written.
+  if (conv) h.field("conv").field(conv_layout_json(*conv).dump());
   return h.hex();
 }
 

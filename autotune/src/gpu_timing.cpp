@@ -1,11 +1,13 @@
 #include "gpu_timing.hpp"
 
+#include "sparsert/runtime/conv.hpp"
 #include "sparsert/runtime/reference.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 namespace sparsert::autotune {
@@ -34,10 +36,23 @@ cuda::Module load_entry(const Built& built, size_t e) {
 }  // namespace
 
 GpuBench::GpuBench(const TuneLayer& l, int repeats) : layer_(l), repeats_(repeats) {
-  b_ = random_input(l.a.cols, l.n, 0x5eed);
-  want_ = reference_spmm(l.a, b_, l.epilogue);
+  if (l.conv) {
+    // A convolution reads its images from a buffer with its input's border (zero) and writes the interior of one with
+    // its output's: laid out as GpuNetwork lays them out, the answer key the direct convolution.
+    const ConvShape& s = l.conv->shape;
+    const DenseTensor images = random_input(int64_t{s.images} * s.in_channels, int64_t{s.in_h} * s.in_w, 0x5eed);
+    const DenseTensor nchw({s.images, s.in_channels, s.in_h, s.in_w}, images.vec());
+    want_ = reference_conv2d(l.a, s, nchw, l.epilogue);
+    const std::vector<float> bordered = to_bordered(nchw, l.conv->input());
+    b_ = DenseTensor({static_cast<int64_t>(bordered.size())}, bordered);
+    c_words_ = static_cast<size_t>(l.conv->output().elements());
+  } else {
+    b_ = random_input(l.a.cols, l.n, 0x5eed);
+    want_ = reference_spmm(l.a, b_, l.epilogue);
+    c_words_ = static_cast<size_t>(l.a.rows) * static_cast<size_t>(l.n);
+  }
   db_ = cuda::DeviceBuffer(std::max<size_t>(static_cast<size_t>(b_.size()) * 4, 4));
-  dc_ = cuda::DeviceBuffer(std::max<size_t>(static_cast<size_t>(l.a.rows) * l.n * 4, 4));
+  dc_ = cuda::DeviceBuffer(std::max<size_t>(c_words_ * 4, 4));
   db_.upload(b_.data(), static_cast<size_t>(b_.size()) * 4);
 }
 
@@ -91,12 +106,32 @@ void GpuBench::verify(const std::function<void()>& launch_all, bool* verified) {
   // still be running when the kernel wrote).
   const cuda::Driver& d = cuda::Driver::get();
   d.check(d.api().cuCtxSynchronize(), "cuCtxSynchronize", "before a candidate's verification");
-  dc_.fill_u32_async(0x7fc00000u, static_cast<size_t>(layer_.a.rows) * layer_.n, stream_);  // NaN: unwritten shows
+  constexpr uint32_t kNan = 0x7fc00000u;  // unwritten shows
+  dc_.fill_u32_async(kNan, c_words_, stream_);
   launch_all();
   stream_.synchronize();
-  DenseTensor got({layer_.a.rows, layer_.n});
-  dc_.download(got.data(), static_cast<size_t>(got.size()) * 4);
-  const double err = max_relative_error(got, want_);
+  std::vector<float> got(c_words_);
+  dc_.download(got.data(), c_words_ * 4);
+  double err = 0.0;
+  if (layer_.conv) {
+    // The output's border is the next layer's padding, which a kernel must leave as it found it.
+    const ActivationLayout out = layer_.conv->output();
+    const DenseTensor interior = from_bordered(got, out);
+    std::vector<uint32_t> bits(c_words_);
+    std::memcpy(bits.data(), got.data(), c_words_ * 4);
+    for (int32_t i = 0; i < out.images; ++i)
+      for (int32_t c = 0; c < out.channels; ++c)
+        for (int32_t y = 0; y < out.h; ++y)
+          for (int32_t x = 0; x < out.w; ++x) bits[static_cast<size_t>(out.index(i, c, y, x))] = kNan;
+    const auto written = std::find_if(bits.begin(), bits.end(), [](uint32_t b) { return b != kNan; });
+    if (written != bits.end()) {
+      throw WorkFailure(fmt::format("verify: the kernel wrote element {} of the output's border",
+                                    written - bits.begin()));
+    }
+    err = max_relative_error(interior, want_);
+  } else {
+    err = max_relative_error(DenseTensor({layer_.a.rows, layer_.n}, std::move(got)), want_);
+  }
   if (!(err <= 1e-4)) throw WorkFailure(fmt::format("verify: max relative error {:.3g} against the reference", err));
   *verified = true;
 }

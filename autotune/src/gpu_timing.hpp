@@ -28,7 +28,8 @@ class GpuBench {
   cuda::Stream stream_;
   cuda::ConcurrentLauncher side_;  // a baked candidate's entries side by side, as GpuNetwork launches them
   cuda::DeviceBuffer db_, dc_;
-  DenseTensor b_, want_;
+  DenseTensor b_, want_;  // a convolution: B is its bordered input, flat; want_ its output's interior (NCHW)
+  size_t c_words_ = 0;    // of C: a convolution's with its border
 };
 
 }  // namespace sparsert::autotune

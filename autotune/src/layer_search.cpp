@@ -161,6 +161,7 @@ struct LayerContext {
     so.epilogue = layer.epilogue;
     so.name = "tune";
     so.block_functions = block_functions;
+    so.conv = layer.conv;
     return codegen::emit_spmm(layer.a, plan(c.tile.plan), opt.target, so);
   }
 
@@ -308,7 +309,8 @@ bool share_earlier(LayerContext& ctx, const std::vector<TuneLayer>& layers, size
     shared.cand = prev.winner_candidate();
     try {
       check_candidate(shared.cand, layer.a, layer.n, options.target);
-      def.cand = default_candidate(layer.a, layer.n, options.target, options.kinds);
+      def.cand = layer.conv ? default_convolution_candidate(layer.a, layer.n, options.target)
+                            : default_candidate(layer.a, layer.n, options.target, options.kinds);
     } catch (const inspector::InvalidTileParams&) {
       continue;
     }
@@ -331,7 +333,10 @@ std::vector<size_t> rank_candidates(LayerContext& ctx, LayerResult& lr) {
   const TuneLayer& layer = ctx.layer;
   const TuneOptions& options = ctx.opt;
   // 1. Candidates, checked by the shared validity check.
-  for (Candidate& c : enumerate_candidates(layer.a, layer.n, options.target, options.kinds, options.max_entries)) {
+  std::vector<Candidate> grid =
+      layer.conv ? enumerate_convolution_candidates(layer.a, layer.n, options.target, options.max_entries)
+                 : enumerate_candidates(layer.a, layer.n, options.target, options.kinds, options.max_entries);
+  for (Candidate& c : grid) {
     CandidateResult r;
     r.cand = std::move(c);
     if (!r.cand.valid()) {
@@ -715,6 +720,7 @@ LayerResult search_layer(SearchRun& run, const std::vector<TuneLayer>& layers, s
   lr.k = layer.a.cols;
   lr.n = layer.n;
   lr.nnz = layer.a.nnz();
+  lr.conv = layer.conv;
   LayerContext ctx{layer, run.options, run.machine, run.store, {}, {}, {}, {}, {}};
   if (!(run.options.share && share_earlier(ctx, layers, li, earlier, lr))) {
     const std::vector<size_t> ranked = rank_candidates(ctx, lr);

@@ -1,6 +1,7 @@
 // The tuning reports: JSON with every candidate, and one self-contained HTML page with inline SVG plots.
 #include "sparsert/autotune/tuner.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
+#include "sparsert/runtime/package.hpp"
 
 #include <fmt/format.h>
 
@@ -175,6 +176,8 @@ nlohmann::json to_json(const TuneReport& r) {
     for (const CandidateResult& c : l.candidates) cands.push_back(candidate_json(c));
     nlohmann::json j = {{"name", l.name}, {"m", l.m},         {"k", l.k},   {"n", l.n},
                         {"nnz", l.nnz},   {"seconds", l.seconds}, {"candidates", std::move(cands)}};
+    // A convolution's layout: its kernels were built and timed through it, and its tuning record is keyed by it.
+    if (l.conv) j["conv"] = conv_layout_json(*l.conv);
     j["winner"] = params_json(l.winner_candidate());
     j["winner"]["score_us"] = l.winner_score;
     j["best_by_kind"] = {{"baked", kind_best_json(l, l.best_baked)},

@@ -474,4 +474,43 @@ std::vector<Candidate> enumerate_candidates(const CsrMatrix& a, int32_t n, const
   return out;
 }
 
+bool convolution_candidate(const Candidate& c) { return !c.streamed() && c.tile.cols_per_thread == 1; }
+
+Candidate default_convolution_candidate(const CsrMatrix& a, int32_t n, const codegen::Target& target) {
+  Candidate c;
+  c.tile = codegen::default_tile_params(a, n, target);
+  c.tile.cols_per_thread = 1;  // as compile builds it (compiler/src/compile.cpp)
+  c.is_default = true;
+  return c;
+}
+
+std::vector<Candidate> enumerate_convolution_candidates(const CsrMatrix& a, int32_t n, const codegen::Target& target,
+                                                        std::optional<int32_t> max_entries) {
+  std::vector<Candidate> out;
+  for (Candidate& c : enumerate_candidates(a, n, target, {codegen::KernelKind::kBaked}, max_entries)) {
+    if (!convolution_candidate(c)) continue;
+    c.is_default = false;  // the matrix's rules; a convolution's are below
+    out.push_back(std::move(c));
+  }
+  Candidate rules;
+  try {
+    rules = default_convolution_candidate(a, n, target);
+  } catch (const inspector::InvalidTileParams&) {
+    return out;  // no baked parameters fit this matrix: every candidate above carries its own reason
+  }
+  if (max_entries) rules.tile.max_entries = *max_entries;
+  if (auto same = std::find(out.begin(), out.end(), rules); same != out.end()) {
+    same->is_default = true;
+    return out;
+  }
+  try {
+    check_candidate(rules, a, n, target);
+  } catch (const inspector::InvalidTileParams& e) {
+    rules.rejected_field = e.field();
+    rules.rejected_reason = e.reason();
+  }
+  out.push_back(std::move(rules));
+  return out;
+}
+
 }  // namespace sparsert::autotune

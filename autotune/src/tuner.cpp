@@ -42,7 +42,7 @@ Candidate LayerResult::winner_candidate() const {
 }
 
 bool similar_layers(const TuneLayer& x, const TuneLayer& y) {
-  if (x.a.rows != y.a.rows || x.a.cols != y.a.cols || x.n != y.n) return false;
+  if (x.a.rows != y.a.rows || x.a.cols != y.a.cols || x.n != y.n || x.conv != y.conv) return false;
   if (x.epilogue.bias.size() != y.epilogue.bias.size() || x.epilogue.activation != y.epilogue.activation ||
       x.epilogue.clamp.has_value() != y.epilogue.clamp.has_value())
     return false;
@@ -66,6 +66,13 @@ bool similar_layers(const TuneLayer& x, const TuneLayer& y) {
 
 TuneReport tune(const std::vector<TuneLayer>& layers, const TuneOptions& options) {
   const auto t0 = AssemblyBudget::Clock::now();
+  const bool bakes = std::find(options.kinds.begin(), options.kinds.end(), codegen::KernelKind::kBaked) !=
+                     options.kinds.end();
+  for (const TuneLayer& l : layers) {
+    SPARSERT_USER_CHECK(bakes || !l.conv, "--kernel", "layer {} is a convolution, whose kernels tune searches baked "
+                        "only (autotune::convolution_candidate); compile --kernel streamed streams it by codegen's "
+                        "rules", l.name);
+  }
   TuneReport report;
   report.target = options.target.name();
   report.machine = MachineModel::for_target(options.target);

@@ -27,17 +27,18 @@ codegen::Target primary_target(const std::vector<codegen::Target>& targets) {
 TileSource database_tile_source(std::shared_ptr<const autotune::TuningDatabase> db, const std::string& toolkit,
                                 const codegen::Target& primary) {
   return [db, toolkit, primary](const LoadedLayer& l, const codegen::Target& target) -> std::optional<TunedKernel> {
-    // A record's key names the matrix, not a convolution's layout: one tuned as a plain SpMM of the same weights may
-    // hold several columns a thread or a row-split kernel, neither of which a convolution can be.
-    if (l.conv) return std::nullopt;
+    // A convolution's key has its layout: a record of the same weights tuned as a plain SpMM is not looked up.
     const Epilogue ep{l.desc.bias, l.desc.activation, l.desc.clamp};
-    const auto rec = db->find(autotune::tuning_key(l.matrix(), ep, l.desc.n, primary, toolkit));
+    const auto rec = db->find(autotune::tuning_key(l.matrix(), ep, l.desc.n, primary, toolkit, l.conv));
     if (!rec) return std::nullopt;
     autotune::Candidate c;
     c.kind = rec->kind;
     c.tile = rec->tile;
     c.stream = rec->stream;
     try {
+      if (l.conv && !autotune::convolution_candidate(c)) {
+        throw inspector::InvalidTileParams("kernel", "a convolution's kernel is baked with one column a thread");
+      }
       autotune::check_candidate(c, l.matrix(), l.desc.n, target);
     } catch (const inspector::InvalidTileParams& e) {
       // A record from an older generator, or edited by hand: compile goes on with the next source, and says so.

@@ -27,7 +27,8 @@ using namespace sparsert::autotune;
 
 namespace {
 TuneLayer small_layer(const std::string& name, uint64_t seed, int32_t m = 96, int32_t k = 80, int32_t n = 24) {
-  return {name, inspector::generate_pruned_gaussian(m, k, 0.8, seed), Epilogue{{0.1f}, Activation::kRelu, {}}, n};
+  return {name, inspector::generate_pruned_gaussian(m, k, 0.8, seed), Epilogue{{0.1f}, Activation::kRelu, {}}, n,
+          std::nullopt};
 }
 
 TuneOptions model_options() {
@@ -488,7 +489,7 @@ TEST(Model, TuningOnTheModelAloneNeverPicksThePrefetchingLoop) {
   TuneOptions o = model_options();
   o.kinds = {codegen::KernelKind::kStreamed};
   o.assemble_top = 1000;  // every candidate, so that each twin is priced with its assembled registers
-  const TuneLayer l{"tall", inspector::generate_pruned_gaussian(8192, 256, 0.9, 31), Epilogue{}, 64};
+  const TuneLayer l{"tall", inspector::generate_pruned_gaussian(8192, 256, 0.9, 31), Epilogue{}, 64, std::nullopt};
   const TuneReport r = tune({l}, o);
   ASSERT_EQ(r.layers.size(), 1u);
   const LayerResult& lr = r.layers[0];
@@ -1068,7 +1069,7 @@ TEST(Model, StreamingWinsOnATallLayerWithFewNonzerosPerRow) {
   // loads every row of B for 2-3 fmas a row, so its critical path (about 1.9 us in the model) is its rows' loads and
   // stores; the streamed kernel deals the rows to the lanes of many warps and stages the 64 rows of B once a block.
   const TuneLayer l{"tall", inspector::generate_random(8192, 64, 2.5 / 64, 31), Epilogue{{-0.3f}, Activation::kRelu,
-                    32.0f}, 16};
+                    32.0f}, 16, std::nullopt};
   TuneOptions o = model_options();
   o.simulate_top = 2;
   const TuneReport r = tune({l}, o);
@@ -1223,4 +1224,90 @@ TEST(Gpu, BothKindsAreTimedWhereTheModelRanksOneFirst) {
   EXPECT_TRUE(std::any_of(r.layers[0].candidates.begin(), r.layers[0].candidates.end(), [](const CandidateResult& c) {
     return c.status == "measured" && !c.cand.streamed() && !c.cand.is_default && c.cand.tile.max_registers == 0;
   }));
+}
+
+namespace {
+// A 3x3 convolution of 2 images of 8 x 9 x 9 to 16 channels, padding 1, its input and output buffers with borders of
+// 1 (its own padding, and a next layer's).
+TuneLayer conv_layer(const std::string& name, uint64_t seed) {
+  ConvLayout c;
+  c.shape.images = 2;
+  c.shape.in_channels = 8;
+  c.shape.in_h = c.shape.in_w = 9;
+  c.shape.out_channels = 16;
+  c.shape.kernel_h = c.shape.kernel_w = 3;
+  c.shape.pad = 1;
+  c.in_border = 1;
+  c.out_border = 1;
+  CsrMatrix a = inspector::generate_pruned_gaussian(16, c.shape.k(), 0.7, seed);
+  for (float& v : a.values) v *= 0.3f;
+  return {name, std::move(a), Epilogue{{0.05f}, Activation::kRelu, {}}, static_cast<int32_t>(c.shape.columns()), c};
+}
+}  // namespace
+
+// A convolution is searched among the kernels it can be (baked, one column a thread), with codegen's rules for a
+// convolution as the default, and its layout in the report.
+TEST(Tune, AConvolutionIsSearchedAmongItsOwnKernels) {
+  const TuneLayer l = conv_layer("conv", 5);
+  const std::vector<Candidate> grid = enumerate_convolution_candidates(l.a, l.n, codegen::Target::parse("sm_90"));
+  ASSERT_FALSE(grid.empty());
+  EXPECT_EQ(std::count_if(grid.begin(), grid.end(), [](const Candidate& c) { return c.is_default; }), 1);
+  for (const Candidate& c : grid) EXPECT_TRUE(convolution_candidate(c)) << describe(c);
+  // The plain SpMM of the same weights has more: streamed kernels and several columns a thread.
+  EXPECT_GT(enumerate_candidates(l.a, l.n, codegen::Target::parse("sm_90")).size(), grid.size());
+  const TuneReport r = tune({l}, model_options());
+  ASSERT_EQ(r.layers.size(), 1u);
+  const LayerResult& lr = r.layers[0];
+  ASSERT_GE(lr.winner, 0);
+  EXPECT_EQ(lr.winner_kind, codegen::KernelKind::kBaked);
+  EXPECT_EQ(lr.winner_tile.cols_per_thread, 1);
+  for (const CandidateResult& c : lr.candidates) EXPECT_TRUE(convolution_candidate(c.cand)) << describe(c.cand);
+  ASSERT_GE(lr.default_index, 0);
+  const codegen::TileParams rules = default_convolution_candidate(l.a, l.n, codegen::Target::parse("sm_90")).tile;
+  EXPECT_EQ(lr.candidates[static_cast<size_t>(lr.default_index)].cand.tile, rules);
+  EXPECT_EQ(rules.cols_per_thread, 1);
+  const nlohmann::json j = to_json(r).at("layers")[0];
+  EXPECT_EQ(j.at("conv").at("in_border"), 1);
+  EXPECT_EQ(j.at("conv").at("out_border"), 1);
+  // --kernel streamed has nothing to search for it.
+  TuneOptions streamed = model_options();
+  streamed.kinds = {codegen::KernelKind::kStreamed};
+  try {
+    tune({l}, streamed);
+    ADD_FAILURE() << "a convolution tuned streamed only";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("--kernel: layer conv is a convolution"), std::string::npos) << e.what();
+  }
+  // Nor does it share a result with the plain product of the same weights, or a record's key.
+  TuneLayer plain = l;
+  plain.conv.reset();
+  EXPECT_FALSE(similar_layers(l, plain));
+  EXPECT_TRUE(similar_layers(l, conv_layer("again", 5)));
+  const codegen::Target t = codegen::Target::parse("sm_90");
+  EXPECT_NE(tuning_key(l.a, l.epilogue, l.n, t, "none", l.conv), tuning_key(l.a, l.epilogue, l.n, t, "none"));
+  TuneLayer wider_border = l;
+  wider_border.conv->out_border = 2;
+  EXPECT_NE(tuning_key(l.a, l.epilogue, l.n, t, "none", l.conv),
+            tuning_key(l.a, l.epilogue, l.n, t, "none", wider_border.conv));
+}
+
+// gpu mode times a convolution's candidates through its layout: B its bordered images, C its bordered output, each
+// verified against the direct convolution (and its output's border left unwritten).
+TEST(Gpu, EmulatedDriverTimesAConvolutionThroughItsLayout) {
+  if (!codegen::Assembler::available()) GTEST_SKIP() << codegen::Assembler::unavailable_reason();
+  sparsert::testing::EmulatedDriver::use(SPARSERT_EMU_LIB);
+  const TuneReport r = tune({conv_layer("conv", 9)}, on_emulated_gpu(model_options(), 1));
+  ASSERT_EQ(r.layers.size(), 1u);
+  int measured = 0;
+  for (const CandidateResult& c : r.layers[0].candidates) {
+    EXPECT_TRUE(convolution_candidate(c.cand)) << describe(c.cand);
+    EXPECT_NE(c.status, "failed") << describe(c.cand) << ": " << c.reason;
+    if (c.status != "measured") continue;
+    ++measured;
+    EXPECT_TRUE(c.verified);
+  }
+  EXPECT_GE(measured, 3);  // the two best-ranked, the default, and their twins
+  const LayerResult& lr = r.layers[0];
+  ASSERT_GE(lr.winner, 0);
+  EXPECT_EQ(lr.candidates[static_cast<size_t>(lr.winner)].status, "measured");
 }

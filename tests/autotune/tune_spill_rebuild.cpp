@@ -59,7 +59,8 @@ int plant_spills(const std::filesystem::path& dir) {
 
 TEST(TuneSpill, ACandidateThatSpillsInFunctionsIsAssembledAsOneFunction) {
   if (!codegen::Assembler::available()) GTEST_SKIP() << codegen::Assembler::unavailable_reason();
-  const TuneLayer layer{"nlp", inspector::generate_pruned_gaussian(512, 2048, 0.9, 101), Epilogue{}, 256};
+  const TuneLayer layer{"nlp", inspector::generate_pruned_gaussian(512, 2048, 0.9, 101), Epilogue{}, 256,
+                        std::nullopt};
   sparsert::testing::ScratchDir scratch;
   const std::filesystem::path cache = scratch / "tune-asm";
 

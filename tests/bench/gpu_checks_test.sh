@@ -79,15 +79,18 @@ for call in 'bench --suite rn50-0.9 --device cuda --repeats 20 --choose measured
   'graphchallenge .*--replicate 1 --device cuda --fold-duplicates' \
   'tune --budget 200 .*n1024-l100\.tsv --n 60000 --row-align 1 --mode gpu' 'bench --suite rn50-0\.9 .*--max-entries 8 ' \
   'bench --suite rn50-0\.9 .*--max-entries 2 ' 'bench --suite transformer .*--max-entries 8 ' \
-  'bench --suite rn50-0\.9 .*--block-functions off ' 'bench --suite transformer .*--block-functions off '; do
+  'bench --suite rn50-0\.9 .*--block-functions off ' 'bench --suite transformer .*--block-functions off ' \
+  'tune [^ ]+/g1\.json --mode gpu --top 2 ' 'tune [^ ]+/g3\.json --mode gpu --top 2 ' \
+  'tune [^ ]+/g4s2\.json --mode gpu --top 1 '; do
   check "ran: $call" grep -q -E "^$call" "$CALLS"
 done
-# The model beside every measured file a step wrote (18), not beside one a failed step did not write; the reports on
+# The model beside every measured file a step wrote (21), not beside one a failed step did not write; the reports on
 # the layer the stage generated read that layer from the generated file (--matrix), and no other report does.
 for f in rn50-0\.95-cuda transformer-cuda mobilenet-cuda graphchallenge-cuda rn50-conv3x3-0\.9-cuda \
   rn50-conv3x3-0\.95-cuda rn50-0\.9-cuda-e8 rn50-0\.9-cuda-e2 transformer-cuda-e8 rn50-0\.9-cuda-nofunc \
   transformer-cuda-nofunc tune-baked-n49-gpu tune-gemv-gpu tune-rows-cols-n49-gpu tune-rows-cols-n256-gpu \
-  tune-baked-n256-gpu tune-gc-l100-n950-gpu tune-gc-l100-n60000-gpu; do
+  tune-baked-n256-gpu tune-conv-g1-gpu tune-conv-g3-gpu tune-conv-g4s2-gpu tune-gc-l100-n950-gpu \
+  tune-gc-l100-n60000-gpu; do
   check "check-model on $f" grep -q -E "^check-model --data .* -q -o $out/$f-model\.json $out/$f\.json$" "$CALLS"
 done
 check "no check-model on a file a failed step did not write" \
@@ -100,8 +103,8 @@ check "the baked tiles at N = 256 are timed" \
   grep -q -E '^tune [^ ]+/nlp_512x2048\.mtx --n 256 --mode gpu --kernel baked --top 2 ' "$CALLS"
 check "--matrix for those reports only" test "$(grep -c -E '^check-model .*--matrix' "$CALLS")" -eq 2
 check "the generated file still there when check-model reads it" test "$(sort -u "$CALLS.matrix")" = found
-check "eighteen check-model calls" test "$(grep -c '^check-model ' "$CALLS")" -eq 18
-check "forty-nine sparsert calls" test "$(wc -l < "$CALLS")" -eq 49
+check "twenty-one check-model calls" test "$(grep -c '^check-model ' "$CALLS")" -eq 21
+check "fifty-five sparsert calls" test "$(wc -l < "$CALLS")" -eq 55
 check "one CPU run with AVX2 named" grep -q -E '^avx2 graphchallenge .*--replicate 50 --device cpu$' "$CALLS.isa"
 check "only that one" test "$(wc -l < "$CALLS.isa")" -eq 1
 check "all.log names bench-rn50" grep -q -E '^  - bench-rn50 \(exit 1' "$out/all.log"

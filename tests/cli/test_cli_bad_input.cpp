@@ -784,25 +784,6 @@ TEST(CliBadInput, ThreadsThatCannotStartAreAnErrorNotAHang) {
   EXPECT_EQ(lines(o.err), 1) << o.err;
 }
 
-// tune ranks matrix kernels; compile ranks a convolution's tiles with its model whatever a record says: a
-// convolutional network is refused by tune with a line saying so, not ranked as if it were a chain of products.
-TEST(CliBadInput, TuneRefusesAConvolutionalNetwork) {
-  ScratchDir dir;
-  sparsert::write_file_atomic(dir / "c.mtx", "%%MatrixMarket matrix coordinate real general\n8 4 2\n1 1 0.5\n8 4 -1\n");
-  sparsert::write_file_atomic(dir / "conv.json", R"({"format": "sparsert-network/1",
-    "input": {"images": 1, "channels": 4, "height": 5, "width": 5},
-    "layers": [{"weights": "c.mtx", "conv": {"kernel": 1}}]})");
-  const Outcome o = run(fmt::format("tune {} --mode model -q --no-db -o {}", (dir / "conv.json").string(),
-                                    (dir / "r.json").string()),
-                        dir);
-  EXPECT_EQ(o.code, 2) << o.err;
-  EXPECT_NE(o.err.find("conv.json: is a convolutional network (1 layers), which tune does not search"),
-            std::string::npos)
-      << o.err;
-  EXPECT_EQ(lines(o.err), 1) << o.err;
-  EXPECT_FALSE(std::filesystem::exists(dir / "r.json"));
-}
-
 // A package file that cannot be written (a full disk; here a file-size limit, its signal ignored) is named with the
 // package, not the hidden folder the package is built in, and the package that was there stays.
 // A kernel cache that cannot be written (a full disk: a file-size limit here, 16 blocks of /bin/sh's 512 bytes, which

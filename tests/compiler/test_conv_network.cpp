@@ -3,6 +3,7 @@
 // matching the direct convolution of reference_conv2d layer by layer; a ResNet-50 bottleneck block from DLMC does the
 // same; and bad descriptions are one-line UserErrors naming the field.
 #include "sparsert/autotune/database.hpp"
+#include "sparsert/autotune/tuner.hpp"
 #include "sparsert/codegen/heuristic.hpp"
 #include "sparsert/compiler/compile.hpp"
 #include "sparsert/compiler/tile_sources.hpp"
@@ -46,6 +47,16 @@ DenseTensor reference(const std::vector<LoadedLayer>& layers, DenseTensor x) {
     x = reference_conv2d(l.a, s, x, {l.desc.bias, l.desc.activation, l.desc.clamp});
   }
   return x;
+}
+
+// The package at `pkg` on the emulated driver against the direct convolutions, on 2 random images of 8 x 9 x 9.
+void expect_exact(const std::filesystem::path& pkg, const std::vector<LoadedLayer>& layers, uint64_t seed) {
+  GpuNetwork net(load_package(pkg));
+  const DenseTensor x = random_images(2, 8, 9, 9, seed);
+  const DenseTensor got = net.run(x);
+  const DenseTensor want = reference(layers, x);
+  ASSERT_EQ(got.shape(), want.shape());
+  EXPECT_LE(max_relative_error(got, want), 1e-4);
 }
 
 // 2 images of 8 x 9 x 9: 1x1 to 16 (ReLU), 3x3 pad 1 to 16 from an .npy [16, 16, 3, 3] (ReLU), 3x3 stride 2 pad 1 to
@@ -98,6 +109,14 @@ std::string user_error(const std::function<void()>& f) {
 
 int run_cli(const std::string& args, std::string* output) {
   return sparsert::testing::run_sparsert(args, output, /*with_stdout=*/true);
+}
+
+// A command refused as bad input: exit 2, `says` in what it printed, nothing written at `unwritten`.
+void expect_refused(const std::string& args, const std::string& says, const std::filesystem::path& unwritten) {
+  std::string out;
+  EXPECT_EQ(run_cli(args, &out), 2) << out;
+  EXPECT_NE(out.find(says), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(unwritten));
 }
 }  // namespace
 
@@ -166,12 +185,7 @@ TEST(ConvNetwork, TheModelPicksAConvolutionsTileAndItRunsExact) {
     EXPECT_EQ(r.tile.at("cols_per_thread"), 1) << r.layer;
     EXPECT_TRUE(r.model_us.has_value()) << r.layer;
   }
-  GpuNetwork net(load_package(dir / "pkg"));
-  const DenseTensor x = random_images(2, 8, 9, 9, 31);
-  const DenseTensor got = net.run(x);
-  const DenseTensor want = reference(layers, x);
-  ASSERT_EQ(got.shape(), want.shape());
-  EXPECT_LE(max_relative_error(got, want), 1e-4);
+  expect_exact(dir / "pkg", layers, 31);
   // --kernel streamed: the model has no streamed convolution to rank; compile's rules stream every layer.
   ModelTileOptions streamed;
   streamed.forced = codegen::KernelKind::kStreamed;
@@ -201,6 +215,102 @@ TEST(ConvNetwork, InterleavedGroupsRunExact) {
     const DenseTensor x = random_images(2, 8, 9, 9, 41);
     EXPECT_LE(max_relative_error(net.run(x), reference(layers, x)), 1e-4) << "n_tile " << n_tile;
   }
+}
+
+// tune searches a convolution among its own kernels (baked, one column a thread) and records its winner under a key
+// with the convolution's layout; compile builds what the record says, and it runs exact on the emulated driver. The
+// record is not found by the plain product's key, nor by a convolution of another layout.
+TEST(ConvNetwork, TunedRecordsAreWhatCompileBuildsAndRunExact) {
+  ScratchDir dir;
+  const std::vector<LoadedLayer> layers = load_network(read_network(write_small_network(dir)));
+  CompileOptions o = options(dir, codegen::KernelKind::kBaked);
+  o.kernel_kind.reset();
+  std::vector<autotune::TuneLayer> tl;
+  for (const LoadedLayer& l : layers) tl.push_back({l.desc.name, l.a, l.desc.epilogue(), l.desc.n, l.conv});
+  autotune::TuneOptions to;
+  to.mode = autotune::Mode::kModel;
+  to.progress = false;
+  to.simulate_top = 2;
+  const autotune::TuneReport rep = autotune::tune(tl, to);
+  ASSERT_EQ(rep.layers.size(), layers.size());
+  auto db = std::make_shared<autotune::TuningDatabase>(autotune::TuningDatabase::load(dir / "tuning.json"));
+  const codegen::Target t = o.targets.front();
+  const std::string toolkit = compile_toolkit(false);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const autotune::LayerResult& lr = rep.layers[i];
+    ASSERT_GE(lr.winner, 0) << lr.name;
+    ASSERT_EQ(lr.winner_kind, codegen::KernelKind::kBaked) << lr.name;
+    autotune::TuningRecord r;
+    r.tile = lr.winner_tile;
+    r.target = "sm_90";
+    r.n = lr.n;
+    const LoadedLayer& l = layers[i];
+    db->put(autotune::tuning_key(l.matrix(), l.desc.epilogue(), l.desc.n, t, toolkit, l.conv), r);
+  }
+  const TileSource records = database_tile_source(db, toolkit, t);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::optional<TunedKernel> k = records(layers[i], t);
+    ASSERT_TRUE(k.has_value()) << layers[i].desc.name;
+    EXPECT_EQ(k->tile, rep.layers[i].winner_tile) << layers[i].desc.name;
+    LoadedLayer plain = layers[i];
+    plain.conv.reset();
+    EXPECT_FALSE(records(plain, t).has_value()) << layers[i].desc.name;
+    LoadedLayer wider = layers[i];
+    wider.conv->out_border += 1;
+    EXPECT_FALSE(records(wider, t).has_value()) << layers[i].desc.name;
+  }
+  o.tiles = records;
+  const CompileReport report = compile_network(layers, dir / "pkg", o);
+  ASSERT_EQ(report.layers.size(), layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    EXPECT_EQ(report.layers[i].tile_source, "tuned") << report.layers[i].layer;
+    EXPECT_EQ(report.layers[i].tile.at("m_blocks"), rep.layers[i].winner_tile.plan.m_blocks)
+        << report.layers[i].layer;
+    EXPECT_EQ(report.layers[i].tile.at("n_tile"), rep.layers[i].winner_tile.n_tile) << report.layers[i].layer;
+  }
+  expect_exact(dir / "pkg", layers, 41);
+  // A record whose kernel a convolution cannot be (two columns a thread, written by hand under its key) is passed
+  // over with a warning, not built.
+  autotune::TuningRecord wrong;
+  wrong.tile = rep.layers[0].winner_tile;
+  wrong.tile.cols_per_thread = 2;
+  wrong.tile.n_tile = 64;
+  db->put(autotune::tuning_key(layers[0].matrix(), layers[0].desc.epilogue(), layers[0].desc.n, t, toolkit,
+                               layers[0].conv),
+          wrong);
+  EXPECT_FALSE(records(layers[0], t).has_value());
+}
+
+// The same from the command line: `sparsert tune` on a convolutional network, then `sparsert compile` with its
+// database, which says every layer's parameters came from it.
+TEST(ConvNetwork, CliTunesAConvolutionalNetworkForCompile) {
+  ScratchDir dir;
+  ::setenv("SPARSERT_CACHE_DIR", (dir / "cache").c_str(), 1);  // the user's caches stay as they are
+  const std::filesystem::path json = write_small_network(dir);
+  std::string out;
+  ASSERT_EQ(run_cli(fmt::format("tune {} --mode model -q --db {} -o {}", json.string(), (dir / "db.jsonl").string(),
+                                (dir / "r.json").string()),
+                    &out),
+            0)
+      << out;
+  const nlohmann::json r = nlohmann::json::parse(read_file(dir / "r.json"));
+  ASSERT_EQ(r.at("layers").size(), 4u);
+  for (const nlohmann::json& l : r.at("layers")) {
+    EXPECT_TRUE(l.contains("conv")) << l.at("name");
+    EXPECT_EQ(l.at("winner").at("kind"), "baked") << l.at("name");
+    EXPECT_EQ(l.at("winner").at("tile").at("cols_per_thread"), 1) << l.at("name");
+  }
+  ASSERT_EQ(run_cli(fmt::format("compile {} -o {} --target sm_90 --ptx-only -q --tuning-db {}", json.string(),
+                                (dir / "pkg").string(), (dir / "db.jsonl").string()),
+                    &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("4 layer/target pairs used tuned parameters from the tuning database"), std::string::npos)
+      << out;
+  // --kernel streamed has no convolution to search: a line naming --kernel, exit 2, no report.
+  expect_refused(fmt::format("tune {} --mode model -q --no-db --kernel streamed -o {}", json.string(),
+                             (dir / "s.json").string()),
+                 "--kernel: layer reduce is a convolution", dir / "s.json");
 }
 
 TEST(ConvNetwork, CliRunsOnTheCpuAndChecks) {
@@ -233,18 +343,12 @@ TEST(ConvNetwork, CliRunsOnTheCpuAndChecks) {
   const std::filesystem::path bad = dir.write("bad.json", R"({"format": "sparsert-network/1",
     "input": {"images": 1, "channels": 8, "height": 9, "width": 9},
     "layers": [{"weights": "c0.mtx", "conv": {"kernel": 1, "padding": 1}}]})");
-  EXPECT_EQ(run_cli(fmt::format("compile {} -o {} --ptx-only -q", bad.string(), (dir / "bad_pkg").string()), &out), 2)
-      << out;
-  EXPECT_NE(out.find("layer 0: conv.padding"), std::string::npos) << out;
-  EXPECT_FALSE(std::filesystem::exists(dir / "bad_pkg"));
+  expect_refused(fmt::format("compile {} -o {} --ptx-only -q", bad.string(), (dir / "bad_pkg").string()),
+                 "layer 0: conv.padding", dir / "bad_pkg");
   // Folding duplicate neurons is for chains of matrix layers: a convolution is named, and nothing is written.
-  EXPECT_EQ(run_cli(fmt::format("compile {} -o {} --ptx-only -q --fold-duplicates", json.string(),
-                                (dir / "fold_pkg").string()),
-                    &out),
-            2)
-      << out;
-  EXPECT_NE(out.find("--fold-duplicates: layer reduce is a convolution"), std::string::npos) << out;
-  EXPECT_FALSE(std::filesystem::exists(dir / "fold_pkg"));
+  expect_refused(fmt::format("compile {} -o {} --ptx-only -q --fold-duplicates", json.string(),
+                             (dir / "fold_pkg").string()),
+                 "--fold-duplicates: layer reduce is a convolution", dir / "fold_pkg");
 }
 
 TEST(ConvNetwork, BadDescriptionsNameTheField) {

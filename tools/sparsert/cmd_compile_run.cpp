@@ -312,7 +312,8 @@ Action add_compile(CLI::App& app) {
         const codegen::Target target = primary_target(opt.targets);
         std::vector<autotune::TuneLayer> missing;
         for (autotune::TuneLayer& l : tune_layers_of(layers)) {
-          if (!db->find(autotune::tuning_key(l.a, l.epilogue, l.n, target, toolkit))) missing.push_back(std::move(l));
+          if (!db->find(autotune::tuning_key(l.a, l.epilogue, l.n, target, toolkit, l.conv)))
+            missing.push_back(std::move(l));
         }
         if (!missing.empty()) {
           autotune::TuneOptions to;

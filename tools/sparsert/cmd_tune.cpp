@@ -15,18 +15,9 @@
 
 namespace sparsert::cli {
 
-std::vector<autotune::TuneLayer> tune_layers_of(const std::vector<compiler::LoadedLayer>& layers,
-                                                size_t* convolutions) {
+std::vector<autotune::TuneLayer> tune_layers_of(const std::vector<compiler::LoadedLayer>& layers) {
   std::vector<autotune::TuneLayer> out;
-  size_t conv = 0;
-  for (const compiler::LoadedLayer& l : layers) {
-    if (l.conv) {
-      ++conv;
-      continue;
-    }
-    out.push_back({l.desc.name, l.a, l.desc.epilogue(), l.desc.n});
-  }
-  if (convolutions) *convolutions = conv;
+  for (const compiler::LoadedLayer& l : layers) out.push_back({l.desc.name, l.a, l.desc.epilogue(), l.desc.n, l.conv});
   return out;
 }
 
@@ -48,9 +39,9 @@ void record_results(const autotune::TuneReport& report, const std::vector<autotu
     r.score = l.winner_score;
     r.shared_from = l.shared_from;
     // Compile keys by the toolkit it assembles with; a PTX-only compile keys with "none": record both.
-    db.put(autotune::tuning_key(layers[i].a, layers[i].epilogue, layers[i].n, target, report.toolkit), r);
-    if (report.toolkit != "none")
-      db.put(autotune::tuning_key(layers[i].a, layers[i].epilogue, layers[i].n, target, "none"), r);
+    const autotune::TuneLayer& t = layers[i];
+    db.put(autotune::tuning_key(t.a, t.epilogue, t.n, target, report.toolkit, t.conv), r);
+    if (report.toolkit != "none") db.put(autotune::tuning_key(t.a, t.epilogue, t.n, target, "none", t.conv), r);
   }
 }
 
@@ -127,7 +118,6 @@ Action add_tune(CLI::App& app) {
       SPARSERT_USER_CHECK(args->n == 0, "--n", "is for a matrix input; a network gives n per layer");
       const compiler::NetworkDesc net = compiler::read_network(args->input);
       inputs = compiler::network_files(net);
-      size_t convolutions = 0;
       std::vector<compiler::LoadedLayer> loaded = compiler::load_network(net);
       if (std::none_of(loaded.begin(), loaded.end(), [](const compiler::LoadedLayer& l) { return l.conv; })) {
         const int32_t columns = loaded.empty() ? 0 : loaded.front().desc.n;
@@ -135,18 +125,15 @@ Action add_tune(CLI::App& app) {
         compiler::align_rows(loaded, floats);
         if (!loaded.empty()) aligned_note(columns, loaded.front().desc.n, floats, !row_align, args->quiet);
       }
-      layers = tune_layers_of(loaded, &convolutions);
-      // (A network with an input is convolutional throughout.)
-      SPARSERT_USER_CHECK(!layers.empty(), args->input, "is a convolutional network ({} layers), which tune does not "
-                          "search: compile ranks a convolution's tiles with the model, and no tuning record applies to one "
-                          "(bench --choose measured times its pick beside codegen's rules)", convolutions);
+      layers = tune_layers_of(loaded);
     } else {
       SPARSERT_USER_CHECK(args->n >= 1, "--n", "a matrix input needs the number of columns of B (--n N, N >= 1)");
       inspector::LoadedMatrix m = load_matrix_for_cli(args->input, args->matrix);
       const int32_t floats = row_align.value_or(compiler::default_row_align(args->n));
       const int32_t columns = compiler::aligned_columns(args->n, floats);
       aligned_note(args->n, columns, floats, !row_align, args->quiet);
-      layers.push_back({std::filesystem::path(args->input).stem().string(), std::move(m.a), Epilogue{}, columns});
+      layers.push_back(
+          {std::filesystem::path(args->input).stem().string(), std::move(m.a), Epilogue{}, columns, std::nullopt});
     }
     autotune::TuneOptions opt;
     opt.target = codegen::Target::parse(args->target, "--target");

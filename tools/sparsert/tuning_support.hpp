@@ -11,10 +11,9 @@
 
 namespace sparsert::cli {
 
-// The network's matrix layers as the tuner takes them. Convolutions are left out (counted in *convolutions where
-// given): the tuner ranks SpMM kernels, and compile builds a convolution by codegen's rules, whatever a record says.
-std::vector<autotune::TuneLayer> tune_layers_of(const std::vector<compiler::LoadedLayer>& layers,
-                                                size_t* convolutions = nullptr);
+// The network's layers as the tuner takes them, a convolution with its layout (the tuner searches its kernels only,
+// and its record is keyed by the layout).
+std::vector<autotune::TuneLayer> tune_layers_of(const std::vector<compiler::LoadedLayer>& layers);
 
 // Records every layer's winner in `db` under its tuning key.
 void record_results(const autotune::TuneReport& report, const std::vector<autotune::TuneLayer>& layers,

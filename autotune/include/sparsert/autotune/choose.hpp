@@ -32,13 +32,8 @@ ModelChoice choose_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilo
                             const std::function<bool(const Candidate&)>& accept = {},
                             std::optional<int32_t> max_entries = std::nullopt);
 
-// What the model may choose for a convolution (docs/codegen.md, "Convolutions (virtual im2col)"): a baked kernel of
-// one column per thread, since its columns are output pixels, not adjacent in memory past a row of the image. The
-// streamed convolution is the ELL walk over staged taps, which the model prices least well of all its kernels
-// (docs/autotune.md), so it is left to `--kernel streamed`. The model prices the plain SpMM of the im2col matrix: the
-// kernels differ in their loads' offsets (immediates either way) and a per-thread pixel computation.
-bool convolution_candidate(const Candidate& c);
-// choose_by_model among a convolution's candidates: the one ranking compile, bench and check-model --predict share.
+// choose_by_model among a convolution's candidates (convolution_candidate, space.hpp): the one ranking compile, bench
+// and check-model --predict share.
 ModelChoice choose_convolution_by_model(const CsrMatrix& a, int32_t n, const Epilogue& epilogue,
                                         const codegen::Target& target, std::optional<int32_t> max_entries = std::nullopt);
 

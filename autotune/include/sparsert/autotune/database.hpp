@@ -2,7 +2,8 @@
 // The tuning database: a file mapping a key to the kernel tuning chose: its kind (baked or streamed) and the
 // parameters of that kind (tile parameters, or stream parameters). A key is the sha256 of what
 // determines a layer's kernels for a target except the tile parameters (which are the result): generator version,
-// matrix structure and values, bias and epilogue, N, target, toolkit version — the fields of the kernel cache key.
+// matrix structure and values, bias and epilogue, N, target, toolkit version — the fields of the kernel cache key —
+// and a convolution's layout.
 //
 // The file is JSON lines, one record a line, appended to and never rewritten, so that commands tuning at the same
 // time each add their records instead of the last one to save replacing the others'; on reading, the newest record
@@ -11,6 +12,7 @@
 #include "sparsert/codegen/stream_spmm.hpp"
 #include "sparsert/codegen/target.hpp"
 #include "sparsert/codegen/tile.hpp"
+#include "sparsert/runtime/conv.hpp"
 #include "sparsert/runtime/csr.hpp"
 #include "sparsert/runtime/reference.hpp"
 
@@ -24,8 +26,11 @@
 
 namespace sparsert::autotune {
 
+// A convolution's key has its layout too (shape, im2col order, buffer borders): its kernels read through them, and
+// a record of the same weights tuned as a plain SpMM may hold kernels a convolution cannot be (several columns a
+// thread, a row-split walk).
 std::string tuning_key(const CsrMatrix& a, const Epilogue& ep, int32_t n, const codegen::Target& target,
-                       const std::string& toolkit);
+                       const std::string& toolkit, const std::optional<ConvLayout>& conv = std::nullopt);
 
 struct TuningRecord {
   // Records written before the kind was searched have none: they are baked. Stored as "kind", with "tile" for a baked

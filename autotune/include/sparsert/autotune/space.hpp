@@ -54,6 +54,20 @@ std::vector<Candidate> enumerate_candidates(const CsrMatrix& a, int32_t n, const
                                             const KindSet& kinds = all_kinds(),
                                             std::optional<int32_t> max_entries = std::nullopt);
 
+// What a convolution's kernel may be (docs/codegen.md, "Convolutions (virtual im2col)"): baked, one column a thread,
+// since its columns are output pixels, not adjacent in memory past a row of the image. The streamed convolution is the
+// ELL walk over staged taps, which the model prices least well of all its kernels (docs/autotune.md), so it is left
+// to `compile --kernel streamed`.
+bool convolution_candidate(const Candidate& c);
+// What compile builds for a convolution with no tile source: default_tile_params at one column a thread. Throws
+// InvalidTileParams as default_tile_params does.
+Candidate default_convolution_candidate(const CsrMatrix& a, int32_t n, const codegen::Target& target);
+// A convolution's grid: enumerate_candidates' baked candidates that convolution_candidate accepts, and
+// default_convolution_candidate as its default. The model prices each as the plain SpMM of the im2col matrix: the
+// kernels differ in their loads' offsets (immediates either way) and a per-thread pixel computation.
+std::vector<Candidate> enumerate_convolution_candidates(const CsrMatrix& a, int32_t n, const codegen::Target& target,
+                                                        std::optional<int32_t> max_entries = std::nullopt);
+
 // The shape of a row-split candidate (StreamLayout::kRows or kStagedRows): lanes per row, column lanes and columns per
 // thread, which set how a warp's lanes cover rows and columns, its loads of B and its registers, and whether B is
 // staged in shared memory. Candidates of one shape differ in rows per block, column tile, unroll, staged rows and

@@ -4,6 +4,7 @@
 #include "sparsert/autotune/model.hpp"
 #include "sparsert/autotune/space.hpp"
 #include "sparsert/codegen/target.hpp"
+#include "sparsert/runtime/conv.hpp"
 #include "sparsert/runtime/csr.hpp"
 #include "sparsert/runtime/reference.hpp"
 
@@ -21,6 +22,9 @@ struct TuneLayer {
   CsrMatrix a;  // M×K
   Epilogue epilogue;
   int32_t n = 0;
+  // A convolution (virtual im2col: `a` is its im2col weight matrix, n its output pixels): only the kernels a
+  // convolution can be are searched (convolution_candidate), built and timed through its layout.
+  std::optional<ConvLayout> conv;
 };
 
 enum class Mode { kAuto, kModel, kGpu };  // auto: gpu where a driver and device are found, else model
@@ -75,6 +79,7 @@ struct LayerResult {
   std::string name;
   int32_t m = 0, k = 0, n = 0;
   int64_t nnz = 0;
+  std::optional<ConvLayout> conv;  // the TuneLayer's
   std::vector<CandidateResult> candidates;  // empty when shared
   int winner = -1;                          // index into candidates
   int default_index = -1;
@@ -108,8 +113,9 @@ nlohmann::json to_json(const TuneReport& r);
 // One self-contained HTML file with inline SVG plots (every candidate per layer; best against default per layer).
 std::string render_html(const TuneReport& r);
 
-// Whether two layers may share a tuning result: same shape, N and epilogue shape; nonzeros within 5%; the
-// distribution of nonzeros per row alike (mean within 5%, max within 10%, coefficient of variation within 0.1).
+// Whether two layers may share a tuning result: same shape, N, epilogue shape and convolution layout (or none);
+// nonzeros within 5%; the distribution of nonzeros per row alike (mean within 5%, max within 10%, coefficient of
+// variation within 0.1).
 bool similar_layers(const TuneLayer& x, const TuneLayer& y);
 
 }  // namespace sparsert::autotune
