@@ -286,12 +286,18 @@ constexpr double kRowsPreambleCycles = 1000.0;
 // was 1.66x), and the H200's measured-choice runs that ModelCheck.PicksAmongTheRowSplitShapesTheH200Timed reads go
 // from 1.106x to 1.054x (docs/autotune.md, "Long rows in the row-split walk").
 constexpr double kLongRowStepShare = 0.6;
-// A row-split warp whose lanes take 8 floats or more: each step's 16-byte loads of B stride 32 bytes across the lanes,
-// twice the L1 wavefronts a byte of a contiguous load, and its fmas wait on them. Its critical path is scaled by this.
-// Fitted on 2026-11-30 over the 209 such kernels timed (H100 and H200, 2026-11-24 to -28): they ran 1.27x the model
-// where it had them critical-bound (50 kernels), and at 1.3 all 209 are unbiased (+0.00 mean log error, was +0.07);
-// the model's pick among a layer's timed row-split kernels goes from 1.032x to 1.026x the fastest (worst 1.38x ->
-// 1.24x). Staged rows charge their shared loads' wavefronts instead (shared_cycles).
+// A row-split warp whose lanes take 8 floats or more: its critical path is scaled by this. Fitted on 2026-11-30 over
+// the 209 such kernels timed (H100 and H200, 2026-11-24 to -28): they ran 1.27x the model where it had them
+// critical-bound (50 kernels), and at 1.3 all 209 are unbiased (+0.00 mean log error, was +0.07); the model's pick
+// among a layer's timed row-split kernels goes from 1.032x to 1.026x the fastest (worst 1.38x -> 1.24x).
+// It was fitted as the cost of L1 wavefronts (each step's 16-byte loads stride 32 bytes across the lanes), which
+// Nsight Compute did not bear out (H200, 2026-11-29, docs/measurements/h200-2026-11-29/ncu-lanes.log): the 8-float
+// kernel had the higher L1 hit rate (70% against 54%), and ran 6.56 us against the 4-float one's 4.45 because each
+// warp issued 1.7x the instructions (323 against 189) at about the same cycles an instruction (12.3 against 13.8),
+// with fewer warps resident to overlap them (4.7 against 12.9 an SM: half the threads in the grid). A warp's chain,
+// not the SM's issue rate, sets that time, and 4 cycles an instruction (kDependentCpi) undercounts it most where few
+// warps share a scheduler. The fit stands until a term for warps in flight replaces it. Staged rows charge their
+// shared loads' wavefronts instead (shared_cycles).
 constexpr double kWideLaneCriticalScale = 1.3;
 // Sustained DRAM reads reach about this share of the data-sheet bandwidth.
 constexpr double kDramEfficiency = 0.8;
