@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <set>
+#include <tuple>
 
 namespace sparsert::autotune {
 
@@ -71,6 +73,32 @@ std::vector<RankedCandidate> best_row_split_shapes(const CsrMatrix& a, int32_t n
     return x.estimate.microseconds < y.estimate.microseconds;
   });
   if (out.size() > shapes) out.resize(shapes);
+  return out;
+}
+
+std::vector<RankedCandidate> best_baked_tiles(const CsrMatrix& a, int32_t n, const Epilogue& epilogue,
+                                              const codegen::Target& target, size_t count,
+                                              const std::function<bool(const Candidate&)>& accept,
+                                              std::optional<int32_t> max_entries) {
+  std::vector<RankedCandidate> ranked;
+  for (const Candidate& c : enumerate_candidates(a, n, target, {codegen::KernelKind::kBaked}, max_entries)) {
+    if (!c.valid() || c.streamed() || timed_only(c) || (accept && !accept(c))) continue;
+    try {
+      ranked.push_back({c, estimate_candidate(a, n, epilogue, c.kind, c.tile, c.stream, target, std::nullopt, false)});
+    } catch (const inspector::InvalidTileParams&) {
+    }
+  }
+  // Ties keep the earlier candidate, as choose_by_model does.
+  std::stable_sort(ranked.begin(), ranked.end(), [](const RankedCandidate& x, const RankedCandidate& y) {
+    return x.estimate.microseconds < y.estimate.microseconds;
+  });
+  std::vector<RankedCandidate> out;
+  std::set<std::tuple<int32_t, int32_t, int32_t, int32_t>> seen;
+  for (RankedCandidate& r : ranked) {
+    if (out.size() >= count) break;
+    const codegen::TileParams& t = r.candidate.tile;
+    if (seen.insert({t.plan.m_blocks, t.plan.gy, t.n_tile, t.cols_per_thread}).second) out.push_back(std::move(r));
+  }
   return out;
 }
 

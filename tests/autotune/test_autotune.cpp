@@ -1311,3 +1311,36 @@ TEST(Gpu, EmulatedDriverTimesAConvolutionThroughItsLayout) {
   ASSERT_GE(lr.winner, 0);
   EXPECT_EQ(lr.candidates[static_cast<size_t>(lr.winner)].status, "measured");
 }
+
+// The model's best baked tiles of distinct grids, which measured choices time beyond its pick: the first is the pick,
+// the rest ranked after it with other (rows a block, groups, column tile, columns a thread), and a convolution's are
+// of one column a thread.
+TEST(Model, BestBakedTilesStartWithThePickAndSpreadTheGrid) {
+  const codegen::Target t = codegen::Target::parse("sm_90");
+  const TuneLayer l = small_layer("b", 23, 256, 192, 64);
+  const std::vector<RankedCandidate> tiles = best_baked_tiles(l.a, l.n, l.epilogue, t, 3);
+  ASSERT_EQ(tiles.size(), 3u);
+  const ModelChoice pick = choose_by_model(l.a, l.n, l.epilogue, t, {codegen::KernelKind::kBaked});
+  EXPECT_EQ(tiles[0].candidate.tile, pick.candidate.tile);
+  std::set<std::tuple<int32_t, int32_t, int32_t, int32_t>> grids;
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    const codegen::TileParams& tp = tiles[i].candidate.tile;
+    EXPECT_TRUE(grids.insert({tp.plan.m_blocks, tp.plan.gy, tp.n_tile, tp.cols_per_thread}).second) << i;
+    if (i > 0) {
+      EXPECT_GE(tiles[i].estimate.microseconds, tiles[i - 1].estimate.microseconds) << i;
+    }
+  }
+  // Every candidate of a grid left out is modelled no faster than the last one kept.
+  for (const Candidate& cand : enumerate_candidates(l.a, l.n, t, {codegen::KernelKind::kBaked})) {
+    const codegen::TileParams& tp = cand.tile;
+    if (!cand.valid() || grids.count({tp.plan.m_blocks, tp.plan.gy, tp.n_tile, tp.cols_per_thread})) continue;
+    const Estimate e = estimate_candidate(l.a, l.n, l.epilogue, cand.kind, tp, cand.stream, t, std::nullopt, false);
+    EXPECT_GE(e.microseconds, tiles.back().estimate.microseconds) << describe(cand);
+  }
+  const TuneLayer c = conv_layer("c", 7);
+  const std::vector<RankedCandidate> conv = best_baked_tiles(c.a, c.n, c.epilogue, t, 3, convolution_candidate);
+  ASSERT_FALSE(conv.empty());
+  EXPECT_EQ(conv[0].candidate.tile, choose_convolution_by_model(c.a, c.n, c.epilogue, t).candidate.tile);
+  for (const RankedCandidate& r : conv) EXPECT_EQ(r.candidate.tile.cols_per_thread, 1);
+  EXPECT_TRUE(best_baked_tiles(c.a, c.n, c.epilogue, t, 0).empty());
+}

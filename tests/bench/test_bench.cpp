@@ -641,6 +641,21 @@ TEST(Bench, MeasuredKindChoiceKeepsTheFasterKernelAndRecordsBoth) {
     if (!rows) {
       EXPECT_EQ(top, (std::set<int>{1, 2, 3})) << c.dump();
     }
+    // And the model's next two baked tiles of other grids (rows a block, groups, column tile, columns a thread) than
+    // its baked pick's, at compile's width (here the problem's).
+    auto grid_of = [](const nlohmann::json& variant) {
+      const std::string detail = variant.value("detail", "");
+      const size_t open = detail.find('{', detail.find(" tile {"));
+      const nlohmann::json t = nlohmann::json::parse(detail.substr(open, detail.find('}', open) - open + 1));
+      return std::tuple{t.value("m_blocks", 0), t.value("gy", 0), t.value("n_tile", 0), t.value("cols_per_thread", 0)};
+    };
+    std::set<std::tuple<int, int, int, int>> grids = {grid_of(c["baked"])};
+    for (const char* kind : {"baked-rank2", "baked-rank3"}) {
+      ASSERT_TRUE(c.contains(kind)) << c.dump();
+      EXPECT_TRUE(grids.insert(grid_of(c[kind])).second) << kind << " repeats a grid: " << c.dump();
+      kinds.push_back(kind);
+    }
+    EXPECT_FALSE(c.contains("baked-rank4")) << c.dump();
     std::string picked;
     double fastest = 0.0;
     for (const std::string& kind : kinds) {
@@ -802,13 +817,24 @@ TEST(BenchConv, MeasuredChoiceTimesTheModelsTileBesideTheRules) {
       EXPECT_NE(c["baked-interleaved"].value("detail", "").find("\"interleave_groups\":true"), std::string::npos)
           << c.dump();
     }
+    // The model's next tiles of other grids, one column a thread as a convolution's must be.
+    for (const char* kind : {"baked-rank2", "baked-rank3"}) {
+      if (!c.contains(kind)) continue;  // a small layer's grid may have fewer
+      EXPECT_EQ(c[kind].value("status", ""), "measured") << c.dump();
+      EXPECT_NE(c[kind].value("detail", "").find("\"cols_per_thread\":1"), std::string::npos) << c.dump();
+      EXPECT_NE(c[kind].value("detail", ""), c["baked"].value("detail", "")) << c.dump();
+    }
     const std::string picked = c.value("picked", "");
-    ASSERT_TRUE(picked == "baked" || picked == "baked-rules" || picked == "baked-interleaved") << c.dump();
+    ASSERT_TRUE(picked == "baked" || picked == "baked-rules" || picked == "baked-interleaved" ||
+                picked.starts_with("baked-rank"))
+        << c.dump();
     EXPECT_EQ(p["results"]["sparsert-gpu"].value("detail", ""), c[picked].value("detail", "")) << c.dump();
   }
   const std::string md = write_report({r}, {"conv.json"}, dir / "charts", "charts", "x");
   EXPECT_NE(md.find("against codegen's rules' kernel (`-rules`"), std::string::npos) << md;
   EXPECT_NE(md.find("| baked-rules | 4 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| baked-rank2 | 4 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("The fastest of the model's next baked tiles of other grids (`-rankR`"), std::string::npos) << md;
 }
 
 // A convolution whose model tile has thread groups of two warps (32 x 144 at 28 x 28: mb=8 gy=4 nt=64) also gets its
@@ -1067,6 +1093,24 @@ TEST(Bench, ReportSummarisesTheMeasuredKernelChoice) {
             std::string::npos)
       << interleaved;
   measured.run["problems"][30]["results"]["sparsert-gpu"]["kind_choice"].erase("baked-aligned-interleaved");
+  // The model's next baked tiles of that problem at 0.8 and 1.1 its pick's time: the faster of them counts.
+  EXPECT_EQ(interleaved.find("`-rankR`"), std::string::npos);  // none was timed that day
+  {
+    nlohmann::json& c = measured.run["problems"][30]["results"]["sparsert-gpu"]["kind_choice"];
+    for (const auto& [kind, ratio] : {std::pair{"baked-aligned-rank2", 1.1}, std::pair{"baked-aligned-rank3", 0.8}}) {
+      c[kind] = {{"status", "measured"},
+                 {"median_us", c["baked-aligned"]["median_us"].get<double>() * ratio},
+                 {"detail", R"(sm_90 baked tile {"gy":4,"n_tile":64} (model) ld=52)"}};
+    }
+  }
+  const std::string ranks = measured.report(dir / "c8");
+  EXPECT_NE(ranks.find("The fastest of the model's next baked tiles of other grids (`-rankR`: rows a block, groups, "
+                       "column tile or columns a thread) against its baked pick: 1 problem, faster on 1; time 0.80× of "
+                       "the pick's (geometric mean), 0.80–0.80."),
+            std::string::npos)
+      << ranks;
+  for (const char* kind : {"baked-aligned-rank2", "baked-aligned-rank3"})
+    measured.run["problems"][30]["results"]["sparsert-gpu"]["kind_choice"].erase(kind);
   EXPECT_NE(shapes.find("| streamed-aligned-shape2 | 2 | 0 |"), std::string::npos) << shapes;
   EXPECT_NE(shapes.find("The fastest row-split kernel of the other shapes timed (`-shapeR`) against the model's "
                         "streamed pick: 2 problems, faster on 1; time 0.87× of the pick's (geometric mean), "

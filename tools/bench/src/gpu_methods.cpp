@@ -614,6 +614,15 @@ class SparsertGpu final : public GpuMethod {
   // fastest kernel on none of the 176 problems two H200 leases timed it on; on 2026-11-28 1.5-3.7x slower than the
   // fastest other kernel. `tune --mode gpu` still times it.)
   static constexpr size_t kMeasuredShapes = 3;
+  // And the model's best baked tiles of this many (rows a block, groups, column tile, columns a thread) in all,
+  // its baked pick the first (autotune::best_baked_tiles): over the tuning runs of 2026-11-23 to -29 the model's baked
+  // pick ran 1.0-1.36x the fastest baked tile timed, its best three 1.0-1.03x on all but three layers (docs/autotune.md,
+  // "Baked tiles timed by the measured choice").
+  static constexpr size_t kMeasuredBakedTiles = 3;
+  // Only on layers of at most this many nonzeros: a baked kernel assembles at about 0.2 ms a fma on one core, and
+  // rn50's N = 49 layers (100K-210K nonzeros), where the row-split kernel is kept, would add a minute or more of a
+  // lent GPU's time to each suite.
+  static constexpr int64_t kRankedBakedMaxNonzeros = int64_t{1} << 16;
   static constexpr size_t kAllShapes = 1000;  // more than the grid has
   // A kernel the measured choice builds and times: the model's fastest of a kind (any kind: nothing), compiled for
   // `columns`.
@@ -626,6 +635,7 @@ class SparsertGpu final : public GpuMethod {
     bool whole = false;     // the streamed pick with its long rows kept whole, where it splits them
     bool interleave = false;  // the baked pick with its thread groups interleaved over its warps, where that helps
     bool rules = false;       // codegen's rules instead of the model's pick (a convolution's)
+    size_t baked_rank = 0;    // > 1: the model's baked tile of that rank (best_baked_tiles; 1 is the baked pick)
   };
   std::string name() const override { return "sparsert-gpu"; }
   std::string detail() const override { return detail_; }
@@ -687,7 +697,8 @@ class SparsertGpu final : public GpuMethod {
     // best row-split kernels of kMeasuredShapes other shapes ("-shapeR": the shape the model ranks R-th), and its best
     // row-split kernel under a register budget ("-budget"). Where the streamed pick splits long rows
     // (segment_entries), its twin with whole rows is timed too ("-whole"). Where the baked pick's thread groups would
-    // sit on fewer sub-partitions of an SM interleaved over its warps, that twin is timed too ("-interleaved").
+    // sit on fewer sub-partitions of an SM interleaved over its warps, that twin is timed too ("-interleaved"). And
+    // the model's next-ranked baked tiles of other grids ("-rankR": best_baked_tiles' R-th), at compile's width.
     choice_ = nlohmann::json::object();
     // What compile builds by default, named as the variants below are ("streamed-aligned": at the aligned width).
     if (const std::optional<codegen::KernelKind> pick = model_kind(p)) {
@@ -699,11 +710,12 @@ class SparsertGpu final : public GpuMethod {
       const std::string kind = codegen::to_string(*v.kind) + (v.columns != p.n ? "-aligned" : "") +
                                (v.prefetch ? "-prefetch" : "") + (v.shape > 0 ? fmt::format("-shape{}", v.shape) : "") +
                                (v.budget ? "-budget" : "") + (v.whole ? "-whole" : "") +
-                               (v.interleave ? "-interleaved" : "") + (v.rules ? "-rules" : "");
+                               (v.interleave ? "-interleaved" : "") + (v.rules ? "-rules" : "") +
+                               (v.baked_rank > 1 ? fmt::format("-rank{}", v.baked_rank) : "");
       const std::optional<compiler::CompileOptions> o = compile_options(p, v);
       if (!o) {
         // A twin or a budget only where one exists.
-        if (!v.prefetch && !v.budget && !v.whole && !v.interleave && !v.rules)
+        if (!v.prefetch && !v.budget && !v.whole && !v.interleave && !v.rules && v.baked_rank == 0)
           choice_[kind] = {{"status", "no valid candidate"}};
         continue;
       }
@@ -747,9 +759,21 @@ class SparsertGpu final : public GpuMethod {
   // budget: the model's best row-split kernel under a register budget. whole: that kernel with its long rows kept
   // whole, where it splits them. interleave: the baked pick with its thread groups interleaved over its warps, where
   // that places them on fewer sub-partitions. rules: codegen's rules, not the model's pick (a convolution's, timed
-  // beside the model's by the measured choice). One struct, so that prebuild and prepare build the same kernels.
+  // beside the model's by the measured choice). baked_rank > 1: the model's baked tile of that rank among distinct
+  // grids (best_baked_tiles). One struct, so that prebuild and prepare build the same kernels.
   std::optional<compiler::CompileOptions> compile_options(const Problem& p, const Variant& v) const {
-    const auto& [kind, columns, prefetch, shape, budget, whole, interleave, rules] = v;
+    const auto& [kind, columns, prefetch, shape, budget, whole, interleave, rules, baked_rank] = v;
+    if (baked_rank > 1) {
+      const std::vector<codegen::TileParams>& tiles = baked_tiles(p, columns);
+      if (baked_rank > tiles.size()) return std::nullopt;
+      compiler::CompileOptions o;
+      o.targets = {target_};
+      o.progress = false;
+      o.block_functions = block_functions_;
+      const compiler::TunedKernel pick{codegen::KernelKind::kBaked, tiles[baked_rank - 1], {}, "model"};
+      o.tiles = [pick](const compiler::LoadedLayer&, const codegen::Target&) { return pick; };
+      return o;
+    }
     compiler::CompileOptions o;
     o.targets = {target_};
     o.progress = false;
@@ -833,36 +857,56 @@ class SparsertGpu final : public GpuMethod {
     picks_.emplace(key, pick);
     return pick;
   }
-  // The model's best row-split kernel of each shape for the problem at `columns`, best shape first
-  // (autotune::best_row_split_shapes), every shape; ranked once per problem and width.
-  const std::vector<codegen::StreamParams>& row_split_shapes(const Problem& p, int32_t columns) const {
+  // What `make` ranks for the problem at `columns`, ranked once per problem and width and kept in `memo` (prebuild asks
+  // from every core; a map's elements stay where they are, so the reference outlives the lock).
+  template <class Map, class Make>
+  const typename Map::mapped_type& ranked_once(Map& memo, const Problem& p, int32_t columns, Make make) const {
     const std::string key = fmt::format("{}/{}/{}", p.family, p.name, columns);
     {
       std::lock_guard<std::mutex> lock(picks_mutex_);
-      if (auto it = shapes_.find(key); it != shapes_.end()) return it->second;
+      if (auto it = memo.find(key); it != memo.end()) return it->second;
     }
-    std::vector<codegen::StreamParams> out;
-    for (const autotune::RankedCandidate& r :
-         autotune::best_row_split_shapes(p.a, columns, Epilogue{}, target_, kAllShapes))
-      out.push_back(r.candidate.stream);
+    typename Map::mapped_type value = make();
     std::lock_guard<std::mutex> lock(picks_mutex_);
-    return shapes_.emplace(key, std::move(out)).first->second;  // a map's elements stay where they are
+    return memo.emplace(key, std::move(value)).first->second;
+  }
+  // The model's best row-split kernel of each shape for the problem at `columns`, best shape first
+  // (autotune::best_row_split_shapes), every shape.
+  const std::vector<codegen::StreamParams>& row_split_shapes(const Problem& p, int32_t columns) const {
+    return ranked_once(shapes_, p, columns, [&] {
+      std::vector<codegen::StreamParams> out;
+      for (const autotune::RankedCandidate& r :
+           autotune::best_row_split_shapes(p.a, columns, Epilogue{}, target_, kAllShapes))
+        out.push_back(r.candidate.stream);
+      return out;
+    });
+  }
+  // The model's best baked tiles for the problem at `columns` (autotune::best_baked_tiles, a convolution's among the
+  // kernels it can be), kMeasuredBakedTiles of them at most.
+  const std::vector<codegen::TileParams>& baked_tiles(const Problem& p, int32_t columns) const {
+    return ranked_once(baked_tiles_, p, columns, [&] {
+      std::vector<codegen::TileParams> out;
+      for (const autotune::RankedCandidate& r :
+           autotune::best_baked_tiles(p.a, columns, Epilogue{}, target_, kMeasuredBakedTiles,
+                                      p.conv ? autotune::convolution_candidate
+                                             : std::function<bool(const autotune::Candidate&)>{},
+                                      max_entries_))
+        out.push_back(r.candidate.tile);
+      return out;
+    });
   }
   // The model's best row-split kernel under a register budget for the problem at `columns`
-  // (autotune::best_with_register_budget); ranked once per problem and width.
+  // (autotune::best_with_register_budget).
   std::optional<codegen::StreamParams> budgeted(const Problem& p, int32_t columns) const {
-    const std::string key = fmt::format("{}/{}/{}", p.family, p.name, columns);
-    {
-      std::lock_guard<std::mutex> lock(picks_mutex_);
-      if (auto it = budgets_.find(key); it != budgets_.end()) return it->second;
-    }
-    std::optional<codegen::StreamParams> out;
-    if (const std::optional<autotune::RankedCandidate> r =
-            autotune::best_with_register_budget(p.a, columns, Epilogue{}, target_))
-      out = r->candidate.stream;
-    std::lock_guard<std::mutex> lock(picks_mutex_);
-    return budgets_.emplace(key, out).first->second;
+    return ranked_once(budgets_, p, columns, [&] {
+      std::optional<codegen::StreamParams> out;
+      if (const std::optional<autotune::RankedCandidate> r =
+              autotune::best_with_register_budget(p.a, columns, Epilogue{}, target_))
+        out = r->candidate.stream;
+      return out;
+    });
   }
+
   void run() override { c_ = net_->run(*b_); }
   // GpuNetwork times `inner` CUDA Graph replays (one per product) launched back to back between two events, as the
   // baselines are timed.
@@ -925,11 +969,14 @@ class SparsertGpu final : public GpuMethod {
   std::vector<Variant> variants(const Problem& p) const {
     std::vector<Variant> out;
     // A convolution has one kind and one width: the model's pick, its twin with the groups interleaved over its warps
-    // (where that helps), and codegen's rules' kernel, which compile built before the model chose.
+    // (where that helps), codegen's rules' kernel, which compile built before the model chose, and the model's next
+    // tiles of other grids.
     if (p.conv) {
       out.push_back({codegen::KernelKind::kBaked, p.n});
       out.push_back({codegen::KernelKind::kBaked, p.n, false, 0, false, false, true});
       out.push_back({codegen::KernelKind::kBaked, p.n, false, 0, false, false, false, true});
+      for (size_t r = 2; r <= kMeasuredBakedTiles && p.a.nnz() <= kRankedBakedMaxNonzeros; ++r)
+        out.push_back({codegen::KernelKind::kBaked, p.n, false, 0, false, false, false, false, r});
       return out;
     }
     for (codegen::KernelKind k : autotune::all_kinds()) out.push_back({k, p.n});
@@ -953,6 +1000,8 @@ class SparsertGpu final : public GpuMethod {
     out.push_back({codegen::KernelKind::kStreamed, columns, false, 0, true});
     out.push_back({codegen::KernelKind::kStreamed, columns, false, 0, false, true});
     out.push_back({codegen::KernelKind::kBaked, columns, false, 0, false, false, true});
+    for (size_t r = 2; r <= kMeasuredBakedTiles && p.a.nnz() <= kRankedBakedMaxNonzeros; ++r)
+      out.push_back({codegen::KernelKind::kBaked, columns, false, 0, false, false, false, false, r});
     return out;
   }
   std::optional<codegen::KernelKind> model_kind(const Problem& p) const {
@@ -990,6 +1039,7 @@ class SparsertGpu final : public GpuMethod {
   mutable std::map<std::string, std::optional<compiler::TunedKernel>> picks_;
   mutable std::map<std::string, std::vector<codegen::StreamParams>> shapes_;  // row_split_shapes, by problem and width
   mutable std::map<std::string, std::optional<codegen::StreamParams>> budgets_;  // budgeted, by problem and width
+  mutable std::map<std::string, std::vector<codegen::TileParams>> baked_tiles_;  // baked_tiles, by problem and width
   const DenseTensor* b_ = nullptr;
   DenseTensor c_;
   std::string detail_;
@@ -1061,11 +1111,13 @@ MethodSet gpu_methods(const std::filesystem::path& scratch_dir, std::optional<in
                                   "(compile --row-align {0}, B and C staged in them, N columns run), a row-split "
                                   "streamed pick also with its entries prefetched (and with whole rows where it splits "
                                   "long ones), the baked pick also with its thread groups interleaved over its "
-                                  "warps where that puts fewer on each sub-partition, and the model's best row-split "
-                                  "kernels of {3} other shapes and under a register budget, {1} x {2} runs each, "
-                                  "the fastest kept)",
+                                  "warps where that puts fewer on each sub-partition, the model's next {4} baked "
+                                  "tiles of other grids on layers of at most {5} nonzeros, and the model's best "
+                                  "row-split kernels of {3} other shapes and under a register budget, {1} x {2} runs "
+                                  "each, the fastest kept)",
                                   SparsertGpu::kMeasuredRowAlign, SparsertGpu::kChoiceSamples,
-                                  SparsertGpu::kChoiceRuns, SparsertGpu::kMeasuredShapes)
+                                  SparsertGpu::kChoiceRuns, SparsertGpu::kMeasuredShapes,
+                                  SparsertGpu::kMeasuredBakedTiles - 1, SparsertGpu::kRankedBakedMaxNonzeros)
                     : fmt::format("; the model's kernel as compile builds it by default (N of {} or more compiled for "
                                   "rows of {} floats, N columns run)",
                                   compiler::kMinAlignedColumns, compiler::kDefaultRowAlign));
@@ -1117,8 +1169,10 @@ MethodSet conv_gpu_methods(const std::filesystem::path& scratch_dir, bool measur
         "sparsert's generated convolution on {} (sm_{}); {}", gpu->info.name, gpu->info.sm(),
         measure_kinds ? fmt::format("the fastest, {} x {} runs each, of the model's fastest baked kernel of one "
                                     "column a thread, the same with its thread groups interleaved over its warps "
-                                    "where that puts fewer on each sub-partition, and codegen's rules' kernel",
-                                    SparsertGpu::kChoiceSamples, SparsertGpu::kChoiceRuns)
+                                    "where that puts fewer on each sub-partition, the model's next {} such tiles of "
+                                    "other grids on layers of at most {} nonzeros, and codegen's rules' kernel",
+                                    SparsertGpu::kChoiceSamples, SparsertGpu::kChoiceRuns,
+                                    SparsertGpu::kMeasuredBakedTiles - 1, SparsertGpu::kRankedBakedMaxNonzeros)
                       : std::string("the model's fastest baked kernel of one column a thread, as compile builds it"));
     set.methods.push_back(std::move(m));
   } else {

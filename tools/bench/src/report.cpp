@@ -360,7 +360,8 @@ std::string ratio_summary(const std::vector<double>& ratios, const char* whose) 
 // kernel under a register budget ("-budget") against the fastest without one, and the streamed pick that splits long
 // rows against its twin with whole rows ("-whole"), and the baked pick with its thread groups interleaved over its
 // warps against the same kernel without ("-interleaved"), and a convolution's model tile against codegen's rules'
-// ("-rules"). Empty where the run chose by the model.
+// ("-rules"), and the fastest of the model's next baked tiles ("-rankR") against its baked pick. Empty where the run
+// chose by the model.
 std::string kind_choice_section(const json& run, const std::string& subject) {
   std::map<std::string, int> timed, kept;
   int problems = 0, model_kept = 0, shape_without_pick = 0;
@@ -371,6 +372,7 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
   std::vector<double> split;     // the streamed pick with its long rows split against its twin with them whole
   std::vector<double> interleaved;  // the baked pick with its groups interleaved against the same kernel without
   std::vector<double> modelled;     // a convolution's model tile against codegen's rules' kernel ("-rules")
+  std::vector<double> ranked;       // the fastest of the model's next baked tiles ("-rankR") against its baked pick
   for (const json& p : run["problems"]) {
     if (!p.contains("results") || !p["results"].contains(subject)) continue;
     const json& r = p["results"][subject];
@@ -388,6 +390,8 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
     };
     std::optional<double> best_shape, best_staged, best_other, best_single, best_double, best_budget, best_free;
     std::string shape_of;  // the streamed pick the shapes were built beside ("streamed" or "streamed-aligned")
+    std::optional<double> best_rank;
+    std::string rank_of;  // the baked pick the next tiles were ranked after ("baked" or "baked-aligned")
     for (const auto& [k, e] : c.items()) {
       const std::optional<double> us = measured_us(k);
       if (!us) continue;
@@ -423,6 +427,10 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
         const std::optional<double> plain = measured_us(k.substr(0, k.size() - kTwin.size()));
         if (plain && *plain > 0) twin.push_back(*us / *plain);
       }
+      if (const size_t at = k.find("-rank"); at != std::string::npos) {
+        rank_of = k.substr(0, at);
+        best_rank = best_rank ? std::min(*best_rank, *us) : *us;
+      }
       if (const size_t at = k.find("-shape"); at != std::string::npos) {
         shape_of = k.substr(0, at);
         best_shape = best_shape ? std::min(*best_shape, *us) : *us;
@@ -431,6 +439,10 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
     if (best_staged && best_other && *best_other > 0) staged.push_back(*best_staged / *best_other);
     if (best_double && best_single && *best_single > 0) double_buffered.push_back(*best_double / *best_single);
     if (best_budget && best_free && *best_free > 0) budgeted.push_back(*best_budget / *best_free);
+    if (best_rank) {
+      const std::optional<double> pick = measured_us(rank_of);
+      if (pick && *pick > 0) ranked.push_back(*best_rank / *pick);
+    }
     if (best_shape) {
       const std::optional<double> pick = measured_us(shape_of);
       if (pick && *pick > 0) {
@@ -483,6 +495,11 @@ std::string kind_choice_section(const json& run, const std::string& subject) {
     md += "\nThe model's tile for a convolution (one column a thread, ranked as its im2col SpMM) against codegen's "
           "rules' kernel (`-rules`, what compile built for convolutions until 2026-11-29): " +
           ratio_summary(modelled, "the rules'") + "\n";
+  }
+  if (!ranked.empty()) {
+    md += "\nThe fastest of the model's next baked tiles of other grids (`-rankR`: rows a block, groups, column tile or "
+          "columns a thread) against its baked pick: " +
+          ratio_summary(ranked, "the pick's") + "\n";
   }
   if (!interleaved.empty()) {
     md += "\nThe baked pick with its thread groups interleaved over its warps (`-interleaved`: warp w runs group "

@@ -48,6 +48,16 @@ struct RankedCandidate {
 std::vector<RankedCandidate> best_row_split_shapes(const CsrMatrix& a, int32_t n, const Epilogue& epilogue,
                                                    const codegen::Target& target, size_t shapes);
 
+// The baked candidates the model ranks fastest, one for each (rows a block, thread groups, column tile, columns a
+// thread): the parameters that set a baked kernel's grid and code a block (docs/autotune.md, "Baked tiles timed by
+// the measured choice"). Best first, at most `count`; those `accept` refuses are left out. The first is
+// choose_by_model's baked pick for the same `accept` and `max_entries`; empty where no baked candidate is valid.
+// Measured choices time the first few.
+std::vector<RankedCandidate> best_baked_tiles(const CsrMatrix& a, int32_t n, const Epilogue& epilogue,
+                                              const codegen::Target& target, size_t count,
+                                              const std::function<bool(const Candidate&)>& accept = {},
+                                              std::optional<int32_t> max_entries = std::nullopt);
+
 // The row-split candidate under a register budget (StreamParams::max_registers) the model ranks fastest, of any
 // shape, among those whose budget adds resident warps (budget_adds_warps: a grid of 128 blocks on 132 SMs holds one
 // block an SM whatever the registers); nothing where the grid offers none for this layer (N <= 16, no shape above the
