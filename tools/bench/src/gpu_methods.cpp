@@ -619,10 +619,10 @@ class SparsertGpu final : public GpuMethod {
   // pick ran 1.0-1.36x the fastest baked tile timed, its best three 1.0-1.03x on all but three layers (docs/autotune.md,
   // "Baked tiles timed by the measured choice").
   static constexpr size_t kMeasuredBakedTiles = 3;
-  // Only on layers of at most this many nonzeros: a baked kernel assembles at about 0.2 ms a fma on one core, and
-  // rn50's N = 49 layers (100K-210K nonzeros), where the row-split kernel is kept, would add a minute or more of a
-  // lent GPU's time to each suite.
-  static constexpr int64_t kRankedBakedMaxNonzeros = int64_t{1} << 16;
+  // Only on layers of at most this many nonzeros (the transformer's 105K ones included): a baked kernel assembles at
+  // about 0.2 ms a fma on one core, and rn50-0.9's 2048 x 1024 layer (210K nonzeros, where the row-split kernel is
+  // kept) would add most of a minute of a lent GPU's time on its own.
+  static constexpr int64_t kRankedBakedMaxNonzeros = int64_t{1} << 17;
   static constexpr size_t kAllShapes = 1000;  // more than the grid has
   // A kernel the measured choice builds and times: the model's fastest of a kind (any kind: nothing), compiled for
   // `columns`.
