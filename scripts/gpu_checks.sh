@@ -376,7 +376,8 @@ case $stage in
     jobs=$(nproc)
     nets=$(mktemp -d)
     trap 'rm -rf "$nets"' EXIT
-    dlmc=$data/dlmc/rn50/magnitude_pruning/0.9
+    # Absolute: a network file's paths are taken relative to its own folder.
+    dlmc=$(realpath -m "$data/dlmc/rn50/magnitude_pruning/0.9")
     conv_net() {  # conv_net FILE LAYER CHANNELS SIDE STRIDE
       printf '{"format": "sparsert-network/1", "input": {"images": 1, "channels": %s, "height": %s, "width": %s},
   "values": {"distribution": "normal", "seed": 3},

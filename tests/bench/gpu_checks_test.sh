@@ -34,6 +34,8 @@ done
 for ((i = 0; i + 1 < ${#args[@]}; ++i)); do
   [[ ${args[i]} == -o ]] && echo '{}' > "${args[i + 1]}"
 done
+# A network the stage wrote for `tune`: kept, for the test to read its paths.
+[[ ${args[0]} == tune && ${args[1]} == *.json && -f ${args[1]} ]] && cat "${args[1]}" >> "$CALLS.nets"
 echo "sparsert: ok"
 EOF
 cat > "$fake/bin/real_gpu_tests" << 'EOF'
@@ -133,6 +135,16 @@ check "the baked tiles are tuned before the streamed ones" test "$(grep -E '^tun
 : > "$CALLS"
 SPARSERT_LEASE_DEADLINE=$(( $(date +%s) + 10 )) bash "$script" tune-n256 "$fake" "$work/out12" > "$work/log12" 2>&1
 check "past the deadline a tune still gets 5 s" test "$(grep -c -E '^tune --budget 5 ' "$CALLS")" -eq 2
+
+# tune-conv with the bundle named relative to the working directory, as gpu_lease.sh names it: the networks it writes
+# in a folder of their own name their weights by absolute paths (a relative one is taken from the network's folder).
+: > "$CALLS"
+: > "$CALLS.nets"
+(cd "$work" && bash "$script" tune-conv bundle "$work/out13") > "$work/log13" 2>&1
+rc=$?
+check "tune-conv exits 0 (got $rc)" test "$rc" -eq 0
+check "tune-conv tunes three networks" test "$(grep -c -E '^tune [^ ]+\.json --mode gpu' "$CALLS")" -eq 3
+check "their weights are absolute paths" test "$(grep -c '"weights": "/' "$CALLS.nets")" -eq 3
 
 # bench-nlp and bench-other split bench-rest: the transformer and mobilenet suites (issue 12's goals) alone, then the
 # Graph Challenge and the convolutions (the model's tile against codegen's rules); every suite chooses by measurement,

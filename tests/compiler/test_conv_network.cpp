@@ -311,6 +311,10 @@ TEST(ConvNetwork, CliTunesAConvolutionalNetworkForCompile) {
   expect_refused(fmt::format("tune {} --mode model -q --no-db --kernel streamed -o {}", json.string(),
                              (dir / "s.json").string()),
                  "--kernel: layer reduce is a convolution", dir / "s.json");
+  // Nor are its rows aligned: --row-align is refused, as compile refuses it.
+  expect_refused(fmt::format("tune {} --mode model -q --no-db --row-align 4 -o {}", json.string(),
+                             (dir / "a.json").string()),
+                 "--row-align: layer reduce is a convolution", dir / "a.json");
 }
 
 TEST(ConvNetwork, CliRunsOnTheCpuAndChecks) {

@@ -119,12 +119,12 @@ Action add_tune(CLI::App& app) {
       const compiler::NetworkDesc net = compiler::read_network(args->input);
       inputs = compiler::network_files(net);
       std::vector<compiler::LoadedLayer> loaded = compiler::load_network(net);
-      if (std::none_of(loaded.begin(), loaded.end(), [](const compiler::LoadedLayer& l) { return l.conv; })) {
-        const int32_t columns = loaded.empty() ? 0 : loaded.front().desc.n;
-        const int32_t floats = compiler::row_align_for(loaded, row_align);
-        compiler::align_rows(loaded, floats);
-        if (!loaded.empty()) aligned_note(columns, loaded.front().desc.n, floats, !row_align, args->quiet);
-      }
+      // A convolutional network keeps its own width (row_align_for), and --row-align given for one is refused, as
+      // compile refuses it.
+      const int32_t columns = loaded.empty() ? 0 : loaded.front().desc.n;
+      const int32_t floats = compiler::row_align_for(loaded, row_align);
+      compiler::align_rows(loaded, floats);
+      if (!loaded.empty()) aligned_note(columns, loaded.front().desc.n, floats, !row_align, args->quiet);
       layers = tune_layers_of(loaded);
     } else {
       SPARSERT_USER_CHECK(args->n >= 1, "--n", "a matrix input needs the number of columns of B (--n N, N >= 1)");

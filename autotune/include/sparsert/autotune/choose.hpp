@@ -50,8 +50,9 @@ std::vector<RankedCandidate> best_row_split_shapes(const CsrMatrix& a, int32_t n
 
 // The baked candidates the model ranks fastest, one for each (rows a block, thread groups, column tile, columns a
 // thread): the parameters that set a baked kernel's grid and code a block (docs/autotune.md, "Baked tiles timed by
-// the measured choice"). Best first, at most `count`; those `accept` refuses are left out. The first is
-// choose_by_model's baked pick for the same `accept` and `max_entries`; empty where no baked candidate is valid.
+// the measured choice"). Best first, at most `count`; those `accept` refuses are left out. The first is what
+// choose_by_model picks among the baked kind alone for the same `accept` and `max_entries`; empty where no baked
+// candidate is valid.
 // Measured choices time the first few.
 std::vector<RankedCandidate> best_baked_tiles(const CsrMatrix& a, int32_t n, const Epilogue& epilogue,
                                               const codegen::Target& target, size_t count,
