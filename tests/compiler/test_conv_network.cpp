@@ -293,6 +293,7 @@ TEST(ConvNetwork, CliTunesAConvolutionalNetworkForCompile) {
                     &out),
             0)
       << out;
+  EXPECT_NE(out.find("(conv 3x3 stride 2)"), std::string::npos) << out;  // the layer "down"
   const nlohmann::json r = nlohmann::json::parse(read_file(dir / "r.json"));
   ASSERT_EQ(r.at("layers").size(), 4u);
   for (const nlohmann::json& l : r.at("layers")) {

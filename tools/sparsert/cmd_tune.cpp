@@ -171,10 +171,14 @@ Action add_tune(CLI::App& app) {
     }
     fmt::print("mode: {} — {}\n", report.mode, report.note);
     for (const autotune::LayerResult& l : report.layers) {
-      fmt::print("{:<40} {:>4}x{:<4} n={:<5} {:>3} cand.  best {:9.2f} us  default {:9.2f} us  {:5.2f}x  {}{}{}\n",
+      // A convolution says so: its default is codegen's rules for a convolution, its candidates a convolution's.
+      const std::string conv = l.conv ? fmt::format("  (conv {}x{} stride {})", l.conv->shape.kernel_h,
+                                                    l.conv->shape.kernel_w, l.conv->shape.stride)
+                                      : std::string{};
+      fmt::print("{:<40} {:>4}x{:<4} n={:<5} {:>3} cand.  best {:9.2f} us  default {:9.2f} us  {:5.2f}x  {}{}{}{}\n",
                  l.name, l.m, l.k, l.n, l.candidates.size(), l.winner_score, l.default_score,
                  l.winner_score > 0 ? l.default_score / l.winner_score : 0.0,
-                 autotune::describe(l.winner_candidate()), kind_comparison(l),
+                 autotune::describe(l.winner_candidate()), kind_comparison(l), conv,
                  l.shared_from.empty() ? "" : "  (shared with " + l.shared_from + ")");
     }
     fmt::print("wrote {} and {} ({} layers in {:.1f} s{})\n", args->output, html, report.layers.size(),
