@@ -763,21 +763,17 @@ class SparsertGpu final : public GpuMethod {
   // grids (best_baked_tiles). One struct, so that prebuild and prepare build the same kernels.
   std::optional<compiler::CompileOptions> compile_options(const Problem& p, const Variant& v) const {
     const auto& [kind, columns, prefetch, shape, budget, whole, interleave, rules, baked_rank] = v;
-    if (baked_rank > 1) {
-      const std::vector<codegen::TileParams>& tiles = baked_tiles(p, columns);
-      if (baked_rank > tiles.size()) return std::nullopt;
-      compiler::CompileOptions o;
-      o.targets = {target_};
-      o.progress = false;
-      o.block_functions = block_functions_;
-      const compiler::TunedKernel pick{codegen::KernelKind::kBaked, tiles[baked_rank - 1], {}, "model"};
-      o.tiles = [pick](const compiler::LoadedLayer&, const codegen::Target&) { return pick; };
-      return o;
-    }
     compiler::CompileOptions o;
     o.targets = {target_};
     o.progress = false;
     o.block_functions = block_functions_;
+    if (baked_rank > 1) {
+      const std::vector<codegen::TileParams>& tiles = baked_tiles(p, columns);
+      if (baked_rank > tiles.size()) return std::nullopt;
+      const compiler::TunedKernel pick{codegen::KernelKind::kBaked, tiles[baked_rank - 1], {}, "model"};
+      o.tiles = [pick](const compiler::LoadedLayer&, const codegen::Target&) { return pick; };
+      return o;
+    }
     // A convolution: the model's fastest of the kernels a convolution can be (autotune::convolution_candidate: baked,
     // a column a thread), or codegen's rules; it has no twins. Anything else: the kernel the static model ranks
     // fastest, every baked candidate ranked and built in at most --max-entries entries.
