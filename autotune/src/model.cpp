@@ -299,6 +299,17 @@ constexpr double kLongRowStepShare = 0.6;
 // warps share a scheduler. The fit stands until a term for warps in flight replaces it. Staged rows charge their
 // shared loads' wavefronts instead (shared_cycles).
 constexpr double kWideLaneCriticalScale = 1.3;
+// A row-split walk with its long rows split (StreamParams::segment_entries): its warp cycles, critical path and
+// latency chain are scaled by this. Its price had been the heaviest block's shorter walk alone, which put the split
+// kernel 17% under its twin with whole rows (geometric mean over the 38 pairs the H200 timed on 2026-11-29, rn50-0.9
+// and 0.95's `streamed` and `streamed-whole`), where it ran 2% over: split kernels ran +0.13 log over the model, their
+// twins -0.08. Only the most skewed layers gained (2048 x 512 `4_1_1`: 0.45x its twin at 95%, 0.80x at 90%); at
+// N = 784 the split ran 1.10-1.25x its twin, which the model's pick took. What the split adds (the barrier before the
+// epilogue, its sums through shared memory, the owner's loop) is in the probe, but not what it costs the block's
+// warps. Fitted on 2026-11-30 over every measured file: at 1.3 the split kernels' mean log error is -0.02, the pick
+// among a layer's timed row-split kernels goes from 1.038x to 1.032x the fastest and among all kernels from 1.034x to
+// 1.032x; 30 kernels fall outside 2x (one more: a prefetching split kernel, timed only, modelled 2.2x slow).
+constexpr double kSplitRowsTimeScale = 1.3;
 // Sustained DRAM reads reach about this share of the data-sheet bandwidth.
 constexpr double kDramEfficiency = 0.8;
 // Fitted on 2026-11-26 with the launch above: the issue term's scale (ptxas's schedule against the probe's classes
@@ -1033,6 +1044,9 @@ Estimate estimate_stream(const Probe& probe, const StreamShape& shape, const cod
       l.l2_bytes = static_cast<double>(shape.b_rows_read) * tile_row_bytes;
     }
     if (!staged && p.cols_per_thread >= 8) l.critical_cycles *= kWideLaneCriticalScale;
+    if (!staged && p.segment_entries > 0) {
+      for (double* cycles : {&l.warp_cycles, &l.critical_cycles, &l.latency_cycles}) *cycles *= kSplitRowsTimeScale;
+    }
     return combine({l}, warps_per_block, bps, m);
   }
   l.latency_cycles = static_cast<double>(shape.heaviest_block_steps) * kStreamStepCycles / p.unroll +

@@ -472,6 +472,51 @@ TEST(ModelCheck, PicksAmongTheRowSplitShapesTheH200Timed) {
   EXPECT_LE(regret, 1.08);
 }
 
+// The H200 of 2026-11-29 timed the streamed pick of each skewed rn50 layer with its long rows split and its twin with
+// whole rows (`streamed`, `streamed-whole`). The model's ratio of the two must follow the measured one, by geometric
+// mean over the pairs: it had the split 17% faster where it ran 2% slower (0.83 against 1.02), and picked it at
+// N = 784 where it ran 1.10-1.25x its twin (kSplitRowsTimeScale).
+TEST(ModelCheck, PricesSplitRowsAgainstTheirWholeTwinsAsTheH200Timed) {
+  SPARSERT_REQUIRE_SHARED_DATA(data);
+  bench::ModelCheckOptions o;
+  o.data_dir = data;
+  const std::filesystem::path measured = std::filesystem::path(SPARSERT_SOURCE_DIR) / "docs/measurements";
+  double model_log = 0.0, measured_log = 0.0;
+  int pairs = 0, skewed_gain = 0;
+  for (const char* file : {"h200-2026-11-29/rn50-0.9-cuda", "h200-2026-11-29/rn50-0.95-cuda"}) {
+    // Per group, layer and width: the kernel with split rows and its twin, keyed by the label without " seg=T".
+    std::map<std::tuple<size_t, std::string, int32_t, std::string>, std::pair<const bench::ModelPoint*,
+                                                                               const bench::ModelPoint*>> twins;
+    const std::vector<bench::ModelGroup> groups = bench::check_model(measured / fmt::format("{}.json", file), o);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (groups[g].source.find("alone") != std::string::npos) continue;
+      for (const bench::ModelPoint& p : groups[g].points) {
+        if (p.label.find(" rows ") == std::string::npos) continue;
+        const size_t at = p.label.find(" seg=");
+        std::string whole = p.label;
+        if (at != std::string::npos) whole.erase(at, p.label.find_first_of(' ', at + 1) - at);
+        auto& [split, plain] = twins[{g, p.layer, p.n, whole}];
+        (at != std::string::npos ? split : plain) = &p;
+      }
+    }
+    for (const auto& [key, twin] : twins) {
+      if (!twin.first || !twin.second) continue;
+      model_log += std::log(twin.first->predicted_us / twin.second->predicted_us);
+      measured_log += std::log(twin.first->measured_us / twin.second->measured_us);
+      skewed_gain += twin.first->measured_us < 0.85 * twin.second->measured_us &&
+                     twin.first->predicted_us < twin.second->predicted_us;
+      ++pairs;
+    }
+  }
+  ASSERT_GE(pairs, 30);
+  const double model_ratio = std::exp(model_log / pairs), measured_ratio = std::exp(measured_log / pairs);
+  std::printf("split rows against whole rows over %d pairs: modelled %.3fx, measured %.3fx\n", pairs, model_ratio,
+              measured_ratio);
+  EXPECT_NEAR(std::log(model_ratio / measured_ratio), 0.0, std::log(1.1));
+  // The layers where splitting paid (2048 x 512 `4_1_1`, 0.45x and 0.80x its twin) keep the split in the model too.
+  EXPECT_GE(skewed_gain, 2);
+}
+
 // A bench file records no registers. By default its streamed kernels are priced at codegen's bound, as compile's model
 // choice ranks them; with registers_from_assembler at the assembler's count for their PTX, as `tune` prices what it
 // assembled. The bound is never below ptxas's count over the row-split grid (1.0-2.9x, 2026-11-30), so no streamed
