@@ -7,6 +7,7 @@
 #include "sparsert/runtime/file_io.hpp"
 #include "sparsert/runtime/package.hpp"
 #include "sparsert/runtime/sha256.hpp"
+#include "sparsert/runtime/json_text.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -84,7 +85,7 @@ std::string record_line(const std::string& key, const TuningRecord& r) {
   } else {
     j["tile"] = codegen::to_json(r.tile);
   }
-  return j.dump();
+  return json_text_of(j);
 }
 
 using Records = std::map<std::string, TuningRecord>;
@@ -154,12 +155,8 @@ void read_lines(const std::string& text, const std::string& file, Records& out) 
     ++line_no;
     if (blank(line)) continue;
     const std::string where = fmt::format("{}:{}", file, line_no);
-    nlohmann::json e;
-    try {
-      e = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& ex) {
-      throw_user_error(where, "not JSON ({})", ex.what());
-    }
+    // Strictly, as every JSON people may edit: a key twice in one record is refused, not resolved by the parser.
+    const nlohmann::json e = parse_json_text(line, where);
     SPARSERT_USER_CHECK(e.is_object() && e.contains("key") && e.at("key").is_string() &&
                             !e.at("key").get<std::string>().empty(),
                         where, "key: missing or not a string");

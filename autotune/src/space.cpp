@@ -131,6 +131,11 @@ codegen::StreamParams stream_from_json(const nlohmann::json& j, const std::strin
     if (!j.contains(field)) continue;
     *out = json_int<int32_t>(j.at(field), where, field);
   }
+  // The ELL walk's defaults leave lanes_per_row at 0, which a row-split walk cannot have: say it is missing, not that
+  // the user gave 0.
+  SPARSERT_USER_CHECK(!codegen::row_split(p.layout) || j.contains("lanes_per_row"), where,
+                      "layout {} needs lanes_per_row (1, 2, 4, 8, 16 or 32), which is missing",
+                      j.at("layout").get<std::string>());
   return p;
 }
 

@@ -161,6 +161,21 @@ void check_output_path(const std::filesystem::path& path) {
   ::unlink(probe.c_str());
 }
 
+void check_free_space(const std::filesystem::path& dest, double bytes, std::string_view what) {
+  std::error_code ec;
+  std::filesystem::path at = std::filesystem::absolute(dest, ec);
+  if (ec) return;  // the write itself will say what is wrong with the path
+  while (!std::filesystem::exists(at, ec) && at.has_parent_path() && at != at.parent_path()) at = at.parent_path();
+  const std::filesystem::space_info space = std::filesystem::space(at, ec);
+  if (ec) return;
+  const auto gb = [](double b) {
+    return b >= 1e9 ? fmt::format("{:.1f} GB", b / 1e9) : fmt::format("{:.1f} MB", b / 1e6);
+  };
+  SPARSERT_USER_CHECK(bytes <= static_cast<double>(space.available), dest.string(),
+                      "{} would take about {}, more than the {} free on its file system", what, gb(bytes),
+                      gb(static_cast<double>(space.available)));
+}
+
 namespace {
 // The path as the file system resolves it, or nothing where it cannot be resolved. Absolute first: weakly_canonical
 // keeps a relative path relative when its first component does not exist, so "r.json" and "./r.json" (neither

@@ -90,4 +90,8 @@ nlohmann::json read_json_file(const std::filesystem::path& path) {
   return parse_json_text(read_file(path), path.string());
 }
 
+std::string json_text_of(const nlohmann::json& j, int indent) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 }  // namespace sparsert

@@ -67,6 +67,38 @@ std::vector<int64_t> parse_shape(std::string_view v, const std::string& where) {
   return shape;
 }
 
+// The header is one dict of numpy's three fields, each once ("{'descr': ..., 'fortran_order': ..., 'shape': (...), }",
+// padded with spaces and a newline): anything else (an unclosed brace, text after it, a field numpy does not write)
+// is refused, as numpy refuses it, rather than read around.
+void check_header_dict(std::string_view header, const std::string& where) {
+  std::string_view h = header;
+  while (!h.empty() && (h.back() == ' ' || h.back() == '\n')) h.remove_suffix(1);
+  while (!h.empty() && h.front() == ' ') h.remove_prefix(1);
+  SPARSERT_USER_CHECK(h.size() >= 2 && h.front() == '{' && h.back() == '}', where,
+                      "header is not one dict {{...}}: {}", printable(h, 120));
+  const std::string_view body = h.substr(1, h.size() - 2);
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i <= body.size(); ++i) {
+    const char c = i < body.size() ? body[i] : ',';
+    if (c == '(') ++depth;
+    if (c == ')') --depth;
+    if (c != ',' || depth != 0) continue;
+    std::string_view entry = body.substr(start, i - start);
+    start = i + 1;
+    while (!entry.empty() && entry.front() == ' ') entry.remove_prefix(1);
+    if (entry.empty()) continue;  // the trailing comma numpy writes
+    const size_t close = entry.size() > 1 && entry.front() == '\'' ? entry.find('\'', 1) : std::string_view::npos;
+    SPARSERT_USER_CHECK(close != std::string_view::npos, where, "header entry {} is not 'key': value",
+                        printable(entry, 60));
+    const std::string_view key = entry.substr(1, close - 1);
+    SPARSERT_USER_CHECK(key == "descr" || key == "fortran_order" || key == "shape", where,
+                        "header has a field '{}' (a .npy header holds descr, fortran_order and shape)",
+                        printable(key, 40));
+  }
+  SPARSERT_USER_CHECK(depth == 0, where, "header has an unclosed parenthesis: {}", printable(h, 120));
+}
+
 }  // namespace
 
 NpyArray read_npy(const std::filesystem::path& path) {
@@ -92,6 +124,7 @@ NpyArray read_npy(const std::filesystem::path& path) {
   SPARSERT_USER_CHECK(bytes.size() >= header_start + header_len, where, "truncated header ({} of {} bytes)",
                       bytes.size() - header_start, header_len);
   std::string_view header(bytes.data() + header_start, header_len);
+  check_header_dict(header, where);
 
   std::string_view descr = dict_value(header, "descr", where);
   NpyArray arr;

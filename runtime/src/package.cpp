@@ -244,6 +244,13 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
   p.n = json_get<int32_t>(j, where, "n");
   SPARSERT_USER_CHECK(p.n >= 1, where + ": n", "{} is not a column count", p.n);
   p.targets = json_get<std::vector<std::string>>(j, where, "targets");
+  SPARSERT_USER_CHECK(!p.targets.empty(), where + ": targets", "expected at least one target");
+  for (const std::string& t : p.targets) {
+    // sm_ and two or three digits, as compile writes them: the loader picks a target by that number.
+    const bool digits = t.size() >= 5 && t.size() <= 6 && t.find_first_not_of("0123456789", 3) == std::string::npos;
+    SPARSERT_USER_CHECK(t.rfind("sm_", 0) == 0 && digits, where + ": targets", "'{}' is not a target such as sm_90",
+                        printable(t));
+  }
   p.ptx_only = json_get<bool>(j, where, "ptx_only");
   p.generator = json_get<std::string>(j, where, "generator");
   p.toolkit = json_get<std::string>(j, where, "toolkit");

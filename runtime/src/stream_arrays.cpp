@@ -223,9 +223,16 @@ void verify_package(const Package& p) {
   for (const PackageLayer& pl : p.layers) {
     if (pl.kind == "streamed" && !pl.arrays.empty()) read_stream_arrays(p, pl);
   }
-  // Every other file (weights, PTX, cubins) once: read_package_file checks its sha256.
+  // The weights as a run loads them (sha256, format, the manifest's shape), then every other file (PTX, cubins)
+  // once: read_package_file checks its sha256.
   std::unordered_set<std::string> read;
-  for (const PackageLayer& pl : p.layers) read.insert(pl.arrays.begin(), pl.arrays.end());
+  for (size_t i = 0; i < p.layers.size(); ++i) {
+    const PackageLayer& pl = p.layers[i];
+    read.insert(pl.arrays.begin(), pl.arrays.end());
+    if (pl.arrays_at_load || pl.weights_file.empty()) continue;
+    load_layer_weights(p, i);
+    read.insert(pl.weights_file);
+  }
   for (const auto& [file, hash] : p.sha256) {
     if (!read.count(file)) read_package_file(p, file);
   }

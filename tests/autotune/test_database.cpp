@@ -197,7 +197,14 @@ TEST(DatabaseFile, MalformedLineIsAUserErrorNamingFileAndLine) {
   const std::string bad_field = good + "\n{\"key\": \"b\", \"tile\": {\"gy\": \"two\"}}\n" + good + "\n";
   EXPECT_NE(error_of(bad_field).find("bad.json:2: b.tile: gy is not an integer"), std::string::npos)
       << error_of(bad_field);
-  EXPECT_NE(error_of(good + "\nnot json\n").find("bad.json:2: not JSON"), std::string::npos);
+  // The position in the line, not the parser's own message; and a key twice in a record is refused, not resolved.
+  EXPECT_NE(error_of(good + "\nnot json\n").find("bad.json:2: not valid JSON at line 1, column "), std::string::npos)
+      << error_of(good + "\nnot json\n");
+  EXPECT_EQ(error_of(good + "\nnot json\n").find("json.exception"), std::string::npos);
+  const std::string twice = R"({"key": "b", "kind": "baked", "kind": "streamed", "tile": {"gy": 2}})";
+  EXPECT_NE(error_of(good + "\n" + twice + "\n").find("bad.json:2: kind: the key appears twice in one object"),
+            std::string::npos)
+      << error_of(good + "\n" + twice + "\n");
   EXPECT_NE(error_of(good + "\n\n{\"tile\": {}}\n").find("bad.json:3: key: missing"), std::string::npos);
 }
 

@@ -1,6 +1,7 @@
 // Bad input through the `sparsert` command: every case exits with code 2 and a one-line error that names the file
 // and line, or the option or field.
 #include "sparsert/runtime/file_io.hpp"
+#include "sparsert/runtime/package.hpp"
 #include "test_support.hpp"
 
 #include <fmt/format.h>
@@ -9,6 +10,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -821,4 +823,152 @@ TEST(CliBadInput, AWriteThatFailsNamesThePackage) {
   EXPECT_EQ(o.err.find("/.pkg.tmp."), std::string::npos) << o.err;
   EXPECT_EQ(lines(o.err), 1) << o.err;
   EXPECT_EQ(sparsert::read_file(dir / "pkg" / "manifest.json"), manifest);
+}
+
+// A Linux file name may be any bytes. One that is not UTF-8 goes into the JSON a command writes as U+FFFD: nlohmann's
+// dump threw on it after the work was done, and `emit` had already replaced its output by then.
+TEST(CliBadInput, AFileNameThatIsNotUtf8IsWrittenNotAnError) {
+  ScratchDir dir;
+  const std::filesystem::path odd = dir / "ok\xffname.mtx";
+  sparsert::write_file_atomic(odd, "%%MatrixMarket matrix coordinate real general\n2 2 2\n1 1 1.0\n2 2 2.0\n");
+  const std::string ptx = (dir / "k.ptx").string();
+  Outcome o = run(fmt::format("emit '{}' --n 4 -o {}", odd.string(), ptx), dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  const nlohmann::json sidecar = nlohmann::json::parse(sparsert::read_file(dir / "k.json"));
+  EXPECT_NE(sidecar["matrix"]["file"].get<std::string>().find("ok\xef\xbf\xbdname.mtx"), std::string::npos);
+  EXPECT_NE(sparsert::read_file(ptx).find(".entry"), std::string::npos);
+  o = run_printing(fmt::format("inspect '{}' --json", odd.string()), dir);
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.err.find("\"nnz\""), std::string::npos) << o.err;
+}
+
+// The report's charts go into a folder named after the Markdown: never over a results file it reads, never into a
+// package (whose next compile would refuse the folder).
+TEST(CliBadInput, AReportsChartsReplaceNoInputAndEnterNoPackage) {
+  ScratchDir dir;
+  const std::string results =
+      sparsert::read_file(std::string(SPARSERT_SOURCE_DIR) + "/docs/benchmarks/transformer-cpu.json");
+  std::filesystem::create_directories(dir / "xr");
+  const std::filesystem::path input = dir / "xr" / "transformer-cpu.svg";  // the chart's own name
+  sparsert::write_file_atomic(input, results);
+  Outcome o = run(fmt::format("bench --report {} -o {}", input.string(), (dir / "xr.md").string()), dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("a chart"), std::string::npos) << o.err;
+  EXPECT_EQ(lines(o.err), 1) << o.err;
+  EXPECT_EQ(sparsert::read_file(input), results);
+  EXPECT_FALSE(std::filesystem::exists(dir / "xr.md"));
+  std::filesystem::create_directories(dir / "pk");
+  sparsert::write_file_atomic(dir / "pk" / "manifest.json", "{}");
+  sparsert::write_file_atomic(dir / "r.json", results);
+  o = run(fmt::format("bench --report {} -o {}", (dir / "r.json").string(), (dir / "pk.md").string()), dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find((dir / "pk").string() + ": is a sparsert package"), std::string::npos) << o.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "pk" / "transformer-cpu.svg"));
+  o = run(fmt::format("bench --report {} -o {}", (dir / "r.json").string(), (dir / "fine.md").string()), dir);
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_TRUE(std::filesystem::is_regular_file(dir / "fine" / "transformer-cpu.svg"));
+}
+
+// --stream: a row-split layout without lanes_per_row is told so (the ELL walk's default, 0, was reported as if the
+// user had given it); n_tile whose column groups pass the thread limit is named, not rows_per_block.
+TEST(CliBadInput, StreamParametersNameTheFieldAtFault) {
+  ScratchDir dir;
+  const std::string net = (dir / "net").string();
+  ASSERT_EQ(run(fmt::format("gen network --layers 1 --neurons 64 --n 8 -o {}", net), dir).code, 0);
+  const std::string compile = fmt::format("compile {}/net.json --ptx-only -q -o {} --stream", net,
+                                          (dir / "pkg").string());
+  Outcome o = run(compile + R"( '{"layout":"rows","unroll":0,"rows_per_block":8}')", dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("--stream: layout rows needs lanes_per_row (1, 2, 4, 8, 16 or 32), which is missing"),
+            std::string::npos)
+      << o.err;
+  o = run(compile +
+              R"( '{"layout":"rows","rows_per_block":32,"lanes_per_row":1,"n_tile":16384,"cols_per_thread":1,)"
+              R"("unroll":4}')",
+          dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("n_tile"), std::string::npos) << o.err;
+  EXPECT_EQ(o.err.find("rows_per_block:"), std::string::npos) << o.err;
+}
+
+// verify reads what run reads: each layer's weights against the manifest's shape, and the targets' names; a package
+// it passed was refused by run.
+TEST(CliBadInput, VerifyChecksTheWeightsAndTargetsARunLoads) {
+  ScratchDir dir;
+  const std::string net = (dir / "net").string();
+  ASSERT_EQ(run(fmt::format("gen network --layers 2 --neurons 64 --n 8 -o {}", net), dir).code, 0);
+  ASSERT_EQ(run(fmt::format("compile {}/net.json --ptx-only -q -o {}", net, (dir / "pkg").string()), dir).code, 0);
+  ASSERT_EQ(run("verify " + (dir / "pkg").string(), dir).code, 0);
+  const auto edited = [&](const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+    std::filesystem::copy(dir / "pkg", dir / name, std::filesystem::copy_options::recursive);
+    nlohmann::json j = nlohmann::json::parse(sparsert::read_file(dir / name / "manifest.json"));
+    edit(j);
+    j["manifest_sha256"] = sparsert::manifest_digest(j);
+    sparsert::write_file_atomic(dir / name / "manifest.json", j.dump(2));
+    return (dir / name).string();
+  };
+  const std::string wide = edited("wide", [](nlohmann::json& j) { j["layers"][0]["k"] = 128; });
+  Outcome o = run("verify " + wide, dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("layer0.csr: holds a 64x64 matrix, the manifest says 64x128"), std::string::npos) << o.err;
+  const std::string target = edited("target", [](nlohmann::json& j) { j["targets"] = {"sm_x"}; });
+  o = run("verify " + target, dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("manifest.json: targets: 'sm_x' is not a target such as sm_90"), std::string::npos) << o.err;
+  EXPECT_EQ(lines(o.err), 1) << o.err;
+}
+
+// A request of a terabyte is refused at once, not when the disk fills.
+TEST(CliBadInput, AGeneratorRefusesWhatCannotFitOnTheDisk) {
+  ScratchDir dir;
+  Outcome o = run(fmt::format("gen graphchallenge --neurons 65536 --layers 1048576 --inputs 1 -o {}",
+                              (dir / "gc").string()),
+                  dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("1048576 layers of 65536 neurons would take about"), std::string::npos) << o.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "gc"));
+  o = run(fmt::format("gen network --layers 10000 --neurons 65536 --n 1048576 -o {}", (dir / "n").string()), dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("free on its file system"), std::string::npos) << o.err;
+  EXPECT_EQ(lines(o.err), 1) << o.err;
+}
+
+// Without --check, a run whose outputs overflow float still writes them, and says so on stderr.
+TEST(CliBadInput, ARunWithoutCheckWarnsOfOutputsThatAreNotFinite) {
+  ScratchDir dir;
+  sparsert::write_file_atomic(dir / "w.mtx",
+                              "%%MatrixMarket matrix coordinate real general\n2 2 2\n1 1 3e38\n1 2 3e38\n");
+  sparsert::write_file_atomic(dir / "net.json", R"({"format": "sparsert-network/1",
+    "layers": [{"weights": "w.mtx", "activation": "none", "n": 2}]})");
+  write_npy_f32(dir / "x.npy", "(2, 2)", {1, 1, 1, 1});
+  const std::string pkg = (dir / "pkg").string();
+  ASSERT_EQ(run(fmt::format("compile {} --ptx-only -q -o {}", (dir / "net.json").string(), pkg), dir).code, 0);
+  const Outcome o = run(fmt::format("run {} --input {} --device cpu --output {}", pkg, (dir / "x.npy").string(),
+                                    (dir / "y.npy").string()),
+                        dir);
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.err.find("warning: 2 of 4 outputs are not finite"), std::string::npos) << o.err;
+  EXPECT_TRUE(std::filesystem::is_regular_file(dir / "y.npy"));
+}
+
+// check-model refuses a measured time no product takes (1e308 printed a 300-digit ratio).
+TEST(CliBadInput, CheckModelRefusesAnAbsurdTime) {
+  ScratchDir dir;
+  nlohmann::json j = nlohmann::json::parse(sparsert::read_file(
+      std::string(SPARSERT_SOURCE_DIR) + "/docs/measurements/h100-2026-11-26/tune-rows-cols-n256-gpu.json"));
+  for (nlohmann::json& c : j["layers"][0]["candidates"]) {
+    if (c.contains("time_us")) {
+      c["time_us"] = 1e308;
+      break;
+    }
+  }
+  sparsert::write_file_atomic(dir / "t.json", j.dump());
+  const std::string matrix = (dir / "nlp_512x2048.mtx").string();
+  ASSERT_EQ(run(fmt::format("gen pruned --rows 512 --cols 2048 --sparsity 0.9 --seed 100 -o {}", matrix), dir).code, 0);
+  const Outcome o = run(fmt::format("check-model --data {} -q --matrix {} {}", (dir / "no-data").string(), matrix,
+                                    (dir / "t.json").string()),
+                        dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("is past any time a product takes"), std::string::npos) << o.err;
+  EXPECT_EQ(lines(o.err), 1) << o.err;
 }

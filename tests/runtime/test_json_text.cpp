@@ -54,3 +54,12 @@ TEST(Printable, EscapesControlCharactersAndBytesThatAreNotUtf8) {
   EXPECT_EQ(printable("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");  // past U+10FFFF
   EXPECT_EQ(printable(std::string(100, 'x'), 8), "xxxxxxxx...");
 }
+
+// A Linux path may be any bytes: text that is not UTF-8 goes into a report as U+FFFD, where nlohmann's dump throws.
+TEST(JsonText, TextOfInvalidUtf8ReplacesTheBadBytes) {
+  const nlohmann::json j = {{"file", std::string("ok\xffname.mtx")}};
+  EXPECT_THROW((void)j.dump(), nlohmann::json::exception);
+  EXPECT_EQ(json_text_of(j), "{\"file\":\"ok\xef\xbf\xbdname.mtx\"}");
+  EXPECT_EQ(json_text_of(j, 1), "{\n \"file\": \"ok\xef\xbf\xbdname.mtx\"\n}");
+  EXPECT_EQ(parse_json_text(json_text_of(j), "t")["file"], "ok\xef\xbf\xbdname.mtx");
+}

@@ -75,6 +75,15 @@ TEST(Npy, RejectsWhatItCannotRead) {
       {"noshape.npy", npy_bytes("{'descr': '<f4', 'fortran_order': False, }", four_floats), "no 'shape' field"},
       {"twice.npy", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), 'descr': '<f8', }", four_floats),
        "header field 'descr' appears twice"},
+      // What numpy refuses is refused too (the parser read around each of these).
+      {"open.npy", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), ", four_floats),
+       "header is not one dict"},
+      {"after.npy", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), } x", four_floats),
+       "header is not one dict"},
+      {"extra.npy", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), 'extra': 1}", four_floats),
+       "header has a field 'extra'"},
+      {"bare.npy", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), 7}", four_floats),
+       "is not 'key': value"},
   };
   for (const Case& c : cases) {
     std::filesystem::path p = dir.write(c.name, c.bytes);

@@ -129,7 +129,7 @@ int run_bench(const BenchArgs& a) {
     std::fflush(stdout);
   };
   const nlohmann::json results = bench::run_suite(problems, methods, ro);
-  write_file_atomic(a.output, results.dump(1) + "\n");
+  write_file_atomic(a.output, json_text_of(results, 1) + "\n");
   fmt::print("wrote {}\n", a.output);
   std::fflush(stdout);
   // Only sparsert's own failures fail the command: a baseline that missed (cuBLAS TF32 beyond its bound, a cuSPARSE

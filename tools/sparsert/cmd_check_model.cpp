@@ -4,6 +4,7 @@
 #include "sparsert/bench/bench.hpp"
 #include "sparsert/bench/model_check.hpp"
 #include "sparsert/runtime/file_io.hpp"
+#include "sparsert/runtime/json_text.hpp"
 
 #include <fmt/format.h>
 
@@ -78,7 +79,7 @@ Action add_check_model(CLI::App& app) {
         }
         out.push_back(bench::to_json(p));
       }
-      if (!args->output.empty()) write_file_atomic(args->output, out.dump(1));
+      if (!args->output.empty()) write_file_atomic(args->output, json_text_of(out, 1));
       return static_cast<int>(kOk);
     }
     double worst = 1.0, min_rho = 1.0;
@@ -119,7 +120,7 @@ Action add_check_model(CLI::App& app) {
                         args->files.size(), args->files.size() == 1 ? "" : "s");
     fmt::print("overall: {} kernels, worst prediction {:.2f}x off, lowest Spearman {}\n", kernels, worst,
                ranked > 0 ? fmt::format("{:.3f}", min_rho) : std::string("(no group of two or more)"));
-    if (!args->output.empty()) write_file_atomic(args->output, out.dump(1));
+    if (!args->output.empty()) write_file_atomic(args->output, json_text_of(out, 1));
     return static_cast<int>(kOk);
   };
 }

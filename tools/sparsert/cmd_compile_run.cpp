@@ -18,6 +18,8 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <optional>
+#include <string>
 
 namespace sparsert::cli {
 
@@ -27,24 +29,36 @@ constexpr double kCheckTolerance = 1e-4;
 // Compares the run's output with the reference and prints the verdict with the run's other output; a failure is
 // also said on stderr, for scripts that keep only that. An output that is not finite fails even where the
 // reference overflowed the same way: it is no answer, and the check must not call it one.
-int check_output(const DenseTensor& out, const DenseTensor& ref, const char* against) {
-  const double err = max_relative_error(out, ref);
+// The outputs that are not finite: how many, and where the first is ("row R, column C" of a matrix, else the flat
+// index of NCHW); empty where every one is.
+std::optional<std::string> non_finite_outputs(const DenseTensor& out) {
   int64_t non_finite = 0, first = -1;
   for (int64_t i = 0; i < out.size(); ++i) {
     if (!std::isfinite(out.data()[i])) {
       if (non_finite++ == 0) first = i;
     }
   }
-  const bool ok = err <= kCheckTolerance && non_finite == 0;
+  if (non_finite == 0) return std::nullopt;
+  const std::string at = out.rank() == 2 ? fmt::format("row {}, column {}", first / out.cols(), first % out.cols())
+                                         : fmt::format("flat index {}", first);
+  return fmt::format("{} of {} outputs are not finite (the first, at {}, is {}): the weights, bias or inputs overflow "
+                     "float", non_finite, out.size(), at, out.data()[first]);
+}
+
+// Without --check, a run whose outputs overflowed still writes them (float's answer), but says so.
+void warn_non_finite(const DenseTensor& out) {
+  if (const std::optional<std::string> what = non_finite_outputs(out)) {
+    fmt::print(stderr, "sparsert: warning: {}\n", *what);
+  }
+}
+
+int check_output(const DenseTensor& out, const DenseTensor& ref, const char* against) {
+  const double err = max_relative_error(out, ref);
+  const std::optional<std::string> non_finite = non_finite_outputs(out);
+  const bool ok = err <= kCheckTolerance && !non_finite;
   fmt::print("check against {}: max relative error {:.3g} -> {}\n", against, err, ok ? "PASS" : "FAIL");
-  if (non_finite > 0) {
-    // Where the output is a matrix, the first one's row and column; otherwise (NCHW) its flat index.
-    const std::string at = out.rank() == 2 ? fmt::format("row {}, column {}", first / out.cols(), first % out.cols())
-                                           : fmt::format("flat index {}", first);
-    fmt::print(stderr,
-               "sparsert: failed: {} of {} outputs are not finite (the first, at {}, is {}): the weights, bias or "
-               "inputs overflow float\n",
-               non_finite, out.size(), at, out.data()[first]);
+  if (non_finite) {
+    fmt::print(stderr, "sparsert: failed: {}\n", *non_finite);
     return kWorkFailed;
   }
   if (!ok) {
@@ -189,8 +203,13 @@ int run_conv(const Package& pkg, const DenseTensor& input, const RunArgs& args) 
       ref = reference_conv2d(weights[i].a, with_images(pkg.layers[i].conv->shape), ref, epilogue(i));
     }
     rc = check_output(out, ref, "the direct convolution");
+  } else {
+    warn_non_finite(out);
   }
-  if (!args.output.empty()) {
+  if (!args.output.empty() && rc != kOk) {
+    // As for a matrix network: the product the check refused is no output.
+    fmt::print("{} not written: the output failed its check\n", args.output);
+  } else if (!args.output.empty()) {
     write_npy(args.output, out);
     fmt::print("wrote {} {}\n", args.output, out.shape_string());
   }
@@ -507,6 +526,8 @@ Action add_run(CLI::App& app) {
       DenseTensor ref = input;
       for (size_t i = 0; i < pkg.layers.size(); ++i) ref = reference_spmm(weights[i].a, ref, epilogue(i));
       rc = check_output(out, ref, "the reference");
+    } else {
+      warn_non_finite(out);
     }
     if (!args->output.empty() && rc != kOk) {
       // A failed run leaves what the path held: the product the check refused is no output.

@@ -5,6 +5,7 @@
 #include "sparsert/codegen/heuristic.hpp"
 #include "sparsert/codegen/spmm.hpp"
 #include "sparsert/runtime/file_io.hpp"
+#include "sparsert/runtime/json_text.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 namespace sparsert::cli {
 
@@ -157,33 +159,36 @@ Action add_emit(CLI::App& app) {
     for (const NamedPath& f : files) check_output_path(f.path);
     refuse_foreign_sidecar(files.back().path);
     check_distinct_outputs(files, {{"the input matrix", args->file}});
+    // Assembled and described first: nothing is written until the sidecar's text is made (a file name that is not
+    // UTF-8 cannot fail it then, but a failure here must not leave new PTX in place of what was there either).
+    std::optional<std::string> spill;
     for (size_t i = 0; i < kernel.entries.size(); ++i) {
       const codegen::SpmmEntry& e = kernel.entries[i];
-      const std::filesystem::path& file = files[i].path;
-      write_file_atomic(file, e.ptx);
-      sidecar["entries"][i]["ptx_file"] = file.filename().string();
-      if (args->assemble) {
-        const codegen::Assembled a = codegen::Assembler::instance().assemble(e.ptx, target, e.name);
-        sidecar["entries"][i]["resources"] = {{"registers", a.usage.registers},
-                                              {"spill_store_bytes", a.usage.spill_store_bytes},
-                                              {"spill_load_bytes", a.usage.spill_load_bytes},
-                                              {"stack_bytes", a.usage.stack_bytes},
-                                              {"shared_bytes", a.usage.shared_bytes},
-                                              {"constant_bytes", a.usage.constant_bytes},
-                                              {"assemble_seconds", a.seconds},
-                                              {"toolkit", a.toolkit_version}};
-        fmt::print("{}: {} registers, {} B spill stores, {} B stack, assembled in {:.2f} s\n", e.name,
-                   a.usage.registers, a.usage.spill_store_bytes, a.usage.stack_bytes, a.seconds);
-        if (a.usage.spills()) {
-          // compile builds such a kernel again as one function, then with more row blocks: say which applies.
-          throw WorkFailure(fmt::format("{} spills ({} bytes of stores, {} of loads); try {}", e.name,
-                                        a.usage.spill_store_bytes, a.usage.spill_load_bytes,
-                                        e.block_functions ? "--block-functions off, or more --m-blocks"
-                                                          : "more --m-blocks"));
-        }
+      sidecar["entries"][i]["ptx_file"] = files[i].path.filename().string();
+      if (!args->assemble) continue;
+      const codegen::Assembled a = codegen::Assembler::instance().assemble(e.ptx, target, e.name);
+      sidecar["entries"][i]["resources"] = {{"registers", a.usage.registers},
+                                            {"spill_store_bytes", a.usage.spill_store_bytes},
+                                            {"spill_load_bytes", a.usage.spill_load_bytes},
+                                            {"stack_bytes", a.usage.stack_bytes},
+                                            {"shared_bytes", a.usage.shared_bytes},
+                                            {"constant_bytes", a.usage.constant_bytes},
+                                            {"assemble_seconds", a.seconds},
+                                            {"toolkit", a.toolkit_version}};
+      fmt::print("{}: {} registers, {} B spill stores, {} B stack, assembled in {:.2f} s\n", e.name,
+                 a.usage.registers, a.usage.spill_store_bytes, a.usage.stack_bytes, a.seconds);
+      if (a.usage.spills() && !spill) {
+        // compile builds such a kernel again as one function, then with more row blocks: say which applies.
+        spill = fmt::format("{} spills ({} bytes of stores, {} of loads; its PTX is {}); try {}", e.name,
+                            a.usage.spill_store_bytes, a.usage.spill_load_bytes, files[i].path.string(),
+                            e.block_functions ? "--block-functions off, or more --m-blocks" : "more --m-blocks");
       }
     }
-    write_file_atomic(stem.string() + ".json", sidecar.dump(2) + "\n");
+    const std::string sidecar_text = json_text_of(sidecar, 2) + "\n";
+    // A kernel that spills is written all the same (its PTX is the failure's repro), without a sidecar.
+    for (size_t i = 0; i < kernel.entries.size(); ++i) write_file_atomic(files[i].path, kernel.entries[i].ptx);
+    if (spill) throw WorkFailure(*spill);
+    write_file_atomic(files.back().path, sidecar_text);
     int64_t fmas = 0;
     for (const auto& e : kernel.entries) fmas += e.fmas;
     fmt::print("wrote {} entr{} ({} fmas, m_blocks={} gy={} n_tile={} cols_per_thread={}) in {:.3f} s, sidecar {}\n",

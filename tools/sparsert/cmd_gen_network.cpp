@@ -6,6 +6,7 @@
 #include "sparsert/runtime/error.hpp"
 #include "sparsert/runtime/npy.hpp"
 #include "sparsert/runtime/file_io.hpp"
+#include "sparsert/runtime/json_text.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -39,6 +40,10 @@ CLI::App* add_gen_network(CLI::App& gen, Action& action) {
   sub->add_option("--seed", args->seed, "Random seed")->default_val(1)->check(unsigned_integer());
   sub->add_option("-o,--output", args->output, "Directory to write (created)")->required();
   action = [args] {
+    // About 25 bytes a nonzero in Matrix Market text, and the input's floats: refused at once where they cannot fit.
+    const double nnz = static_cast<double>(args->neurons) * args->neurons * (1.0 - args->sparsity);
+    check_free_space(args->output, args->layers * nnz * 25.0 + 4.0 * args->neurons * args->n,
+                     fmt::format("{} layers of {} x {} and the input", args->layers, args->neurons, args->neurons));
     // Written whole or not at all: a run that fails (say, out of memory for the input) leaves no folder behind.
     StagedDirectory out(args->output);
     const std::filesystem::path& dir = out.path();
@@ -65,7 +70,7 @@ CLI::App* add_gen_network(CLI::App& gen, Action& action) {
       layers.push_back(std::move(lj));
     }
     const nlohmann::json net = {{"format", "sparsert-network/1"}, {"layers", std::move(layers)}};
-    write_file_atomic(dir / "net.json", net.dump(2) + "\n");
+    write_file_atomic(dir / "net.json", json_text_of(net, 2) + "\n");
     std::vector<float> x(static_cast<size_t>(args->neurons) * args->n);
     inspector::fill_values(x, inspector::ValueFill{inspector::ValueFill::Distribution::kUniform, args->seed, 0.5f});
     for (float& v : x) v += 0.5f;  // [0, 1)

@@ -3,6 +3,7 @@
 #include "matrix_options.hpp"
 #include "sparsert/inspector/plan.hpp"
 #include "sparsert/inspector/stats.hpp"
+#include "sparsert/runtime/json_text.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -54,7 +55,7 @@ Action add_inspect(CLI::App& app) {
       nlohmann::json out = {{"file", args->file}, {"format", m.format}, {"stats", inspector::to_json(stats)}};
       if (m.fill) out["values"] = fill_to_json(*m.fill);
       if (plan) out["plan"] = inspector::to_json(*plan);
-      fmt::print("{}\n", out.dump(2));
+      fmt::print("{}\n", json_text_of(out, 2));
     } else {
       fmt::print("file: {} ({})\n", args->file, m.format);
       if (m.fill) fmt::print("values: generated, {}\n", fill_to_json(*m.fill).dump());

@@ -3,6 +3,7 @@
 #include "matrix_options.hpp"
 #include "sparsert/codegen/assembler.hpp"
 #include "sparsert/runtime/file_io.hpp"
+#include "sparsert/runtime/json_text.hpp"
 #include "tuning_support.hpp"
 
 #include <fmt/format.h>
@@ -162,7 +163,7 @@ Action add_tune(CLI::App& app) {
     }
     check_distinct_outputs(outputs, inputs);
     const autotune::TuneReport report = autotune::tune(layers, opt);
-    write_file_atomic(args->output, autotune::to_json(report).dump(1));
+    write_file_atomic(args->output, json_text_of(autotune::to_json(report), 1));
     write_file_atomic(html, autotune::render_html(report));
     if (db) {
       record_results(report, layers, *db);

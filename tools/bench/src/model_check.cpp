@@ -43,11 +43,13 @@ json parse_or_discard(const std::string& text) {
   }
 }
 
-// A measured time: a positive finite number (a zero or negative one would make every ratio meaningless).
+// A measured time: a positive finite number (a zero or negative one would make every ratio meaningless), and below
+// 1e9 (microseconds or milliseconds, that is past any product a file records: 1e308 printed a 300-digit ratio).
 double measured_time(const json& v, const std::string& where) {
   SPARSERT_USER_CHECK(v.is_number(), where, "is not a number");
   const double t = v.get<double>();
   SPARSERT_USER_CHECK(std::isfinite(t) && t > 0, where, "{} is not a positive time", t);
+  SPARSERT_USER_CHECK(t < 1e9, where, "{} is past any time a product takes (1e9 or more)", t);
   return t;
 }
 

@@ -787,7 +787,15 @@ std::string write_report(const std::vector<json>& runs, const std::vector<std::s
     md += "\n</details>\n";
   }
   if (!charts.empty()) {
+    // The charts' folder is named after the Markdown, not by the user: it must not be a package (a compile would then
+    // refuse to replace it, holding files that are not its own), and no chart may replace a results file read here.
     std::error_code ec;
+    SPARSERT_USER_CHECK(!std::filesystem::exists(svg_dir / "manifest.json", ec), svg_dir.string(),
+                        "is a sparsert package: the report's charts would go into it (name the report otherwise)");
+    std::vector<NamedPath> outputs, inputs;
+    for (const auto& chart : charts) outputs.push_back({"a chart", chart.first});
+    for (const std::string& f : run_files) inputs.push_back({"--report", f});
+    check_distinct_outputs(outputs, inputs);
     std::filesystem::create_directories(svg_dir, ec);
     if (ec) throw_user_error(svg_dir.string(), "cannot create the charts' directory ({})", ec.message());
   }

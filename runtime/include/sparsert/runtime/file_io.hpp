@@ -69,6 +69,11 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view bytes
 // an error it could have said at the start.
 void check_output_path(const std::filesystem::path& path);
 
+// Before writing about `bytes` under `dest` (a file or folder, made or not): throws UserError naming it when the file
+// system holding its nearest existing ancestor has less free space, so that a request of a terabyte is refused at
+// once, not when the disk is full. `what` says what would be written ("the network's 120 layers").
+void check_free_space(const std::filesystem::path& dest, double bytes, std::string_view what);
+
 // A path and the option or role that named it ("-o", "--html", "the input matrix"). An input that is a directory
 // read whole (a package) has `directory` set: no output may be written inside it.
 struct NamedPath {

@@ -27,6 +27,11 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& where);
 // read_file, then parse_json_text naming the path.
 nlohmann::json read_json_file(const std::filesystem::path& path);
 
+// `j` as text (nlohmann's dump, indented by `indent` where >= 0), with every byte of its strings that is not UTF-8
+// written as U+FFFD: a file name or command line that is not UTF-8 (a Linux path may be any bytes) goes into reports
+// that way instead of failing the command after its work is done.
+std::string json_text_of(const nlohmann::json& j, int indent = -1);
+
 // Field `name` of object `j`, or UserError "WHERE: missing field 'NAME'".
 inline const nlohmann::json& json_field(const nlohmann::json& j, const std::string& where, const char* name) {
   SPARSERT_USER_CHECK(j.is_object() && j.contains(name), where, "missing field '{}'", name);
