@@ -44,7 +44,10 @@ void TextScanner::fail_int(const char* start, std::string_view field, ptrdiff_t 
 }
 
 void TextScanner::fail_trailing() const {
-  fail("trailing garbage {} after the last field", quote_token(token_at(p_)));
+  // A delimiter of its own (a NUL byte) is a token of none: quote the byte itself rather than ''.
+  const std::string_view tok = token_at(p_);
+  fail("trailing garbage {} after the last field",
+       quote_token(tok.empty() && p_ < end_ ? std::string_view(p_, 1) : tok));
 }
 
 float TextScanner::read_float_slow(const char* start, std::string_view field) {

@@ -105,6 +105,9 @@ TEST(FormatsBadTsv, TrailingGarbage) {
   TempDir d;
   auto p = d.write("w.tsv", "1\t1\t1\n1\t2\t1 extra\n");
   expect_user_error([&] { read_tsv_triples(p); }, at(p, 2), "trailing garbage 'extra'");
+  // A NUL byte after the value is shown as one, not as an empty token ('').
+  auto nul = d.write("nul.tsv", std::string("1\t1\t1\n1\t2\t1\0x\n", 14));
+  expect_user_error([&] { read_tsv_triples(nul); }, at(nul, 2), "trailing garbage '\\x00'");
 }
 
 TEST(FormatsBadTsv, MissingField) {
