@@ -217,6 +217,21 @@ ResourceUsage parse_resource_report(const std::string& log, const std::string& e
   return u;
 }
 
+std::filesystem::path save_failed_ptx(const std::string& entry, std::string_view ptx) {
+  std::error_code ec;
+  const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+  if (ec) return "(could not be saved)";
+  const std::filesystem::path dir = tmp / "sparsert-failed";
+  std::filesystem::create_directories(dir, ec);
+  const std::filesystem::path file = dir / (entry + ".ptx");
+  try {
+    write_file_atomic(file, ptx);
+  } catch (const Error&) {
+    return "(could not be saved)";
+  }
+  return file;
+}
+
 Assembled Assembler::assemble(const std::string& ptx, const Target& target, const std::string& entry,
                               int opt_level) const {
   // Waits for memory first, so that the time reported is the assembly's own.
@@ -244,15 +259,7 @@ Assembled Assembler::assemble(const std::string& ptx, const Target& target, cons
     std::string err = logs(true), info = logs(false);
     api_->destroy(&h);
     // Keep the PTX so the failure can be reproduced with the standalone assembler.
-    std::filesystem::path dir = std::filesystem::temp_directory_path() / "sparsert-failed";
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    std::filesystem::path file = dir / (entry + ".ptx");
-    try {
-      write_file_atomic(file, ptx);
-    } catch (const Error&) {
-      file = "(could not be saved)";
-    }
+    const std::filesystem::path file = save_failed_ptx(entry, ptx);
     throw AssemblyError(fmt::format("{} failed for {} ({}): {}\n{}{}repro: ptxas {} -O{} -v {} -o /dev/null", call,
                                     entry, target.name(), result_name(res), err, info.empty() ? "" : info + "\n",
                                     arch, opt_level, file.string()));

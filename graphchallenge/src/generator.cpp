@@ -244,9 +244,11 @@ std::filesystem::path write_network(const std::filesystem::path& dir, int32_t ne
                                                    int32_t images, uint64_t seed) {
   radix_layers(neurons);
   SPARSERT_USER_CHECK(layers >= 1, "--layers", "{} is not positive", layers);
-  // 32 nonzeros a row, about 18 bytes a line of TSV ("1024\t1023\t0.0625\n").
-  check_free_space(dir, 18.0 * 32.0 * neurons * static_cast<double>(layers),
-                   fmt::format("{} layers of {} neurons", layers, neurons));
+  // 32 nonzeros a row at about 19 bytes a line of TSV ("65536\t65535\t0.0625\n"), and about 0.9 bytes a neuron an
+  // image (56 KB an image at 65536 neurons, measured).
+  const double n = neurons;
+  const double bytes = 19.0 * 32.0 * n * static_cast<double>(layers) + 0.9 * n * static_cast<double>(images);
+  check_free_space(dir, bytes, fmt::format("{} layers of {} neurons and {} images", layers, neurons, images));
   // Written whole or not at all: a run stopped half way (a full disk) leaves what was there as it was.
   StagedDirectory out(dir);
   const std::filesystem::path staged = out.path() / fmt::format("neuron{}", neurons);

@@ -94,4 +94,8 @@ std::string json_text_of(const nlohmann::json& j, int indent) {
   return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+std::string valid_utf8(std::string_view text) {
+  return nlohmann::json::parse(json_text_of(nlohmann::json(std::string(text)))).get<std::string>();
+}
+
 }  // namespace sparsert

@@ -424,6 +424,25 @@ TEST(ModelCheck, ReadsAGeneratedLayerFromTheMatrixNamedAfterIt) {
   }
 }
 
+// A report made from a file whose name is not UTF-8 names its layer with U+FFFD (json_text_of); --matrix with that
+// very file still finds it.
+TEST(ModelCheck, FindsTheMatrixOfALayerWhoseFileNameIsNotUtf8) {
+  sparsert::testing::ScratchDir scratch;
+  nlohmann::json j = nlohmann::json::parse(read_file(std::filesystem::path(SPARSERT_SOURCE_DIR) /
+                                                     "docs/measurements/h100-2026-11-26/tune-rows-cols-n256-gpu.json"));
+  ASSERT_EQ(j["layers"][0]["name"], "nlp_512x2048");
+  j["layers"][0]["name"] = "nlp\xef\xbf\xbd" "512x2048";
+  const std::filesystem::path report = scratch.path() / "report.json";
+  write_file_atomic(report, j.dump());
+  bench::ModelCheckOptions o;
+  o.data_dir = scratch.path() / "no-data";
+  o.matrices = {scratch.path() / "nlp\xff" "512x2048.mtx"};
+  inspector::write_mtx(o.matrices[0], inspector::generate_pruned_gaussian(512, 2048, 0.9, 100));
+  const std::vector<bench::ModelGroup> groups = bench::check_model(report, o);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].points.size(), 13u);
+}
+
 // The model's pick among the row-split kernels the H200 timed on each layer (2026-11-27, second lease: every shape the
 // measured choice timed on the four SpMM suites and the Graph Challenge's, and the tune stage's 43 candidates of the
 // transformer's 512 x 2048 at N = 256): how much slower it ran than the fastest of them, by geometric mean over the

@@ -932,7 +932,7 @@ TEST(CliBadInput, AGeneratorRefusesWhatCannotFitOnTheDisk) {
                               (dir / "gc").string()),
                   dir);
   EXPECT_EQ(o.code, 2) << o.err;
-  EXPECT_NE(o.err.find("1048576 layers of 65536 neurons would take about"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("1048576 layers of 65536 neurons and 1 images would take about"), std::string::npos) << o.err;
   EXPECT_FALSE(std::filesystem::exists(dir / "gc"));
   o = run(fmt::format("gen network --layers 10000 --neurons 65536 --n 1048576 -o {}", (dir / "n").string()), dir);
   EXPECT_EQ(o.code, 2) << o.err;

@@ -14,7 +14,6 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
-#include <optional>
 
 namespace sparsert::cli {
 
@@ -159,9 +158,9 @@ Action add_emit(CLI::App& app) {
     for (const NamedPath& f : files) check_output_path(f.path);
     refuse_foreign_sidecar(files.back().path);
     check_distinct_outputs(files, {{"the input matrix", args->file}});
-    // Assembled and described first: nothing is written until the sidecar's text is made (a file name that is not
-    // UTF-8 cannot fail it then, but a failure here must not leave new PTX in place of what was there either).
-    std::optional<std::string> spill;
+    // Assembled and described first: nothing is written until every entry has assembled without spilling and the
+    // sidecar's text is made (a file name that is not UTF-8 cannot fail that now, but a failure must never leave new
+    // PTX in place of what was there, nor beside a sidecar of another kernel).
     for (size_t i = 0; i < kernel.entries.size(); ++i) {
       const codegen::SpmmEntry& e = kernel.entries[i];
       sidecar["entries"][i]["ptx_file"] = files[i].path.filename().string();
@@ -177,17 +176,20 @@ Action add_emit(CLI::App& app) {
                                             {"toolkit", a.toolkit_version}};
       fmt::print("{}: {} registers, {} B spill stores, {} B stack, assembled in {:.2f} s\n", e.name,
                  a.usage.registers, a.usage.spill_store_bytes, a.usage.stack_bytes, a.seconds);
-      if (a.usage.spills() && !spill) {
-        // compile builds such a kernel again as one function, then with more row blocks: say which applies.
-        spill = fmt::format("{} spills ({} bytes of stores, {} of loads; its PTX is {}); try {}", e.name,
-                            a.usage.spill_store_bytes, a.usage.spill_load_bytes, files[i].path.string(),
-                            e.block_functions ? "--block-functions off, or more --m-blocks" : "more --m-blocks");
+      if (a.usage.spills()) {
+        // The repro is kept where an assembly failure keeps its PTX, not in the outputs. compile builds such a
+        // kernel again as one function, then with more row blocks: say which applies.
+        const std::filesystem::path repro = codegen::save_failed_ptx(e.name, e.ptx);
+        throw WorkFailure(fmt::format("{} spills ({} bytes of stores, {} of loads); try {}; repro: ptxas -arch={} -v "
+                                      "{} -o /dev/null",
+                                      e.name, a.usage.spill_store_bytes, a.usage.spill_load_bytes,
+                                      e.block_functions ? "--block-functions off, or more --m-blocks"
+                                                        : "more --m-blocks",
+                                      target.name(), repro.string()));
       }
     }
     const std::string sidecar_text = json_text_of(sidecar, 2) + "\n";
-    // A kernel that spills is written all the same (its PTX is the failure's repro), without a sidecar.
     for (size_t i = 0; i < kernel.entries.size(); ++i) write_file_atomic(files[i].path, kernel.entries[i].ptx);
-    if (spill) throw WorkFailure(*spill);
     write_file_atomic(files.back().path, sidecar_text);
     int64_t fmas = 0;
     for (const auto& e : kernel.entries) fmas += e.fmas;

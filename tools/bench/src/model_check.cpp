@@ -109,7 +109,7 @@ void finish(ModelGroup& g) {
 CsrMatrix measured_layer(const ModelCheckOptions& o, const json& layer, const std::string& name, int64_t nnz,
                          const std::string& where) {
   for (const std::filesystem::path& f : o.matrices) {
-    if (f.stem().string() != name) continue;
+    if (valid_utf8(f.stem().string()) != name) continue;  // a report names a non-UTF-8 file with U+FFFD
     inspector::LoadedMatrix m = inspector::load_matrix(f);
     const int64_t rows = json_get_or<int64_t>(layer, where, "m", -1);
     const int64_t cols = json_get_or<int64_t>(layer, where, "k", -1);

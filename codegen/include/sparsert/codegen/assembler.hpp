@@ -55,6 +55,10 @@ class AssemblyError : public WorkFailure {
   using WorkFailure::WorkFailure;
 };
 
+// Writes `ptx` to TMPDIR/sparsert-failed/ENTRY.ptx for a failure's repro (an assembly that failed, a kernel that
+// spilled) and returns the path, or "(could not be saved)" where it cannot be written.
+std::filesystem::path save_failed_ptx(const std::string& entry, std::string_view ptx);
+
 class Assembler {
  public:
   // Throws UserError ("nvJitLink: not found ...") when the library cannot be loaded.

@@ -32,6 +32,10 @@ nlohmann::json read_json_file(const std::filesystem::path& path);
 // that way instead of failing the command after its work is done.
 std::string json_text_of(const nlohmann::json& j, int indent = -1);
 
+// `text` as json_text_of writes it into a string: each byte that is not UTF-8 as U+FFFD. Compares a name read back
+// from such a report with the file name it came from.
+std::string valid_utf8(std::string_view text);
+
 // Field `name` of object `j`, or UserError "WHERE: missing field 'NAME'".
 inline const nlohmann::json& json_field(const nlohmann::json& j, const std::string& where, const char* name) {
   SPARSERT_USER_CHECK(j.is_object() && j.contains(name), where, "missing field '{}'", name);
