@@ -5,9 +5,9 @@
 #include "sparsert/codegen/spmm.hpp"
 #include "sparsert/runtime/content_store.hpp"
 #include "sparsert/runtime/file_io.hpp"
+#include "sparsert/runtime/json_text.hpp"
 #include "sparsert/runtime/package.hpp"
 #include "sparsert/runtime/sha256.hpp"
-#include "sparsert/runtime/json_text.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -234,11 +234,10 @@ void check_rows_params(const StreamParams& p, int32_t ld, const Target& target) 
   const int64_t threads = int64_t{groups} * row_lanes * stream_block_y(p);
   if (threads > target.max_threads_per_block()) {
     // The column groups come from n_tile: name it where they are what passes the limit.
-    bad(stream_block_y(p) > 1 && int64_t{groups} * row_lanes <= target.max_threads_per_block() ? "n_tile"
-                                                                                                : "rows_per_block",
-        fmt::format("{} row groups × {} lanes × {} column lanes × {} column groups = {} threads, "
-                                      "more than {}", groups, p.lanes_per_row, p.col_lanes, stream_block_y(p),
-                                      threads, target.max_threads_per_block()));
+    const bool columns = stream_block_y(p) > 1 && int64_t{groups} * row_lanes <= target.max_threads_per_block();
+    bad(columns ? "n_tile" : "rows_per_block",
+        fmt::format("{} row groups × {} lanes × {} column lanes × {} column groups = {} threads, more than {}", groups,
+                    p.lanes_per_row, p.col_lanes, stream_block_y(p), threads, target.max_threads_per_block()));
   }
   if (int64_t{rows_registers_estimate(p)} * threads > target.registers_per_sm()) {
     bad("rows_per_block", fmt::format("about {} registers × {} threads exceed the {} of an SM",

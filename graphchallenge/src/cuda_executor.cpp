@@ -4,6 +4,7 @@
 #include "sparsert/compiler/compile.hpp"
 #include "sparsert/compiler/tile_sources.hpp"
 #include "sparsert/graphchallenge/filter_kernels.hpp"
+#include "sparsert/runtime/printable.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -82,13 +83,6 @@ double compact_bytes(const Network& net) {
   double bytes = 0;
   for (const CsrMatrix& a : net.layers) bytes += 8.0 * a.nnz() + 16.0 * ((a.rows + 31) / 32 * 32);
   return bytes;
-}
-
-// "34.1 GB", "786 kB": the memory plan's figures, which range from test networks to the largest challenge network.
-std::string bytes_text(double b) {
-  if (b >= 1e9) return fmt::format("{:.1f} GB", b / 1e9);
-  if (b >= 1e6) return fmt::format("{:.1f} MB", b / 1e6);
-  return fmt::format("{:.0f} kB", b / 1e3);
 }
 
 // The device-memory plan of a load_inputs of width n: the activations, 1 GB kept for the driver, then the streamed

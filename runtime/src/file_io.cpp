@@ -1,6 +1,7 @@
 #include "sparsert/runtime/file_io.hpp"
 
 #include "sparsert/runtime/error.hpp"
+#include "sparsert/runtime/printable.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -168,12 +169,9 @@ void check_free_space(const std::filesystem::path& dest, double bytes, std::stri
   while (!std::filesystem::exists(at, ec) && at.has_parent_path() && at != at.parent_path()) at = at.parent_path();
   const std::filesystem::space_info space = std::filesystem::space(at, ec);
   if (ec) return;
-  const auto gb = [](double b) {
-    return b >= 1e9 ? fmt::format("{:.1f} GB", b / 1e9) : fmt::format("{:.1f} MB", b / 1e6);
-  };
   SPARSERT_USER_CHECK(bytes <= static_cast<double>(space.available), dest.string(),
-                      "{} would take about {}, more than the {} free on its file system", what, gb(bytes),
-                      gb(static_cast<double>(space.available)));
+                      "{} would take about {}, more than the {} free on its file system", what, bytes_text(bytes),
+                      bytes_text(static_cast<double>(space.available)));
 }
 
 namespace {

@@ -2,6 +2,7 @@
 
 #include "sparsert/runtime/concurrent_launch.hpp"
 #include "sparsert/runtime/file_io.hpp"
+#include "sparsert/runtime/printable.hpp"
 #include "sparsert/runtime/stream_arrays.hpp"
 
 #include <fmt/format.h>
@@ -13,11 +14,11 @@
 namespace sparsert {
 
 namespace {
+// load_package refuses other names; a Package made in memory is checked here too.
 int sm_of(const std::string& target) {
-  const bool digits = target.size() > 3 && target.find_first_not_of("0123456789", 3) == std::string::npos;
-  SPARSERT_USER_CHECK(target.rfind("sm_", 0) == 0 && digits && target.size() <= 6, "package targets",
-                      "bad target '{}'", target);
-  return std::stoi(target.substr(3));
+  const int sm = target_sm(target);
+  SPARSERT_USER_CHECK(sm > 0, "package targets", "bad target '{}'", printable(target));
+  return sm;
 }
 
 double median(std::vector<double> v) {

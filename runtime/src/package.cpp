@@ -215,6 +215,12 @@ int64_t tile_int(const nlohmann::json& tile, const char* key, int64_t fallback) 
   return tile[key].get<int64_t>();
 }
 
+int target_sm(std::string_view target) {
+  const bool digits = target.size() >= 5 && target.size() <= 6 &&
+                      target.find_first_not_of("0123456789", 3) == std::string_view::npos;
+  return target.substr(0, 3) == "sm_" && digits ? std::stoi(std::string(target.substr(3))) : 0;
+}
+
 std::string manifest_digest(nlohmann::json manifest) {
   if (manifest.is_object()) manifest.erase("manifest_sha256");
   return sha256_hex(manifest.dump());
@@ -246,10 +252,8 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
   p.targets = json_get<std::vector<std::string>>(j, where, "targets");
   SPARSERT_USER_CHECK(!p.targets.empty(), where + ": targets", "expected at least one target");
   for (const std::string& t : p.targets) {
-    // sm_ and two or three digits, as compile writes them: the loader picks a target by that number.
-    const bool digits = t.size() >= 5 && t.size() <= 6 && t.find_first_not_of("0123456789", 3) == std::string::npos;
-    SPARSERT_USER_CHECK(t.rfind("sm_", 0) == 0 && digits, where + ": targets", "'{}' is not a target such as sm_90",
-                        printable(t));
+    // The loader picks a target by its number.
+    SPARSERT_USER_CHECK(target_sm(t) > 0, where + ": targets", "'{}' is not a target such as sm_90", printable(t));
   }
   p.ptx_only = json_get<bool>(j, where, "ptx_only");
   p.generator = json_get<std::string>(j, where, "generator");

@@ -26,9 +26,6 @@ namespace sparsert::cli {
 namespace {
 constexpr double kCheckTolerance = 1e-4;
 
-// Compares the run's output with the reference and prints the verdict with the run's other output; a failure is
-// also said on stderr, for scripts that keep only that. An output that is not finite fails even where the
-// reference overflowed the same way: it is no answer, and the check must not call it one.
 // The outputs that are not finite: how many, and where the first is ("row R, column C" of a matrix, else the flat
 // index of NCHW); empty where every one is.
 std::optional<std::string> non_finite_outputs(const DenseTensor& out) {
@@ -52,6 +49,9 @@ void warn_non_finite(const DenseTensor& out) {
   }
 }
 
+// Compares the run's output with the reference and prints the verdict with the run's other output; a failure is
+// also said on stderr, for scripts that keep only that. An output that is not finite fails even where the
+// reference overflowed the same way: it is no answer, and the check must not call it one.
 int check_output(const DenseTensor& out, const DenseTensor& ref, const char* against) {
   const double err = max_relative_error(out, ref);
   const std::optional<std::string> non_finite = non_finite_outputs(out);

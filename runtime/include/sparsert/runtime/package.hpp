@@ -144,6 +144,9 @@ ConvLayout conv_layout_from_json(const nlohmann::json& j, const std::string& whe
 int64_t tile_int(const nlohmann::json& tile, const char* key, int64_t fallback = 0);
 // The manifest's digest: sha256 of its JSON (keys sorted, compact) without its own "manifest_sha256" field.
 std::string manifest_digest(nlohmann::json manifest);
+
+// The number of a target as compile names it ("sm_90" -> 90: sm_ and two or three digits), or 0 for any other text.
+int target_sm(std::string_view target);
 // Writes manifest.json atomically (the other files must already be in p.dir), with its digest.
 void write_manifest(const Package& p);
 // Reads and checks manifest.json: format version, fields (UserError naming the field), that every file it names stays

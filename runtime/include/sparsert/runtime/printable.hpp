@@ -63,4 +63,11 @@ inline bool has_control_character(std::string_view text) {
                      [](char c) { return static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) == 0x7f; });
 }
 
+// "34.1 GB", "786 kB": a size for a message, from kilobytes to terabytes.
+inline std::string bytes_text(double b) {
+  if (b >= 1e9) return fmt::format("{:.1f} GB", b / 1e9);
+  if (b >= 1e6) return fmt::format("{:.1f} MB", b / 1e6);
+  return fmt::format("{:.0f} kB", b / 1e3);
+}
+
 }  // namespace sparsert
