@@ -2,7 +2,7 @@
 """Fits the static GPU model's term scales to measured kernels (docs/autotune.md, "Calibration").
 
     sparsert check-model --data ../shared/data -q -o DIR/NAME-model.json MEASURED.json   # for each measured file
-    python3 scripts/fit_model_terms.py DIR [HOST_US] [--fix NAME...]
+    python3 scripts/fit_model_terms.py DIR [HOST_US] [--contention active|distinct] [--fix NAME...]
 
 Reads every *-model.json in DIR (check-model's predictions with each estimate's terms beside the measured time) and
 finds, by coordinate descent on the squared log ratio, the scales of: the fetch term per sharing class (one warp, two
@@ -14,7 +14,13 @@ least 2.28 us. --fix keeps the named scales at 1 (the model's value). Only kerne
 (no stream chain) take part; a kernel of several entries keeps the model's price of its further entries (1.6 us each
 side by side), which on large layers is more than they cost (one entry against eight on rn50's N = 49 tiles: 10.5
 against 14.9 us, about 0.6 us an entry), so the fetch scales of such files lean low. Prints the scales and, per file,
-the worst ratio and the Spearman of the ranking before and after. A scale multiplies the term as the model computes
+the worst ratio and the Spearman of the ranking before and after, and the pick before and after: over each group of a
+layer's timed kernels (a file's group, layer and width; the timed-only `pf` and `reg<=` twins left out), the
+measured time of the kernel the scales rank fastest over the fastest measured (geometric mean and worst).
+--contention adds a fetch term the model does not have, with its own scale `contention`, for trying it again
+(docs/autotune.md, "Instruction fetch under contention, refitted"): `active` multiplies a baked kernel's fetch term
+by 1 + (SMs running blocks) / contention, a per-SM rate that falls as more SMs fetch at once; `distinct` bounds it
+below by the distinct code of the launch (each row block's code once, whatever its column tiles) at contention GB/s. A scale multiplies the term as the model computes
 it; to apply a fit, divide the class's fetch gain by its f_ scale, multiply kBakedDependentCpi (and for the
 streamed kernels kDependentCpi) by `critical`, and scale the issue, latency and memory terms and the back-to-back launch (kGpuLaunchUs) in autotune/src/model.cpp, then rerun
 the ModelCheck and Model tests (docs/autotune.md, "The fit of 2026-11-26" says what that broke the first time).
@@ -54,12 +60,13 @@ def points(directory):
             if not alone and not back_to_back and not any("alone" in o.get("source", "") for o in groups):
                 continue
             for p in g["points"]:
-                d = dict(file=name, alone=alone, label=p["label"], n=p["n"], meas=p["measured_us"],
-                         pred=p["predicted_us"], e=p["estimate"])
+                d = dict(file=name, group=id(g), layer=p["layer"], alone=alone, label=p["label"], n=p["n"],
+                         meas=p["measured_us"], pred=p["predicted_us"], e=p["estimate"], tiles=1)
                 m = re.match(r"baked mb=(\d+) gy=(\d+) nt=(\d+) cpt=(\d+) (imm|const)", p["label"])
                 if m:
                     nt, cpt = int(m.group(3)), int(m.group(4))
                     tiles = math.ceil(max(p["n"], 1) / nt)
+                    d["tiles"] = tiles
                     warps_x = (nt // cpt + 31) // 32
                     imm, region_warps = m.group(5) == "imm", tiles * warps_x
                     d["cls"] = ("many" if tiles >= 2 and imm and region_warps >= 32 else
@@ -81,9 +88,16 @@ def points(directory):
     return out
 
 
-def predict(p, th, host):
+SMS = 132  # the H100's and the H200's
+
+
+def predict(p, th, host, contention=None):
     e = p["e"]
     fetch = e["fetch_us"] * th["f_" + p["cls"]] if p["cls"] not in ("rows", "ell") else 0.0
+    if fetch and contention == "active":
+        fetch *= 1 + min(e["grid_blocks"], SMS) / th["contention"]
+    elif fetch and contention == "distinct":
+        fetch = max(fetch, e["grid_blocks"] / p["tiles"] * e["code_bytes_per_block"] / (th["contention"] * 1e3))
     rows = p["cls"] == "rows"
     t = max(fetch, e["throughput_us"] * th["issue"], e["critical_us"] * th["critical"],
             (e["latency_us"] + e["shared_us"]) * (th["latency"] if rows else 1.0),
@@ -105,40 +119,69 @@ def spearman(x, y):
     return 1 - 6 * sum((i - j) ** 2 for i, j in zip(a, b)) / (n * (n * n - 1))
 
 
+def pick_regret(pts, th, host, contention):
+    groups = collections.defaultdict(list)
+    for p in pts:
+        if " pf" not in p["label"] and "reg<=" not in p["label"]:
+            groups[(p["group"], p["layer"], p["n"])].append(p)
+    ratios = []
+    for v in groups.values():
+        if len({p["label"] for p in v}) >= 2:
+            pick = min(v, key=lambda p: predict(p, th, host, contention))
+            ratios.append(pick["meas"] / min(p["meas"] for p in v))
+    return math.exp(sum(map(math.log, ratios)) / len(ratios)), max(ratios), len(ratios)
+
+
 def main():
     args = sys.argv[1:]
-    fixed = {"f_solo"}
+    fixed = set()
     if "--fix" in args:
         fixed |= set(args[args.index("--fix") + 1:])
         args = args[: args.index("--fix")]
+    contention = None
+    if "--contention" in args:
+        i = args.index("--contention")
+        contention = args[i + 1]
+        if contention not in ("active", "distinct"):
+            sys.exit("--contention: active or distinct")
+        args = args[:i] + args[i + 2:]
+    else:
+        fixed.add("f_solo")  # without a contention term f_solo is the fetch rate itself: the classes scale against it
     directory = args[0]
     host = float(args[1]) if len(args) > 1 else 1.6
     pts = points(directory)
-    th = dict(f_solo=1.0, f_warp2=1.0, f_wide=1.0, f_pair=1.0, f_several=1.0, f_many=1.0, issue=1.0, critical=1.0,
-              latency=1.0, memory=1.0, launch=MODEL_LAUNCH_US)
-    loss = lambda t: sum(math.log(predict(p, t, host) / p["meas"]) ** 2 for p in pts)
+    model = dict(f_solo=1.0, f_warp2=1.0, f_wide=1.0, f_pair=1.0, f_several=1.0, f_many=1.0, issue=1.0, critical=1.0,
+                 latency=1.0, memory=1.0, launch=MODEL_LAUNCH_US)
+    th = dict(model)
+    if contention:
+        th["contention"] = 100.0 if contention == "active" else 1000.0
+    loss = lambda t, c=contention: sum(math.log(predict(p, t, host, c) / p["meas"]) ** 2 for p in pts)
     step = 0.5
     while step > 0.005:
         improved = False
         for k in th:
             if k in fixed:
-                continue  # f_solo is the fetch rate itself: the classes scale against it
+                continue
             for mult in (1 + step, 1 / (1 + step)):
                 t2 = dict(th, **{k: th[k] * mult})
                 if loss(t2) < loss(th) - 1e-9:
                     th, improved = t2, True
         if not improved:
             step /= 2
-    print(f"{len(pts)} kernels; loss {loss(th):.2f}")
+    print(f"{len(pts)} kernels; loss {loss(model, None):.2f} with the model's terms, {loss(th):.2f} fitted")
     print({k: round(v, 3) for k, v in th.items()})
+    for name, t, c in (("the model's", model, None), ("fitted", th, contention)):
+        mean, worst, count = pick_regret(pts, t, host, c)
+        print(f"pick ({name} terms): {mean:.4f}x the fastest measured over {count} layer runs, worst {worst:.2f}x")
     groups = collections.defaultdict(list)
     for p in pts:
         groups[(p["file"], p["alone"])].append(p)
     for (name, alone), v in sorted(groups.items()):
         before = max(max(p["meas"] / p["pred"], p["pred"] / p["meas"]) for p in v)
-        after = max(max(p["meas"] / predict(p, th, host), predict(p, th, host) / p["meas"]) for p in v)
+        fit = [predict(p, th, host, contention) for p in v]
+        after = max(max(p["meas"] / f, f / p["meas"]) for p, f in zip(v, fit))
         s0 = spearman([p["pred"] for p in v], [p["meas"] for p in v])
-        s1 = spearman([predict(p, th, host) for p in v], [p["meas"] for p in v])
+        s1 = spearman(fit, [p["meas"] for p in v])
         print(f"{name:40s} {'alone' if alone else 'b2b  '} {len(v):3d} kernels  worst {before:.2f} -> {after:.2f}"
               f"  Spearman {s0:.2f} -> {s1:.2f}")
 

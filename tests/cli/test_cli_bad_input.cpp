@@ -125,6 +125,11 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
        "--rows: '0x10' is not a decimal integer"},
       {"ok7.mtx", mtx + "3 3 2\n1 1 1.0\n2 2 2.0\n", "emit {} --n ' 8' -o " + (dir / "k.ptx").string(),
        "--n: ' 8' is not a decimal integer"},
+      // A numeric option takes the next words as its values even where they start with '-' (a negative bias): a
+      // missing value is named with the words it swallowed, not as CLI11's "Could not convert: --bias = -o,...".
+      {"ok8.mtx", mtx + "3 3 2\n1 1 1.0\n2 2 2.0\n", "emit {} --n 8 --bias -o " + (dir / "k.ptx").string(),
+       "--bias: read '-o' '" + (dir / "k.ptx").string() + "' where a number was expected"},
+      {"", "", "graphchallenge --bias --neurons 1024", "--bias: read '--neurons' where a number was expected"},
       // An empty value (here: no output written at all, silently) is refused for every option.
       {"", "", "run " + dir.path().string() + " --input x.npy --output ''", "--output: an empty value"},
       {"", "", "inspect ''", "file: an empty value"},

@@ -34,6 +34,28 @@ void reject_empty_values(const CLI::App& app) {
 // An error is one line even when a name in it is not: a file name may hold a newline or an escape sequence, which
 // would split the message or drive the terminal. Control bytes are written as C escapes, and nothing is cut.
 std::string one_line(std::string_view text) { return sparsert::printable(text, std::string_view::npos); }
+
+// CLI11 says "Could not convert: --bias = -o,k.ptx" where a number was expected. A numeric option takes the words
+// after it that start with '-' as its values (a bias may be negative), so a missing value swallows the next option:
+// name the words it read, as they were given (`results`, since CLI11 joins them with commas).
+std::string conversion_message(std::string_view what, const std::vector<CLI::App*>& subcommands) {
+  constexpr std::string_view kPrefix = "Could not convert: ";
+  const size_t eq = what.find(" = ");
+  if (what.substr(0, kPrefix.size()) != kPrefix || eq == std::string_view::npos) return std::string(what);
+  const std::string option(what.substr(kPrefix.size(), eq - kPrefix.size()));
+  std::vector<std::string> words;
+  for (const CLI::App* sub : subcommands) {
+    for (const CLI::Option* opt : sub->get_options()) {
+      if (opt->count() > 0 && opt->check_name(option)) {
+        for (const std::string& w : opt->results()) words.push_back(fmt::format("'{}'", w));
+      }
+    }
+  }
+  if (words.empty()) words.push_back(fmt::format("'{}'", what.substr(eq + 3)));
+  return fmt::format("{}: read {} where a number was expected (every word after {} is read as its value, even one "
+                     "that starts with '-': give its value right after it)",
+                     option, fmt::join(words, " "), option);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -77,6 +99,11 @@ int main(int argc, char** argv) {
     if (argc > 1 && argv[1][0] != '-' && std::find(names.begin(), names.end(), argv[1]) == names.end()) {
       std::fprintf(stderr, "sparsert: error: '%s' is not a command (one of: %s)\n", one_line(argv[1]).c_str(),
                    fmt::format("{}", fmt::join(names, ", ")).c_str());
+      return cli::kBadInput;
+    }
+    if (dynamic_cast<const CLI::ConversionError*>(&e)) {
+      std::fprintf(stderr, "sparsert: error: %s (see sparsert --help)\n",
+                   one_line(conversion_message(e.what(), app.get_subcommands())).c_str());
       return cli::kBadInput;
     }
     // One line, as every other error (CLI11's own exit() adds a second "Run with --help" line).
