@@ -70,6 +70,15 @@ struct GpuNetwork::Impl {
   size_t max_rows = 0;
   cuda::Graph timing_graph;  // the timed runs' capture, for timing_n columns
   uint32_t timing_n = 0;
+  // enqueue(): the graphs of the (input, output, n) triples it was called with, the most recently used last, and the
+  // events that order the network's stream with the caller's.
+  struct BoundRun {
+    CUdeviceptr in = 0, out = 0;
+    uint32_t n = 0;
+    cuda::Graph graph;  // empty where graphs are not supported
+  };
+  std::vector<BoundRun> bound;
+  std::unique_ptr<cuda::Event> caller_ready, network_done;
 
   // The network as the timings run it: one replay of its CUDA Graph for `n` columns where graphs are supported (the
   // capture made here once per width, outside any timed interval), else plain launches.
@@ -334,6 +343,93 @@ struct GpuNetwork::Impl {
     return *in;
   }
 
+  // Every layer on n columns from `in` to `out` (device buffers of the caller, enqueue()): the layers between them
+  // read and write ping and pong.
+  void launch_between(CUdeviceptr in, CUdeviceptr out, uint32_t n) {
+    CUdeviceptr src = in;
+    for (size_t li = 0; li < layers.size(); ++li) {
+      const CUdeviceptr dst = li + 1 == layers.size() ? out : (li % 2 == 0 ? ping : pong).get();
+      launch_layer(li, src, dst, n, 0, 0, 0, 0, li > 0);
+      src = dst;
+    }
+  }
+
+  // What `rows` rows of the package's width from `ptr` need: alignment for the kernels' 16-byte loads and stores, and
+  // one allocation of this context holding all of them.
+  void check_device_buffer(const char* what, CUdeviceptr ptr, int64_t rows) const {
+    const size_t bytes = static_cast<size_t>(rows) * static_cast<size_t>(pkg.n) * 4;
+    SPARSERT_USER_CHECK(ptr % 16 == 0, what, "device address 0x{:x} is not 16-byte aligned (the kernels load and "
+                        "store 16 bytes at a time)", ptr);
+    const cuda::Driver& d = cuda::Driver::get();
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    const CUresult r = d.api().cuMemGetAddressRange_v2(&base, &size, ptr);
+    SPARSERT_USER_CHECK(r == CUDA_SUCCESS, what, "device address 0x{:x} is not in an allocation of this context "
+                        "(cuMemGetAddressRange: {})", ptr, d.error_name(r));
+    SPARSERT_USER_CHECK(ptr + bytes <= base + size, what, "{} rows of {} floats from 0x{:x} are {} bytes, but the "
+                        "allocation holding it ends {} bytes after it", rows, pkg.n, ptr, bytes, base + size - ptr);
+  }
+
+  void enqueue(CUdeviceptr in, CUdeviceptr out, uint32_t n, CUstream caller) {
+    SPARSERT_USER_CHECK(!layers.front().conv, pkg.dir.string(), "enqueue runs networks of matrix layers; this one "
+                        "is convolutional (run() takes its NCHW images)");
+    SPARSERT_USER_CHECK(n >= 1 && n <= static_cast<uint32_t>(pkg.n), "n", "{} columns; the package is compiled for "
+                        "1 to {}", n, pkg.n);
+    const cuda::Driver& d = cuda::Driver::get();
+    CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (d.api().cuStreamIsCapturing) {
+      d.check(d.api().cuStreamIsCapturing(caller, &capturing), "cuStreamIsCapturing", "(the caller's stream)");
+    }
+    auto it = std::find_if(bound.begin(), bound.end(),
+                           [&](const BoundRun& b) { return b.in == in && b.out == out && b.n == n; });
+    const bool graphs = opt.use_graph && cuda::Graph::supported();
+    if (it == bound.end() || !graphs) {
+      check_device_buffer("input", in, layers.front().k);
+      check_device_buffer("output", out, layers.back().m);
+      const size_t in_bytes = static_cast<size_t>(layers.front().k) * static_cast<size_t>(pkg.n) * 4;
+      const size_t out_bytes = static_cast<size_t>(layers.back().m) * static_cast<size_t>(pkg.n) * 4;
+      SPARSERT_USER_CHECK(in + in_bytes <= out || out + out_bytes <= in, "output", "0x{:x} ({} bytes) overlaps the "
+                          "input at 0x{:x} ({} bytes)", out, out_bytes, in, in_bytes);
+    }
+    // Made at the first call, not with the network: a caller of launch_layer alone (the Graph Challenge's executor)
+    // never pays for ping and pong. A capture forbids allocations (and the failed one would end it).
+    if (!caller_ready || (layers.size() > 1 && !ping.get())) {
+      SPARSERT_USER_CHECK(capturing == CU_STREAM_CAPTURE_STATUS_NONE, "stream",
+                          "the first enqueue of a network allocates its buffers, which a stream capture does not "
+                          "allow: enqueue once before capturing");
+      caller_ready = std::make_unique<cuda::Event>(CU_EVENT_DISABLE_TIMING);
+      network_done = std::make_unique<cuda::Event>(CU_EVENT_DISABLE_TIMING);
+      if (layers.size() > 1 && !ping.get()) {
+        ping = cuda::DeviceBuffer(activation_bytes);
+        pong = cuda::DeviceBuffer(activation_bytes);
+      }
+    }
+    d.check(d.api().cuEventRecord(caller_ready->get(), caller), "cuEventRecord", "(the caller's stream)");
+    stream->wait(*caller_ready);
+    if (graphs && capturing == CU_STREAM_CAPTURE_STATUS_NONE) {
+      if (it == bound.end()) {
+        if (bound.size() == GpuNetwork::kEnqueueGraphs) bound.erase(bound.begin());
+        BoundRun b{in, out, n, {}};
+        const std::string refused = b.graph.capture_or_without_dependents(
+            *stream, [&] { launch_between(in, out, n); }, [&] { return drop_dependents(); });
+        if (!refused.empty()) {
+          notes.push_back(fmt::format("enqueue's graph could not be captured with the layers launched as "
+                                      "programmatic dependents ({}); they launch as ordinary kernels from now on",
+                                      refused));
+        }
+        bound.push_back(std::move(b));
+      } else {
+        std::rotate(it, it + 1, bound.end());  // most recently used last
+      }
+      bound.back().graph.launch(*stream);
+    } else {
+      launch_between(in, out, n);
+    }
+    network_done->record(*stream);
+    d.check(d.api().cuStreamWaitEvent(caller, network_done->get(), CU_EVENT_WAIT_DEFAULT), "cuStreamWaitEvent",
+            "(the caller's stream)");
+  }
+
   // A convolutional network's input: NCHW with at most the compiled images; returns the image count.
   uint32_t upload_images(const DenseTensor& input) {
     const ConvShape& s = layers.front().conv->shape;
@@ -433,6 +529,14 @@ bool GpuNetwork::layer_has_live_flags(size_t layer) const {
   return impl_->layers[layer].live_flags;
 }
 const std::vector<std::string>& GpuNetwork::load_notes() const { return impl_->notes; }
+
+void GpuNetwork::enqueue(CUdeviceptr input, CUdeviceptr output, uint32_t n, CUstream stream) {
+  impl_->ctx->make_current();
+  impl_->enqueue(input, output, n, stream);
+}
+int64_t GpuNetwork::input_rows() const { return impl_->layers.front().k; }
+int64_t GpuNetwork::output_rows() const { return impl_->layers.back().m; }
+int64_t GpuNetwork::leading_dimension() const { return impl_->pkg.n; }
 
 DenseTensor GpuNetwork::run(const DenseTensor& input) {
   impl_->ctx->make_current();  // every entry point: the network may have been made on another thread

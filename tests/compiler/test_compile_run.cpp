@@ -16,6 +16,7 @@
 #include "sparsert/runtime/stream_arrays.hpp"
 #include "emulated_driver.hpp"
 #include "test_support.hpp"
+#include "user_error.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -37,6 +38,7 @@
 using namespace sparsert;
 using namespace sparsert::compiler;
 using sparsert::testing::ScratchDir;
+using sparsert::testing::user_error;
 
 namespace {
 // Every test in this program drives the emulated driver.
@@ -89,15 +91,6 @@ CompileOptions emu_options(const ScratchDir& dir, bool streamed) {
     o.stream_params = {32, 8, 4, 16, 2};
   }
   return o;
-}
-
-std::string user_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no UserError)";
 }
 }  // namespace
 

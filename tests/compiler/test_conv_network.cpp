@@ -14,6 +14,7 @@
 #include "sparsert/runtime/npy.hpp"
 #include "sparsert/runtime/package.hpp"
 #include "test_support.hpp"
+#include "user_error.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -26,6 +27,7 @@
 using namespace sparsert;
 using namespace sparsert::compiler;
 using sparsert::testing::ScratchDir;
+using sparsert::testing::user_error;
 
 namespace {
 const bool kUseEmu = [] {
@@ -96,15 +98,6 @@ CompileOptions options(const ScratchDir& dir, codegen::KernelKind kind) {
   o.dependent_launch = true;  // the layers after the first launch as programmatic dependents, baked or streamed
   if (kind == codegen::KernelKind::kStreamed) o.stream_params = {32, 16, 4, 32, 2};
   return o;
-}
-
-std::string user_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no UserError)";
 }
 
 int run_cli(const std::string& args, std::string* output) {

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <stdexcept>
 
 namespace sparsert {
@@ -148,6 +149,68 @@ TEST(RealGpu, ManyEntryLayersRunSideBySideInPlainLaunchesAndGraphReplay) {
   const GpuTimings t = net.time(in, 20);
   std::printf("3 layers 512x512 at 90%%, %zu entries each, N = 64: %.4f ms per network (graph replay)\n",
               pkg.layers[0].entries.size(), t.total_ms);
+}
+
+// GpuNetwork::enqueue on buffers and a stream of the caller's, as a server or a framework's operator calls it: the
+// output equals run()'s at two widths, from a replayed graph and inside the caller's own capture; prints what a call
+// costs back to back on the caller's stream beside the network's own graph replays (time_back_to_back).
+TEST(RealGpu, EnqueueOnTheCallersBuffersAndStream) {
+  REQUIRE_GPU();
+  const cuda::DeviceInfo dev = cuda::device_info(0);
+  testing::ScratchDir dir;
+  constexpr int32_t kN = 256, kK = 512;
+  std::vector<compiler::LoadedLayer> layers;
+  for (int i = 0; i < 3; ++i) {
+    CsrMatrix a = inspector::generate_pruned_gaussian(kK, kK, 0.9, 300 + i);
+    for (float& v : a.values) v *= 0.1f;
+    compiler::LayerDesc d;
+    d.name = fmt::format("l{}", i);
+    d.bias = {0.01f};
+    d.activation = Activation::kRelu;
+    d.n = kN;
+    layers.push_back({d, std::move(a), std::nullopt});
+  }
+  compiler::CompileOptions opt;
+  opt.targets = {codegen::Target::newest_for(dev.sm(), dev.name)};
+  opt.progress = false;
+  opt.cache_dir = dir / "cache";
+  compiler::compile_network(layers, dir / "pkg", opt);
+  GpuNetwork net(load_package(dir / "pkg"));
+  ASSERT_EQ(net.leading_dimension(), kN);
+  cuda::Stream caller;
+  cuda::DeviceBuffer in(static_cast<size_t>(kK) * kN * 4), out(static_cast<size_t>(kK) * kN * 4);
+  const cuda::Driver& d = cuda::Driver::get();
+  auto check = [&](int32_t n, const char* how, const std::function<void()>& enqueue) {
+    std::vector<float> x(static_cast<size_t>(kK) * n);
+    inspector::fill_values(x, {inspector::ValueFill::Distribution::kUniform, static_cast<uint64_t>(n), 1.0f});
+    std::vector<float> rows(static_cast<size_t>(kK) * kN, 0.0f);
+    for (int32_t r = 0; r < kK; ++r) std::copy_n(x.data() + r * n, n, rows.data() + r * kN);
+    in.upload_async(rows.data(), rows.size() * 4, 0, caller);
+    enqueue();
+    d.check(d.api().cuStreamSynchronize(caller.get()), "cuStreamSynchronize");
+    std::vector<float> got(rows.size());
+    out.download(got.data(), got.size() * 4);
+    DenseTensor y({kK, n});
+    for (int32_t r = 0; r < kK; ++r) std::copy_n(got.data() + r * kN, n, y.data() + r * n);
+    EXPECT_EQ(max_relative_error(y, net.run(DenseTensor({kK, n}, x))), 0.0) << how << ", n = " << n;
+  };
+  for (const int32_t n : {kN, 100, kN}) {
+    check(n, "enqueued", [&] { net.enqueue(in.get(), out.get(), static_cast<uint32_t>(n), caller.get()); });
+  }
+  cuda::Graph g;
+  g.capture(caller, [&] { net.enqueue(in.get(), out.get(), kN, caller.get()); });
+  check(kN, "in the caller's graph", [&] { g.launch(caller); });
+  constexpr int kRuns = 2000;
+  cuda::Event start, stop;
+  start.record(caller);
+  for (int r = 0; r < kRuns; ++r) net.enqueue(in.get(), out.get(), kN, caller.get());
+  stop.record(caller);
+  stop.synchronize();
+  const double enqueue_us = stop.elapsed_ms_since(start) * 1e3 / kRuns;
+  std::vector<float> x(static_cast<size_t>(kK) * kN, 0.5f);
+  const double replay_us = net.time_back_to_back(DenseTensor({kK, kN}, x), kRuns) * 1e3;
+  std::printf("3 layers of 512 x 512 at N = %d: enqueue %.2f us a call back to back on the caller's stream, the "
+              "network's own graph replays %.2f us\n", kN, enqueue_us, replay_us);
 }
 
 // The two launch costs the model assumes and no file has measured (docs/gpu-h100.md): the host's share of a run timed

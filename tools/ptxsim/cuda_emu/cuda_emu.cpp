@@ -921,6 +921,17 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
   LOCK;
   return released("cuMemFree", mem_free(p));
 }
+// The allocation holding dptr: its start and size. Any address inside it, as the driver answers; CUDA_ERROR_NOT_FOUND
+// for an address no live allocation holds (freed, never allocated, or host memory).
+CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {
+  LOCK;
+  REQUIRE_CTX;
+  const auto range = st().mem.range_of(dptr);
+  if (!range || !st().allocs.count(range->first)) return CUDA_ERROR_NOT_FOUND;
+  if (pbase) *pbase = range->first;
+  if (psize) *psize = range->second;
+  return CUDA_SUCCESS;
+}
 // Page-locked host memory, owned by the current context. CU_MEMHOSTALLOC_DEVICEMAP (host memory the device reads
 // through a device pointer) is not emulated: ptxsim's kernels address its own device memory only.
 CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
@@ -1455,6 +1466,7 @@ CUresult cuCtxDestroy(CUcontext c) { return cuCtxDestroy_v2(c); }
 CUresult cuModuleGetGlobal(CUdeviceptr* p, size_t* b, CUmodule m, const char* n) { return cuModuleGetGlobal_v2(p, b, m, n); }
 CUresult cuMemAlloc(CUdeviceptr* p, size_t n) { return cuMemAlloc_v2(p, n); }
 CUresult cuMemFree(CUdeviceptr p) { return cuMemFree_v2(p); }
+CUresult cuMemGetAddressRange(CUdeviceptr* b, size_t* s, CUdeviceptr p) { return cuMemGetAddressRange_v2(b, s, p); }
 CUresult cuMemcpyHtoD(CUdeviceptr d, const void* s, size_t n) { return cuMemcpyHtoD_v2(d, s, n); }
 CUresult cuMemcpyDtoH(void* d, CUdeviceptr s, size_t n) { return cuMemcpyDtoH_v2(d, s, n); }
 CUresult cuMemcpyDtoD(CUdeviceptr d, CUdeviceptr s, size_t n) { return cuMemcpyDtoD_v2(d, s, n); }

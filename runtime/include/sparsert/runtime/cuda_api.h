@@ -217,6 +217,7 @@ typedef struct CUlaunchConfig_st {
   X(cuFuncGetAttribute, (int* pi, CUfunction_attribute attrib, CUfunction hfunc))                                \
   X(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytesize))                                                        \
   X(cuMemFree_v2, (CUdeviceptr dptr))                                                                            \
+  X(cuMemGetAddressRange_v2, (CUdeviceptr * pbase, size_t * psize, CUdeviceptr dptr))                          \
   X(cuMemHostAlloc, (void** pp, size_t bytesize, unsigned int Flags))                                            \
   X(cuMemFreeHost, (void* p))                                                                                    \
   X(cuMemcpyHtoD_v2, (CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount))                             \

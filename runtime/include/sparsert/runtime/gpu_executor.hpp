@@ -70,6 +70,26 @@ class GpuNetwork {
   std::vector<double> time_in_one_graph(const DenseTensor& input, int runs_per_graph, int samples,
                                         double min_sample_ms);
 
+  // The network on device memory, for a program that keeps its activations on the GPU (an inference server, a
+  // framework's operator): the first layer reads `input` and the last writes `output`, both row-major with
+  // leading_dimension() floats a row (input_rows() and output_rows() rows), on their first n columns (1 to
+  // leading_dimension()). Enqueued on `stream`, a stream of this network's device in its primary context (the one the
+  // CUDA runtime uses; 0 is the legacy default stream): the layers run after the work already on it and before what
+  // is submitted to it next, and the call returns without waiting. Columns n and up of `output` are not written. The
+  // layers between the first and the last write the network's own buffers, so calls on different streams run one
+  // after another. A (input, output, n) enqueued before replays the CUDA Graph captured for it the first time (the
+  // last kEnqueueGraphs such triples are kept); on a stream that is being captured, the layers are launched as
+  // kernels, so that the caller's graph holds them. A UserError, with nothing enqueued: a convolutional package
+  // (run() takes those), n out of range, a buffer not 16-byte aligned or not inside one allocation of this context
+  // (cuMemGetAddressRange; checked the first time a triple is seen), input and output overlapping, or a first call
+  // made on a stream being captured (it allocates the network's buffers, which a capture does not allow).
+  // One thread at a time, as every call of this class.
+  void enqueue(CUdeviceptr input, CUdeviceptr output, uint32_t n, CUstream stream);
+  static constexpr size_t kEnqueueGraphs = 4;
+  int64_t input_rows() const;
+  int64_t output_rows() const;
+  int64_t leading_dimension() const;
+
   // Per-layer control for executors that manage activations themselves (the Graph Challenge's dead-input filter):
   // layer `layer` on n columns of `in` (K × package n floats) into `out` (M × package n), on stream(). A baked
   // layer's entries run on side streams forked from stream() and joined back to it, so work submitted to stream()

@@ -1,0 +1,72 @@
+/* sparsert's C interface: open a compiled package (`sparsert compile`) and run it, from C or from any language with
+ * a C foreign-function interface (Python's ctypes, Rust, Go). The library is libsparsert.so; the C++ interface
+ * (sparsert/runtime/gpu_executor.hpp) is the same runtime.
+ *
+ * Every function that can fail returns a sparsert_status and, on failure, leaves a one-line message for
+ * sparsert_last_error() on the calling thread. A network is used by one thread at a time; different networks may run
+ * on different threads. Activations are float32, row-major, one row per feature: the input is [input_rows, n] and
+ * the output [output_rows, n] for a batch of n columns. */
+#ifndef SPARSERT_SPARSERT_H_
+#define SPARSERT_SPARSERT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define SPARSERT_API __attribute__((visibility("default")))
+#else
+#define SPARSERT_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum sparsert_status {
+  SPARSERT_OK = 0,
+  SPARSERT_FAILED = 1,     /* the work failed: a driver or kernel error, out of memory, an internal error */
+  SPARSERT_BAD_INPUT = 2,  /* a bad argument, package or shape: the message names it */
+  SPARSERT_NO_DEVICE = 3   /* "cuda" asked for where no CUDA driver or device is found */
+} sparsert_status;
+
+typedef struct sparsert_network sparsert_network;
+
+/* The message of the calling thread's last failed call; "" where none failed. Valid until its next call. */
+SPARSERT_API const char* sparsert_last_error(void);
+SPARSERT_API const char* sparsert_version(void);
+
+/* Opens the package in directory `package` for `device`: "cuda" (the first GPU, or "cuda:N" the N-th; its kernels
+ * loaded once, here),
+ * "cpu" (the CPU executor with `threads` threads, 0 for one per core; ignored on "cuda") or "auto" (cuda where a
+ * driver and a device are found, else cpu). Networks of matrix layers; a convolutional package is refused. *out is
+ * set on success only. */
+SPARSERT_API sparsert_status sparsert_network_open(const char* package, const char* device, int threads,
+                                                   sparsert_network** out);
+/* Frees the network and everything it holds; NULL is ignored. */
+SPARSERT_API void sparsert_network_close(sparsert_network* net);
+
+/* The rows of the input and of the output, and the package's width: the columns one GPU launch covers, and the
+ * leading dimension (floats a row) of the buffers sparsert_network_enqueue takes. */
+SPARSERT_API int64_t sparsert_network_input_rows(const sparsert_network* net);
+SPARSERT_API int64_t sparsert_network_output_rows(const sparsert_network* net);
+SPARSERT_API int64_t sparsert_network_width(const sparsert_network* net);
+/* "cuda" or "cpu": where the network runs. */
+SPARSERT_API const char* sparsert_network_device(const sparsert_network* net);
+
+/* Host memory: `input` holds input_rows x n floats, `output` receives output_rows x n (n >= 1; more columns than the
+ * width run width at a time). Returns when the output is written. A NaN or infinite input is refused. */
+SPARSERT_API sparsert_status sparsert_network_run(sparsert_network* net, const float* input, int64_t n,
+                                                  float* output);
+
+/* Device memory, a "cuda" network only: the input is input_rows rows and the output output_rows rows of width floats
+ * each (pitch width x 4 bytes), their first n columns used (1 <= n <= width); columns n and up of the output are not
+ * written. Enqueued on `stream`, a CUstream of the device's primary context (the CUDA runtime's; NULL: the legacy
+ * default stream), after its work so far; returns without waiting. The C++ GpuNetwork::enqueue says more. */
+SPARSERT_API sparsert_status sparsert_network_enqueue(sparsert_network* net, uint64_t input, uint64_t output,
+                                                      uint32_t n, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SPARSERT_SPARSERT_H_ */

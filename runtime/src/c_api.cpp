@@ -1,0 +1,161 @@
+// The C interface (include/sparsert/sparsert.h) over the C++ runtime: exceptions become statuses and a thread-local
+// message, and nothing of C++ crosses it.
+#include "sparsert/sparsert.h"
+
+#include "sparsert/runtime/cpu_executor.hpp"
+#include "sparsert/runtime/driver.hpp"
+#include "sparsert/runtime/error.hpp"
+#include "sparsert/runtime/gpu_executor.hpp"
+#include "sparsert/runtime/package.hpp"
+#include "sparsert/runtime/reference.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <new>
+#include <string>
+#include <string_view>
+#include <vector>
+
+struct sparsert_network {
+  sparsert::Package package;
+  std::string device;  // "cuda" or "cpu"
+  std::unique_ptr<sparsert::GpuNetwork> gpu;
+  std::unique_ptr<sparsert::CpuExecutor> cpu;
+  std::vector<sparsert::LayerWeights> weights;  // the CPU executor's
+};
+
+namespace {
+thread_local std::string last_error;
+
+// Runs `f`, turning what it throws into a status and the thread's message.
+sparsert_status guarded(const char* call, const std::function<void()>& f) {
+  last_error.clear();
+  try {
+    f();
+    return SPARSERT_OK;
+  } catch (const sparsert::cuda::DriverUnavailable& e) {
+    last_error = std::string(call) + ": " + e.what();
+    return SPARSERT_NO_DEVICE;
+  } catch (const sparsert::UserError& e) {
+    last_error = std::string(call) + ": " + e.what();
+    return SPARSERT_BAD_INPUT;
+  } catch (const std::bad_alloc&) {
+    last_error = std::string(call) + ": out of memory";
+    return SPARSERT_FAILED;
+  } catch (const std::exception& e) {
+    last_error = std::string(call) + ": " + e.what();
+    return SPARSERT_FAILED;
+  } catch (...) {
+    last_error = std::string(call) + ": an unknown exception";
+    return SPARSERT_FAILED;
+  }
+}
+
+void require(bool ok, std::string_view what, std::string_view message) {
+  if (!ok) throw sparsert::UserError(what, message);
+}
+}  // namespace
+
+extern "C" {
+
+const char* sparsert_last_error(void) { return last_error.c_str(); }
+
+const char* sparsert_version(void) { return "sparsert 0.1.0"; }
+
+sparsert_status sparsert_network_open(const char* package, const char* device, int threads,
+                                      sparsert_network** out) {
+  return guarded("sparsert_network_open", [&] {
+    require(out != nullptr, "out", "is NULL");
+    require(package != nullptr && *package, "package", "is NULL or empty");
+    require(device != nullptr, "device", "is NULL");
+    std::string want(device);
+    sparsert::GpuRunOptions gpu_options;
+    if (want.rfind("cuda:", 0) == 0) {  // cuda:N, the N-th GPU
+      const std::string ordinal = want.substr(5);
+      require(!ordinal.empty() && ordinal.size() <= 4 &&
+                  ordinal.find_first_not_of("0123456789") == std::string::npos,
+              "device", "cuda:N needs a decimal device number N");
+      gpu_options.device = std::stoi(ordinal);
+      want = "cuda";
+    }
+    require(want == "cuda" || want == "cpu" || want == "auto", "device", "is not one of cuda, cuda:N, cpu, auto");
+    require(threads >= 0 && threads <= 1024, "threads", "is not in 0 to 1024");
+    if (want == "cuda") {  // no GPU is said before anything of the package
+      const sparsert::cuda::Driver& d = sparsert::cuda::Driver::get();
+      int count = 0;
+      d.check(d.api().cuDeviceGetCount(&count), "cuDeviceGetCount");
+      if (gpu_options.device >= count) {
+        sparsert::throw_user_error("device", "cuda:{}, but this machine has {} CUDA device{} (ordinals from 0)",
+                                   gpu_options.device, count, count == 1 ? "" : "s");
+      }
+    }
+    auto net = std::make_unique<sparsert_network>();
+    net->package = sparsert::load_package(package);
+    require(!net->package.layers.front().conv, package,
+            "is a convolutional network, which the C interface does not run (`sparsert run` and the C++ runtime do)");
+    net->device = want == "auto" ? (sparsert::cuda::Driver::available() ? "cuda" : "cpu") : want;
+    if (net->device == "cuda") {
+      net->gpu = std::make_unique<sparsert::GpuNetwork>(net->package, gpu_options);
+    } else {
+      for (size_t i = 0; i < net->package.layers.size(); ++i) {
+        net->weights.push_back(sparsert::load_layer_weights(net->package, i));
+      }
+      net->cpu = std::make_unique<sparsert::CpuExecutor>(sparsert::CpuExecutorOptions{threads});
+    }
+    *out = net.release();
+  });
+}
+
+void sparsert_network_close(sparsert_network* net) {
+  // The GPU network's destructor reports its own failures as warnings and does not throw.
+  delete net;
+}
+
+int64_t sparsert_network_input_rows(const sparsert_network* net) {
+  return net ? net->package.layers.front().k : 0;
+}
+int64_t sparsert_network_output_rows(const sparsert_network* net) {
+  return net ? net->package.layers.back().m : 0;
+}
+int64_t sparsert_network_width(const sparsert_network* net) { return net ? net->package.n : 0; }
+const char* sparsert_network_device(const sparsert_network* net) { return net ? net->device.c_str() : ""; }
+
+sparsert_status sparsert_network_run(sparsert_network* net, const float* input, int64_t n, float* output) {
+  return guarded("sparsert_network_run", [&] {
+    require(net != nullptr, "net", "is NULL");
+    require(input != nullptr && output != nullptr, "input and output", "must not be NULL");
+    require(n >= 1 && n <= (int64_t{1} << 31), "n", "is not in 1 to 2^31");
+    const int64_t k = net->package.layers.front().k;
+    const size_t count = static_cast<size_t>(k) * static_cast<size_t>(n);
+    for (size_t i = 0; i < count; ++i) {
+      if (!std::isfinite(input[i])) {
+        sparsert::throw_user_error("input", "element {} is {}, not a finite number", i, input[i]);
+      }
+    }
+    sparsert::DenseTensor x({k, n}, std::vector<float>(input, input + count));
+    sparsert::DenseTensor y;
+    if (net->gpu) {
+      y = net->gpu->run(x);
+    } else {
+      for (size_t i = 0; i < net->package.layers.size(); ++i) {
+        const sparsert::PackageLayer& l = net->package.layers[i];
+        x = net->cpu->spmm(net->weights[i].a, x, sparsert::Epilogue{net->weights[i].bias, l.activation, l.clamp});
+      }
+      y = std::move(x);
+    }
+    std::memcpy(output, y.data(), static_cast<size_t>(y.size()) * sizeof(float));
+  });
+}
+
+sparsert_status sparsert_network_enqueue(sparsert_network* net, uint64_t input, uint64_t output, uint32_t n,
+                                         void* stream) {
+  return guarded("sparsert_network_enqueue", [&] {
+    require(net != nullptr, "net", "is NULL");
+    require(net->gpu != nullptr, "net", "runs on the CPU; enqueue takes device memory of a \"cuda\" network");
+    net->gpu->enqueue(input, output, n, static_cast<CUstream>(stream));
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,219 @@
+// GpuNetwork::enqueue: a compiled network on the caller's device buffers and stream, through ptxsim's emulated driver.
+#include "sparsert/compiler/compile.hpp"
+#include "sparsert/inspector/formats.hpp"
+#include "sparsert/inspector/generate.hpp"
+#include "sparsert/runtime/gpu_executor.hpp"
+#include "sparsert/runtime/reference.hpp"
+#include "test_support.hpp"
+#include "user_error.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+
+using namespace sparsert;
+using namespace sparsert::compiler;
+using sparsert::testing::ScratchDir;
+using sparsert::testing::user_error;
+
+namespace {
+const bool kUseEmu = [] {
+  ::setenv("SPARSERT_LIBCUDA", SPARSERT_EMU_LIB, 1);
+  return true;
+}();
+
+constexpr int32_t kWidth = 20;        // the package's n, its leading dimension
+constexpr float kUntouched = -777.0f;  // what the output's columns past n hold before and must after
+
+// `shapes` (M, K) chained, n = kWidth, ReLU between layers; PTX for sm_90 only (the emulated driver runs it).
+std::vector<LoadedLayer> network(const std::vector<std::pair<int32_t, int32_t>>& shapes) {
+  std::vector<LoadedLayer> layers;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    CsrMatrix a = inspector::generate_pruned_gaussian(shapes[i].first, shapes[i].second, 0.8, 30 + i);
+    for (float& v : a.values) v *= 0.3f;
+    LayerDesc d;
+    d.name = fmt::format("l{}", i);
+    d.n = kWidth;
+    d.bias = {0.01f};
+    d.activation = i + 1 < shapes.size() ? Activation::kRelu : Activation::kNone;
+    layers.push_back({d, std::move(a), std::nullopt});
+  }
+  return layers;
+}
+
+Package compile(const std::vector<LoadedLayer>& layers, const ScratchDir& dir, const std::string& name) {
+  CompileOptions o;
+  o.targets = {codegen::Target::parse("sm_90")};
+  o.progress = false;
+  o.assemble = false;
+  o.cache_dir = dir / "cache";
+  compile_network(layers, dir / name, o);
+  return load_package(dir / name);
+}
+
+DenseTensor reference(const std::vector<LoadedLayer>& layers, DenseTensor x) {
+  for (const LoadedLayer& l : layers) x = reference_spmm(l.a, x, l.desc.epilogue());
+  return x;
+}
+
+// A K x n input in rows of kWidth floats, the columns past n set to NaN: a kernel that read them into a result would
+// show it.
+std::vector<float> padded_input(const DenseTensor& x) {
+  std::vector<float> rows(static_cast<size_t>(x.rows()) * kWidth, std::numeric_limits<float>::quiet_NaN());
+  for (int64_t r = 0; r < x.rows(); ++r) std::copy_n(x.data() + r * x.cols(), x.cols(), rows.data() + r * kWidth);
+  return rows;
+}
+
+DenseTensor input(int32_t k, int32_t n, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(k) * n);
+  inspector::fill_values(v, {inspector::ValueFill::Distribution::kUniform, seed, 1.0f});
+  return DenseTensor({k, n}, std::move(v));
+}
+
+// The caller's side: its buffers and stream, as a server or a framework holds them.
+struct Caller {
+  cuda::Stream stream;
+  cuda::DeviceBuffer in, out;
+  int64_t k, m;
+  explicit Caller(const GpuNetwork& net)
+      : in(static_cast<size_t>(net.input_rows()) * kWidth * 4),
+        out(static_cast<size_t>(net.output_rows()) * kWidth * 4),
+        k(net.input_rows()),
+        m(net.output_rows()) {
+    reset_output();
+  }
+  void reset_output() {
+    const std::vector<float> fill(static_cast<size_t>(m) * kWidth, kUntouched);
+    out.upload(fill.data(), fill.size() * 4);
+  }
+  // Uploads x on the caller's stream, enqueues the network there on stream s, waits for it and downloads the output
+  // (every column of it, set to kUntouched before).
+  std::vector<float> run(GpuNetwork& net, const DenseTensor& x, CUstream s) {
+    reset_output();
+    const std::vector<float> rows = padded_input(x);
+    in.upload_async(rows.data(), rows.size() * 4, 0, stream);
+    if (s != stream.get()) stream.synchronize();  // another stream than the upload's: the copy is done first
+    net.enqueue(in.get(), out.get(), static_cast<uint32_t>(x.cols()), s);
+    const cuda::Driver& d = cuda::Driver::get();
+    d.check(d.api().cuStreamSynchronize(s), "cuStreamSynchronize");  // the download below waits for no stream
+    std::vector<float> got(static_cast<size_t>(m) * kWidth);
+    out.download(got.data(), got.size() * 4);
+    return got;
+  }
+};
+
+// The first n columns of `rows` (m rows of kWidth) as a tensor; every column past n must still hold kUntouched.
+DenseTensor columns(const std::vector<float>& rows, int64_t m, int32_t n) {
+  DenseTensor t({m, static_cast<int64_t>(n)});
+  for (int64_t r = 0; r < m; ++r) {
+    std::copy_n(rows.data() + r * kWidth, n, t.data() + r * n);
+    for (int32_t c = n; c < kWidth; ++c) {
+      EXPECT_EQ(rows[static_cast<size_t>(r * kWidth + c)], kUntouched) << "row " << r << " column " << c;
+    }
+  }
+  return t;
+}
+}  // namespace
+
+// One, two and three layers (the first reads the caller's input and the last writes its output directly; between
+// them the network's own buffers), at the full width and fewer columns, on the caller's stream: each call's output is
+// the reference's, the columns past n are not written, and a triple seen before replays its graph.
+TEST(Enqueue, RunsOnTheCallersBuffersAndStream) {
+  ScratchDir dir;
+  const std::vector<std::vector<std::pair<int32_t, int32_t>>> nets = {
+      {{24, 40}}, {{40, 48}, {24, 40}}, {{40, 48}, {40, 40}, {24, 40}}};
+  for (size_t ni = 0; ni < nets.size(); ++ni) {
+    const auto layers = network(nets[ni]);
+    GpuNetwork net(compile(layers, dir, fmt::format("pkg{}", ni)));
+    EXPECT_EQ(net.input_rows(), nets[ni].front().second);
+    EXPECT_EQ(net.output_rows(), nets[ni].back().first);
+    EXPECT_EQ(net.leading_dimension(), kWidth);
+    Caller caller(net);
+    int seed = 1;
+    for (const int32_t n : {kWidth, 7, kWidth, 7, 1}) {
+      const DenseTensor x = input(static_cast<int32_t>(net.input_rows()), n, seed++);
+      caller.stream.synchronize();
+      const std::vector<float> got = caller.run(net, x, caller.stream.get());
+      caller.stream.synchronize();
+      EXPECT_LE(max_relative_error(columns(got, caller.m, n), reference(layers, x)), 1e-5)
+          << nets[ni].size() << " layers, n = " << n;
+    }
+    // The legacy default stream too.
+    const DenseTensor x = input(static_cast<int32_t>(net.input_rows()), 9, 99);
+    const std::vector<float> got = caller.run(net, x, nullptr);
+    EXPECT_LE(max_relative_error(columns(got, caller.m, 9), reference(layers, x)), 1e-5) << "stream 0";
+  }
+}
+
+// Inside the caller's own graph capture the layers are captured as kernels: the caller's graph, replayed with new
+// inputs in the same buffers, gives each one's product. The first call allocates, so it may not be in a capture.
+TEST(Enqueue, CapturedIntoTheCallersGraph) {
+  ScratchDir dir;
+  const auto layers = network({{40, 48}, {24, 40}});
+  GpuNetwork net(compile(layers, dir, "pkg"));
+  Caller caller(net);
+  cuda::Graph g;
+  const auto enqueue = [&] { net.enqueue(caller.in.get(), caller.out.get(), 11, caller.stream.get()); };
+  EXPECT_NE(user_error([&] { g.capture(caller.stream, enqueue); }).find("stream: the first enqueue of a network "
+                                                                        "allocates its buffers"),
+            std::string::npos);
+  EXPECT_FALSE(g.ready());
+  caller.run(net, input(48, 11, 4), caller.stream.get());  // the first call, outside a capture
+  g.capture(caller.stream, enqueue);
+  for (const uint64_t seed : {5u, 6u}) {
+    caller.reset_output();
+    const DenseTensor x = input(48, 11, seed);
+    const std::vector<float> rows = padded_input(x);
+    caller.in.upload_async(rows.data(), rows.size() * 4, 0, caller.stream);
+    g.launch(caller.stream);
+    caller.stream.synchronize();
+    std::vector<float> got(static_cast<size_t>(caller.m) * kWidth);
+    caller.out.download(got.data(), got.size() * 4);
+    EXPECT_LE(max_relative_error(columns(got, caller.m, 11), reference(layers, x)), 1e-5) << "seed " << seed;
+  }
+}
+
+// Buffers the kernels cannot use, a width out of range and a convolutional package are refused by name before
+// anything is enqueued: the output keeps what it held.
+TEST(Enqueue, RefusesWhatTheKernelsCannotUse) {
+  ScratchDir dir;
+  const auto layers = network({{40, 48}, {24, 40}});
+  GpuNetwork net(compile(layers, dir, "pkg"));
+  Caller caller(net);
+  const CUstream s = caller.stream.get();
+  const CUdeviceptr in = caller.in.get(), out = caller.out.get();
+  cuda::DeviceBuffer small(static_cast<size_t>(24) * kWidth * 4 - 4);
+  cuda::DeviceBuffer both(static_cast<size_t>(48 + 24) * kWidth * 4);
+  struct Case {
+    std::function<void()> call;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {[&] { net.enqueue(in, out, 0, s); }, "n: 0 columns; the package is compiled for 1 to 20"},
+      {[&] { net.enqueue(in, out, 21, s); }, "n: 21 columns"},
+      {[&] { net.enqueue(in + 4, out, 5, s); }, "input: device address"},
+      {[&] { net.enqueue(in, out + 8, 5, s); }, "not 16-byte aligned"},
+      {[&] { net.enqueue(in, small.get(), 5, s); }, "output: 24 rows of 20 floats from"},
+      {[&] { net.enqueue(in + 16, out, 5, s); }, "the allocation holding it ends"},
+      {[&] { net.enqueue(0x10, out, 5, s); }, "not in an allocation of this context (cuMemGetAddressRange: "
+                                              "CUDA_ERROR_NOT_FOUND)"},
+      {[&] { net.enqueue(both.get(), both.get() + 47 * kWidth * 4, 5, s); }, "overlaps the input"},
+  };
+  for (const Case& c : cases) EXPECT_NE(user_error(c.call).find(c.expect), std::string::npos) << c.expect;
+  caller.stream.synchronize();
+  std::vector<float> got(static_cast<size_t>(caller.m) * kWidth);
+  caller.out.download(got.data(), got.size() * 4);
+  for (const float v : got) ASSERT_EQ(v, kUntouched);
+  // Side by side in one allocation, the output right after the input: not an overlap.
+  const DenseTensor x = input(48, 6, 4);
+  const std::vector<float> rows = padded_input(x);
+  both.upload(rows.data(), rows.size() * 4);
+  net.enqueue(both.get(), both.get() + 48 * kWidth * 4, 6, s);
+  caller.stream.synchronize();
+  std::vector<float> all(static_cast<size_t>(48 + 24) * kWidth);
+  both.download(all.data(), all.size() * 4);
+  DenseTensor y({24, 6});
+  for (int r = 0; r < 24; ++r) std::copy_n(all.data() + (48 + r) * kWidth, 6, y.data() + r * 6);
+  EXPECT_LE(max_relative_error(y, reference(layers, x)), 1e-5);
+}
