@@ -11,9 +11,9 @@
 
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,26 +29,39 @@ struct sparsert_network {
 namespace {
 thread_local std::string last_error;
 
-// Runs `f`, turning what it throws into a status and the thread's message.
-sparsert_status guarded(const char* call, const std::function<void()>& f) {
-  last_error.clear();
+// Sets the thread's message without throwing: where even that allocation fails, a fixed text stands for it.
+const char* kNoMemoryForTheMessage = "out of memory (the message could not be stored)";
+thread_local const char* last_error_text = "";
+void set_error(const char* call, const char* what) noexcept {
+  try {
+    last_error = std::string(call) + ": " + what;
+    last_error_text = last_error.c_str();
+  } catch (...) {
+    last_error_text = kNoMemoryForTheMessage;
+  }
+}
+
+// Runs `f`, turning what it throws into a status and the thread's message; nothing escapes into the C caller.
+template <typename F>
+sparsert_status guarded(const char* call, F&& f) noexcept {
+  last_error_text = "";
   try {
     f();
     return SPARSERT_OK;
   } catch (const sparsert::cuda::DriverUnavailable& e) {
-    last_error = std::string(call) + ": " + e.what();
+    set_error(call, e.what());
     return SPARSERT_NO_DEVICE;
   } catch (const sparsert::UserError& e) {
-    last_error = std::string(call) + ": " + e.what();
+    set_error(call, e.what());
     return SPARSERT_BAD_INPUT;
   } catch (const std::bad_alloc&) {
-    last_error = std::string(call) + ": out of memory";
+    set_error(call, "out of memory");
     return SPARSERT_FAILED;
   } catch (const std::exception& e) {
-    last_error = std::string(call) + ": " + e.what();
+    set_error(call, e.what());
     return SPARSERT_FAILED;
   } catch (...) {
-    last_error = std::string(call) + ": an unknown exception";
+    set_error(call, "an unknown exception");
     return SPARSERT_FAILED;
   }
 }
@@ -60,9 +73,9 @@ void require(bool ok, std::string_view what, std::string_view message) {
 
 extern "C" {
 
-const char* sparsert_last_error(void) { return last_error.c_str(); }
+const char* sparsert_last_error(void) { return last_error_text; }
 
-const char* sparsert_version(void) { return "sparsert 0.1.0"; }
+const char* sparsert_version(void) { return "sparsert " SPARSERT_VERSION; }
 
 sparsert_status sparsert_network_open(const char* package, const char* device, int threads,
                                       sparsert_network** out) {
@@ -82,8 +95,10 @@ sparsert_status sparsert_network_open(const char* package, const char* device, i
     }
     require(want == "cuda" || want == "cpu" || want == "auto", "device", "is not one of cuda, cuda:N, cpu, auto");
     require(threads >= 0 && threads <= 1024, "threads", "is not in 0 to 1024");
+    std::optional<sparsert::cuda::RestoreCurrentContext> restore;
     if (want == "cuda") {  // no GPU is said before anything of the package
       const sparsert::cuda::Driver& d = sparsert::cuda::Driver::get();
+      restore.emplace();
       int count = 0;
       d.check(d.api().cuDeviceGetCount(&count), "cuDeviceGetCount");
       if (gpu_options.device >= count) {
@@ -97,6 +112,7 @@ sparsert_status sparsert_network_open(const char* package, const char* device, i
             "is a convolutional network, which the C interface does not run (`sparsert run` and the C++ runtime do)");
     net->device = want == "auto" ? (sparsert::cuda::Driver::available() ? "cuda" : "cpu") : want;
     if (net->device == "cuda") {
+      if (!restore) restore.emplace();
       net->gpu = std::make_unique<sparsert::GpuNetwork>(net->package, gpu_options);
     } else {
       for (size_t i = 0; i < net->package.layers.size(); ++i) {
@@ -109,7 +125,17 @@ sparsert_status sparsert_network_open(const char* package, const char* device, i
 }
 
 void sparsert_network_close(sparsert_network* net) {
-  // The GPU network's destructor reports its own failures as warnings and does not throw.
+  // The GPU network's destructor reports its own failures as warnings and does not throw. It makes its context
+  // current for its frees: the caller's is put back after.
+  if (net == nullptr) return;
+  std::optional<sparsert::cuda::RestoreCurrentContext> restore;
+  if (net->gpu) {
+    try {
+      restore.emplace();
+    } catch (...) {
+      // no driver to ask: nothing to put back
+    }
+  }
   delete net;
 }
 
@@ -137,6 +163,7 @@ sparsert_status sparsert_network_run(sparsert_network* net, const float* input, 
     sparsert::DenseTensor x({k, n}, std::vector<float>(input, input + count));
     sparsert::DenseTensor y;
     if (net->gpu) {
+      const sparsert::cuda::RestoreCurrentContext restore;
       y = net->gpu->run(x);
     } else {
       for (size_t i = 0; i < net->package.layers.size(); ++i) {
@@ -149,12 +176,12 @@ sparsert_status sparsert_network_run(sparsert_network* net, const float* input, 
   });
 }
 
-sparsert_status sparsert_network_enqueue(sparsert_network* net, uint64_t input, uint64_t output, uint32_t n,
-                                         void* stream) {
+sparsert_status sparsert_network_enqueue(sparsert_network* net, uint64_t input, size_t input_bytes, uint64_t output,
+                                         size_t output_bytes, uint32_t n, void* stream) {
   return guarded("sparsert_network_enqueue", [&] {
     require(net != nullptr, "net", "is NULL");
     require(net->gpu != nullptr, "net", "runs on the CPU; enqueue takes device memory of a \"cuda\" network");
-    net->gpu->enqueue(input, output, n, static_cast<CUstream>(stream));
+    net->gpu->enqueue(input, input_bytes, output, output_bytes, n, static_cast<CUstream>(stream));
   });
 }
 

@@ -288,6 +288,15 @@ void Context::make_current() const {
   Driver::get().check(Driver::get().api().cuCtxSetCurrent(get()), "cuCtxSetCurrent");
 }
 
+RestoreCurrentContext::RestoreCurrentContext() {
+  const Driver& d = Driver::get();
+  d.check(d.api().cuCtxGetCurrent(&saved_), "cuCtxGetCurrent");
+}
+RestoreCurrentContext::~RestoreCurrentContext() {
+  const CUresult r = Driver::get().api().cuCtxSetCurrent(saved_);
+  if (r != CUDA_SUCCESS) release_failed(r, "cuCtxSetCurrent");
+}
+
 void Context::synchronize() const { Driver::get().check(Driver::get().api().cuCtxSynchronize(), "cuCtxSynchronize"); }
 
 bool Context::retained(int ordinal) {

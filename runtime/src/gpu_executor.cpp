@@ -79,6 +79,8 @@ struct GpuNetwork::Impl {
   };
   std::vector<BoundRun> bound;
   std::unique_ptr<cuda::Event> caller_ready, network_done;
+  std::unique_ptr<cuda::Stream> capture_stream;  // what joins a capture of the caller's, not the network's stream
+  std::unique_ptr<cuda::ConcurrentLauncher> capture_side;
 
   // The network as the timings run it: one replay of its CUDA Graph for `n` columns where graphs are supported (the
   // capture made here once per width, outside any timed interval), else plain launches.
@@ -275,6 +277,12 @@ struct GpuNetwork::Impl {
 
   void launch_layer(size_t li, CUdeviceptr in, CUdeviceptr out, uint32_t n, CUdeviceptr flags = 0,
                     CUdeviceptr n_ptr = 0, CUdeviceptr map = 0, CUdeviceptr arrivals = 0, bool after_kernel = false) {
+    launch_layer_on(*stream, *side, li, in, out, n, flags, n_ptr, map, arrivals, after_kernel);
+  }
+  // The layer's kernels on stream `on`, a baked layer's entries side by side through `via` (forked from `on`).
+  void launch_layer_on(const cuda::Stream& on, cuda::ConcurrentLauncher& via, size_t li, CUdeviceptr in,
+                       CUdeviceptr out, uint32_t n, CUdeviceptr flags, CUdeviceptr n_ptr, CUdeviceptr map,
+                       CUdeviceptr arrivals, bool after_kernel) {
     const LoadedLayer& l = layers[li];
     // A programmatic dependent only of a kernel on this stream: not of a join of side streams, nor of a memset.
     bool dependent = l.dependent && after_kernel && tail_is_one_kernel;
@@ -294,7 +302,7 @@ struct GpuNetwork::Impl {
       if (!n_ptr) {
         // No count on the device: n itself, written on the stream before the launch (a graph captures the memset).
         const cuda::Driver& d = cuda::Driver::get();
-        d.check(d.api().cuMemsetD32Async(scratch_n.get(), n, 1, stream->get()), "cuMemsetD32Async");
+        d.check(d.api().cuMemsetD32Async(scratch_n.get(), n, 1, on.get()), "cuMemsetD32Async");
         n_ptr = scratch_n.get();
         dependent = false;
       }
@@ -306,7 +314,7 @@ struct GpuNetwork::Impl {
     }
     if (l.entries.size() == 1) {
       const LoadedEntry& e = l.entries.front();
-      cuda::launch(e.fn, e.name, gx, e.grid_y, l.block_x, l.block_y, *stream, params.data(), 0, dependent);
+      cuda::launch(e.fn, e.name, gx, e.grid_y, l.block_x, l.block_y, on, params.data(), 0, dependent);
       tail_is_one_kernel = true;
       return;
     }
@@ -316,7 +324,7 @@ struct GpuNetwork::Impl {
     }
     // Entries write disjoint rows of `out` from the same `in`: side by side, joined before anything that follows on
     // the stream (the next layer, a timing event, the end of a capture).
-    side->launch(*stream, launches);
+    via.launch(on, launches);
   }
 
   // Launches every layer; returns which buffer holds the output. n: the first layer's columns (a convolutional
@@ -343,89 +351,127 @@ struct GpuNetwork::Impl {
     return *in;
   }
 
-  // Every layer on n columns from `in` to `out` (device buffers of the caller, enqueue()): the layers between them
-  // read and write ping and pong.
-  void launch_between(CUdeviceptr in, CUdeviceptr out, uint32_t n) {
+  // Every layer on n columns from `in` to `out` (device buffers of the caller, enqueue()), on stream `on` and its
+  // launcher: the layers between them read and write ping and pong. `dependents`: a layer of one kernel after one may
+  // be its programmatic dependent.
+  void launch_between(const cuda::Stream& on, cuda::ConcurrentLauncher& via, CUdeviceptr in, CUdeviceptr out,
+                      uint32_t n, bool dependents) {
     CUdeviceptr src = in;
     for (size_t li = 0; li < layers.size(); ++li) {
       const CUdeviceptr dst = li + 1 == layers.size() ? out : (li % 2 == 0 ? ping : pong).get();
-      launch_layer(li, src, dst, n, 0, 0, 0, 0, li > 0);
+      launch_layer_on(on, via, li, src, dst, n, 0, 0, 0, 0, dependents && li > 0);
       src = dst;
     }
   }
 
-  // What `rows` rows of the package's width from `ptr` need: alignment for the kernels' 16-byte loads and stores, and
-  // one allocation of this context holding all of them.
-  void check_device_buffer(const char* what, CUdeviceptr ptr, int64_t rows) const {
-    const size_t bytes = static_cast<size_t>(rows) * static_cast<size_t>(pkg.n) * 4;
+  // What `rows` rows of the package's width from `ptr` need: the bytes the caller says it has, 16-byte alignment for
+  // the kernels' vector loads and stores, and memory of this network's device.
+  void check_device_buffer(const char* what, CUdeviceptr ptr, size_t bytes, int64_t rows) const {
+    const size_t need = static_cast<size_t>(rows) * static_cast<size_t>(pkg.n) * 4;
+    SPARSERT_USER_CHECK(bytes >= need, what, "{} bytes; {} rows of {} floats need {}", bytes, rows, pkg.n, need);
     SPARSERT_USER_CHECK(ptr % 16 == 0, what, "device address 0x{:x} is not 16-byte aligned (the kernels load and "
                         "store 16 bytes at a time)", ptr);
     const cuda::Driver& d = cuda::Driver::get();
     CUdeviceptr base = 0;
     size_t size = 0;
     const CUresult r = d.api().cuMemGetAddressRange_v2(&base, &size, ptr);
-    SPARSERT_USER_CHECK(r == CUDA_SUCCESS, what, "device address 0x{:x} is not in an allocation of this context "
-                        "(cuMemGetAddressRange: {})", ptr, d.error_name(r));
-    SPARSERT_USER_CHECK(ptr + bytes <= base + size, what, "{} rows of {} floats from 0x{:x} are {} bytes, but the "
-                        "allocation holding it ends {} bytes after it", rows, pkg.n, ptr, bytes, base + size - ptr);
+    SPARSERT_USER_CHECK(r == CUDA_SUCCESS, what, "0x{:x} is not device memory the driver knows (cuMemGetAddressRange: "
+                        "{})", ptr, d.error_name(r));
+    int ordinal = -1;
+    const CUresult o = d.api().cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr);
+    SPARSERT_USER_CHECK(o == CUDA_SUCCESS && ordinal == info.ordinal, what, "0x{:x} is memory of device {}; this "
+                        "network runs on device {}", ptr, o == CUDA_SUCCESS ? fmt::format("{}", ordinal) :
+                        fmt::format("? (cuPointerGetAttribute: {})", d.error_name(o)), info.ordinal);
   }
 
-  void enqueue(CUdeviceptr in, CUdeviceptr out, uint32_t n, CUstream caller) {
+  // Makes what enqueue needs beyond the network: events, the intermediate buffers, and a stream and launcher of
+  // their own for the caller's captures. All or nothing.
+  void prepare_enqueue() {
+    auto ready = std::make_unique<cuda::Event>(CU_EVENT_DISABLE_TIMING);
+    auto done = std::make_unique<cuda::Event>(CU_EVENT_DISABLE_TIMING);
+    auto on = std::make_unique<cuda::Stream>();
+    size_t max_entries = 1;
+    for (const LoadedLayer& l : layers) max_entries = std::max(max_entries, l.entries.size());
+    auto via = std::make_unique<cuda::ConcurrentLauncher>(max_entries);
+    make_ping_pong(false);
+    caller_ready = std::move(ready);
+    network_done = std::move(done);
+    capture_stream = std::move(on);
+    capture_side = std::move(via);
+  }
+  // ping and pong, both or neither (a failed second allocation leaves neither). `one_layer`: a network of one layer
+  // needs them too (run() stages its input in ping); enqueue's does not.
+  void make_ping_pong(bool one_layer) {
+    if (ping.get() || (!one_layer && layers.size() < 2)) return;
+    cuda::DeviceBuffer a(activation_bytes), b(activation_bytes);
+    ping = std::move(a);
+    pong = std::move(b);
+  }
+
+  void enqueue(CUdeviceptr in, size_t in_bytes, CUdeviceptr out, size_t out_bytes, uint32_t n, CUstream caller) {
     SPARSERT_USER_CHECK(!layers.front().conv, pkg.dir.string(), "enqueue runs networks of matrix layers; this one "
                         "is convolutional (run() takes its NCHW images)");
+    for (const LoadedLayer& l : layers) {
+      SPARSERT_USER_CHECK(!l.column_map, pkg.dir.string(), "layer {} gathers its columns through a map "
+                          "(column_map): only the Graph Challenge's executor runs it", l.name);
+    }
     SPARSERT_USER_CHECK(n >= 1 && n <= static_cast<uint32_t>(pkg.n), "n", "{} columns; the package is compiled for "
                         "1 to {}", n, pkg.n);
+    check_device_buffer("input", in, in_bytes, layers.front().k);
+    check_device_buffer("output", out, out_bytes, layers.back().m);
+    const size_t in_need = static_cast<size_t>(layers.front().k) * static_cast<size_t>(pkg.n) * 4;
+    const size_t out_need = static_cast<size_t>(layers.back().m) * static_cast<size_t>(pkg.n) * 4;
+    SPARSERT_USER_CHECK(in + in_need <= out || out + out_need <= in, "output", "0x{:x} ({} bytes) overlaps the "
+                        "input at 0x{:x} ({} bytes)", out, out_need, in, in_need);
     const cuda::Driver& d = cuda::Driver::get();
     CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
     if (d.api().cuStreamIsCapturing) {
       d.check(d.api().cuStreamIsCapturing(caller, &capturing), "cuStreamIsCapturing", "(the caller's stream)");
     }
-    auto it = std::find_if(bound.begin(), bound.end(),
-                           [&](const BoundRun& b) { return b.in == in && b.out == out && b.n == n; });
-    const bool graphs = opt.use_graph && cuda::Graph::supported();
-    if (it == bound.end() || !graphs) {
-      check_device_buffer("input", in, layers.front().k);
-      check_device_buffer("output", out, layers.back().m);
-      const size_t in_bytes = static_cast<size_t>(layers.front().k) * static_cast<size_t>(pkg.n) * 4;
-      const size_t out_bytes = static_cast<size_t>(layers.back().m) * static_cast<size_t>(pkg.n) * 4;
-      SPARSERT_USER_CHECK(in + in_bytes <= out || out + out_bytes <= in, "output", "0x{:x} ({} bytes) overlaps the "
-                          "input at 0x{:x} ({} bytes)", out, out_bytes, in, in_bytes);
-    }
-    // Made at the first call, not with the network: a caller of launch_layer alone (the Graph Challenge's executor)
-    // never pays for ping and pong. A capture forbids allocations (and the failed one would end it).
-    if (!caller_ready || (layers.size() > 1 && !ping.get())) {
+    if (!caller_ready) {
+      // A capture does not allow allocations (and the failed one would end it).
       SPARSERT_USER_CHECK(capturing == CU_STREAM_CAPTURE_STATUS_NONE, "stream",
                           "the first enqueue of a network allocates its buffers, which a stream capture does not "
                           "allow: enqueue once before capturing");
-      caller_ready = std::make_unique<cuda::Event>(CU_EVENT_DISABLE_TIMING);
-      network_done = std::make_unique<cuda::Event>(CU_EVENT_DISABLE_TIMING);
-      if (layers.size() > 1 && !ping.get()) {
-        ping = cuda::DeviceBuffer(activation_bytes);
-        pong = cuda::DeviceBuffer(activation_bytes);
-      }
+      prepare_enqueue();
     }
+    // In the caller's capture, the network's own stream would join it until the capture ends, and refuse every other
+    // call meanwhile: the capture stream joins instead. Its kernels launch plainly (a driver may refuse programmatic
+    // dependents in a capture).
+    const bool in_capture = capturing != CU_STREAM_CAPTURE_STATUS_NONE;
+    const cuda::Stream& on = in_capture ? *capture_stream : *stream;
     d.check(d.api().cuEventRecord(caller_ready->get(), caller), "cuEventRecord", "(the caller's stream)");
-    stream->wait(*caller_ready);
-    if (graphs && capturing == CU_STREAM_CAPTURE_STATUS_NONE) {
-      if (it == bound.end()) {
-        if (bound.size() == GpuNetwork::kEnqueueGraphs) bound.erase(bound.begin());
-        BoundRun b{in, out, n, {}};
-        const std::string refused = b.graph.capture_or_without_dependents(
-            *stream, [&] { launch_between(in, out, n); }, [&] { return drop_dependents(); });
-        if (!refused.empty()) {
-          notes.push_back(fmt::format("enqueue's graph could not be captured with the layers launched as "
-                                      "programmatic dependents ({}); they launch as ordinary kernels from now on",
-                                      refused));
-        }
-        bound.push_back(std::move(b));
+    on.wait(*caller_ready);
+    try {
+      if (in_capture || !opt.use_graph || !cuda::Graph::supported()) {
+        launch_between(on, in_capture ? *capture_side : *side, in, out, n, !in_capture);
       } else {
-        std::rotate(it, it + 1, bound.end());  // most recently used last
+        auto it = std::find_if(bound.begin(), bound.end(),
+                               [&](const BoundRun& b) { return b.in == in && b.out == out && b.n == n; });
+        if (it == bound.end()) {
+          if (bound.size() == GpuNetwork::kEnqueueGraphs) bound.erase(bound.begin());
+          BoundRun b{in, out, n, {}};
+          const std::string refused = b.graph.capture_or_without_dependents(
+              *stream, [&] { launch_between(*stream, *side, in, out, n, true); }, [&] { return drop_dependents(); });
+          if (!refused.empty()) {
+            notes.push_back(fmt::format("enqueue's graph could not be captured with the layers launched as "
+                                        "programmatic dependents ({}); they launch as ordinary kernels from now on",
+                                        refused));
+          }
+          bound.push_back(std::move(b));
+        } else {
+          std::rotate(it, it + 1, bound.end());  // most recently used last
+        }
+        bound.back().graph.launch(*stream);
       }
-      bound.back().graph.launch(*stream);
-    } else {
-      launch_between(in, out, n);
+    } catch (...) {
+      // The caller's stream still waits for what was launched: in a capture, a stream that joined and did not come
+      // back would leave the caller's capture unjoined.
+      d.api().cuEventRecord(network_done->get(), on.get());  // unchecked: the error on its way is the one to report
+      d.api().cuStreamWaitEvent(caller, network_done->get(), CU_EVENT_WAIT_DEFAULT);
+      throw;
     }
-    network_done->record(*stream);
+    network_done->record(on);
     d.check(d.api().cuStreamWaitEvent(caller, network_done->get(), CU_EVENT_WAIT_DEFAULT), "cuStreamWaitEvent",
             "(the caller's stream)");
   }
@@ -465,10 +511,7 @@ struct GpuNetwork::Impl {
     for (int64_t r = 0; r < input.rows(); ++r) {
       std::copy_n(input.data() + r * n, n, staged.data() + r * pkg.n);
     }
-    if (!ping.get()) {
-      ping = cuda::DeviceBuffer(activation_bytes);
-      pong = cuda::DeviceBuffer(activation_bytes);
-    }
+    make_ping_pong(true);
     ping.upload_async(staged.data(), staged.size() * 4, 0, *stream);
     return n;
   }
@@ -530,9 +573,11 @@ bool GpuNetwork::layer_has_live_flags(size_t layer) const {
 }
 const std::vector<std::string>& GpuNetwork::load_notes() const { return impl_->notes; }
 
-void GpuNetwork::enqueue(CUdeviceptr input, CUdeviceptr output, uint32_t n, CUstream stream) {
+void GpuNetwork::enqueue(CUdeviceptr input, size_t input_bytes, CUdeviceptr output, size_t output_bytes, uint32_t n,
+                         CUstream stream) {
+  const cuda::RestoreCurrentContext restore;
   impl_->ctx->make_current();
-  impl_->enqueue(input, output, n, stream);
+  impl_->enqueue(input, input_bytes, output, output_bytes, n, stream);
 }
 int64_t GpuNetwork::input_rows() const { return impl_->layers.front().k; }
 int64_t GpuNetwork::output_rows() const { return impl_->layers.back().m; }

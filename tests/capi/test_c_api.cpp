@@ -111,14 +111,31 @@ TEST(CApi, EnqueuesOnDeviceMemoryTheProgramAllocated) {
   sparsert_network* net = nullptr;
   ASSERT_EQ(sparsert_network_open(f.package.c_str(), "cuda", 0, &net), SPARSERT_OK) << sparsert_last_error();
   DriverApi d;
-  // open made the device's primary context current on this thread, as the CUDA runtime would have.
-  auto alloc = d.get<PFN_sparsert_cuMemAlloc_v2>("cuMemAlloc_v2");
-  auto to_device = d.get<PFN_sparsert_cuMemcpyHtoD_v2>("cuMemcpyHtoD_v2");
-  auto to_host = d.get<PFN_sparsert_cuMemcpyDtoH_v2>("cuMemcpyDtoH_v2");
-  auto stream_create = d.get<PFN_sparsert_cuStreamCreate>("cuStreamCreate");
-  auto stream_sync = d.get<PFN_sparsert_cuStreamSynchronize>("cuStreamSynchronize");
-  auto stream_destroy = d.get<PFN_sparsert_cuStreamDestroy_v2>("cuStreamDestroy_v2");
-  auto mem_free = d.get<PFN_sparsert_cuMemFree_v2>("cuMemFree_v2");
+  // The device's primary context, current on this thread, as the CUDA runtime makes it; sparsert's calls leave the
+  // thread's context as they found it.
+#define DRIVER_FN(name) d.get<PFN_sparsert_##name>(#name)
+  auto init = DRIVER_FN(cuInit);
+  auto retain = DRIVER_FN(cuDevicePrimaryCtxRetain);
+  auto release = DRIVER_FN(cuDevicePrimaryCtxRelease_v2);
+  auto set_current = DRIVER_FN(cuCtxSetCurrent);
+  auto get_current = DRIVER_FN(cuCtxGetCurrent);
+  auto create = DRIVER_FN(cuCtxCreate_v2);
+  auto destroy = DRIVER_FN(cuCtxDestroy_v2);
+  ASSERT_TRUE(init && retain && release && set_current && get_current && create && destroy);
+  ASSERT_EQ(init(0), CUDA_SUCCESS);
+  CUcontext primary = nullptr, current = nullptr;
+  ASSERT_EQ(get_current(&current), CUDA_SUCCESS);
+  EXPECT_EQ(current, nullptr) << "open left its context current";
+  ASSERT_EQ(retain(&primary, 0), CUDA_SUCCESS);
+  ASSERT_EQ(set_current(primary), CUDA_SUCCESS);
+  auto alloc = DRIVER_FN(cuMemAlloc_v2);
+  auto to_device = DRIVER_FN(cuMemcpyHtoD_v2);
+  auto to_host = DRIVER_FN(cuMemcpyDtoH_v2);
+  auto stream_create = DRIVER_FN(cuStreamCreate);
+  auto stream_sync = DRIVER_FN(cuStreamSynchronize);
+  auto stream_destroy = DRIVER_FN(cuStreamDestroy_v2);
+  auto mem_free = DRIVER_FN(cuMemFree_v2);
+#undef DRIVER_FN
   ASSERT_TRUE(alloc && to_device && to_host && stream_create && stream_sync && stream_destroy && mem_free);
   const int64_t width = sparsert_network_width(net);
   ASSERT_EQ(width, f.n);  // the fixture's input is as wide as the package: its rows are the buffer's rows
@@ -129,21 +146,38 @@ TEST(CApi, EnqueuesOnDeviceMemoryTheProgramAllocated) {
   ASSERT_EQ(stream_create(&s, 1), CUDA_SUCCESS);
   ASSERT_EQ(to_device(in, f.input.data(), f.input.size() * 4), CUDA_SUCCESS);
   for (int call = 0; call < 2; ++call) {  // the second replays the graph the first captured
-    ASSERT_EQ(sparsert_network_enqueue(net, in, out, static_cast<uint32_t>(width), s), SPARSERT_OK)
+    ASSERT_EQ(sparsert_network_enqueue(net, in, 64 * width * 4, out, 64 * width * 4, static_cast<uint32_t>(width), s),
+              SPARSERT_OK)
         << sparsert_last_error();
+    ASSERT_EQ(get_current(&current), CUDA_SUCCESS);
+    EXPECT_EQ(current, primary);
     ASSERT_EQ(stream_sync(s), CUDA_SUCCESS);
     std::vector<float> got(f.want.size());
     ASSERT_EQ(to_host(got.data(), out, got.size() * 4), CUDA_SUCCESS);
     EXPECT_LE(max_relative_error(got, f.want), 1e-5) << "call " << call;
   }
-  EXPECT_EQ(sparsert_network_enqueue(net, in + 4, out, 20, s), SPARSERT_BAD_INPUT);
+  EXPECT_EQ(sparsert_network_enqueue(net, in + 4, 64 * width * 4, out, 64 * width * 4, 20, s), SPARSERT_BAD_INPUT);
   EXPECT_NE(std::string(sparsert_last_error()).find("sparsert_network_enqueue: input: device address"),
             std::string::npos)
       << sparsert_last_error();
   EXPECT_EQ(stream_destroy(s), CUDA_SUCCESS);
   EXPECT_EQ(mem_free(in), CUDA_SUCCESS);
   EXPECT_EQ(mem_free(out), CUDA_SUCCESS);
+  // A program with a context of its own current keeps it through a run on the GPU and the close.
+  CUcontext own = nullptr;
+  ASSERT_EQ(create(&own, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(set_current(own), CUDA_SUCCESS);
+  std::vector<float> got(f.want.size());
+  ASSERT_EQ(sparsert_network_run(net, f.input.data(), f.n, got.data()), SPARSERT_OK) << sparsert_last_error();
+  EXPECT_LE(max_relative_error(got, f.want), 1e-5);
+  ASSERT_EQ(get_current(&current), CUDA_SUCCESS);
+  EXPECT_EQ(current, own);
   sparsert_network_close(net);
+  ASSERT_EQ(get_current(&current), CUDA_SUCCESS);
+  EXPECT_EQ(current, own);
+  EXPECT_EQ(destroy(own), CUDA_SUCCESS);
+  EXPECT_EQ(set_current(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(release(0), CUDA_SUCCESS);
 }
 
 TEST(CApi, BadArgumentsAreStatusesWithOneLineMessages) {
@@ -187,11 +221,24 @@ TEST(CApi, BadArgumentsAreStatusesWithOneLineMessages) {
   EXPECT_NE(std::string(sparsert_last_error()).find("input: element 77 is inf, not a finite number"),
             std::string::npos)
       << sparsert_last_error();
-  EXPECT_EQ(sparsert_network_enqueue(net, 0, 0, 1, nullptr), SPARSERT_BAD_INPUT);
+  EXPECT_EQ(sparsert_network_enqueue(net, 0, 0, 0, 0, 1, nullptr), SPARSERT_BAD_INPUT);
   EXPECT_NE(std::string(sparsert_last_error()).find("runs on the CPU"), std::string::npos);
   EXPECT_EQ(sparsert_network_run(net, f.input.data(), f.n, y.data()), SPARSERT_OK);
   EXPECT_STREQ(sparsert_last_error(), "");  // a success clears the message
   sparsert_network_close(net);
   EXPECT_EQ(sparsert_network_run(nullptr, f.input.data(), f.n, y.data()), SPARSERT_BAD_INPUT);
   EXPECT_EQ(sparsert_network_input_rows(nullptr), 0);
+
+  // A convolutional package (one 1x1 layer, 8 x 4, written here as Matrix Market).
+  f.dir.write("c.mtx", "%%MatrixMarket matrix coordinate real general\n8 4 3\n1 1 0.5\n4 2 -1\n8 4 2\n");
+  f.dir.write("conv.json", R"({"format": "sparsert-network/1",
+      "input": {"images": 1, "channels": 4, "height": 4, "width": 4},
+      "layers": [{"weights": "c.mtx", "conv": {"kernel": 1}}]})");
+  const std::string conv = (f.dir / "conv").string();
+  ASSERT_EQ(sparsert::testing::run_sparsert("compile " + (f.dir / "conv.json").string() + " -o " + conv +
+                                            " --target sm_90 --ptx-only -q"),
+            0);
+  EXPECT_EQ(sparsert_network_open(conv.c_str(), "cpu", 0, &net), SPARSERT_BAD_INPUT);
+  EXPECT_NE(std::string(sparsert_last_error()).find("is a convolutional network"), std::string::npos)
+      << sparsert_last_error();
 }

@@ -1,5 +1,6 @@
 // GpuNetwork::enqueue: a compiled network on the caller's device buffers and stream, through ptxsim's emulated driver.
 #include "sparsert/compiler/compile.hpp"
+#include "sparsert/compiler/network.hpp"
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/inspector/generate.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
@@ -11,6 +12,7 @@
 
 #include <cstring>
 #include <functional>
+#include <memory>
 
 using namespace sparsert;
 using namespace sparsert::compiler;
@@ -94,7 +96,7 @@ struct Caller {
     const std::vector<float> rows = padded_input(x);
     in.upload_async(rows.data(), rows.size() * 4, 0, stream);
     if (s != stream.get()) stream.synchronize();  // another stream than the upload's: the copy is done first
-    net.enqueue(in.get(), out.get(), static_cast<uint32_t>(x.cols()), s);
+    net.enqueue(in.get(), in.bytes(), out.get(), out.bytes(), static_cast<uint32_t>(x.cols()), s);
     const cuda::Driver& d = cuda::Driver::get();
     d.check(d.api().cuStreamSynchronize(s), "cuStreamSynchronize");  // the download below waits for no stream
     std::vector<float> got(static_cast<size_t>(m) * kWidth);
@@ -154,13 +156,27 @@ TEST(Enqueue, CapturedIntoTheCallersGraph) {
   GpuNetwork net(compile(layers, dir, "pkg"));
   Caller caller(net);
   cuda::Graph g;
-  const auto enqueue = [&] { net.enqueue(caller.in.get(), caller.out.get(), 11, caller.stream.get()); };
+  const auto enqueue = [&] {
+    net.enqueue(caller.in.get(), caller.in.bytes(), caller.out.get(), caller.out.bytes(), 11, caller.stream.get());
+  };
   EXPECT_NE(user_error([&] { g.capture(caller.stream, enqueue); }).find("stream: the first enqueue of a network "
                                                                         "allocates its buffers"),
             std::string::npos);
   EXPECT_FALSE(g.ready());
   caller.run(net, input(48, 11, 4), caller.stream.get());  // the first call, outside a capture
-  g.capture(caller.stream, enqueue);
+  // While the capture is open, the network still runs for another caller, eagerly: its own stream never joined.
+  Caller other(net);
+  const DenseTensor x2 = input(48, 8, 9);
+  const std::vector<float> rows2 = padded_input(x2);
+  other.in.upload(rows2.data(), rows2.size() * 4);
+  g.begin_capture(caller.stream);
+  enqueue();
+  net.enqueue(other.in.get(), other.in.bytes(), other.out.get(), other.out.bytes(), 8, other.stream.get());
+  g.end_capture(caller.stream);
+  other.stream.synchronize();
+  std::vector<float> got2(static_cast<size_t>(other.m) * kWidth);
+  other.out.download(got2.data(), got2.size() * 4);
+  EXPECT_LE(max_relative_error(columns(got2, other.m, 8), reference(layers, x2)), 1e-5) << "eager, beside a capture";
   for (const uint64_t seed : {5u, 6u}) {
     caller.reset_output();
     const DenseTensor x = input(48, 11, seed);
@@ -174,8 +190,8 @@ TEST(Enqueue, CapturedIntoTheCallersGraph) {
   }
 }
 
-// Buffers the kernels cannot use, a width out of range and a convolutional package are refused by name before
-// anything is enqueued: the output keeps what it held.
+// Buffers the kernels cannot use, a width out of range and packages it does not run are refused by name before
+// anything is enqueued: the output keeps what it held. A triple seen before is checked again (its buffer may be gone).
 TEST(Enqueue, RefusesWhatTheKernelsCannotUse) {
   ScratchDir dir;
   const auto layers = network({{40, 48}, {24, 40}});
@@ -183,22 +199,29 @@ TEST(Enqueue, RefusesWhatTheKernelsCannotUse) {
   Caller caller(net);
   const CUstream s = caller.stream.get();
   const CUdeviceptr in = caller.in.get(), out = caller.out.get();
-  cuda::DeviceBuffer small(static_cast<size_t>(24) * kWidth * 4 - 4);
+  const size_t ib = caller.in.bytes(), ob = caller.out.bytes();
   cuda::DeviceBuffer both(static_cast<size_t>(48 + 24) * kWidth * 4);
+  auto gone = std::make_unique<cuda::DeviceBuffer>(ob);
+  const CUdeviceptr gone_ptr = gone->get();
+  net.enqueue(in, ib, gone_ptr, ob, 5, s);  // seen once, then freed
+  caller.stream.synchronize();
+  gone.reset();
   struct Case {
     std::function<void()> call;
     std::string expect;
   };
   const std::vector<Case> cases = {
-      {[&] { net.enqueue(in, out, 0, s); }, "n: 0 columns; the package is compiled for 1 to 20"},
-      {[&] { net.enqueue(in, out, 21, s); }, "n: 21 columns"},
-      {[&] { net.enqueue(in + 4, out, 5, s); }, "input: device address"},
-      {[&] { net.enqueue(in, out + 8, 5, s); }, "not 16-byte aligned"},
-      {[&] { net.enqueue(in, small.get(), 5, s); }, "output: 24 rows of 20 floats from"},
-      {[&] { net.enqueue(in + 16, out, 5, s); }, "the allocation holding it ends"},
-      {[&] { net.enqueue(0x10, out, 5, s); }, "not in an allocation of this context (cuMemGetAddressRange: "
-                                              "CUDA_ERROR_NOT_FOUND)"},
-      {[&] { net.enqueue(both.get(), both.get() + 47 * kWidth * 4, 5, s); }, "overlaps the input"},
+      {[&] { net.enqueue(in, ib, out, ob, 0, s); }, "n: 0 columns; the package is compiled for 1 to 20"},
+      {[&] { net.enqueue(in, ib, out, ob, 21, s); }, "n: 21 columns"},
+      {[&] { net.enqueue(in, ib - 4, out, ob, 5, s); }, "input: 3836 bytes; 48 rows of 20 floats need 3840"},
+      {[&] { net.enqueue(in, ib, out, 100, 5, s); }, "output: 100 bytes; 24 rows of 20 floats need 1920"},
+      {[&] { net.enqueue(in + 4, ib, out, ob, 5, s); }, "input: device address"},
+      {[&] { net.enqueue(in, ib, out + 8, ob, 5, s); }, "not 16-byte aligned"},
+      {[&] { net.enqueue(0x10, ib, out, ob, 5, s); }, "input: 0x10 is not device memory the driver knows "
+                                                      "(cuMemGetAddressRange: CUDA_ERROR_NOT_FOUND)"},
+      {[&] { net.enqueue(in, ib, gone_ptr, ob, 5, s); }, "output: 0x"},
+      {[&] { net.enqueue(both.get(), both.bytes(), both.get() + 47 * kWidth * 4, ob, 5, s); },
+       "overlaps the input"},
   };
   for (const Case& c : cases) EXPECT_NE(user_error(c.call).find(c.expect), std::string::npos) << c.expect;
   caller.stream.synchronize();
@@ -209,11 +232,38 @@ TEST(Enqueue, RefusesWhatTheKernelsCannotUse) {
   const DenseTensor x = input(48, 6, 4);
   const std::vector<float> rows = padded_input(x);
   both.upload(rows.data(), rows.size() * 4);
-  net.enqueue(both.get(), both.get() + 48 * kWidth * 4, 6, s);
+  net.enqueue(both.get(), 48 * kWidth * 4, both.get() + 48 * kWidth * 4, 24 * kWidth * 4, 6, s);
   caller.stream.synchronize();
   std::vector<float> all(static_cast<size_t>(48 + 24) * kWidth);
   both.download(all.data(), all.size() * 4);
   DenseTensor y({24, 6});
   for (int r = 0; r < 24; ++r) std::copy_n(all.data() + (48 + r) * kWidth, 6, y.data() + r * 6);
   EXPECT_LE(max_relative_error(y, reference(layers, x)), 1e-5);
+
+  // A convolutional package: run() takes its images.
+  CsrMatrix w = inspector::generate_pruned_gaussian(8, 4, 0.5, 3);
+  inspector::save_matrix(dir / "c.mtx", w);
+  const auto conv = load_network(read_network(dir.write("conv.json", R"({"format": "sparsert-network/1",
+      "input": {"images": 1, "channels": 4, "height": 4, "width": 4},
+      "layers": [{"weights": "c.mtx", "conv": {"kernel": 1}}]})")));
+  GpuNetwork conv_net(compile(conv, dir, "conv"));
+  EXPECT_NE(user_error([&] { conv_net.enqueue(in, ib, out, ob, 1, s); }).find("is convolutional (run() takes its "
+                                                                              "NCHW images)"),
+            std::string::npos);
+}
+
+// More (input, output, n) than the graphs kept: each still gives its own product, evicted or not.
+TEST(Enqueue, MoreTriplesThanGraphsKept) {
+  ScratchDir dir;
+  const auto layers = network({{40, 48}, {24, 40}});
+  GpuNetwork net(compile(layers, dir, "pkg"));
+  Caller caller(net);
+  for (int round = 0; round < 2; ++round) {
+    for (int32_t n = 1; n <= static_cast<int32_t>(GpuNetwork::kEnqueueGraphs) + 2; ++n) {
+      const DenseTensor x = input(48, n, static_cast<uint64_t>(10 * round + n));
+      const std::vector<float> got = caller.run(net, x, caller.stream.get());
+      EXPECT_LE(max_relative_error(columns(got, caller.m, n), reference(layers, x)), 1e-5)
+          << "round " << round << ", n = " << n;
+    }
+  }
 }

@@ -195,15 +195,17 @@ TEST(RealGpu, EnqueueOnTheCallersBuffersAndStream) {
     EXPECT_EQ(max_relative_error(y, net.run(DenseTensor({kK, n}, x))), 0.0) << how << ", n = " << n;
   };
   for (const int32_t n : {kN, 100, kN}) {
-    check(n, "enqueued", [&] { net.enqueue(in.get(), out.get(), static_cast<uint32_t>(n), caller.get()); });
+    check(n, "enqueued", [&] {
+      net.enqueue(in.get(), in.bytes(), out.get(), out.bytes(), static_cast<uint32_t>(n), caller.get());
+    });
   }
   cuda::Graph g;
-  g.capture(caller, [&] { net.enqueue(in.get(), out.get(), kN, caller.get()); });
+  g.capture(caller, [&] { net.enqueue(in.get(), in.bytes(), out.get(), out.bytes(), kN, caller.get()); });
   check(kN, "in the caller's graph", [&] { g.launch(caller); });
   constexpr int kRuns = 2000;
   cuda::Event start, stop;
   start.record(caller);
-  for (int r = 0; r < kRuns; ++r) net.enqueue(in.get(), out.get(), kN, caller.get());
+  for (int r = 0; r < kRuns; ++r) net.enqueue(in.get(), in.bytes(), out.get(), out.bytes(), kN, caller.get());
   stop.record(caller);
   stop.synchronize();
   const double enqueue_us = stop.elapsed_ms_since(start) * 1e3 / kRuns;

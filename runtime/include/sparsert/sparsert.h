@@ -31,15 +31,16 @@ typedef enum sparsert_status {
 
 typedef struct sparsert_network sparsert_network;
 
-/* The message of the calling thread's last failed call; "" where none failed. Valid until its next call. */
+/* The message of the calling thread's last call of a function returning a status, when it failed; "" when it
+ * succeeded. Valid until the thread's next such call. */
 SPARSERT_API const char* sparsert_last_error(void);
 SPARSERT_API const char* sparsert_version(void);
 
 /* Opens the package in directory `package` for `device`: "cuda" (the first GPU, or "cuda:N" the N-th; its kernels
- * loaded once, here),
- * "cpu" (the CPU executor with `threads` threads, 0 for one per core; ignored on "cuda") or "auto" (cuda where a
- * driver and a device are found, else cpu). Networks of matrix layers; a convolutional package is refused. *out is
- * set on success only. */
+ * loaded once, here), "cpu" (the CPU executor with `threads` threads, 0 for one per core; 0 to 1024, used on the
+ * CPU only) or "auto" (cuda where a driver and a device are found, else cpu). Networks of matrix layers; a
+ * convolutional package is refused. *out is set on success only. The calls on a "cuda" network leave the context
+ * that was current on the thread current. */
 SPARSERT_API sparsert_status sparsert_network_open(const char* package, const char* device, int threads,
                                                    sparsert_network** out);
 /* Frees the network and everything it holds; NULL is ignored. */
@@ -59,11 +60,15 @@ SPARSERT_API sparsert_status sparsert_network_run(sparsert_network* net, const f
                                                   float* output);
 
 /* Device memory, a "cuda" network only: the input is input_rows rows and the output output_rows rows of width floats
- * each (pitch width x 4 bytes), their first n columns used (1 <= n <= width); columns n and up of the output are not
- * written. Enqueued on `stream`, a CUstream of the device's primary context (the CUDA runtime's; NULL: the legacy
- * default stream), after its work so far; returns without waiting. The C++ GpuNetwork::enqueue says more. */
-SPARSERT_API sparsert_status sparsert_network_enqueue(sparsert_network* net, uint64_t input, uint64_t output,
-                                                      uint32_t n, void* stream);
+ * each (pitch width x 4 bytes; input_bytes and output_bytes say what the buffers hold), their first n columns used
+ * (1 <= n <= width); columns n and up of the output are not written. Enqueued on `stream`, a CUstream of the
+ * network's device (NULL: the legacy default stream), after its work so far; returns without waiting. Inside a
+ * stream capture of the caller's, the layers are captured into its graph, which then uses the network's buffers: it
+ * must not run beside another call of the network, nor after sparsert_network_close. The C++ GpuNetwork::enqueue
+ * (sparsert/runtime/gpu_executor.hpp) says more. */
+SPARSERT_API sparsert_status sparsert_network_enqueue(sparsert_network* net, uint64_t input, size_t input_bytes,
+                                                      uint64_t output, size_t output_bytes, uint32_t n,
+                                                      void* stream);
 
 #ifdef __cplusplus
 }

@@ -932,6 +932,19 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr 
   if (psize) *psize = range->second;
   return CUDA_SUCCESS;
 }
+// Of the attributes, the device ordinal only: 0, the one device, for an address a live allocation holds.
+CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  LOCK;
+  REQUIRE_INIT;
+  if (!data) return CUDA_ERROR_INVALID_VALUE;
+  if (attribute != CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)
+    return fail_with(CUDA_ERROR_NOT_SUPPORTED, "cuPointerGetAttribute: only CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL is "
+                                               "emulated");
+  const auto range = st().mem.range_of(ptr);
+  if (!range || !st().allocs.count(range->first)) return CUDA_ERROR_INVALID_VALUE;
+  *static_cast<int*>(data) = 0;
+  return CUDA_SUCCESS;
+}
 // Page-locked host memory, owned by the current context. CU_MEMHOSTALLOC_DEVICEMAP (host memory the device reads
 // through a device pointer) is not emulated: ptxsim's kernels address its own device memory only.
 CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {

@@ -89,6 +89,9 @@ typedef enum CUstreamCaptureMode_enum {
   CU_STREAM_CAPTURE_MODE_RELAXED = 2
 } CUstreamCaptureMode;
 
+/* cuPointerGetAttribute: the ordinal of the device whose memory a pointer is (an int). */
+typedef enum CUpointer_attribute_enum { CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9 } CUpointer_attribute;
+
 typedef enum CUstreamCaptureStatus_enum {
   CU_STREAM_CAPTURE_STATUS_NONE = 0,
   CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
@@ -218,6 +221,7 @@ typedef struct CUlaunchConfig_st {
   X(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytesize))                                                        \
   X(cuMemFree_v2, (CUdeviceptr dptr))                                                                            \
   X(cuMemGetAddressRange_v2, (CUdeviceptr * pbase, size_t * psize, CUdeviceptr dptr))                          \
+  X(cuPointerGetAttribute, (void* data, CUpointer_attribute attribute, CUdeviceptr ptr))                         \
   X(cuMemHostAlloc, (void** pp, size_t bytesize, unsigned int Flags))                                            \
   X(cuMemFreeHost, (void* p))                                                                                    \
   X(cuMemcpyHtoD_v2, (CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount))                             \

@@ -115,6 +115,19 @@ class Context {
 // The context current on the calling thread, as owned by a Context; `call` names the driver call about to use it.
 ContextRef current_context(const char* call);
 
+// Puts back, when it goes, the context that was current on the thread when it was made (none included): for the
+// entry points of a library whose caller keeps a context of its own current (a Context makes its own current).
+class RestoreCurrentContext {
+ public:
+  RestoreCurrentContext();
+  ~RestoreCurrentContext();
+  RestoreCurrentContext(const RestoreCurrentContext&) = delete;
+  RestoreCurrentContext& operator=(const RestoreCurrentContext&) = delete;
+
+ private:
+  CUcontext saved_ = nullptr;
+};
+
 // Reports a release call that failed in a destructor: "sparsert: warning: CALL failed during teardown: NAME (text)"
 // on stderr, at most a few lines per process. Never throws.
 void release_failed(CUresult r, const char* call) noexcept;
