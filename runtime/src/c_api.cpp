@@ -2,6 +2,7 @@
 // message, and nothing of C++ crosses it.
 #include "sparsert/sparsert.h"
 
+#include "sparsert/runtime/conv_network.hpp"
 #include "sparsert/runtime/cpu_executor.hpp"
 #include "sparsert/runtime/driver.hpp"
 #include "sparsert/runtime/error.hpp"
@@ -23,7 +24,12 @@ struct sparsert_network {
   std::string device;  // "cuda" or "cpu"
   std::unique_ptr<sparsert::GpuNetwork> gpu;
   std::unique_ptr<sparsert::CpuExecutor> cpu;
-  std::vector<sparsert::LayerWeights> weights;  // the CPU executor's
+  std::unique_ptr<sparsert::CpuConvNetwork> cpu_conv;  // a convolutional package on the CPU
+  std::vector<sparsert::LayerWeights> weights;       // the CPU executor's
+  // The floats of one column (of one image, NCHW, for a convolutional package) in and out, and the most columns (or
+  // images) a call takes at once on the GPU.
+  int64_t input_rows = 0, output_rows = 0, width = 0;
+  bool convolutional = false;
 };
 
 namespace {
@@ -108,17 +114,31 @@ sparsert_status sparsert_network_open(const char* package, const char* device, i
     }
     auto net = std::make_unique<sparsert_network>();
     net->package = sparsert::load_package(package);
-    require(!net->package.layers.front().conv, package,
-            "is a convolutional network, which the C interface does not run (`sparsert run` and the C++ runtime do)");
+    const sparsert::Package& p = net->package;
+    if (p.layers.front().conv) {
+      const sparsert::ConvShape& first = p.layers.front().conv->shape;
+      const sparsert::ConvShape& last = p.layers.back().conv->shape;
+      net->convolutional = true;
+      net->input_rows = int64_t{first.in_channels} * first.in_h * first.in_w;
+      net->output_rows = int64_t{last.out_channels} * last.out_h() * last.out_w();
+      net->width = first.images;
+    } else {
+      net->input_rows = p.layers.front().k;
+      net->output_rows = p.layers.back().m;
+      net->width = p.n;
+    }
     net->device = want == "auto" ? (sparsert::cuda::Driver::available() ? "cuda" : "cpu") : want;
     if (net->device == "cuda") {
       if (!restore) restore.emplace();
-      net->gpu = std::make_unique<sparsert::GpuNetwork>(net->package, gpu_options);
+      net->gpu = std::make_unique<sparsert::GpuNetwork>(p, gpu_options);
     } else {
-      for (size_t i = 0; i < net->package.layers.size(); ++i) {
-        net->weights.push_back(sparsert::load_layer_weights(net->package, i));
+      for (size_t i = 0; i < p.layers.size(); ++i) net->weights.push_back(sparsert::load_layer_weights(p, i));
+      if (net->convolutional) {
+        net->cpu_conv = std::make_unique<sparsert::CpuConvNetwork>(p, std::move(net->weights),
+                                                                   static_cast<int32_t>(net->width), threads);
+      } else {
+        net->cpu = std::make_unique<sparsert::CpuExecutor>(sparsert::CpuExecutorOptions{threads});
       }
-      net->cpu = std::make_unique<sparsert::CpuExecutor>(sparsert::CpuExecutorOptions{threads});
     }
     *out = net.release();
   });
@@ -139,32 +159,41 @@ void sparsert_network_close(sparsert_network* net) {
   delete net;
 }
 
-int64_t sparsert_network_input_rows(const sparsert_network* net) {
-  return net ? net->package.layers.front().k : 0;
-}
-int64_t sparsert_network_output_rows(const sparsert_network* net) {
-  return net ? net->package.layers.back().m : 0;
-}
-int64_t sparsert_network_width(const sparsert_network* net) { return net ? net->package.n : 0; }
+int64_t sparsert_network_input_rows(const sparsert_network* net) { return net ? net->input_rows : 0; }
+int64_t sparsert_network_output_rows(const sparsert_network* net) { return net ? net->output_rows : 0; }
+int64_t sparsert_network_width(const sparsert_network* net) { return net ? net->width : 0; }
+int sparsert_network_is_convolutional(const sparsert_network* net) { return net && net->convolutional ? 1 : 0; }
 const char* sparsert_network_device(const sparsert_network* net) { return net ? net->device.c_str() : ""; }
 
 sparsert_status sparsert_network_run(sparsert_network* net, const float* input, int64_t n, float* output) {
   return guarded("sparsert_network_run", [&] {
     require(net != nullptr, "net", "is NULL");
     require(input != nullptr && output != nullptr, "input and output", "must not be NULL");
-    require(n >= 1 && n <= (int64_t{1} << 31), "n", "is not in 1 to 2^31");
-    const int64_t k = net->package.layers.front().k;
-    const size_t count = static_cast<size_t>(k) * static_cast<size_t>(n);
+    if (net->convolutional) {
+      if (n < 1 || n > net->width) {
+        sparsert::throw_user_error("n", "{} images; the package is compiled for 1 to {}", n, net->width);
+      }
+    } else {
+      require(n >= 1 && n <= (int64_t{1} << 31), "n", "is not in 1 to 2^31");
+    }
+    const size_t count = static_cast<size_t>(net->input_rows) * static_cast<size_t>(n);
     for (size_t i = 0; i < count; ++i) {
       if (!std::isfinite(input[i])) {
         sparsert::throw_user_error("input", "element {} is {}, not a finite number", i, input[i]);
       }
     }
-    sparsert::DenseTensor x({k, n}, std::vector<float>(input, input + count));
+    std::vector<int64_t> shape = {net->input_rows, n};
+    if (net->convolutional) {
+      const sparsert::ConvShape& first = net->package.layers.front().conv->shape;
+      shape = {n, first.in_channels, first.in_h, first.in_w};
+    }
+    sparsert::DenseTensor x(shape, std::vector<float>(input, input + count));
     sparsert::DenseTensor y;
     if (net->gpu) {
       const sparsert::cuda::RestoreCurrentContext restore;
       y = net->gpu->run(x);
+    } else if (net->cpu_conv) {
+      y = net->cpu_conv->run(x);
     } else {
       for (size_t i = 0; i < net->package.layers.size(); ++i) {
         const sparsert::PackageLayer& l = net->package.layers[i];

@@ -69,6 +69,21 @@ struct Fixture {
   }
 };
 
+// A float32 .npy (version 1, C order) of `shape`.
+void write_npy(const std::string& path, const std::vector<int64_t>& shape, const std::vector<float>& values) {
+  std::string dims;
+  for (const int64_t d : shape) dims += std::to_string(d) + ", ";
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
+  while ((10 + header.size() + 1) % 64) header.push_back(' ');
+  header.push_back('\n');
+  std::ofstream out(path, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  const uint16_t length = static_cast<uint16_t>(header.size());
+  out.put(static_cast<char>(length & 0xff)).put(static_cast<char>(length >> 8));
+  out << header;
+  out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * 4));
+}
+
 double max_relative_error(const std::vector<float>& got, const std::vector<float>& want) {
   EXPECT_EQ(got.size(), want.size());
   double worst = 0;
@@ -229,16 +244,54 @@ TEST(CApi, BadArgumentsAreStatusesWithOneLineMessages) {
   EXPECT_EQ(sparsert_network_run(nullptr, f.input.data(), f.n, y.data()), SPARSERT_BAD_INPUT);
   EXPECT_EQ(sparsert_network_input_rows(nullptr), 0);
 
-  // A convolutional package (one 1x1 layer, 8 x 4, written here as Matrix Market).
-  f.dir.write("c.mtx", "%%MatrixMarket matrix coordinate real general\n8 4 3\n1 1 0.5\n4 2 -1\n8 4 2\n");
-  f.dir.write("conv.json", R"({"format": "sparsert-network/1",
-      "input": {"images": 1, "channels": 4, "height": 4, "width": 4},
-      "layers": [{"weights": "c.mtx", "conv": {"kernel": 1}}]})");
-  const std::string conv = (f.dir / "conv").string();
-  ASSERT_EQ(sparsert::testing::run_sparsert("compile " + (f.dir / "conv.json").string() + " -o " + conv +
+}
+
+// A convolutional package: n NCHW images in and out, on the CPU and the emulated GPU, as `sparsert run` computes them;
+// enqueue (device memory in the kernels' bordered layout) refused.
+TEST(CApi, RunsConvolutionsOnImages) {
+  ScratchDir dir;
+  ::setenv("SPARSERT_CACHE_DIR", (dir / "cache").c_str(), 1);
+  const std::string w = (dir / "c.mtx").string(), pkg = (dir / "pkg").string();
+  ASSERT_EQ(sparsert::testing::run_sparsert("gen pruned --rows 8 --cols 36 --sparsity 0.7 --seed 3 -o " + w), 0);
+  dir.write("conv.json", R"({"format": "sparsert-network/1",
+      "input": {"images": 2, "channels": 4, "height": 5, "width": 5},
+      "layers": [{"weights": "c.mtx", "conv": {"kernel": 3, "padding": 1}, "activation": "relu"}]})");
+  ASSERT_EQ(sparsert::testing::run_sparsert("compile " + (dir / "conv.json").string() + " -o " + pkg +
                                             " --target sm_90 --ptx-only -q"),
             0);
-  EXPECT_EQ(sparsert_network_open(conv.c_str(), "cpu", 0, &net), SPARSERT_BAD_INPUT);
-  EXPECT_NE(std::string(sparsert_last_error()).find("is a convolutional network"), std::string::npos)
-      << sparsert_last_error();
+  std::vector<float> x(2 * 4 * 5 * 5);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 11) / 11.0f - 0.4f;
+  write_npy((dir / "x.npy").string(), {2, 4, 5, 5}, x);
+  ASSERT_EQ(sparsert::testing::run_sparsert("run " + pkg + " --input " + (dir / "x.npy").string() + " --output " +
+                                            (dir / "want.npy").string() + " --device cpu"),
+            0);
+  std::vector<int64_t> shape;
+  const std::vector<float> want = read_npy((dir / "want.npy").string(), &shape);
+  ASSERT_EQ(shape, (std::vector<int64_t>{2, 8, 5, 5}));
+  for (const char* device : {"cpu", "cuda"}) {
+    sparsert_network* net = nullptr;
+    ASSERT_EQ(sparsert_network_open(pkg.c_str(), device, 0, &net), SPARSERT_OK) << sparsert_last_error();
+    EXPECT_EQ(sparsert_network_is_convolutional(net), 1);
+    EXPECT_EQ(sparsert_network_input_rows(net), 4 * 5 * 5);
+    EXPECT_EQ(sparsert_network_output_rows(net), 8 * 5 * 5);
+    EXPECT_EQ(sparsert_network_width(net), 2);
+    std::vector<float> got(want.size(), std::numeric_limits<float>::quiet_NaN());
+    ASSERT_EQ(sparsert_network_run(net, x.data(), 2, got.data()), SPARSERT_OK) << sparsert_last_error();
+    EXPECT_LE(max_relative_error(got, want), 1e-5) << device;
+    // One image: the first image's output.
+    std::vector<float> one(want.size() / 2);
+    ASSERT_EQ(sparsert_network_run(net, x.data(), 1, one.data()), SPARSERT_OK) << sparsert_last_error();
+    EXPECT_LE(max_relative_error(one, std::vector<float>(want.begin(), want.begin() + want.size() / 2)), 1e-5)
+        << device;
+    EXPECT_EQ(sparsert_network_run(net, x.data(), 3, got.data()), SPARSERT_BAD_INPUT);
+    EXPECT_NE(std::string(sparsert_last_error()).find("n: 3 images; the package is compiled for 1 to 2"),
+              std::string::npos)
+        << sparsert_last_error();
+    if (std::string(device) == "cuda") {
+      EXPECT_EQ(sparsert_network_enqueue(net, 0, 0, 0, 0, 1, nullptr), SPARSERT_BAD_INPUT);
+      EXPECT_NE(std::string(sparsert_last_error()).find("is convolutional"), std::string::npos)
+          << sparsert_last_error();
+    }
+    sparsert_network_close(net);
+  }
 }

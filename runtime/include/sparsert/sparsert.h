@@ -4,8 +4,10 @@
  *
  * Every function that can fail returns a sparsert_status and, on failure, leaves a one-line message for
  * sparsert_last_error() on the calling thread. A network is used by one thread at a time; different networks may run
- * on different threads. Activations are float32, row-major, one row per feature: the input is [input_rows, n] and
- * the output [output_rows, n] for a batch of n columns. */
+ * on different threads. Activations are float32. For a network of matrix layers they are row-major, one row per
+ * feature: the input is [input_rows, n] and the output [output_rows, n] for a batch of n columns. For a network of
+ * convolutions (sparsert_network_is_convolutional) they are n NCHW images: input_rows and output_rows are the floats
+ * of one image, in and out. */
 #ifndef SPARSERT_SPARSERT_H_
 #define SPARSERT_SPARSERT_H_
 
@@ -38,28 +40,31 @@ SPARSERT_API const char* sparsert_version(void);
 
 /* Opens the package in directory `package` for `device`: "cuda" (the first GPU, or "cuda:N" the N-th; its kernels
  * loaded once, here), "cpu" (the CPU executor with `threads` threads, 0 for one per core; 0 to 1024, used on the
- * CPU only) or "auto" (cuda where a driver and a device are found, else cpu). Networks of matrix layers; a
- * convolutional package is refused. *out is set on success only. The calls on a "cuda" network leave the context
- * that was current on the thread current. */
+ * CPU only) or "auto" (cuda where a driver and a device are found, else cpu). *out is set on success only. The
+ * calls on a "cuda" network leave the context that was current on the thread current. */
 SPARSERT_API sparsert_status sparsert_network_open(const char* package, const char* device, int threads,
                                                    sparsert_network** out);
 /* Frees the network and everything it holds; NULL is ignored. */
 SPARSERT_API void sparsert_network_close(sparsert_network* net);
 
-/* The rows of the input and of the output, and the package's width: the columns one GPU launch covers, and the
- * leading dimension (floats a row) of the buffers sparsert_network_enqueue takes. */
+/* The rows of the input and of the output (the floats of one image, for convolutions), and the package's width:
+ * the columns one GPU launch covers and the leading dimension (floats a row) of the buffers sparsert_network_enqueue
+ * takes, or the most images one call takes for convolutions. */
 SPARSERT_API int64_t sparsert_network_input_rows(const sparsert_network* net);
 SPARSERT_API int64_t sparsert_network_output_rows(const sparsert_network* net);
 SPARSERT_API int64_t sparsert_network_width(const sparsert_network* net);
+/* 1 for a network of convolutions (NCHW images in and out), 0 for one of matrix layers (or NULL). */
+SPARSERT_API int sparsert_network_is_convolutional(const sparsert_network* net);
 /* "cuda" or "cpu": where the network runs. */
 SPARSERT_API const char* sparsert_network_device(const sparsert_network* net);
 
-/* Host memory: `input` holds input_rows x n floats, `output` receives output_rows x n (n >= 1; more columns than the
- * width run width at a time). Returns when the output is written. A NaN or infinite input is refused. */
+/* Host memory: `input` holds input_rows x n floats, `output` receives output_rows x n. Matrix layers: n >= 1 columns
+ * (more than the width run width at a time). Convolutions: n images, 1 to width. Returns when the output is
+ * written. A NaN or infinite input is refused. */
 SPARSERT_API sparsert_status sparsert_network_run(sparsert_network* net, const float* input, int64_t n,
                                                   float* output);
 
-/* Device memory, a "cuda" network only: the input is input_rows rows and the output output_rows rows of width floats
+/* Device memory, a "cuda" network of matrix layers only: the input is input_rows rows and the output output_rows rows of width floats
  * each (pitch width x 4 bytes; input_bytes and output_bytes say what the buffers hold), their first n columns used
  * (1 <= n <= width); columns n and up of the output are not written. Enqueued on `stream`, a CUstream of the
  * network's device (NULL: the legacy default stream), after its work so far; returns without waiting. Inside a
