@@ -16,7 +16,6 @@
 #include <new>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 struct sparsert_network {
@@ -72,9 +71,6 @@ sparsert_status guarded(const char* call, F&& f) noexcept {
   }
 }
 
-void require(bool ok, std::string_view what, std::string_view message) {
-  if (!ok) throw sparsert::UserError(what, message);
-}
 }  // namespace
 
 extern "C" {
@@ -86,21 +82,22 @@ const char* sparsert_version(void) { return "sparsert " SPARSERT_VERSION; }
 sparsert_status sparsert_network_open(const char* package, const char* device, int threads,
                                       sparsert_network** out) {
   return guarded("sparsert_network_open", [&] {
-    require(out != nullptr, "out", "is NULL");
-    require(package != nullptr && *package, "package", "is NULL or empty");
-    require(device != nullptr, "device", "is NULL");
+    SPARSERT_USER_CHECK(out != nullptr, "out", "is NULL");
+    SPARSERT_USER_CHECK(package != nullptr && *package, "package", "is NULL or empty");
+    SPARSERT_USER_CHECK(device != nullptr, "device", "is NULL");
     std::string want(device);
     sparsert::GpuRunOptions gpu_options;
     if (want.rfind("cuda:", 0) == 0) {  // cuda:N, the N-th GPU
       const std::string ordinal = want.substr(5);
-      require(!ordinal.empty() && ordinal.size() <= 4 &&
-                  ordinal.find_first_not_of("0123456789") == std::string::npos,
-              "device", "cuda:N needs a decimal device number N");
+      SPARSERT_USER_CHECK(!ordinal.empty() && ordinal.size() <= 4 &&
+                              ordinal.find_first_not_of("0123456789") == std::string::npos,
+                          "device", "cuda:N needs a decimal device number N");
       gpu_options.device = std::stoi(ordinal);
       want = "cuda";
     }
-    require(want == "cuda" || want == "cpu" || want == "auto", "device", "is not one of cuda, cuda:N, cpu, auto");
-    require(threads >= 0 && threads <= 1024, "threads", "is not in 0 to 1024");
+    SPARSERT_USER_CHECK(want == "cuda" || want == "cpu" || want == "auto", "device",
+                        "is not one of cuda, cuda:N, cpu, auto");
+    SPARSERT_USER_CHECK(threads >= 0 && threads <= 1024, "threads", "is not in 0 to 1024");
     std::optional<sparsert::cuda::RestoreCurrentContext> restore;
     if (want == "cuda") {  // no GPU is said before anything of the package
       const sparsert::cuda::Driver& d = sparsert::cuda::Driver::get();
@@ -167,14 +164,13 @@ const char* sparsert_network_device(const sparsert_network* net) { return net ? 
 
 sparsert_status sparsert_network_run(sparsert_network* net, const float* input, int64_t n, float* output) {
   return guarded("sparsert_network_run", [&] {
-    require(net != nullptr, "net", "is NULL");
-    require(input != nullptr && output != nullptr, "input and output", "must not be NULL");
+    SPARSERT_USER_CHECK(net != nullptr, "net", "is NULL");
+    SPARSERT_USER_CHECK(input != nullptr && output != nullptr, "input and output", "must not be NULL");
     if (net->convolutional) {
-      if (n < 1 || n > net->width) {
-        sparsert::throw_user_error("n", "{} images; the package is compiled for 1 to {}", n, net->width);
-      }
+      SPARSERT_USER_CHECK(n >= 1 && n <= net->width, "n", "{} images; the package is compiled for 1 to {}", n,
+                          net->width);
     } else {
-      require(n >= 1 && n <= (int64_t{1} << 31), "n", "is not in 1 to 2^31");
+      SPARSERT_USER_CHECK(n >= 1 && n <= (int64_t{1} << 31), "n", "is not in 1 to 2^31");
     }
     const size_t count = static_cast<size_t>(net->input_rows) * static_cast<size_t>(n);
     for (size_t i = 0; i < count; ++i) {
@@ -208,8 +204,9 @@ sparsert_status sparsert_network_run(sparsert_network* net, const float* input, 
 sparsert_status sparsert_network_enqueue(sparsert_network* net, uint64_t input, size_t input_bytes, uint64_t output,
                                          size_t output_bytes, uint32_t n, void* stream) {
   return guarded("sparsert_network_enqueue", [&] {
-    require(net != nullptr, "net", "is NULL");
-    require(net->gpu != nullptr, "net", "runs on the CPU; enqueue takes device memory of a \"cuda\" network");
+    SPARSERT_USER_CHECK(net != nullptr, "net", "is NULL");
+    SPARSERT_USER_CHECK(net->gpu != nullptr, "net",
+                        "runs on the CPU; enqueue takes device memory of a \"cuda\" network");
     net->gpu->enqueue(input, input_bytes, output, output_bytes, n, static_cast<CUstream>(stream));
   });
 }

@@ -365,8 +365,8 @@ struct GpuNetwork::Impl {
   }
 
   // What `rows` rows of the package's width from `ptr` need: the bytes the caller says it has, 16-byte alignment for
-  // the kernels' vector loads and stores, and memory of this network's device.
-  void check_device_buffer(const char* what, CUdeviceptr ptr, size_t bytes, int64_t rows) const {
+  // the kernels' vector loads and stores, and memory of this network's device. Returns the bytes they span.
+  size_t check_device_buffer(const char* what, CUdeviceptr ptr, size_t bytes, int64_t rows) const {
     const size_t need = static_cast<size_t>(rows) * static_cast<size_t>(pkg.n) * 4;
     SPARSERT_USER_CHECK(bytes >= need, what, "{} bytes; {} rows of {} floats need {}", bytes, rows, pkg.n, need);
     SPARSERT_USER_CHECK(ptr % 16 == 0, what, "device address 0x{:x} is not 16-byte aligned (the kernels load and "
@@ -382,6 +382,7 @@ struct GpuNetwork::Impl {
     SPARSERT_USER_CHECK(o == CUDA_SUCCESS && ordinal == info.ordinal, what, "0x{:x} is memory of device {}; this "
                         "network runs on device {}", ptr, o == CUDA_SUCCESS ? fmt::format("{}", ordinal) :
                         fmt::format("? (cuPointerGetAttribute: {})", d.error_name(o)), info.ordinal);
+    return need;
   }
 
   // Makes what enqueue needs beyond the network: events, the intermediate buffers, and a stream and launcher of
@@ -417,10 +418,8 @@ struct GpuNetwork::Impl {
     }
     SPARSERT_USER_CHECK(n >= 1 && n <= static_cast<uint32_t>(pkg.n), "n", "{} columns; the package is compiled for "
                         "1 to {}", n, pkg.n);
-    check_device_buffer("input", in, in_bytes, layers.front().k);
-    check_device_buffer("output", out, out_bytes, layers.back().m);
-    const size_t in_need = static_cast<size_t>(layers.front().k) * static_cast<size_t>(pkg.n) * 4;
-    const size_t out_need = static_cast<size_t>(layers.back().m) * static_cast<size_t>(pkg.n) * 4;
+    const size_t in_need = check_device_buffer("input", in, in_bytes, layers.front().k);
+    const size_t out_need = check_device_buffer("output", out, out_bytes, layers.back().m);
     SPARSERT_USER_CHECK(in + in_need <= out || out + out_need <= in, "output", "0x{:x} ({} bytes) overlaps the "
                         "input at 0x{:x} ({} bytes)", out, out_need, in, in_need);
     const cuda::Driver& d = cuda::Driver::get();

@@ -101,13 +101,11 @@ int main(int argc, char** argv) {
                    fmt::format("{}", fmt::join(names, ", ")).c_str());
       return cli::kBadInput;
     }
-    if (dynamic_cast<const CLI::ConversionError*>(&e)) {
-      std::fprintf(stderr, "sparsert: error: %s (see sparsert --help)\n",
-                   one_line(conversion_message(e.what(), app.get_subcommands())).c_str());
-      return cli::kBadInput;
-    }
+    const std::string message = dynamic_cast<const CLI::ConversionError*>(&e)
+                                    ? conversion_message(e.what(), app.get_subcommands())
+                                    : std::string(e.what());
     // One line, as every other error (CLI11's own exit() adds a second "Run with --help" line).
-    std::fprintf(stderr, "sparsert: error: %s (see sparsert --help)\n", one_line(e.what()).c_str());
+    std::fprintf(stderr, "sparsert: error: %s (see sparsert --help)\n", one_line(message).c_str());
     return cli::kBadInput;
   }
 

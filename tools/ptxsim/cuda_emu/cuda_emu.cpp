@@ -36,6 +36,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -921,13 +922,19 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
   LOCK;
   return released("cuMemFree", mem_free(p));
 }
+// The start and size of the cuMemAlloc allocation holding `p` (module globals are not one), if any.
+static std::optional<std::pair<uint64_t, size_t>> user_allocation_of(CUdeviceptr p) {
+  const auto range = st().mem.range_of(p);
+  if (!range || !st().allocs.count(range->first)) return std::nullopt;
+  return range;
+}
 // The allocation holding dptr: its start and size. Any address inside it, as the driver answers; CUDA_ERROR_NOT_FOUND
 // for an address no live allocation holds (freed, never allocated, or host memory).
 CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {
   LOCK;
   REQUIRE_CTX;
-  const auto range = st().mem.range_of(dptr);
-  if (!range || !st().allocs.count(range->first)) return CUDA_ERROR_NOT_FOUND;
+  const auto range = user_allocation_of(dptr);
+  if (!range) return CUDA_ERROR_NOT_FOUND;
   if (pbase) *pbase = range->first;
   if (psize) *psize = range->second;
   return CUDA_SUCCESS;
@@ -940,8 +947,7 @@ CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdevi
   if (attribute != CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)
     return fail_with(CUDA_ERROR_NOT_SUPPORTED, "cuPointerGetAttribute: only CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL is "
                                                "emulated");
-  const auto range = st().mem.range_of(ptr);
-  if (!range || !st().allocs.count(range->first)) return CUDA_ERROR_INVALID_VALUE;
+  if (!user_allocation_of(ptr)) return CUDA_ERROR_INVALID_VALUE;
   *static_cast<int*>(data) = 0;
   return CUDA_SUCCESS;
 }
