@@ -27,6 +27,31 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The interior of `images` images from `src`, laid out as `from`, into `dst`, laid out as `to` (the same planes, their
+// borders possibly different), as one 3-D copy on `on`: the planes are its depth and their rows its height. The
+// border of `to` is not written.
+void copy_planes(CUdeviceptr dst, const ActivationLayout& to, CUdeviceptr src, const ActivationLayout& from,
+                 uint32_t images, const cuda::Stream& on) {
+  CUDA_MEMCPY3D c{};
+  const auto place = [](const ActivationLayout& l, size_t& x_bytes, size_t& y, size_t& pitch, size_t& height) {
+    x_bytes = static_cast<size_t>(l.border) * 4;
+    y = static_cast<size_t>(l.border);
+    pitch = static_cast<size_t>(l.pitch_w()) * 4;
+    height = static_cast<size_t>(l.pitch_h());
+  };
+  c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.srcDevice = src;
+  c.dstDevice = dst;
+  place(from, c.srcXInBytes, c.srcY, c.srcPitch, c.srcHeight);
+  place(to, c.dstXInBytes, c.dstY, c.dstPitch, c.dstHeight);
+  c.WidthInBytes = static_cast<size_t>(to.w) * 4;
+  c.Height = static_cast<size_t>(to.h);
+  c.Depth = static_cast<size_t>(images) * static_cast<size_t>(to.channels);
+  const cuda::Driver& d = cuda::Driver::get();
+  d.check(d.api().cuMemcpy3DAsync_v2(&c, on.get()), "cuMemcpy3DAsync", "(images between the caller's NCHW buffer and "
+          "a bordered one)");
+}
+
 struct LoadedEntry {
   std::shared_ptr<const cuda::Module> module;  // shared by the entries whose image has the same sha256
   CUfunction fn = nullptr;
@@ -356,6 +381,10 @@ struct GpuNetwork::Impl {
   // be its programmatic dependent.
   void launch_between(const cuda::Stream& on, cuda::ConcurrentLauncher& via, CUdeviceptr in, CUdeviceptr out,
                       uint32_t n, bool dependents) {
+    if (layers.front().conv) {
+      launch_conv_between(on, via, in, out, n, dependents);
+      return;
+    }
     CUdeviceptr src = in;
     for (size_t li = 0; li < layers.size(); ++li) {
       const CUdeviceptr dst = li + 1 == layers.size() ? out : (li % 2 == 0 ? ping : pong).get();
@@ -364,13 +393,55 @@ struct GpuNetwork::Impl {
     }
   }
 
-  // What `rows` rows of the package's width from `ptr` need: the bytes the caller says it has, 16-byte alignment for
-  // the kernels' vector loads and stores, and memory of this network's device. Returns the bytes they span.
-  size_t check_device_buffer(const char* what, CUdeviceptr ptr, size_t bytes, int64_t rows) const {
-    const size_t need = static_cast<size_t>(rows) * static_cast<size_t>(pkg.n) * 4;
-    SPARSERT_USER_CHECK(bytes >= need, what, "{} bytes; {} rows of {} floats need {}", bytes, rows, pkg.n, need);
-    SPARSERT_USER_CHECK(ptr % 16 == 0, what, "device address 0x{:x} is not 16-byte aligned (the kernels load and "
-                        "store 16 bytes at a time)", ptr);
+  // The same for a convolutional network on n images: a layer boundary without a border is read or written in the
+  // caller's buffer itself; one with a border (a first layer's padding) is copied into the network's buffer of it,
+  // whose border stays zero.
+  void launch_conv_between(const cuda::Stream& on, cuda::ConcurrentLauncher& via, CUdeviceptr in, CUdeviceptr out,
+                           uint32_t n, bool dependents) {
+    const ActivationLayout first = layers.front().conv->input(), last = layers.back().conv->output();
+    CUdeviceptr src = in;
+    if (first.border > 0) {
+      copy_planes(acts.front().get(), first, in, unbordered(first), n, on);
+      src = acts.front().get();
+      tail_is_one_kernel = false;
+    }
+    for (size_t li = 0; li < layers.size(); ++li) {
+      const bool last_layer = li + 1 == layers.size();
+      const CUdeviceptr dst = last_layer && last.border == 0 ? out : acts[li + 1].get();
+      const ConvShape& s = layers[li].conv->shape;
+      launch_layer_on(on, via, li, src, dst, n * static_cast<uint32_t>(s.out_h() * s.out_w()), 0, 0, 0, 0,
+                      dependents && li > 0);
+      src = dst;
+    }
+    if (last.border > 0) {
+      copy_planes(out, unbordered(last), acts.back().get(), last, n, on);
+      tail_is_one_kernel = false;
+    }
+  }
+  static ActivationLayout unbordered(ActivationLayout a) {
+    a.border = 0;
+    return a;
+  }
+
+  // What the network's input (or output) from `ptr` needs for n columns (images): the bytes the caller says it has,
+  // the alignment of the kernels' accesses (16 bytes for a matrix's vector loads and stores, 4 for a convolution's
+  // pixels) and memory of this network's device. Returns the bytes it spans.
+  size_t check_device_buffer(const char* what, CUdeviceptr ptr, size_t bytes, bool input, uint32_t n) const {
+    size_t need = 0, align = 16;
+    if (layers.front().conv) {
+      ActivationLayout a = input ? layers.front().conv->input() : layers.back().conv->output();
+      a.images = static_cast<int32_t>(n);
+      need = static_cast<size_t>(unbordered(a).elements()) * 4;
+      align = 4;
+      SPARSERT_USER_CHECK(bytes >= need, what, "{} bytes; {} NCHW image{} of [{}, {}, {}] floats need {}", bytes, n,
+                          n == 1 ? "" : "s", a.channels, a.h, a.w, need);
+    } else {
+      const int64_t rows = input ? layers.front().k : layers.back().m;
+      need = static_cast<size_t>(rows) * static_cast<size_t>(pkg.n) * 4;
+      SPARSERT_USER_CHECK(bytes >= need, what, "{} bytes; {} rows of {} floats need {}", bytes, rows, pkg.n, need);
+    }
+    SPARSERT_USER_CHECK(ptr % align == 0, what, "device address 0x{:x} is not {}-byte aligned (the kernels {})", ptr,
+                        align, align == 16 ? "load and store 16 bytes at a time" : "read and write floats");
     const cuda::Driver& d = cuda::Driver::get();
     CUdeviceptr base = 0;
     size_t size = 0;
@@ -394,7 +465,7 @@ struct GpuNetwork::Impl {
     size_t max_entries = 1;
     for (const LoadedLayer& l : layers) max_entries = std::max(max_entries, l.entries.size());
     auto via = std::make_unique<cuda::ConcurrentLauncher>(max_entries);
-    make_ping_pong(false);
+    if (!layers.front().conv) make_ping_pong(false);  // a convolutional network has its buffers (acts) from the load
     caller_ready = std::move(ready);
     network_done = std::move(done);
     capture_stream = std::move(on);
@@ -410,16 +481,16 @@ struct GpuNetwork::Impl {
   }
 
   void enqueue(CUdeviceptr in, size_t in_bytes, CUdeviceptr out, size_t out_bytes, uint32_t n, CUstream caller) {
-    SPARSERT_USER_CHECK(!layers.front().conv, pkg.dir.string(), "enqueue runs networks of matrix layers; this one "
-                        "is convolutional (run() takes its NCHW images)");
     for (const LoadedLayer& l : layers) {
       SPARSERT_USER_CHECK(!l.column_map, pkg.dir.string(), "layer {} gathers its columns through a map "
                           "(column_map): only the Graph Challenge's executor runs it", l.name);
     }
-    SPARSERT_USER_CHECK(n >= 1 && n <= static_cast<uint32_t>(pkg.n), "n", "{} columns; the package is compiled for "
-                        "1 to {}", n, pkg.n);
-    const size_t in_need = check_device_buffer("input", in, in_bytes, layers.front().k);
-    const size_t out_need = check_device_buffer("output", out, out_bytes, layers.back().m);
+    const bool conv = layers.front().conv.has_value();
+    const int64_t most = conv ? layers.front().conv->shape.images : pkg.n;
+    SPARSERT_USER_CHECK(n >= 1 && n <= most, "n", "{} {}; the package is compiled for 1 to {}", n,
+                        conv ? "images" : "columns", most);
+    const size_t in_need = check_device_buffer("input", in, in_bytes, true, n);
+    const size_t out_need = check_device_buffer("output", out, out_bytes, false, n);
     SPARSERT_USER_CHECK(in + in_need <= out || out + out_need <= in, "output", "0x{:x} ({} bytes) overlaps the "
                         "input at 0x{:x} ({} bytes)", out, out_need, in, in_need);
     const cuda::Driver& d = cuda::Driver::get();
@@ -578,9 +649,18 @@ void GpuNetwork::enqueue(CUdeviceptr input, size_t input_bytes, CUdeviceptr outp
   impl_->ctx->make_current();
   impl_->enqueue(input, input_bytes, output, output_bytes, n, stream);
 }
-int64_t GpuNetwork::input_rows() const { return impl_->layers.front().k; }
-int64_t GpuNetwork::output_rows() const { return impl_->layers.back().m; }
-int64_t GpuNetwork::leading_dimension() const { return impl_->pkg.n; }
+bool GpuNetwork::convolutional() const { return impl_->layers.front().conv.has_value(); }
+int64_t GpuNetwork::input_rows() const {
+  const LoadedLayer& l = impl_->layers.front();
+  return l.conv ? int64_t{l.conv->shape.in_channels} * l.conv->shape.in_h * l.conv->shape.in_w : l.k;
+}
+int64_t GpuNetwork::output_rows() const {
+  const LoadedLayer& l = impl_->layers.back();
+  return l.conv ? int64_t{l.conv->shape.out_channels} * l.conv->shape.out_h() * l.conv->shape.out_w() : l.m;
+}
+int64_t GpuNetwork::leading_dimension() const {
+  return convolutional() ? impl_->layers.front().conv->shape.images : impl_->pkg.n;
+}
 
 DenseTensor GpuNetwork::run(const DenseTensor& input) {
   impl_->ctx->make_current();  // every entry point: the network may have been made on another thread

@@ -288,9 +288,41 @@ TEST(CApi, RunsConvolutionsOnImages) {
               std::string::npos)
         << sparsert_last_error();
     if (std::string(device) == "cuda") {
-      EXPECT_EQ(sparsert_network_enqueue(net, 0, 0, 0, 0, 1, nullptr), SPARSERT_BAD_INPUT);
-      EXPECT_NE(std::string(sparsert_last_error()).find("is convolutional"), std::string::npos)
+      // The same images in device memory: the padded first layer's input is copied into its bordered buffer on the
+      // stream (the legacy one here).
+      DriverApi d;
+      auto primary = d.get<PFN_sparsert_cuDevicePrimaryCtxRetain>("cuDevicePrimaryCtxRetain");
+      auto release = d.get<PFN_sparsert_cuDevicePrimaryCtxRelease_v2>("cuDevicePrimaryCtxRelease_v2");
+      auto set_current = d.get<PFN_sparsert_cuCtxSetCurrent>("cuCtxSetCurrent");
+      auto alloc = d.get<PFN_sparsert_cuMemAlloc_v2>("cuMemAlloc_v2");
+      auto mem_free = d.get<PFN_sparsert_cuMemFree_v2>("cuMemFree_v2");
+      auto to_device = d.get<PFN_sparsert_cuMemcpyHtoD_v2>("cuMemcpyHtoD_v2");
+      auto to_host = d.get<PFN_sparsert_cuMemcpyDtoH_v2>("cuMemcpyDtoH_v2");
+      auto sync = d.get<PFN_sparsert_cuCtxSynchronize>("cuCtxSynchronize");
+      ASSERT_TRUE(primary && release && set_current && alloc && mem_free && to_device && to_host && sync);
+      CUcontext ctx = nullptr;
+      ASSERT_EQ(primary(&ctx, 0), CUDA_SUCCESS);
+      ASSERT_EQ(set_current(ctx), CUDA_SUCCESS);
+      CUdeviceptr in = 0, out = 0;
+      ASSERT_EQ(alloc(&in, x.size() * 4), CUDA_SUCCESS);
+      ASSERT_EQ(alloc(&out, want.size() * 4), CUDA_SUCCESS);
+      ASSERT_EQ(to_device(in, x.data(), x.size() * 4), CUDA_SUCCESS);
+      ASSERT_EQ(sparsert_network_enqueue(net, in, x.size() * 4, out, want.size() * 4, 2, nullptr), SPARSERT_OK)
           << sparsert_last_error();
+      ASSERT_EQ(sync(), CUDA_SUCCESS);
+      std::vector<float> on_device(want.size());
+      ASSERT_EQ(to_host(on_device.data(), out, on_device.size() * 4), CUDA_SUCCESS);
+      EXPECT_EQ(on_device, got) << "enqueue and run differ";
+      EXPECT_EQ(sparsert_network_enqueue(net, in, x.size() * 4 / 2 - 4, out, want.size() * 4, 1, nullptr),
+                SPARSERT_BAD_INPUT);
+      EXPECT_NE(std::string(sparsert_last_error()).find("input: 396 bytes; 1 NCHW image of [4, 5, 5] floats need "
+                                                        "400"),
+                std::string::npos)
+          << sparsert_last_error();
+      EXPECT_EQ(mem_free(in), CUDA_SUCCESS);
+      EXPECT_EQ(mem_free(out), CUDA_SUCCESS);
+      EXPECT_EQ(set_current(nullptr), CUDA_SUCCESS);
+      EXPECT_EQ(release(0), CUDA_SUCCESS);
     }
     sparsert_network_close(net);
   }

@@ -239,17 +239,6 @@ TEST(Enqueue, RefusesWhatTheKernelsCannotUse) {
   DenseTensor y({24, 6});
   for (int r = 0; r < 24; ++r) std::copy_n(all.data() + (48 + r) * kWidth, 6, y.data() + r * 6);
   EXPECT_LE(max_relative_error(y, reference(layers, x)), 1e-5);
-
-  // A convolutional package: run() takes its images.
-  CsrMatrix w = inspector::generate_pruned_gaussian(8, 4, 0.5, 3);
-  inspector::save_matrix(dir / "c.mtx", w);
-  const auto conv = load_network(read_network(dir.write("conv.json", R"({"format": "sparsert-network/1",
-      "input": {"images": 1, "channels": 4, "height": 4, "width": 4},
-      "layers": [{"weights": "c.mtx", "conv": {"kernel": 1}}]})")));
-  GpuNetwork conv_net(compile(conv, dir, "conv"));
-  EXPECT_NE(user_error([&] { conv_net.enqueue(in, ib, out, ob, 1, s); }).find("is convolutional (run() takes its "
-                                                                              "NCHW images)"),
-            std::string::npos);
 }
 
 // More (input, output, n) than the graphs kept: each still gives its own product, evicted or not.
@@ -265,5 +254,107 @@ TEST(Enqueue, MoreTriplesThanGraphsKept) {
       EXPECT_LE(max_relative_error(columns(got, caller.m, n), reference(layers, x)), 1e-5)
           << "round " << round << ", n = " << n;
     }
+  }
+}
+
+namespace {
+// A convolutional network from `json` (its weights w0.mtx, w1.mtx... of the given shapes), compiled for the emulator.
+Package conv_package(const ScratchDir& dir, const std::string& name, const std::vector<std::pair<int32_t, int32_t>>& w,
+                     const std::string& json) {
+  for (size_t i = 0; i < w.size(); ++i) {
+    CsrMatrix a = inspector::generate_pruned_gaussian(w[i].first, w[i].second, 0.6, 50 + i);
+    for (float& v : a.values) v *= 0.3f;
+    inspector::save_matrix(dir / fmt::format("{}_w{}.mtx", name, i), a);
+  }
+  return compile(load_network(read_network(dir.write(name + ".json", json))), dir, name);
+}
+
+// n NCHW images of `floats` each, from `seed`.
+std::vector<float> images(int64_t floats, uint32_t n, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(floats) * n);
+  inspector::fill_values(v, {inspector::ValueFill::Distribution::kUniform, seed, 1.0f});
+  return v;
+}
+}  // namespace
+
+// Convolutions take n NCHW images in the caller's buffers: a first layer with padding gets its input copied into the
+// network's bordered buffer (one 3-D copy), a first 1x1 layer reads the caller's buffer itself, and the last layer
+// writes the caller's output. Each call gives run()'s output bit for bit, at the compiled images and fewer, the
+// images past n untouched; and the layers and the copy are captured into the caller's graph.
+TEST(Enqueue, RunsConvolutionsOnTheCallersImages) {
+  ScratchDir dir;
+  struct Net {
+    std::string name;
+    std::vector<std::pair<int32_t, int32_t>> weights;
+    std::string layers;
+  };
+  const std::vector<Net> nets = {
+      {"pad_first", {{6, 4 * 9}, {5, 6}},
+       R"([{"weights": "pad_first_w0.mtx", "conv": {"kernel": 3, "padding": 1}, "activation": "relu"},
+           {"weights": "pad_first_w1.mtx", "conv": {"kernel": 1}}])"},
+      {"pad_between", {{6, 4}, {5, 6 * 9}},
+       R"([{"weights": "pad_between_w0.mtx", "conv": {"kernel": 1}, "activation": "relu"},
+           {"weights": "pad_between_w1.mtx", "conv": {"kernel": 3, "padding": 1, "stride": 2}}])"},
+  };
+  for (const Net& spec : nets) {
+    SCOPED_TRACE(spec.name);
+    GpuNetwork net(conv_package(dir, spec.name, spec.weights,
+                                R"({"format": "sparsert-network/1", "input": {"images": 3, "channels": 4, "height": 7,
+                                    "width": 6}, "layers": )" + spec.layers + "}"));
+    ASSERT_TRUE(net.convolutional());
+    ASSERT_EQ(net.input_rows(), 4 * 7 * 6);
+    ASSERT_EQ(net.leading_dimension(), 3);
+    const int64_t out_floats = net.output_rows();
+    cuda::Stream stream;
+    cuda::DeviceBuffer in(static_cast<size_t>(net.input_rows()) * 3 * 4), out(static_cast<size_t>(out_floats) * 3 * 4);
+    for (const uint32_t n : {3u, 1u, 2u, 3u}) {
+      const std::vector<float> x = images(net.input_rows(), n, 7 + n);
+      in.upload(x.data(), x.size() * 4);
+      const std::vector<float> fill(static_cast<size_t>(out_floats) * 3, kUntouched);
+      out.upload(fill.data(), fill.size() * 4);
+      net.enqueue(in.get(), in.bytes(), out.get(), out.bytes(), n, stream.get());
+      stream.synchronize();
+      std::vector<float> got(fill.size());
+      out.download(got.data(), got.size() * 4);
+      const DenseTensor want = net.run(DenseTensor({n, 4, 7, 6}, x));
+      ASSERT_EQ(want.size(), out_floats * n);
+      for (int64_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want.data()[i]) << "n = " << n << ", float " << i;
+      for (size_t i = static_cast<size_t>(want.size()); i < got.size(); ++i) ASSERT_EQ(got[i], kUntouched) << i;
+    }
+    // Captured into the caller's graph, then replayed on new images in the same buffer.
+    cuda::Graph g;
+    g.begin_capture(stream);
+    net.enqueue(in.get(), in.bytes(), out.get(), out.bytes(), 2, stream.get());
+    g.end_capture(stream);
+    for (const uint64_t seed : {31u, 32u}) {
+      const std::vector<float> x = images(net.input_rows(), 2, seed);
+      in.upload(x.data(), x.size() * 4);
+      g.launch(stream);
+      stream.synchronize();
+      std::vector<float> got(static_cast<size_t>(out_floats) * 2);
+      out.download(got.data(), got.size() * 4);
+      const DenseTensor want = net.run(DenseTensor({2, 4, 7, 6}, x));
+      for (int64_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want.data()[i]) << "seed " << seed << ", " << i;
+    }
+    // Sizes and alignment of images: floats, 4 bytes.
+    const size_t ib = static_cast<size_t>(net.input_rows()) * 4;
+    EXPECT_NE(user_error([&] { net.enqueue(in.get(), in.bytes(), out.get(), out.bytes(), 4, stream.get()); })
+                  .find("n: 4 images; the package is compiled for 1 to 3"),
+              std::string::npos);
+    EXPECT_NE(user_error([&] { net.enqueue(in.get(), 2 * ib - 4, out.get(), out.bytes(), 2, stream.get()); })
+                  .find(fmt::format("input: {} bytes; 2 NCHW images of [4, 7, 6] floats need {}", 2 * ib - 4, 2 * ib)),
+              std::string::npos);
+    EXPECT_NE(user_error([&] { net.enqueue(in.get() + 2, ib, out.get(), out.bytes(), 1, stream.get()); })
+                  .find("is not 4-byte aligned (the kernels read and write floats)"),
+              std::string::npos);
+    // At a 4-byte offset: a view into a larger tensor.
+    const std::vector<float> x = images(net.input_rows(), 1, 77);
+    in.upload(x.data(), x.size() * 4, 4);
+    net.enqueue(in.get() + 4, ib, out.get(), out.bytes(), 1, stream.get());
+    stream.synchronize();
+    std::vector<float> got(static_cast<size_t>(out_floats));
+    out.download(got.data(), got.size() * 4);
+    const DenseTensor want = net.run(DenseTensor({1, 4, 7, 6}, x));
+    for (int64_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want.data()[i]) << "at an offset, " << i;
   }
 }

@@ -2,6 +2,7 @@
 // the reference; and the Graph Challenge executor on the official data. SKIPPED where no driver or device is found.
 #include "sparsert/codegen/heuristic.hpp"
 #include "sparsert/compiler/compile.hpp"
+#include "sparsert/compiler/network.hpp"
 #include "sparsert/graphchallenge/cuda_executor.hpp"
 #include "sparsert/inspector/formats.hpp"
 #include "sparsert/inspector/generate.hpp"
@@ -22,6 +23,7 @@
 #include <cstdlib>
 #include <functional>
 #include <stdexcept>
+#include <tuple>
 
 namespace sparsert {
 namespace {
@@ -151,6 +153,17 @@ TEST(RealGpu, ManyEntryLayersRunSideBySideInPlainLaunchesAndGraphReplay) {
               pkg.layers[0].entries.size(), t.total_ms);
 }
 
+// `layers` compiled for the device into dir/pkg (cubins, the model's kernels), loaded.
+Package compile_for(const cuda::DeviceInfo& dev, const std::vector<compiler::LoadedLayer>& layers,
+                    const testing::ScratchDir& dir) {
+  compiler::CompileOptions opt;
+  opt.targets = {codegen::Target::newest_for(dev.sm(), dev.name)};
+  opt.progress = false;
+  opt.cache_dir = dir / "cache";
+  compiler::compile_network(layers, dir / "pkg", opt);
+  return load_package(dir / "pkg");
+}
+
 // GpuNetwork::enqueue on buffers and a stream of the caller's, as a server or a framework's operator calls it: the
 // output equals run()'s at two widths, from a replayed graph and inside the caller's own capture; prints what a call
 // costs back to back on the caller's stream beside the network's own graph replays (time_back_to_back).
@@ -170,12 +183,7 @@ TEST(RealGpu, EnqueueOnTheCallersBuffersAndStream) {
     d.n = kN;
     layers.push_back({d, std::move(a), std::nullopt});
   }
-  compiler::CompileOptions opt;
-  opt.targets = {codegen::Target::newest_for(dev.sm(), dev.name)};
-  opt.progress = false;
-  opt.cache_dir = dir / "cache";
-  compiler::compile_network(layers, dir / "pkg", opt);
-  GpuNetwork net(load_package(dir / "pkg"));
+  GpuNetwork net(compile_for(dev, layers, dir));
   ASSERT_EQ(net.leading_dimension(), kN);
   cuda::Stream caller;
   cuda::DeviceBuffer in(static_cast<size_t>(kK) * kN * 4), out(static_cast<size_t>(kK) * kN * 4);
@@ -213,6 +221,64 @@ TEST(RealGpu, EnqueueOnTheCallersBuffersAndStream) {
   const double replay_us = net.time_back_to_back(DenseTensor({kK, kN}, x), kRuns) * 1e3;
   std::printf("3 layers of 512 x 512 at N = %d: enqueue %.2f us a call back to back on the caller's stream, the "
               "network's own graph replays %.2f us\n", kN, enqueue_us, replay_us);
+}
+
+// The same for convolutions: ResNet-50's first bottleneck (a 3x3 convolution with padding on 64 channels of 56 x 56,
+// then a 1x1 one to 256) on 4 NCHW images in the caller's buffers. The first layer's input is copied into its
+// bordered buffer by cuMemcpy3DAsync on the real driver; the output equals run()'s, enqueued, at fewer images and in
+// the caller's graph. Prints a call's cost back to back beside the network's own graph replays.
+TEST(RealGpu, EnqueueConvolutionsOnTheCallersImages) {
+  REQUIRE_GPU();
+  const cuda::DeviceInfo dev = cuda::device_info(0);
+  testing::ScratchDir dir;
+  for (const auto& [name, rows, cols] : {std::tuple{"w0.mtx", 64, 64 * 9}, std::tuple{"w1.mtx", 256, 64}}) {
+    CsrMatrix a = inspector::generate_pruned_gaussian(rows, cols, 0.9, 400 + rows);
+    for (float& v : a.values) v *= 0.1f;
+    inspector::save_matrix(dir / name, a);
+  }
+  const auto layers = compiler::load_network(compiler::read_network(dir.write("conv.json", R"({
+      "format": "sparsert-network/1", "input": {"images": 4, "channels": 64, "height": 56, "width": 56},
+      "layers": [{"weights": "w0.mtx", "conv": {"kernel": 3, "padding": 1}, "activation": "relu"},
+                 {"weights": "w1.mtx", "conv": {"kernel": 1}}]})")));
+  GpuNetwork net(compile_for(dev, layers, dir));
+  ASSERT_TRUE(net.convolutional());
+  const int64_t in_floats = net.input_rows(), out_floats = net.output_rows();
+  ASSERT_EQ(in_floats, 64 * 56 * 56);
+  cuda::Stream caller;
+  cuda::DeviceBuffer in(static_cast<size_t>(in_floats) * 4 * 4), out(static_cast<size_t>(out_floats) * 4 * 4);
+  const cuda::Driver& d = cuda::Driver::get();
+  auto check = [&](uint32_t images, const char* how, const std::function<void()>& enqueue) {
+    std::vector<float> x(static_cast<size_t>(in_floats) * images);
+    inspector::fill_values(x, {inspector::ValueFill::Distribution::kUniform, images, 1.0f});
+    in.upload_async(x.data(), x.size() * 4, 0, caller);
+    enqueue();
+    d.check(d.api().cuStreamSynchronize(caller.get()), "cuStreamSynchronize");
+    std::vector<float> got(static_cast<size_t>(out_floats) * images);
+    out.download(got.data(), got.size() * 4);
+    const DenseTensor want = net.run(DenseTensor({images, 64, 56, 56}, std::move(x)));
+    ASSERT_EQ(static_cast<size_t>(want.size()), got.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want.data()[i];
+    EXPECT_EQ(differ, 0u) << how << ", " << images << " images";
+  };
+  for (const uint32_t images : {4u, 1u, 4u}) {
+    check(images, "enqueued", [&] { net.enqueue(in.get(), in.bytes(), out.get(), out.bytes(), images, caller.get()); });
+  }
+  cuda::Graph g;
+  g.capture(caller, [&] { net.enqueue(in.get(), in.bytes(), out.get(), out.bytes(), 4, caller.get()); });
+  check(4, "in the caller's graph", [&] { g.launch(caller); });
+  constexpr int kRuns = 500;
+  cuda::Event start, stop;
+  start.record(caller);
+  for (int r = 0; r < kRuns; ++r) net.enqueue(in.get(), in.bytes(), out.get(), out.bytes(), 4, caller.get());
+  stop.record(caller);
+  stop.synchronize();
+  const double enqueue_us = stop.elapsed_ms_since(start) * 1e3 / kRuns;
+  std::vector<float> x(static_cast<size_t>(in_floats) * 4, 0.5f);
+  const double replay_us = net.time_back_to_back(DenseTensor({4, 64, 56, 56}, std::move(x)), kRuns) * 1e3;
+  std::printf("3x3 (64 -> 64, padded) and 1x1 (64 -> 256) on 4 images of 56 x 56: enqueue %.2f us a call back to "
+              "back, the input's copy into its bordered buffer included; the network's own graph replays %.2f us\n",
+              enqueue_us, replay_us);
 }
 
 // The two launch costs the model assumes and no file has measured (docs/gpu-h100.md): the host's share of a run timed

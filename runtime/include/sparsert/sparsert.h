@@ -49,7 +49,7 @@ SPARSERT_API void sparsert_network_close(sparsert_network* net);
 
 /* The rows of the input and of the output (the floats of one image, for convolutions), and the package's width:
  * the columns one GPU launch covers and the leading dimension (floats a row) of the buffers sparsert_network_enqueue
- * takes, or the most images one call takes for convolutions. */
+ * takes, or the most images one call (run or enqueue) takes for convolutions. */
 SPARSERT_API int64_t sparsert_network_input_rows(const sparsert_network* net);
 SPARSERT_API int64_t sparsert_network_output_rows(const sparsert_network* net);
 SPARSERT_API int64_t sparsert_network_width(const sparsert_network* net);
@@ -64,13 +64,14 @@ SPARSERT_API const char* sparsert_network_device(const sparsert_network* net);
 SPARSERT_API sparsert_status sparsert_network_run(sparsert_network* net, const float* input, int64_t n,
                                                   float* output);
 
-/* Device memory, a "cuda" network of matrix layers only: the input is input_rows rows and the output output_rows rows of width floats
- * each (pitch width x 4 bytes; input_bytes and output_bytes say what the buffers hold), their first n columns used
- * (1 <= n <= width); columns n and up of the output are not written. Enqueued on `stream`, a CUstream of the
- * network's device (NULL: the legacy default stream), after its work so far; returns without waiting. Inside a
- * stream capture of the caller's, the layers are captured into its graph, which then uses the network's buffers: it
- * must not run beside another call of the network, nor after sparsert_network_close. The C++ GpuNetwork::enqueue
- * (sparsert/runtime/gpu_executor.hpp) says more. */
+/* Device memory, a "cuda" network only. Matrix layers: the input is input_rows rows and the output output_rows rows
+ * of width floats each (pitch width x 4 bytes, 16-byte aligned), their first n columns used (1 <= n <= width);
+ * columns n and up of the output are not written. Convolutions: n NCHW images (1 <= n <= width) of input_rows floats
+ * in and output_rows out, contiguous (4-byte aligned). input_bytes and output_bytes say what the buffers hold.
+ * Enqueued on `stream`, a CUstream of the network's device (NULL: the legacy default stream), after its work so far;
+ * returns without waiting. Inside a stream capture of the caller's, the layers are captured into its graph, which
+ * then uses the network's buffers: it must not run beside another call of the network, nor after
+ * sparsert_network_close. The C++ GpuNetwork::enqueue (sparsert/runtime/gpu_executor.hpp) says more. */
 SPARSERT_API sparsert_status sparsert_network_enqueue(sparsert_network* net, uint64_t input, size_t input_bytes,
                                                       uint64_t output, size_t output_bytes, uint32_t n,
                                                       void* stream);

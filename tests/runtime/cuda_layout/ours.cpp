@@ -1,8 +1,5 @@
 #include "layout.hpp"
 #include "sparsert/runtime/cuda_api.h"
 
-LaunchLayout sparsert_launch_layout() {
-  return {sizeof(CUlaunchConfig),    offsetof(CUlaunchConfig, hStream), offsetof(CUlaunchConfig, attrs),
-          offsetof(CUlaunchConfig, numAttrs), sizeof(CUlaunchAttribute), offsetof(CUlaunchAttribute, value),
-          sizeof(CUlaunchAttributeValue), CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION};
-}
+LaunchLayout sparsert_launch_layout() { return SPARSERT_LAUNCH_LAYOUT(); }
+Copy3dLayout sparsert_copy3d_layout() { return SPARSERT_COPY3D_LAYOUT(); }

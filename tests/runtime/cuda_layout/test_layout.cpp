@@ -4,6 +4,8 @@
 
 #include "layout.hpp"
 
+#include <iterator>
+
 TEST(CudaApiLayout, LaunchConfigMatchesTheToolkitHeader) {
 #if SPARSERT_HAVE_CUDA_H
   const LaunchLayout ours = sparsert_launch_layout(), toolkit = toolkit_launch_layout();
@@ -15,6 +17,17 @@ TEST(CudaApiLayout, LaunchConfigMatchesTheToolkitHeader) {
   EXPECT_EQ(ours.attribute_value, toolkit.attribute_value);
   EXPECT_EQ(ours.value_size, toolkit.value_size);
   EXPECT_EQ(ours.programmatic_id, toolkit.programmatic_id);
+#else
+  GTEST_SKIP() << "no CUDA toolkit headers (cuda.h) to compare with";
+#endif
+}
+
+TEST(CudaApiLayout, Copy3dMatchesTheToolkitHeader) {
+#if SPARSERT_HAVE_CUDA_H
+  const Copy3dLayout ours = sparsert_copy3d_layout(), toolkit = toolkit_copy3d_layout();
+  EXPECT_EQ(ours.size, toolkit.size);
+  for (size_t i = 0; i < std::size(ours.offsets); ++i) EXPECT_EQ(ours.offsets[i], toolkit.offsets[i]) << "field " << i;
+  EXPECT_EQ(ours.device_type, toolkit.device_type);
 #else
   GTEST_SKIP() << "no CUDA toolkit headers (cuda.h) to compare with";
 #endif

@@ -86,7 +86,7 @@ struct EventObj : Owned {
 };
 // An operation submitted to a stream; captured into a graph, it is replayed by cuGraphLaunch.
 struct Node {
-  enum Kind { Kernel, HtoD, DtoH, DtoD, Memset8, Memset32 } kind;
+  enum Kind { Kernel, HtoD, DtoH, DtoD, Memset8, Memset32, Copy3D } kind;
   explicit Node(Kind k) : kind(k) {}
   std::vector<size_t> deps;  // in a graph: the nodes (indices) this one runs after
   unsigned stream = 0;       // the serial number of the stream it was submitted to (0: the NULL stream)
@@ -99,6 +99,7 @@ struct Node {
   void* hdst = nullptr;
   size_t bytes = 0;
   unsigned value = 0;
+  CUDA_MEMCPY3D copy3d{};  // Copy3D: device to device, checked when submitted
   // A kernel launched as a programmatic dependent (cuLaunchKernelEx): it runs after the work before it, as every
   // launch here does, but ptxsim fails any global access a thread makes before its griddepcontrol.wait, which on a GPU
   // could overlap the kernel before it.
@@ -357,6 +358,17 @@ CUresult run_node(const Node& n) {
       case Node::HtoD: s.mem.copy_to_device(n.dst, n.hsrc, n.bytes); break;
       case Node::DtoH: s.mem.copy_to_host(n.hdst, n.src, n.bytes); break;
       case Node::DtoD: s.mem.copy_device(n.dst, n.src, n.bytes); break;
+      case Node::Copy3D: {
+        const CUDA_MEMCPY3D& c = n.copy3d;
+        for (size_t z = 0; z < c.Depth; ++z) {
+          for (size_t y = 0; y < c.Height; ++y) {
+            s.mem.copy_device(c.dstDevice + ((c.dstZ + z) * c.dstHeight + c.dstY + y) * c.dstPitch + c.dstXInBytes,
+                              c.srcDevice + ((c.srcZ + z) * c.srcHeight + c.srcY + y) * c.srcPitch + c.srcXInBytes,
+                              c.WidthInBytes);
+          }
+        }
+        break;
+      }
       case Node::Memset8:
       case Node::Memset32: {
         size_t esz = n.kind == Node::Memset8 ? 1 : 4;
@@ -1063,6 +1075,41 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstre
   x.dst = dst, x.src = src, x.bytes = n;
   return copy_node(__func__, std::move(x), s, true);
 }
+// The bytes one side of a 3-D copy spans from its first row's start: false where a row runs past its pitch or a
+// plane past its height (rows and planes of one side would overlap).
+static bool copy3d_span(size_t x, size_t y, size_t z, size_t pitch, size_t height, const CUDA_MEMCPY3D& c,
+                        size_t* first, size_t* bytes) {
+  if (x + c.WidthInBytes > pitch || (c.Depth > 1 && y + c.Height > height)) return false;
+  *first = ((z * height) + y) * pitch + x;
+  *bytes = ((c.Depth - 1) * height + c.Height - 1) * pitch + c.WidthInBytes;
+  return true;
+}
+// Device to device only: the one form sparsert uses (a buffer's planes of rows into another's of other pitches). Host
+// memory and arrays are not emulated.
+CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* p, CUstream s) {
+  LOCK;
+  REQUIRE_INIT;
+  if (!tl_current || !st().ctxs.count(tl_current)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!tl_current->alive) return destroyed("cuMemcpy3DAsync", "the context current to this thread");
+  if (!p || p->srcLOD || p->dstLOD || p->reserved0 || p->reserved1) return CUDA_ERROR_INVALID_VALUE;
+  if (p->srcMemoryType != CU_MEMORYTYPE_DEVICE || p->dstMemoryType != CU_MEMORYTYPE_DEVICE)
+    return fail_with(CUDA_ERROR_NOT_SUPPORTED, "cuMemcpy3DAsync: only copies between device memory are emulated");
+  if (p->WidthInBytes == 0 || p->Height == 0 || p->Depth == 0) return CUDA_SUCCESS;
+  size_t src_first = 0, src_bytes = 0, dst_first = 0, dst_bytes = 0;
+  if (!copy3d_span(p->srcXInBytes, p->srcY, p->srcZ, p->srcPitch, p->srcHeight, *p, &src_first, &src_bytes) ||
+      !copy3d_span(p->dstXInBytes, p->dstY, p->dstZ, p->dstPitch, p->dstHeight, *p, &dst_first, &dst_bytes))
+    return fail_with(CUDA_ERROR_INVALID_VALUE, "cuMemcpy3DAsync: a row runs past its pitch or a plane past its height");
+  const CUdeviceptr src = p->srcDevice + src_first, dst = p->dstDevice + dst_first;
+  if (in_dead_alloc(src, src_bytes) || in_dead_alloc(dst, dst_bytes))
+    return destroyed("cuMemcpy3DAsync", "the device memory's context");
+  StreamObj* so;
+  if (stream_ok(s, &so) && so && so->dead) return destroyed("cuMemcpy3DAsync", "the stream's context");
+  if (!st().mem.find(src, src_bytes) || !st().mem.find(dst, dst_bytes))
+    return fail_with(CUDA_ERROR_INVALID_VALUE, "cuMemcpy3DAsync: a side's span is not within one allocation");
+  Node x(Node::Copy3D);
+  x.copy3d = *p;
+  return submit(s, std::move(x));
+}
 CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) {
   Node x(Node::Memset8);
   x.dst = dst, x.value = v, x.bytes = n;
@@ -1492,6 +1539,7 @@ CUresult cuMemcpyDtoD(CUdeviceptr d, CUdeviceptr s, size_t n) { return cuMemcpyD
 CUresult cuMemcpyHtoDAsync(CUdeviceptr d, const void* s, size_t n, CUstream h) { return cuMemcpyHtoDAsync_v2(d, s, n, h); }
 CUresult cuMemcpyDtoHAsync(void* d, CUdeviceptr s, size_t n, CUstream h) { return cuMemcpyDtoHAsync_v2(d, s, n, h); }
 CUresult cuMemcpyDtoDAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream h) { return cuMemcpyDtoDAsync_v2(d, s, n, h); }
+CUresult cuMemcpy3DAsync(const CUDA_MEMCPY3D* c, CUstream h) { return cuMemcpy3DAsync_v2(c, h); }
 CUresult cuMemsetD8(CUdeviceptr d, unsigned char v, size_t n) { return cuMemsetD8_v2(d, v, n); }
 CUresult cuMemsetD32(CUdeviceptr d, unsigned int v, size_t n) { return cuMemsetD32_v2(d, v, n); }
 CUresult cuStreamDestroy(CUstream s) { return cuStreamDestroy_v2(s); }

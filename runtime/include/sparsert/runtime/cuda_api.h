@@ -187,6 +187,42 @@ typedef struct CUlaunchConfig_st {
   CUlaunchAttribute* attrs;
   unsigned int numAttrs;
 } CUlaunchConfig;
+/* cuMemcpy3DAsync's description of a copy of Depth x Height rows of WidthInBytes, laid out as in cuda.h (arrays are
+   not used: an opaque handle). sparsert copies between device buffers of different row and plane pitches with it. */
+typedef enum CUmemorytype_enum {
+  CU_MEMORYTYPE_HOST = 0x01,
+  CU_MEMORYTYPE_DEVICE = 0x02,
+  CU_MEMORYTYPE_ARRAY = 0x03,
+  CU_MEMORYTYPE_UNIFIED = 0x04
+} CUmemorytype;
+typedef struct CUarray_st* CUarray;
+typedef struct CUDA_MEMCPY3D_st {
+  size_t srcXInBytes;
+  size_t srcY;
+  size_t srcZ;
+  size_t srcLOD;
+  CUmemorytype srcMemoryType;
+  const void* srcHost;
+  CUdeviceptr srcDevice;
+  CUarray srcArray;
+  void* reserved0;
+  size_t srcPitch;
+  size_t srcHeight;
+  size_t dstXInBytes;
+  size_t dstY;
+  size_t dstZ;
+  size_t dstLOD;
+  CUmemorytype dstMemoryType;
+  void* dstHost;
+  CUdeviceptr dstDevice;
+  CUarray dstArray;
+  void* reserved1;
+  size_t dstPitch;
+  size_t dstHeight;
+  size_t WidthInBytes;
+  size_t Height;
+  size_t Depth;
+} CUDA_MEMCPY3D;
 #ifndef CUDAAPI
 #define CUDAAPI
 #endif
@@ -230,6 +266,7 @@ typedef struct CUlaunchConfig_st {
   X(cuMemcpyHtoDAsync_v2, (CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount, CUstream hStream))      \
   X(cuMemcpyDtoHAsync_v2, (void* dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream))            \
   X(cuMemcpyDtoDAsync_v2, (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream))    \
+  X(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D* pCopy, CUstream hStream))                                          \
   X(cuMemsetD8_v2, (CUdeviceptr dstDevice, unsigned char uc, size_t N))                                          \
   X(cuMemsetD32_v2, (CUdeviceptr dstDevice, unsigned int ui, size_t N))                                          \
   X(cuMemsetD8Async, (CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream))                       \

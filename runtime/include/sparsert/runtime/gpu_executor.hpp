@@ -71,25 +71,33 @@ class GpuNetwork {
                                         double min_sample_ms);
 
   // The network on device memory, for a program that keeps its activations on the GPU (an inference server, a
-  // framework's operator): the first layer reads `input` and the last writes `output`, both row-major with
-  // leading_dimension() floats a row (input_rows() and output_rows() rows), on their first n columns (1 to
-  // leading_dimension()); the caller says how many bytes each holds. Enqueued on `stream`, a stream of this network's
-  // device (0: the legacy default stream): the layers run after the work already on it and before what is submitted
-  // to it next, and the call returns without waiting. Columns n and up of `output` are not written. The layers between
-  // the first and the last write the network's own buffers, so calls on different streams run one after another. A
-  // (input, output, n) among the last kEnqueueGraphs enqueued replays the CUDA Graph captured for it.
+  // framework's operator): the first layer reads `input` and the last writes `output`; the caller says how many bytes
+  // each holds.
+  // - Matrix layers: both row-major with leading_dimension() floats a row (input_rows() and output_rows() rows), on
+  //   their first n columns (1 to leading_dimension()). Columns n and up of `output` are not written.
+  // - Convolutions (convolutional()): n NCHW images (1 to leading_dimension()), contiguous, input_rows() floats each
+  //   in and output_rows() out. A layer boundary with a zero border in the kernels' layout (conv.hpp) is the caller's
+  //   buffer itself; the input of a first layer with padding is copied into the network's bordered buffer first, one
+  //   3-D copy on the stream (cuMemcpy3DAsync), whose border stays zero.
+  // Enqueued on `stream`, a stream of this network's device (0: the legacy default stream): the layers run after the
+  // work already on it and before what is submitted to it next, and the call returns without waiting. The layers
+  // between the first and the last write the network's own buffers, so calls on different streams run one after
+  // another. A (input, output, n) among the last kEnqueueGraphs enqueued replays the CUDA Graph captured for it.
   // On a stream the caller is capturing, the layers are captured as kernels into the caller's graph, through a stream
   // of the network's own that joins the capture. That graph uses the network's buffers: it must not run while another
   // call of the network does, nor after the network is gone; and one capture at a time may hold this network.
-  // A UserError, before anything is enqueued: a convolutional package (run() takes those) or one whose layers gather
-  // columns (the Graph Challenge's), n out of range, a buffer smaller than its rows, not 16-byte aligned, not device
-  // memory (cuMemGetAddressRange) or of another device (cuPointerGetAttribute), input and output overlapping, or a
-  // first call on a stream being captured (it allocates, which a capture does not allow). These checks are a few
-  // driver calls each time. The context current on the thread before the call is current after it.
-  // One thread at a time, as every call of this class.
+  // A UserError, before anything is enqueued: a package whose layers gather columns (the Graph Challenge's), n out of
+  // range, a buffer smaller than its rows (images), not aligned for the kernels (16 bytes for matrix layers, 4 for
+  // convolutions), not device memory (cuMemGetAddressRange) or of another device (cuPointerGetAttribute), input and
+  // output overlapping, or a first call on a stream being captured (it allocates, which a capture does not allow).
+  // These checks are a few driver calls each time. The context current on the thread before the call is current
+  // after it. One thread at a time, as every call of this class.
   void enqueue(CUdeviceptr input, size_t input_bytes, CUdeviceptr output, size_t output_bytes, uint32_t n,
                CUstream stream);
   static constexpr size_t kEnqueueGraphs = 4;
+  // Matrix layers: the first layer's K, the last's M and the package's n. Convolutions: the floats of one NCHW image
+  // in and out, and the most images a call takes.
+  bool convolutional() const;
   int64_t input_rows() const;
   int64_t output_rows() const;
   int64_t leading_dimension() const;
