@@ -5,6 +5,7 @@
 #include "sparsert/inspector/generate.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
 #include "sparsert/runtime/reference.hpp"
+#include "emulated_driver.hpp"
 #include "test_support.hpp"
 #include "user_error.hpp"
 
@@ -187,6 +188,54 @@ TEST(Enqueue, CapturedIntoTheCallersGraph) {
     std::vector<float> got(static_cast<size_t>(caller.m) * kWidth);
     caller.out.download(got.data(), got.size() * 4);
     EXPECT_LE(max_relative_error(columns(got, caller.m, 11), reference(layers, x)), 1e-5) << "seed " << seed;
+  }
+}
+
+// A launch that fails part-way through an enqueue inside the caller's capture: the error reaches the caller, and the
+// network's stream has joined back, so the caller's capture ends (with what was captured, or invalidated where the
+// failure invalidated it) instead of failing as unjoined. The network then runs again, eagerly and captured.
+TEST(Enqueue, AFailedLaunchInTheCallersCaptureLeavesItJoined) {
+  const sparsert::testing::EmulatedDriver& emu = sparsert::testing::EmulatedDriver::use(SPARSERT_EMU_LIB);
+  ScratchDir dir;
+  const auto layers = network({{40, 48}, {40, 40}, {24, 40}});
+  GpuNetwork net(compile(layers, dir, "pkg"));
+  Caller caller(net);
+  caller.run(net, input(48, 5, 1), caller.stream.get());  // the first call allocates, outside any capture
+  const cuda::Driver& d = cuda::Driver::get();
+  const CUstream s = caller.stream.get();
+  for (const bool invalidates : {false, true}) {
+    SCOPED_TRACE(invalidates ? "the failure invalidates the capture" : "the capture goes on");
+    d.check(d.api().cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+    emu.fail_launch_after(1, invalidates);  // the first layer is captured, the second fails
+    std::string what;
+    try {
+      net.enqueue(caller.in.get(), caller.in.bytes(), caller.out.get(), caller.out.bytes(), 11, s);
+    } catch (const std::exception& e) {
+      what = e.what();
+    }
+    emu.fail_launch_after(-1, false);
+    EXPECT_NE(what.find("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"), std::string::npos) << what;
+    CUgraph graph = nullptr;
+    const CUresult r = d.api().cuStreamEndCapture(s, &graph);
+    EXPECT_EQ(r, invalidates ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS) << d.error_name(r);
+    if (graph) {
+      EXPECT_EQ(d.api().cuGraphDestroy(graph), CUDA_SUCCESS);
+    }
+    const DenseTensor x = input(48, 9, 20 + invalidates);
+    EXPECT_LE(max_relative_error(columns(caller.run(net, x, s), caller.m, 9), reference(layers, x)), 1e-5)
+        << "eager, after the failed capture";
+    cuda::Graph g;
+    g.capture(caller.stream, [&] {
+      net.enqueue(caller.in.get(), caller.in.bytes(), caller.out.get(), caller.out.bytes(), 9, s);
+    });
+    caller.reset_output();
+    const std::vector<float> rows = padded_input(x);
+    caller.in.upload(rows.data(), rows.size() * 4);
+    g.launch(caller.stream);
+    caller.stream.synchronize();
+    std::vector<float> got(static_cast<size_t>(caller.m) * kWidth);
+    caller.out.download(got.data(), got.size() * 4);
+    EXPECT_LE(max_relative_error(columns(got, caller.m, 9), reference(layers, x)), 1e-5) << "captured again";
   }
 }
 

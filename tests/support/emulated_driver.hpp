@@ -4,7 +4,7 @@
 // destroyed context, which returns CUDA_ERROR_CONTEXT_IS_DESTROYED as the real driver does), the kernel launches
 // submitted (kernel, stream, grid), the calls that blocked the host, the instruction counts of the last launch, and
 // the nodes of a captured graph with their dependencies; device-lag mode makes the host see no work complete until it
-// synchronises.
+// synchronises; and a kernel submission can be made to fail.
 #include <sparsert/runtime/cuda_api.h>
 
 #include <dlfcn.h>
@@ -52,11 +52,14 @@ class EmulatedDriver {
     clear_syncs_ = reinterpret_cast<void (*)()>(::dlsym(handle_, "sparsertEmuClearHostSyncs"));
     set_lag_ = reinterpret_cast<void (*)(int)>(::dlsym(handle_, "sparsertEmuSetDeviceLag"));
     refuse_dependent_ = reinterpret_cast<void (*)(int)>(::dlsym(handle_, "sparsertEmuSetRefuseDependentCapture"));
+    fail_launch_ = reinterpret_cast<void (*)(long, int)>(::dlsym(handle_, "sparsertEmuFailLaunchAfter"));
     get_counts_ = reinterpret_cast<int (*)(int, unsigned long long*, int)>(
         ::dlsym(handle_, "sparsertEmuGetInstructionCounts"));
     live_modules_ = reinterpret_cast<int (*)()>(::dlsym(handle_, "sparsertEmuLiveModules"));
-    if (!get_syncs_ || !clear_syncs_ || !set_lag_ || !get_counts_ || !live_modules_ || !refuse_dependent_) {
-      ADD_FAILURE() << path << " does not export the host-sync, device-lag, instruction-count and module extensions";
+    if (!get_syncs_ || !clear_syncs_ || !set_lag_ || !get_counts_ || !live_modules_ || !refuse_dependent_ ||
+        !fail_launch_) {
+      ADD_FAILURE() << path << " does not export the host-sync, device-lag, instruction-count, module and "
+                                 "failure-injection extensions";
     }
   }
 
@@ -142,6 +145,11 @@ class EmulatedDriver {
   void set_refuse_dependent_capture(bool on) const {
     if (refuse_dependent_) refuse_dependent_(on ? 1 : 0);
   }
+  // The kernel submission after the next `launches` ones fails (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES), once; on a
+  // capturing stream it invalidates the capture where `invalidates`, else the capture goes on without it. -1: none.
+  void fail_launch_after(long launches, bool invalidates) const {
+    if (fail_launch_) fail_launch_(launches, invalidates ? 1 : 0);
+  }
   // Instructions executed per ptxsim::InstrClass by the last kernel launch (which = 0) or all launches (which = 1).
   std::vector<unsigned long long> instruction_counts(int which) const {
     std::vector<unsigned long long> out(64, 0);
@@ -192,6 +200,7 @@ class EmulatedDriver {
   void (*clear_syncs_)() = nullptr;
   void (*set_lag_)(int) = nullptr;
   void (*refuse_dependent_)(int) = nullptr;
+  void (*fail_launch_)(long, int) = nullptr;
   int (*get_counts_)(int, unsigned long long*, int) = nullptr;
   int (*live_modules_)() = nullptr;
 };

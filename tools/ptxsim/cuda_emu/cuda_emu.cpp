@@ -32,6 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -175,6 +176,10 @@ struct State {
   std::vector<std::string> host_syncs;                 // calls that blocked the host, since the last clear
   bool device_lag = false;
   bool refuse_dependent_capture = false;  // sparsertEmuSetRefuseDependentCapture: a driver without PDL in graphs
+  // sparsertEmuFailLaunchAfter: kernel submissions left to succeed before one fails (-1: none fails), and whether
+  // that failure invalidates the capture it happens in.
+  long fail_launch_after = -1;
+  bool fail_launch_invalidates = false;
   uint64_t record_serial = 0;     // events recorded outside capture so far
   uint64_t completed_serial = 0;  // device-lag mode: events with a serial up to this one have completed
   std::vector<PendingCopy> pending_copies;
@@ -394,6 +399,12 @@ CUresult submit(CUstream hs, Node n) {
   n.stream = so ? so->serial : 0;
   const bool captured = so && so->capture;
   if (captured && so->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  if (n.kind == Node::Kernel && st().fail_launch_after >= 0 && st().fail_launch_after-- == 0) {
+    const std::string msg = "cuLaunchKernel: failed on purpose (sparsertEmuFailLaunchAfter)";
+    return captured && st().fail_launch_invalidates
+               ? invalidate(so->capture.get(), CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, msg)
+               : fail_with(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, msg);
+  }
   if (captured && n.dependent && st().refuse_dependent_capture)
     return invalidate(so->capture.get(), CUDA_ERROR_NOT_SUPPORTED,
                       "cuLaunchKernelEx: programmatic dependent launches are refused in a capture "
@@ -1597,7 +1608,7 @@ void sparsertEmuClearLaunchLog(void) {
   st().launch_log.clear();
 }
 // The nodes of a graph made by cuStreamEndCapture, in capture order, one line each: "I KIND NAME stream S deps D"
-// where I is the node's index, KIND one of kernel, memcpyHtoD, memcpyDtoH, memcpyDtoD, memset8, memset32, NAME the
+// where I is the node's index, KIND one of kernel, memcpyHtoD, memcpyDtoH, memcpyDtoD, memset8, memset32, memcpy3D, NAME the
 // kernel's name ("-" for others), S the stream it was captured from and D the indices of the nodes it depends on,
 // comma-separated ("-" for none), then " dependent" for a kernel captured as a programmatic dependent. Returns the number of nodes, or -1 for a handle that is not a live graph; `out` and
 // `size` as for sparsertEmuGetLaunchLog.
@@ -1605,7 +1616,9 @@ int sparsertEmuGetGraphNodes(CUgraph hg, char* out, size_t size) {
   LOCK;
   GraphObj* g = lookup(st().graphs, hg);
   if (!g || g->dead) return -1;
-  static const char* const kinds[] = {"kernel", "memcpyHtoD", "memcpyDtoH", "memcpyDtoD", "memset8", "memset32"};
+  static const char* const kinds[] = {"kernel",  "memcpyHtoD", "memcpyDtoH", "memcpyDtoD",
+                                      "memset8", "memset32",   "memcpy3D"};
+  static_assert(std::size(kinds) == Node::Copy3D + 1, "a name for every kind of node");
   std::string text;
   for (size_t i = 0; i < g->nodes.size(); ++i) {
     const Node& n = g->nodes[i];
@@ -1659,6 +1672,14 @@ void sparsertEmuSetDeviceLag(int on) {
 void sparsertEmuSetRefuseDependentCapture(int on) {
   LOCK;
   st().refuse_dependent_capture = on != 0;
+}
+// The kernel submission after the next `launches` ones (launched or captured) fails with
+// CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, once; on a capturing stream it invalidates the capture where `invalidates` is 1,
+// and leaves it going (nothing captured for it) where 0. launches < 0: none fails.
+void sparsertEmuFailLaunchAfter(long launches, int invalidates) {
+  LOCK;
+  st().fail_launch_after = launches;
+  st().fail_launch_invalidates = invalidates != 0;
 }
 // Instruction counts per ptxsim::InstrClass of the last kernel launch (which = 0) or of all launches (which = 1).
 // Returns the number of classes written (at most n).
