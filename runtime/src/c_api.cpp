@@ -71,6 +71,17 @@ sparsert_status guarded(const char* call, F&& f) noexcept {
   }
 }
 
+sparsert_status enqueue_in_order(const char* call, sparsert_network* net, uint64_t input, size_t input_bytes,
+                                 uint64_t output, size_t output_bytes, uint32_t n, void* stream,
+                                 sparsert::BufferOrder order) noexcept {
+  return guarded(call, [&] {
+    SPARSERT_USER_CHECK(net != nullptr, "net", "is NULL");
+    SPARSERT_USER_CHECK(net->gpu != nullptr, "net",
+                        "runs on the CPU; enqueue takes device memory of a \"cuda\" network");
+    net->gpu->enqueue(input, input_bytes, output, output_bytes, n, static_cast<CUstream>(stream), order);
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -203,12 +214,14 @@ sparsert_status sparsert_network_run(sparsert_network* net, const float* input, 
 
 sparsert_status sparsert_network_enqueue(sparsert_network* net, uint64_t input, size_t input_bytes, uint64_t output,
                                          size_t output_bytes, uint32_t n, void* stream) {
-  return guarded("sparsert_network_enqueue", [&] {
-    SPARSERT_USER_CHECK(net != nullptr, "net", "is NULL");
-    SPARSERT_USER_CHECK(net->gpu != nullptr, "net",
-                        "runs on the CPU; enqueue takes device memory of a \"cuda\" network");
-    net->gpu->enqueue(input, input_bytes, output, output_bytes, n, static_cast<CUstream>(stream));
-  });
+  return enqueue_in_order("sparsert_network_enqueue", net, input, input_bytes, output, output_bytes, n, stream,
+                          sparsert::BufferOrder::kFeatureMajor);
+}
+
+sparsert_status sparsert_network_enqueue_batch_major(sparsert_network* net, uint64_t input, size_t input_bytes,
+                                                     uint64_t output, size_t output_bytes, uint32_t n, void* stream) {
+  return enqueue_in_order("sparsert_network_enqueue_batch_major", net, input, input_bytes, output, output_bytes, n,
+                          stream, sparsert::BufferOrder::kBatchMajor);
 }
 
 }  // extern "C"

@@ -4,6 +4,7 @@
 #include "sparsert/runtime/file_io.hpp"
 #include "sparsert/runtime/printable.hpp"
 #include "sparsert/runtime/stream_arrays.hpp"
+#include "sparsert/runtime/transpose.hpp"
 
 #include <fmt/format.h>
 
@@ -100,12 +101,16 @@ struct GpuNetwork::Impl {
   struct BoundRun {
     CUdeviceptr in = 0, out = 0;
     uint32_t n = 0;
+    BufferOrder order = BufferOrder::kFeatureMajor;
     cuda::Graph graph;  // empty where graphs are not supported
   };
   std::vector<BoundRun> bound;
   std::unique_ptr<cuda::Event> caller_ready, network_done;
   std::unique_ptr<cuda::Stream> capture_stream;  // what joins a capture of the caller's, not the network's stream
   std::unique_ptr<cuda::ConcurrentLauncher> capture_side;
+  // Batch-major enqueues: the transpose and the feature-major rows of the first layer's input and the last's output.
+  std::unique_ptr<DeviceTranspose> transpose;
+  cuda::DeviceBuffer rows_in, rows_out;
 
   // The network as the timings run it: one replay of its CUDA Graph for `n` columns where graphs are supported (the
   // capture made here once per width, outside any timed interval), else plain launches.
@@ -380,7 +385,18 @@ struct GpuNetwork::Impl {
   // launcher: the layers between them read and write ping and pong. `dependents`: a layer of one kernel after one may
   // be its programmatic dependent.
   void launch_between(const cuda::Stream& on, cuda::ConcurrentLauncher& via, CUdeviceptr in, CUdeviceptr out,
-                      uint32_t n, bool dependents) {
+                      uint32_t n, bool dependents, BufferOrder order) {
+    if (order == BufferOrder::kBatchMajor) {
+      // [n, K] into K rows of the package's width, the layers, then M rows back into [n, M].
+      const auto width = static_cast<uint32_t>(pkg.n);
+      const auto k = static_cast<uint32_t>(layers.front().k), m = static_cast<uint32_t>(layers.back().m);
+      transpose->launch(in, rows_in.get(), n, k, k, width, on);
+      tail_is_one_kernel = false;
+      launch_between(on, via, rows_in.get(), rows_out.get(), n, dependents, BufferOrder::kFeatureMajor);
+      transpose->launch(rows_out.get(), out, m, n, width, m, on);
+      tail_is_one_kernel = false;
+      return;
+    }
     if (layers.front().conv) {
       launch_conv_between(on, via, in, out, n, dependents);
       return;
@@ -426,9 +442,16 @@ struct GpuNetwork::Impl {
   // What the network's input (or output) from `ptr` needs for n columns (images): the bytes the caller says it has,
   // the alignment of the kernels' accesses (16 bytes for a matrix's vector loads and stores, 4 for a convolution's
   // pixels) and memory of this network's device. Returns the bytes it spans.
-  size_t check_device_buffer(const char* what, CUdeviceptr ptr, size_t bytes, bool input, uint32_t n) const {
+  size_t check_device_buffer(const char* what, CUdeviceptr ptr, size_t bytes, bool input, uint32_t n,
+                             BufferOrder order) const {
     size_t need = 0, align = 16;
-    if (layers.front().conv) {
+    if (order == BufferOrder::kBatchMajor) {
+      const int64_t features = input ? layers.front().k : layers.back().m;
+      need = static_cast<size_t>(features) * n * 4;
+      align = 4;
+      SPARSERT_USER_CHECK(bytes >= need, what, "{} bytes; {} batch-major row{} of {} floats need {}", bytes, n,
+                          n == 1 ? "" : "s", features, need);
+    } else if (layers.front().conv) {
       ActivationLayout a = input ? layers.front().conv->input() : layers.back().conv->output();
       a.images = static_cast<int32_t>(n);
       need = static_cast<size_t>(unbordered(a).elements()) * 4;
@@ -471,6 +494,15 @@ struct GpuNetwork::Impl {
     capture_stream = std::move(on);
     capture_side = std::move(via);
   }
+  // The transpose and the rows it fills and empties, all or nothing: a batch-major enqueue's first call.
+  void prepare_batch_major() {
+    auto t = std::make_unique<DeviceTranspose>();
+    cuda::DeviceBuffer in(static_cast<size_t>(layers.front().k) * static_cast<size_t>(pkg.n) * 4);
+    cuda::DeviceBuffer out(static_cast<size_t>(layers.back().m) * static_cast<size_t>(pkg.n) * 4);
+    rows_in = std::move(in);
+    rows_out = std::move(out);
+    transpose = std::move(t);
+  }
   // ping and pong, both or neither (a failed second allocation leaves neither). `one_layer`: a network of one layer
   // needs them too (run() stages its input in ping); enqueue's does not.
   void make_ping_pong(bool one_layer) {
@@ -480,17 +512,21 @@ struct GpuNetwork::Impl {
     pong = std::move(b);
   }
 
-  void enqueue(CUdeviceptr in, size_t in_bytes, CUdeviceptr out, size_t out_bytes, uint32_t n, CUstream caller) {
+  void enqueue(CUdeviceptr in, size_t in_bytes, CUdeviceptr out, size_t out_bytes, uint32_t n, CUstream caller,
+               BufferOrder order) {
     for (const LoadedLayer& l : layers) {
       SPARSERT_USER_CHECK(!l.column_map, pkg.dir.string(), "layer {} gathers its columns through a map "
                           "(column_map): only the Graph Challenge's executor runs it", l.name);
     }
     const bool conv = layers.front().conv.has_value();
+    const bool batch_major = order == BufferOrder::kBatchMajor;
+    SPARSERT_USER_CHECK(!conv || !batch_major, "order", "batch-major buffers are for matrix layers; a convolutional "
+                        "network takes NCHW images (BufferOrder::kFeatureMajor)");
     const int64_t most = conv ? layers.front().conv->shape.images : pkg.n;
     SPARSERT_USER_CHECK(n >= 1 && n <= most, "n", "{} {}; the package is compiled for 1 to {}", n,
                         conv ? "images" : "columns", most);
-    const size_t in_need = check_device_buffer("input", in, in_bytes, true, n);
-    const size_t out_need = check_device_buffer("output", out, out_bytes, false, n);
+    const size_t in_need = check_device_buffer("input", in, in_bytes, true, n, order);
+    const size_t out_need = check_device_buffer("output", out, out_bytes, false, n, order);
     SPARSERT_USER_CHECK(in + in_need <= out || out + out_need <= in, "output", "0x{:x} ({} bytes) overlaps the "
                         "input at 0x{:x} ({} bytes)", out, out_need, in, in_need);
     const cuda::Driver& d = cuda::Driver::get();
@@ -498,12 +534,14 @@ struct GpuNetwork::Impl {
     if (d.api().cuStreamIsCapturing) {
       d.check(d.api().cuStreamIsCapturing(caller, &capturing), "cuStreamIsCapturing", "(the caller's stream)");
     }
-    if (!caller_ready) {
+    if (!caller_ready || (batch_major && !transpose)) {
       // A capture does not allow allocations (and the failed one would end it).
       SPARSERT_USER_CHECK(capturing == CU_STREAM_CAPTURE_STATUS_NONE, "stream",
-                          "the first enqueue of a network allocates its buffers, which a stream capture does not "
-                          "allow: enqueue once before capturing");
-      prepare_enqueue();
+                          "the first enqueue of a network{} allocates its buffers{}, which a stream capture does not "
+                          "allow: enqueue once{} before capturing", batch_major ? " on batch-major buffers" : "",
+                          batch_major ? " and loads its transpose kernel" : "", batch_major ? " so" : "");
+      if (!caller_ready) prepare_enqueue();
+      if (batch_major && !transpose) prepare_batch_major();
     }
     // In the caller's capture, the network's own stream would join it until the capture ends, and refuse every other
     // call meanwhile: the capture stream joins instead. Its kernels launch plainly (a driver may refuse programmatic
@@ -514,15 +552,18 @@ struct GpuNetwork::Impl {
     on.wait(*caller_ready);
     try {
       if (in_capture || !opt.use_graph || !cuda::Graph::supported()) {
-        launch_between(on, in_capture ? *capture_side : *side, in, out, n, !in_capture);
+        launch_between(on, in_capture ? *capture_side : *side, in, out, n, !in_capture, order);
       } else {
         auto it = std::find_if(bound.begin(), bound.end(),
-                               [&](const BoundRun& b) { return b.in == in && b.out == out && b.n == n; });
+                               [&](const BoundRun& b) {
+                                 return b.in == in && b.out == out && b.n == n && b.order == order;
+                               });
         if (it == bound.end()) {
           if (bound.size() == GpuNetwork::kEnqueueGraphs) bound.erase(bound.begin());
-          BoundRun b{in, out, n, {}};
+          BoundRun b{in, out, n, order, {}};
           const std::string refused = b.graph.capture_or_without_dependents(
-              *stream, [&] { launch_between(*stream, *side, in, out, n, true); }, [&] { return drop_dependents(); });
+              *stream, [&] { launch_between(*stream, *side, in, out, n, true, order); },
+              [&] { return drop_dependents(); });
           if (!refused.empty()) {
             notes.push_back(fmt::format("enqueue's graph could not be captured with the layers launched as "
                                         "programmatic dependents ({}); they launch as ordinary kernels from now on",
@@ -644,10 +685,10 @@ bool GpuNetwork::layer_has_live_flags(size_t layer) const {
 const std::vector<std::string>& GpuNetwork::load_notes() const { return impl_->notes; }
 
 void GpuNetwork::enqueue(CUdeviceptr input, size_t input_bytes, CUdeviceptr output, size_t output_bytes, uint32_t n,
-                         CUstream stream) {
+                         CUstream stream, BufferOrder order) {
   const cuda::RestoreCurrentContext restore;
   impl_->ctx->make_current();
-  impl_->enqueue(input, input_bytes, output, output_bytes, n, stream);
+  impl_->enqueue(input, input_bytes, output, output_bytes, n, stream, order);
 }
 bool GpuNetwork::convolutional() const { return impl_->layers.front().conv.has_value(); }
 int64_t GpuNetwork::input_rows() const {

@@ -171,6 +171,32 @@ TEST(CApi, EnqueuesOnDeviceMemoryTheProgramAllocated) {
     ASSERT_EQ(to_host(got.data(), out, got.size() * 4), CUDA_SUCCESS);
     EXPECT_LE(max_relative_error(got, f.want), 1e-5) << "call " << call;
   }
+  // The same product from batch-major buffers: n rows of 64 floats in and out.
+  std::vector<float> rows(f.input.size());
+  for (int64_t k = 0; k < 64; ++k) {
+    for (int64_t c = 0; c < width; ++c) {
+      rows[static_cast<size_t>(c * 64 + k)] = f.input[static_cast<size_t>(k * width + c)];
+    }
+  }
+  ASSERT_EQ(to_device(in, rows.data(), rows.size() * 4), CUDA_SUCCESS);
+  ASSERT_EQ(sparsert_network_enqueue_batch_major(net, in, rows.size() * 4, out, 64 * width * 4,
+                                                 static_cast<uint32_t>(width), s),
+            SPARSERT_OK)
+      << sparsert_last_error();
+  ASSERT_EQ(stream_sync(s), CUDA_SUCCESS);
+  std::vector<float> got_rows(rows.size()), from_rows(f.want.size());
+  ASSERT_EQ(to_host(got_rows.data(), out, got_rows.size() * 4), CUDA_SUCCESS);
+  for (int64_t m = 0; m < 64; ++m) {
+    for (int64_t c = 0; c < width; ++c) {
+      from_rows[static_cast<size_t>(m * width + c)] = got_rows[static_cast<size_t>(c * 64 + m)];
+    }
+  }
+  EXPECT_LE(max_relative_error(from_rows, f.want), 1e-5) << "batch-major";
+  EXPECT_EQ(sparsert_network_enqueue_batch_major(net, in, 63 * 4, out, 64 * 4, 1, s), SPARSERT_BAD_INPUT);
+  EXPECT_NE(std::string(sparsert_last_error()).find("sparsert_network_enqueue_batch_major: input: 252 bytes; 1 "
+                                                    "batch-major row of 64 floats need 256"),
+            std::string::npos)
+      << sparsert_last_error();
   EXPECT_EQ(sparsert_network_enqueue(net, in + 4, 64 * width * 4, out, 64 * width * 4, 20, s), SPARSERT_BAD_INPUT);
   EXPECT_NE(std::string(sparsert_last_error()).find("sparsert_network_enqueue: input: device address"),
             std::string::npos)

@@ -407,3 +407,116 @@ TEST(Enqueue, RunsConvolutionsOnTheCallersImages) {
     for (int64_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want.data()[i]) << "at an offset, " << i;
   }
 }
+
+namespace {
+// x ([K, n], feature-major) as n rows of K floats: the batch-major buffer a framework would hold.
+std::vector<float> batch_rows(const DenseTensor& x) {
+  std::vector<float> rows(static_cast<size_t>(x.size()));
+  for (int64_t k = 0; k < x.rows(); ++k) {
+    for (int64_t c = 0; c < x.cols(); ++c) rows[static_cast<size_t>(c * x.rows() + k)] = x.data()[k * x.cols() + c];
+  }
+  return rows;
+}
+}  // namespace
+
+// Batch-major buffers ([n, features]) go through the runtime's transpose on the device, into and out of the kernels'
+// rows: each call gives the reference's product in [n, M] rows and writes nothing past them, for one layer and three,
+// shapes that fill the transpose's 32 x 32 tiles partly, replayed and inside the caller's capture.
+TEST(Enqueue, BatchMajorBuffersAreTransposedOnTheDevice) {
+  ScratchDir dir;
+  const std::vector<std::vector<std::pair<int32_t, int32_t>>> nets = {{{70, 33}}, {{40, 48}, {40, 40}, {24, 40}}};
+  for (size_t ni = 0; ni < nets.size(); ++ni) {
+    const auto layers = network(nets[ni]);
+    GpuNetwork net(compile(layers, dir, fmt::format("bm{}", ni)));
+    const int64_t k = net.input_rows(), m = net.output_rows();
+    cuda::Stream stream;
+    cuda::DeviceBuffer in(static_cast<size_t>(k) * kWidth * 4), out(static_cast<size_t>(m) * kWidth * 4);
+    const auto call = [&](const DenseTensor& x, const std::function<void()>& enqueue) {
+      const std::vector<float> fill(static_cast<size_t>(m) * kWidth, kUntouched), rows = batch_rows(x);
+      out.upload(fill.data(), fill.size() * 4);
+      in.upload(rows.data(), rows.size() * 4);
+      enqueue();
+      stream.synchronize();
+      std::vector<float> got(fill.size());
+      out.download(got.data(), got.size() * 4);
+      const DenseTensor want = reference(layers, x);
+      const auto n = static_cast<size_t>(x.cols());
+      double worst = 0.0;
+      for (size_t c = 0; c < n; ++c) {
+        for (int64_t r = 0; r < m; ++r) {
+          const double w = want.data()[r * x.cols() + static_cast<int64_t>(c)];
+          worst = std::max(worst, std::abs(got[c * static_cast<size_t>(m) + static_cast<size_t>(r)] - w) /
+                                      std::max(1.0, std::abs(w)));
+        }
+      }
+      for (size_t i = n * static_cast<size_t>(m); i < got.size(); ++i) EXPECT_EQ(got[i], kUntouched) << "float " << i;
+      return worst;
+    };
+    int seed = 40;
+    for (const int32_t n : {kWidth, 7, 1, kWidth}) {
+      const DenseTensor x = input(static_cast<int32_t>(k), n, static_cast<uint64_t>(seed++));
+      EXPECT_LE(call(x, [&] {
+                  net.enqueue(in.get(), in.bytes(), out.get(), out.bytes(), static_cast<uint32_t>(n), stream.get(),
+                              BufferOrder::kBatchMajor);
+                }),
+                1e-5)
+          << nets[ni].size() << " layers, n = " << n;
+    }
+    cuda::Graph g;
+    g.capture(stream, [&] {
+      net.enqueue(in.get(), in.bytes(), out.get(), out.bytes(), 13, stream.get(), BufferOrder::kBatchMajor);
+    });
+    EXPECT_LE(call(input(static_cast<int32_t>(k), 13, 77), [&] { g.launch(stream); }), 1e-5) << "captured";
+  }
+}
+
+// What batch-major buffers cannot be: too small for n rows, misaligned floats, a convolution's images; and the first
+// batch-major call, which loads the transpose and allocates, not inside a capture (even after feature-major calls).
+TEST(Enqueue, RefusesBatchMajorBuffersTheTransposeCannotUse) {
+  ScratchDir dir;
+  const auto layers = network({{40, 48}, {24, 40}});
+  GpuNetwork net(compile(layers, dir, "pkg"));
+  Caller caller(net);
+  const CUstream s = caller.stream.get();
+  const CUdeviceptr in = caller.in.get(), out = caller.out.get();
+  caller.run(net, input(48, 5, 1), s);  // feature-major: the network's first call
+  cuda::Graph g;
+  g.begin_capture(caller.stream);
+  const std::string in_capture = user_error([&] {
+    net.enqueue(in, 5 * 48 * 4, out, 5 * 24 * 4, 5, s, BufferOrder::kBatchMajor);
+  });
+  g.end_capture(caller.stream);
+  EXPECT_NE(in_capture.find("stream: the first enqueue of a network on batch-major buffers allocates its buffers and "
+                            "loads its transpose kernel"),
+            std::string::npos)
+      << in_capture;
+  const auto refused = [&](const std::function<void()>& f) { return user_error(f); };
+  EXPECT_NE(refused([&] { net.enqueue(in, 7 * 48 * 4 - 4, out, 7 * 24 * 4, 7, s, BufferOrder::kBatchMajor); })
+                .find("input: 1340 bytes; 7 batch-major rows of 48 floats need 1344"),
+            std::string::npos);
+  EXPECT_NE(refused([&] { net.enqueue(in, 48 * 4, out, 23 * 4, 1, s, BufferOrder::kBatchMajor); })
+                .find("output: 92 bytes; 1 batch-major row of 24 floats need 96"),
+            std::string::npos);
+  EXPECT_NE(refused([&] { net.enqueue(in + 2, 48 * 4, out, 24 * 4, 1, s, BufferOrder::kBatchMajor); })
+                .find("is not 4-byte aligned"),
+            std::string::npos);
+  // A view at a 4-byte offset is taken.
+  const DenseTensor x = input(48, 3, 8);
+  const std::vector<float> rows = batch_rows(x);
+  caller.in.upload(rows.data(), rows.size() * 4, 4);
+  net.enqueue(in + 4, 3 * 48 * 4, out + 4, 3 * 24 * 4, 3, s, BufferOrder::kBatchMajor);
+  caller.stream.synchronize();
+  std::vector<float> got(3 * 24 + 1);
+  caller.out.download(got.data(), got.size() * 4);
+  const DenseTensor want = reference(layers, x);
+  for (int c = 0; c < 3; ++c) {
+    for (int r = 0; r < 24; ++r) EXPECT_NEAR(got[1 + c * 24 + r], want.data()[r * 3 + c], 1e-5) << c << ", " << r;
+  }
+  // Convolutions take NCHW images only.
+  GpuNetwork conv_net(conv_package(dir, "conv", {{8, 4}}, R"({"format": "sparsert-network/1",
+      "input": {"images": 1, "channels": 4, "height": 4, "width": 4},
+      "layers": [{"weights": "conv_w0.mtx", "conv": {"kernel": 1}}]})"));
+  EXPECT_NE(refused([&] { conv_net.enqueue(in, 64 * 4, out, 128 * 4, 1, s, BufferOrder::kBatchMajor); })
+                .find("order: batch-major buffers are for matrix layers"),
+            std::string::npos);
+}

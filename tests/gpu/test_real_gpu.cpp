@@ -166,7 +166,8 @@ Package compile_for(const cuda::DeviceInfo& dev, const std::vector<compiler::Loa
 
 // GpuNetwork::enqueue on buffers and a stream of the caller's, as a server or a framework's operator calls it: the
 // output equals run()'s at two widths, from a replayed graph and inside the caller's own capture; prints what a call
-// costs back to back on the caller's stream beside the network's own graph replays (time_back_to_back).
+// costs back to back on the caller's stream beside the network's own graph replays (time_back_to_back); and from
+// batch-major buffers through the runtime's transpose.
 TEST(RealGpu, EnqueueOnTheCallersBuffersAndStream) {
   REQUIRE_GPU();
   const cuda::DeviceInfo dev = cuda::device_info(0);
@@ -210,6 +211,27 @@ TEST(RealGpu, EnqueueOnTheCallersBuffersAndStream) {
   cuda::Graph g;
   g.capture(caller, [&] { net.enqueue(in.get(), in.bytes(), out.get(), out.bytes(), kN, caller.get()); });
   check(kN, "in the caller's graph", [&] { g.launch(caller); });
+  // Batch-major buffers ([n, 512]) through the runtime's transpose, which the driver JIT-compiles from its PTX: the
+  // same product, bit for bit, as the feature-major run.
+  for (const int32_t n : {kN, 77}) {
+    std::vector<float> x(static_cast<size_t>(kK) * n), rows(x.size());
+    inspector::fill_values(x, {inspector::ValueFill::Distribution::kUniform, static_cast<uint64_t>(n + 1), 1.0f});
+    for (int32_t k = 0; k < kK; ++k) {
+      for (int32_t c = 0; c < n; ++c) rows[static_cast<size_t>(c) * kK + k] = x[static_cast<size_t>(k) * n + c];
+    }
+    in.upload(rows.data(), rows.size() * 4);
+    net.enqueue(in.get(), rows.size() * 4, out.get(), out.bytes(), static_cast<uint32_t>(n), caller.get(),
+                BufferOrder::kBatchMajor);
+    d.check(d.api().cuStreamSynchronize(caller.get()), "cuStreamSynchronize");
+    std::vector<float> got(static_cast<size_t>(kK) * n);
+    out.download(got.data(), got.size() * 4);
+    const DenseTensor want = net.run(DenseTensor({kK, n}, x));
+    size_t differ = 0;
+    for (int32_t m = 0; m < kK; ++m) {
+      for (int32_t c = 0; c < n; ++c) differ += got[static_cast<size_t>(c) * kK + m] != want.data()[m * n + c];
+    }
+    EXPECT_EQ(differ, 0u) << "batch-major, n = " << n;
+  }
   constexpr int kRuns = 2000;
   cuda::Event start, stop;
   start.record(caller);
@@ -217,10 +239,18 @@ TEST(RealGpu, EnqueueOnTheCallersBuffersAndStream) {
   stop.record(caller);
   stop.synchronize();
   const double enqueue_us = stop.elapsed_ms_since(start) * 1e3 / kRuns;
+  start.record(caller);
+  for (int r = 0; r < kRuns; ++r) {
+    net.enqueue(in.get(), in.bytes(), out.get(), out.bytes(), kN, caller.get(), BufferOrder::kBatchMajor);
+  }
+  stop.record(caller);
+  stop.synchronize();
+  const double batch_major_us = stop.elapsed_ms_since(start) * 1e3 / kRuns;
   std::vector<float> x(static_cast<size_t>(kK) * kN, 0.5f);
   const double replay_us = net.time_back_to_back(DenseTensor({kK, kN}, x), kRuns) * 1e3;
-  std::printf("3 layers of 512 x 512 at N = %d: enqueue %.2f us a call back to back on the caller's stream, the "
-              "network's own graph replays %.2f us\n", kN, enqueue_us, replay_us);
+  std::printf("3 layers of 512 x 512 at N = %d: enqueue %.2f us a call back to back on the caller's stream (%.2f us "
+              "from batch-major buffers, two transposes more), the network's own graph replays %.2f us\n", kN,
+              enqueue_us, batch_major_us, replay_us);
 }
 
 // The same for convolutions: ResNet-50's first bottleneck (a 3x3 convolution with padding on 64 channels of 56 x 56,

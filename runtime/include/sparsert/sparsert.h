@@ -76,6 +76,15 @@ SPARSERT_API sparsert_status sparsert_network_enqueue(sparsert_network* net, uin
                                                       uint64_t output, size_t output_bytes, uint32_t n,
                                                       void* stream);
 
+/* The same on batch-major buffers of a network of matrix layers: the input is n rows of input_rows floats and the
+ * output n rows of output_rows floats (one row per sample, its features contiguous, as a framework keeps a linear
+ * layer's input and output; 4-byte aligned), 1 <= n <= width. They are transposed on the device into and out of the
+ * kernels' layout, in the same stream order; the first such call loads the transpose kernel, and may not be in a
+ * capture. */
+SPARSERT_API sparsert_status sparsert_network_enqueue_batch_major(sparsert_network* net, uint64_t input,
+                                                                  size_t input_bytes, uint64_t output,
+                                                                  size_t output_bytes, uint32_t n, void* stream);
+
 #ifdef __cplusplus
 }
 #endif

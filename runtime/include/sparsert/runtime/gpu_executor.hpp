@@ -44,6 +44,12 @@ struct GpuTimings {
   double back_to_back_ms = 0.0;
 };
 
+// How enqueue()'s buffers of matrix layers hold their columns. kFeatureMajor: one row per feature, the package's
+// width floats a row ([features, width], the kernels' own layout). kBatchMajor: one row per column (a sample, an
+// image, a token), its features contiguous ([n, features], as a framework keeps a linear layer's input); transposed
+// on the device into and out of the kernels' layout.
+enum class BufferOrder { kFeatureMajor, kBatchMajor };
+
 class GpuNetwork {
  public:
   GpuNetwork(const Package& package, const GpuRunOptions& options = {});
@@ -73,8 +79,12 @@ class GpuNetwork {
   // The network on device memory, for a program that keeps its activations on the GPU (an inference server, a
   // framework's operator): the first layer reads `input` and the last writes `output`; the caller says how many bytes
   // each holds.
-  // - Matrix layers: both row-major with leading_dimension() floats a row (input_rows() and output_rows() rows), on
-  //   their first n columns (1 to leading_dimension()). Columns n and up of `output` are not written.
+  // - Matrix layers, kFeatureMajor: both row-major with leading_dimension() floats a row (input_rows() and
+  //   output_rows() rows), on their first n columns (1 to leading_dimension()). Columns n and up of `output` are not
+  //   written.
+  // - Matrix layers, kBatchMajor: `input` is n rows of input_rows() floats and `output` n rows of output_rows()
+  //   (1 <= n <= leading_dimension()), contiguous, 4-byte aligned. A transpose kernel of the runtime's own moves them
+  //   into and out of the network's buffers in the kernels' layout, on the stream (the first such call loads it).
   // - Convolutions (convolutional()): n NCHW images (1 to leading_dimension()), contiguous, input_rows() floats each
   //   in and output_rows() out. A layer boundary with a zero border in the kernels' layout (conv.hpp) is the caller's
   //   buffer itself; the input of a first layer with padding is copied into the network's bordered buffer first, one
@@ -87,13 +97,14 @@ class GpuNetwork {
   // of the network's own that joins the capture. That graph uses the network's buffers: it must not run while another
   // call of the network does, nor after the network is gone; and one capture at a time may hold this network.
   // A UserError, before anything is enqueued: a package whose layers gather columns (the Graph Challenge's), n out of
-  // range, a buffer smaller than its rows (images), not aligned for the kernels (16 bytes for matrix layers, 4 for
-  // convolutions), not device memory (cuMemGetAddressRange) or of another device (cuPointerGetAttribute), input and
-  // output overlapping, or a first call on a stream being captured (it allocates, which a capture does not allow).
+  // range, kBatchMajor for convolutions, a buffer smaller than its rows (images), not aligned for the kernels (16
+  // bytes for feature-major matrix layers, 4 for the others), not device memory (cuMemGetAddressRange) or of another device (cuPointerGetAttribute), input and
+  // output overlapping, or a first call (a first batch-major one) on a stream being captured (it allocates, which a
+  // capture does not allow).
   // These checks are a few driver calls each time. The context current on the thread before the call is current
   // after it. One thread at a time, as every call of this class.
   void enqueue(CUdeviceptr input, size_t input_bytes, CUdeviceptr output, size_t output_bytes, uint32_t n,
-               CUstream stream);
+               CUstream stream, BufferOrder order = BufferOrder::kFeatureMajor);
   static constexpr size_t kEnqueueGraphs = 4;
   // Matrix layers: the first layer's K, the last's M and the package's n. Convolutions: the floats of one NCHW image
   // in and out, and the most images a call takes.
