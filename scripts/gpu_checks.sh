@@ -4,8 +4,8 @@
 #   bash scripts/gpu_checks.sh STAGE [BUILD_DIR] [OUT_DIR]
 #
 # STAGE: info | tests | bench-rn50 | bench-rest | bench-nlp | bench-other | bench-entries | bench-functions |
-#   graphchallenge | tune | tune-n256 | tune-conv | tune-gc | ncu-gc | ncu-spmm | ncu-nlp | ncu-lanes | gc65536 |
-#   gc65536-1920 | gc65536-folded | all
+#   graphchallenge | tune | tune-n256 | tune-conv | tune-gc | ncu-gc | ncu-spmm | ncu-nlp | ncu-lanes | fetch-grid |
+#   gc65536 | gc65536-1920 | gc65536-folded | all
 #   (not part of all: ncu-gc, Nsight Compute's kernel times of the 1200-input Graph Challenge run; ncu-spmm, its warp
 #   stall reasons on a 49-column layer baked (the tiles the model misprices) and streamed (row-split), and on the
 #   transformer's 512 x 2048 at N = 256; gc65536, gc65536-1920 and gc65536-folded, the synthetic 65536-neuron
@@ -14,7 +14,9 @@
 #   convolutions tuned through their layouts at N = 3136, 196 and 49 (also in all); ncu-nlp, ncu-spmm's
 #   transformer layer, baked and as the row-split kernel, each also JIT-compiled by the driver from its PTX;
 #   ncu-lanes, two row-split kernels of 8 and 4 floats a lane that the model prices alike and the H200 did not;
-#   bench-nlp and bench-other, bench-rest's suites with goals in issue 12 (transformer, mobilenet) and the others)
+#   bench-nlp and bench-other, bench-rest's suites with goals in issue 12 (transformer, mobilenet) and the others;
+#   fetch-grid, one baked block's code run by grids of 8 to 132 blocks, the same code in every block against distinct
+#   code in each, for the fetch model's contention term)
 # BUILD_DIR: a configured and built tree (default: build, as scripts/build.sh makes it), or the bundle that
 #   scripts/gpu_bundle.sh makes (.gpu-bundle: bin/, lib/, data/) for a device machine without the build's packages
 # OUT_DIR: where results and logs go (default: $OUT when set, as on the device machine, else gpu-results)
@@ -28,7 +30,7 @@
 # (`sparsert bench` itself fails only when sparsert misses the reference; a baseline that misses is noted and passes.)
 set -euo pipefail
 
-stage=${1:?usage: gpu_checks.sh info|tests|bench-rn50|bench-rest|bench-nlp|bench-other|bench-entries|bench-functions|graphchallenge|tune|tune-n256|tune-conv|tune-gc|ncu-gc|ncu-spmm|ncu-nlp|ncu-lanes|gc65536|gc65536-1920|gc65536-folded|all [BUILD_DIR] [OUT_DIR]}
+stage=${1:?usage: gpu_checks.sh info|tests|bench-rn50|bench-rest|bench-nlp|bench-other|bench-entries|bench-functions|graphchallenge|tune|tune-n256|tune-conv|tune-gc|ncu-gc|ncu-spmm|ncu-nlp|ncu-lanes|fetch-grid|gc65536|gc65536-1920|gc65536-folded|all [BUILD_DIR] [OUT_DIR]}
 build=${2:-build}
 out=${3:-${OUT:-gpu-results}}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -222,6 +224,44 @@ ncu_nlp() {
     fail "gen of the transformer layer"
   fi
   rm -rf "$root"
+}
+
+# fetch_grid: the baked tile of the transformer's 512 x 2048 that ran 11.50-12.08 us at N = 256 (16 rows a block,
+# 4 thread groups of 64 columns, about 80 KB of code a block) as grids of G = 8 to 132 blocks, two ways: every block
+# running the same code (one block of 16 rows, N = 64 G) and every block its own (G blocks of 16 rows each, N = 64).
+# The fetch model's two fitted forms part here (docs/autotune.md, "Instruction fetch under contention, refitted"):
+# `active` slows an SM's fetch by the SMs fetching, so both ways take the same time at each G; `distinct` charges the
+# distinct code at one rate, so the same-code grid stays flat as G grows and the distinct one does not. Each run's
+# layer time is on its `layer0` line in the log; fetch-grid.tsv gathers them (G, way, ms).
+fetch_grid() {
+  local tmp g rows n way w ms
+  tmp=$(mktemp -d)
+  printf 'blocks\tway\tlayer_ms\n' > "$out/fetch-grid.tsv"
+  run "$sparsert" gen pruned --rows 16 --cols 2048 --sparsity 0.9 --seed 100 -o "$tmp/same.mtx" || fail "gen"
+  for g in 8 16 33 66 132; do
+    for way in same distinct; do
+      if [[ $way == same ]]; then
+        w=$tmp/same.mtx rows=16 n=$((64 * g))
+      else
+        w=$tmp/distinct-$g.mtx rows=$((16 * g)) n=64
+        run "$sparsert" gen pruned --rows "$rows" --cols 2048 --sparsity 0.9 --seed 100 -o "$w" || fail "gen of $w"
+      fi
+      mkdir -p "$tmp/$way-$g"
+      one_layer_net "$w" "$n" "$tmp/$way-$g/net.json"
+      zero_npy 2048 "$n" "$tmp/$way-$g/x.npy"
+      if run "$sparsert" compile "$tmp/$way-$g/net.json" --target sm_90 -q -o "$tmp/$way-$g/pkg" \
+        --baked "{\"m_blocks\": $((rows / 16)), \"gy\": 4, \"n_tile\": 64}" &&
+        run "$sparsert" run "$tmp/$way-$g/pkg" --input "$tmp/$way-$g/x.npy" --device cuda --repeat 200 \
+          > "$tmp/$way-$g/run.log"; then
+        ms=$(awk '$1 == "layer0" {print $NF == "ms" ? $(NF - 1) : $NF}' "$tmp/$way-$g/run.log")
+        printf '%s\t%s\t%s\n' "$g" "$way" "${ms:-?}" >> "$out/fetch-grid.tsv"
+      else
+        fail "fetch-grid: $way code at $g blocks"
+      fi
+    done
+  done
+  cat "$out/fetch-grid.tsv" | tee -a "$out/$stage.log"
+  rm -rf "$tmp"
 }
 
 case $stage in
@@ -508,6 +548,9 @@ case $stage in
           --stream "{\"layout\": \"rows\", \"lanes_per_row\": 1, \"n_tile\": 128, \"unroll\": 4, $params}"
       done
     fi
+    ;;
+  fetch-grid)
+    fetch_grid
     ;;
   gc65536)
     # The synthetic 65536-neuron network (the official permutations and 256 x 256 MNIST images are not in shared/data),

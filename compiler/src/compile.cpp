@@ -325,6 +325,19 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       if (layers[li].conv) job.tile.cols_per_thread = 1;  // a convolution's columns are not adjacent in memory
       if (options.column_map) job.tile = codegen::column_map_tile(job.tile);
       if (options.max_entries) job.tile.max_entries = *options.max_entries;
+      if (baked_record) {
+        // A record's (or a --baked) tile, checked here, where the layer can be named, before any work starts.
+        const CsrMatrix& a = layers[li].matrix();
+        try {
+          codegen::check_tile_params(job.tile,
+                                     codegen::KernelShape{a.rows, a.cols, layers[li].desc.n,
+                                                          layers[li].conv.has_value(), options.column_map},
+                                     target);
+        } catch (const inspector::InvalidTileParams& e) {
+          throw UserError(fmt::format("layer {}", layers[li].desc.name),
+                          fmt::format("its {} tile for {}: {}", rec->source, target.name(), e.what()));
+        }
+      }
       job.key = baked_key(job);  // looked up below, where a kernel known to spill is passed over
       jobs.push_back(std::move(job));
     }

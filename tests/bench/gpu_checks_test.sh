@@ -34,6 +34,8 @@ done
 for ((i = 0; i + 1 < ${#args[@]}; ++i)); do
   [[ ${args[i]} == -o ]] && echo '{}' > "${args[i + 1]}"
 done
+# A run prints its layer's time as the real one does.
+[[ ${args[0]} == run ]] && echo "  layer0         16 x 2048        0.012 ms"
 # A network the stage wrote for `tune`: kept, for the test to read its paths.
 [[ ${args[0]} == tune && ${args[1]} == *.json && -f ${args[1]} ]] && cat "${args[1]}" >> "$CALLS.nets"
 echo "sparsert: ok"
@@ -145,6 +147,21 @@ rc=$?
 check "tune-conv exits 0 (got $rc)" test "$rc" -eq 0
 check "tune-conv tunes three networks" test "$(grep -c -E '^tune [^ ]+\.json --mode gpu' "$CALLS")" -eq 3
 check "their weights are absolute paths" test "$(grep -c '"weights": "/' "$CALLS.nets")" -eq 3
+
+# fetch-grid: ten kernels (the same code and distinct code at five grids), each compiled with its tile pinned and
+# run, their layer times gathered in fetch-grid.tsv; a run that fails is named and the others still run.
+: > "$CALLS"
+FAIL_PATTERN='^run [^ ]+/distinct-33/pkg ' bash "$script" fetch-grid "$fake" "$work/out14" > "$work/log14" 2>&1
+rc=$?
+check "fetch-grid exits 1 when a run failed (got $rc)" test "$rc" -eq 1
+check "fetch-grid compiles ten kernels with their tiles" test "$(grep -c -E '^compile .* --baked ' "$CALLS")" -eq 10
+check "the same code at 132 blocks: one row block, 132 x 64 columns" \
+  grep -q -E '^compile [^ ]+/same-132/net\.json .*"m_blocks": 1, "gy": 4, "n_tile": 64' "$CALLS"
+check "distinct code at 132 blocks: 132 row blocks" \
+  grep -q -E '^compile [^ ]+/distinct-132/net\.json .*"m_blocks": 132, "gy": 4' "$CALLS"
+check "fetch-grid.tsv holds the nine times measured" \
+  test "$(grep -c -E $'\t0\\.012$' "$work/out14/fetch-grid.tsv")" -eq 9
+check "the failed run is named" grep -q 'fetch-grid: distinct code at 33 blocks' "$work/out14/fetch-grid.log"
 
 # bench-nlp and bench-other split bench-rest: the transformer and mobilenet suites (issue 12's goals) alone, then the
 # Graph Challenge and the convolutions (the model's tile against codegen's rules); every suite chooses by measurement,

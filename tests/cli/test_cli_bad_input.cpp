@@ -237,6 +237,18 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
        (dir / "pkg").string(), "layout 'cols' is not ell, rows or staged-rows"},
       {"", "", "compile " + (dir / "net-stream.json").string() + " --stream '{ }' --kernel baked -o " +
        (dir / "pkg").string(), "--stream: streams every layer"},
+      // compile --baked: a misspelt parameter (the known ones listed), a wrong type, the kinds and options it
+      // contradicts, and a tile the shared check refuses for a layer (named, with where the tile came from).
+      {"", "", "compile " + (dir / "net-stream.json").string() + " --baked '{\"m_block\": 4}' -o " +
+       (dir / "pkg").string(), "--baked: unknown tile parameter 'm_block' (one of: balance, cols_per_thread, gy,"},
+      {"", "", "compile " + (dir / "net-stream.json").string() + " --baked '{\"gy\": \"two\"}' -o " +
+       (dir / "pkg").string(), "--baked: gy is not an integer"},
+      {"", "", "compile " + (dir / "net-stream.json").string() + " --baked '{ }' --kernel streamed -o " +
+       (dir / "pkg").string(), "--baked: bakes every layer"},
+      {"", "", "compile " + (dir / "net-stream.json").string() + " --baked '{ }' --stream '{ }' -o " +
+       (dir / "pkg").string(), "--baked: cannot be combined with --stream"},
+      {"", "", "compile " + (dir / "net-stream.json").string() + " --baked '{\"m_blocks\": 1000}' -o " +
+       (dir / "pkg").string(), "layer layer0: its --baked tile for sm_80: m_blocks: 1000 row blocks for a matrix of"},
       {"", "", "compile " + (dir / "net-stream.json").string() + " --target sm_75 --stream '{\"layout\": "
        "\"staged-rows\", \"rows_per_block\": 8, \"lanes_per_row\": 1, \"col_lanes\": 8, \"n_tile\": 32, "
        "\"cols_per_thread\": 4, \"stage_rows\": 96, \"double_buffer\": 1}' -o " + (dir / "pkg").string(),

@@ -1497,6 +1497,39 @@ TEST(CompileRun, MaxEntriesFromTheCliRanksAndSplits) {
   }
 }
 
+// `compile --baked JSON`: every layer baked with the tile given (the fields not given at their defaults), recorded as
+// the layer's tile with "--baked" as its source, and run to the reference; the tuning database is not consulted.
+TEST(CompileRun, BakedTileFromTheCliIsBuiltForEveryLayer) {
+  ScratchDir dir;
+  const CacheDir cache_dir(dir / "cache");
+  const auto [a, net] = one_layer_network(dir);
+  const auto layers = load_network(read_network(net));
+  const DenseTensor x = input(160, 8);
+  for (const bool interleave : {false, true}) {
+    const std::string tile = fmt::format(R"({{"m_blocks": 8, "gy": 2, "n_tile": 32{}}})",
+                                         interleave ? R"(, "interleave_groups": true)" : "");
+    const std::filesystem::path out = dir / fmt::format("pkg{}", interleave);
+    std::string err;
+    ASSERT_EQ(cli(fmt::format("compile {} -o {} --target sm_90 --ptx-only --baked '{}' -q", net, out.string(), tile),
+                  &err),
+              0)
+        << err;
+    const Package pkg = load_package(out);
+    ASSERT_EQ(pkg.layers.size(), 1u);
+    const PackageLayer& l = pkg.layers[0];
+    EXPECT_EQ(l.kind, "baked");
+    EXPECT_EQ(l.tile_source, "--baked");
+    codegen::TileParams want;
+    want.plan.m_blocks = 8;
+    want.plan.gy = 2;
+    want.n_tile = 32;
+    want.interleave_groups = interleave;
+    want.max_entries = 0;  // tile_from_json's reading of a tile without the field
+    EXPECT_EQ(l.tile, codegen::to_json(want)) << l.tile.dump();
+    EXPECT_LE(max_relative_error(GpuNetwork(pkg).run(x), reference(layers, x)), 1e-5) << tile;
+  }
+}
+
 // `compile --block-functions on|off|auto`: each row block of a baked entry in a function of its own, or not; auto
 // follows codegen's rule (this layer's one entry is below kBlockFunctionFmas, so none). Each setting is its own cache
 // entry (else "on" after "auto" would find auto's kernel), and every package runs to the reference through the

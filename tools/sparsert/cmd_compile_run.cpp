@@ -9,10 +9,12 @@
 #include "sparsert/runtime/json_text.hpp"
 #include "sparsert/runtime/npy.hpp"
 #include "sparsert/runtime/package.hpp"
+#include "sparsert/runtime/printable.hpp"
 #include "sparsert/runtime/stream_arrays.hpp"
 #include "tuning_support.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -20,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace sparsert::cli {
 
@@ -89,6 +92,7 @@ struct CompileArgs {
   std::string dependent_launch = "on";
   bool fold_duplicates = false;
   std::string stream;  // --stream: every layer streamed with these parameters (JSON)
+  std::string baked;   // --baked: every layer baked with these tile parameters (JSON)
 };
 
 // --fold-duplicates: each layer computes one row of each kind of its rows (same nonzeros and bias) and the next layer
@@ -253,6 +257,11 @@ Action add_compile(CLI::App& app) {
                   "Every layer streamed with these parameters, a JSON object as a package's streamed tile holds them "
                   "(e.g. '{\"layout\": \"staged-rows\", \"rows_per_block\": 128, ...}'), instead of tuned or "
                   "modelled ones: for experiments and profiles. Implies --kernel streamed; not with --tune");
+  sub->add_option("--baked", args->baked,
+                  "Every layer baked with these tile parameters, a JSON object as a package's baked tile holds them "
+                  "(e.g. '{\"m_blocks\": 32, \"gy\": 4, \"n_tile\": 64}'; the others at their defaults), instead "
+                  "of tuned or modelled ones: for experiments and profiles. Implies --kernel baked; not with --stream "
+                  "or --tune");
   sub->add_option("--tiles", args->tiles, "Kernels of layers without a tuning record: model (the static model's "
                   "fastest estimate over the tuner's grid, analytic counts) or heuristic (codegen's rules)")
       ->check(CLI::IsMember({"model", "heuristic"}))->default_val("model");
@@ -314,6 +323,34 @@ Action add_compile(CLI::App& app) {
       const nlohmann::json j = parse_json_text(args->stream, "--stream");
       opt.stream_params = autotune::stream_from_json(j, "--stream");
       opt.kernel_kind = codegen::KernelKind::kStreamed;
+      args->no_tuning_db = true;
+      args->tiles = "heuristic";
+    }
+    if (!args->baked.empty()) {
+      SPARSERT_USER_CHECK(args->stream.empty(), "--baked", "cannot be combined with --stream");
+      SPARSERT_USER_CHECK(args->kernel != "streamed", "--baked", "bakes every layer; it cannot be combined with "
+                          "--kernel streamed");
+      SPARSERT_USER_CHECK(!args->tune, "--baked", "cannot be combined with --tune");
+      const nlohmann::json j = parse_json_text(args->baked, "--baked");
+      // Every key a package's baked tile holds, and no other: a misspelt one would leave its field at the default.
+      codegen::TileParams every_field;
+      every_field.interleave_groups = true;  // written only where set
+      const nlohmann::json known = codegen::to_json(every_field);
+      if (j.is_object()) {
+        for (const auto& item : j.items()) {
+          if (known.contains(item.key())) continue;
+          std::vector<std::string> names;
+          for (const auto& k : known.items()) names.push_back(k.key());
+          throw_user_error("--baked", "unknown tile parameter '{}' (one of: {})", printable(item.key()),
+                           fmt::join(names, ", "));
+        }
+      }
+      compiler::TunedKernel pinned;
+      pinned.kind = codegen::KernelKind::kBaked;
+      pinned.tile = autotune::tile_from_json(j, "--baked");
+      pinned.source = "--baked";
+      opt.tiles = [pinned](const compiler::LoadedLayer&, const codegen::Target&) { return pinned; };
+      opt.kernel_kind = codegen::KernelKind::kBaked;
       args->no_tuning_db = true;
       args->tiles = "heuristic";
     }
