@@ -521,7 +521,13 @@ struct GpuNetwork::Impl {
     const bool conv = layers.front().conv.has_value();
     const bool batch_major = order == BufferOrder::kBatchMajor;
     SPARSERT_USER_CHECK(!conv || !batch_major, "order", "batch-major buffers are for matrix layers; a convolutional "
-                        "network takes NCHW images (BufferOrder::kFeatureMajor)");
+                        "network takes NCHW images in the plain enqueue (BufferOrder::kFeatureMajor; in C "
+                        "sparsert_network_enqueue)");
+    // The transposes put one 32-row tile a block on the grid's y dimension (DeviceTranspose::kMaxRows).
+    SPARSERT_USER_CHECK(!batch_major || (pkg.n <= static_cast<int64_t>(DeviceTranspose::kMaxRows) &&
+                                         layers.back().m <= static_cast<int64_t>(DeviceTranspose::kMaxRows)),
+                        "order", "batch-major buffers take at most {} columns and output rows; this package has "
+                        "{} and {}", DeviceTranspose::kMaxRows, pkg.n, layers.back().m);
     const int64_t most = conv ? layers.front().conv->shape.images : pkg.n;
     SPARSERT_USER_CHECK(n >= 1 && n <= most, "n", "{} {}; the package is compiled for 1 to {}", n,
                         conv ? "images" : "columns", most);

@@ -1523,11 +1523,23 @@ TEST(CompileRun, BakedTileFromTheCliIsBuiltForEveryLayer) {
     want.plan.m_blocks = 8;
     want.plan.gy = 2;
     want.n_tile = 32;
-    want.interleave_groups = interleave;
-    want.max_entries = 0;  // tile_from_json's reading of a tile without the field
+    want.interleave_groups = interleave;  // and one entry, the default, as no max_entries was given
     EXPECT_EQ(l.tile, codegen::to_json(want)) << l.tile.dump();
     EXPECT_LE(max_relative_error(GpuNetwork(pkg).run(x), reference(layers, x)), 1e-5) << tile;
   }
+  // A convolution takes one column a thread: a tile of more is refused by name, not built as one.
+  const std::string conv = dir.write("conv.json", R"({"format": "sparsert-network/1",
+      "input": {"images": 1, "channels": 160, "height": 2, "width": 2},
+      "layers": [{"weights": "w.mtx", "conv": {"kernel": 1}}]})").string();
+  std::string err;
+  EXPECT_EQ(cli(fmt::format("compile {} -o {} --target sm_90 --ptx-only --baked '{{\"cols_per_thread\": 2}}' -q",
+                            conv, (dir / "conv-pkg").string()),
+                &err),
+            2);
+  EXPECT_NE(err.find("--baked: cols_per_thread 2: layer layer0 is a convolution, whose kernels take one column a "
+                     "thread"),
+            std::string::npos)
+      << err;
 }
 
 // `compile --block-functions on|off|auto`: each row block of a baked entry in a function of its own, or not; auto

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <stdexcept>
 #include <tuple>
 
@@ -189,12 +190,16 @@ TEST(RealGpu, EnqueueOnTheCallersBuffersAndStream) {
   cuda::Stream caller;
   cuda::DeviceBuffer in(static_cast<size_t>(kK) * kN * 4), out(static_cast<size_t>(kK) * kN * 4);
   const cuda::Driver& d = cuda::Driver::get();
+  // Each check's input is new and its output buffer starts as NaN: a call (or a graph) that did nothing fails it.
+  uint64_t seed = 0;
+  const std::vector<float> nan_out(static_cast<size_t>(kK) * kN, std::numeric_limits<float>::quiet_NaN());
   auto check = [&](int32_t n, const char* how, const std::function<void()>& enqueue) {
     std::vector<float> x(static_cast<size_t>(kK) * n);
-    inspector::fill_values(x, {inspector::ValueFill::Distribution::kUniform, static_cast<uint64_t>(n), 1.0f});
+    inspector::fill_values(x, {inspector::ValueFill::Distribution::kUniform, ++seed, 1.0f});
     std::vector<float> rows(static_cast<size_t>(kK) * kN, 0.0f);
     for (int32_t r = 0; r < kK; ++r) std::copy_n(x.data() + r * n, n, rows.data() + r * kN);
     in.upload_async(rows.data(), rows.size() * 4, 0, caller);
+    out.upload_async(nan_out.data(), nan_out.size() * 4, 0, caller);
     enqueue();
     d.check(d.api().cuStreamSynchronize(caller.get()), "cuStreamSynchronize");
     std::vector<float> got(rows.size());
@@ -220,6 +225,7 @@ TEST(RealGpu, EnqueueOnTheCallersBuffersAndStream) {
       for (int32_t c = 0; c < n; ++c) rows[static_cast<size_t>(c) * kK + k] = x[static_cast<size_t>(k) * n + c];
     }
     in.upload(rows.data(), rows.size() * 4);
+    out.upload(nan_out.data(), nan_out.size() * 4);
     net.enqueue(in.get(), rows.size() * 4, out.get(), out.bytes(), static_cast<uint32_t>(n), caller.get(),
                 BufferOrder::kBatchMajor);
     d.check(d.api().cuStreamSynchronize(caller.get()), "cuStreamSynchronize");
@@ -277,10 +283,14 @@ TEST(RealGpu, EnqueueConvolutionsOnTheCallersImages) {
   cuda::Stream caller;
   cuda::DeviceBuffer in(static_cast<size_t>(in_floats) * 4 * 4), out(static_cast<size_t>(out_floats) * 4 * 4);
   const cuda::Driver& d = cuda::Driver::get();
+  // Each check's images are new and the output starts as NaN: a call (or a graph) that did nothing fails it.
+  uint64_t seed = 0;
+  const std::vector<float> nan_out(static_cast<size_t>(out_floats) * 4, std::numeric_limits<float>::quiet_NaN());
   auto check = [&](uint32_t images, const char* how, const std::function<void()>& enqueue) {
     std::vector<float> x(static_cast<size_t>(in_floats) * images);
-    inspector::fill_values(x, {inspector::ValueFill::Distribution::kUniform, images, 1.0f});
+    inspector::fill_values(x, {inspector::ValueFill::Distribution::kUniform, ++seed, 1.0f});
     in.upload_async(x.data(), x.size() * 4, 0, caller);
+    out.upload_async(nan_out.data(), nan_out.size() * 4, 0, caller);
     enqueue();
     d.check(d.api().cuStreamSynchronize(caller.get()), "cuStreamSynchronize");
     std::vector<float> got(static_cast<size_t>(out_floats) * images);

@@ -348,6 +348,14 @@ Action add_compile(CLI::App& app) {
       compiler::TunedKernel pinned;
       pinned.kind = codegen::KernelKind::kBaked;
       pinned.tile = autotune::tile_from_json(j, "--baked");
+      // tile_from_json reads a record without the field as no limit, as records from before it ran; a tile given here
+      // has the kernel's own default, one entry.
+      if (!j.contains("max_entries")) pinned.tile.max_entries = codegen::TileParams{}.max_entries;
+      for (const compiler::LoadedLayer& l : layers) {
+        SPARSERT_USER_CHECK(!l.conv || pinned.tile.cols_per_thread == 1, "--baked",
+                            "cols_per_thread {}: layer {} is a convolution, whose kernels take one column a thread",
+                            pinned.tile.cols_per_thread, printable(l.desc.name));
+      }
       pinned.source = "--baked";
       opt.tiles = [pinned](const compiler::LoadedLayer&, const codegen::Target&) { return pinned; };
       opt.kernel_kind = codegen::KernelKind::kBaked;

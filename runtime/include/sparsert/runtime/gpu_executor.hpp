@@ -92,15 +92,16 @@ class GpuNetwork {
   // Enqueued on `stream`, a stream of this network's device (0: the legacy default stream): the layers run after the
   // work already on it and before what is submitted to it next, and the call returns without waiting. The layers
   // between the first and the last write the network's own buffers, so calls on different streams run one after
-  // another. A (input, output, n) among the last kEnqueueGraphs enqueued replays the CUDA Graph captured for it.
-  // On a stream the caller is capturing, the layers are captured as kernels into the caller's graph, through a stream
-  // of the network's own that joins the capture. That graph uses the network's buffers: it must not run while another
-  // call of the network does, nor after the network is gone; and one capture at a time may hold this network.
+  // another. A (input, output, n, order) among the last kEnqueueGraphs enqueued replays the CUDA Graph captured for
+  // it. On a stream the caller is capturing, the layers are captured as kernels into the caller's graph, through a
+  // stream of the network's own that joins the capture. That graph uses the network's buffers: it must not run while
+  // another call of the network does, nor after the network is gone; and one capture at a time may hold this network.
   // A UserError, before anything is enqueued: a package whose layers gather columns (the Graph Challenge's), n out of
-  // range, kBatchMajor for convolutions, a buffer smaller than its rows (images), not aligned for the kernels (16
-  // bytes for feature-major matrix layers, 4 for the others), not device memory (cuMemGetAddressRange) or of another device (cuPointerGetAttribute), input and
-  // output overlapping, or a first call (a first batch-major one) on a stream being captured (it allocates, which a
-  // capture does not allow).
+  // range, kBatchMajor for convolutions (or for a width or output rows past DeviceTranspose::kMaxRows), a buffer
+  // smaller than its rows (images), not aligned for the kernels (16 bytes for feature-major matrix layers, 4 for the
+  // others), not device memory (cuMemGetAddressRange) or of another device (cuPointerGetAttribute), input and output
+  // overlapping, or a first call (a first batch-major one) on a stream being captured (it allocates, which a capture
+  // does not allow).
   // These checks are a few driver calls each time. The context current on the thread before the call is current
   // after it. One thread at a time, as every call of this class.
   void enqueue(CUdeviceptr input, size_t input_bytes, CUdeviceptr output, size_t output_bytes, uint32_t n,
