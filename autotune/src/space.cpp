@@ -4,6 +4,7 @@
 
 #include "sparsert/codegen/heuristic.hpp"
 #include "sparsert/inspector/plan.hpp"
+#include "sparsert/runtime/printable.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -64,8 +65,21 @@ T json_int(const nlohmann::json& v, const std::string& where, const char* field)
 }
 }  // namespace
 
-codegen::TileParams tile_from_json(const nlohmann::json& j, const std::string& where) {
+codegen::TileParams tile_from_json(const nlohmann::json& j, const std::string& where, TileJsonSource source) {
   SPARSERT_USER_CHECK(j.is_object(), where, "tile parameters are not an object");
+  if (source == TileJsonSource::kGiven) {
+    // Every key codegen::to_json writes (interleave_groups only where set), and no other: a misspelt one would
+    // silently leave its field at the default.
+    codegen::TileParams every_field;
+    every_field.interleave_groups = true;
+    const nlohmann::json fields = codegen::to_json(every_field);
+    std::set<std::string> known;
+    for (const auto& item : fields.items()) known.insert(item.key());
+    for (const auto& [key, value] : j.items()) {
+      SPARSERT_USER_CHECK(known.count(key), where, "'{}' is not a tile parameter (known: {})", printable(key),
+                          fmt::join(known, ", "));
+    }
+  }
   codegen::TileParams t;
   auto get_int = [&](const char* field, auto& out) {
     if (!j.contains(field)) return;
@@ -82,7 +96,7 @@ codegen::TileParams tile_from_json(const nlohmann::json& j, const std::string& w
   get_int("cols_per_thread", t.cols_per_thread);
   get_int("loads_per_batch", t.loads_per_batch);
   get_int("max_fmas_per_entry", t.max_fmas_per_entry);
-  t.max_entries = 0;  // records from before the field: no limit, as they ran
+  if (source == TileJsonSource::kRecord) t.max_entries = 0;  // records from before the field: no limit, as they ran
   get_int("max_entries", t.max_entries);
   get_int("max_registers", t.max_registers);
   try {

@@ -322,7 +322,9 @@ CompileReport compile_network(const std::vector<LoadedLayer>& layers, const std:
       const bool baked_record = rec && rec->kind == codegen::KernelKind::kBaked;
       job.tile = baked_record ? rec->tile : codegen::default_tile_params(layers[li].matrix(), layers[li].desc.n, target);
       if (baked_record) job.tile_source = rec->source;
-      if (layers[li].conv) job.tile.cols_per_thread = 1;  // a convolution's columns are not adjacent in memory
+      // A convolution's columns are not adjacent in memory: codegen's rules' tile takes one a thread; a record's tile
+      // must already (the check below refuses it otherwise, naming the layer).
+      if (layers[li].conv && !baked_record) job.tile.cols_per_thread = 1;
       if (options.column_map) job.tile = codegen::column_map_tile(job.tile);
       if (options.max_entries) job.tile.max_entries = *options.max_entries;
       if (baked_record) {

@@ -25,10 +25,8 @@ struct sparsert_network {
   std::unique_ptr<sparsert::CpuExecutor> cpu;
   std::unique_ptr<sparsert::CpuConvNetwork> cpu_conv;  // a convolutional package on the CPU
   std::vector<sparsert::LayerWeights> weights;       // the CPU executor's
-  // The floats of one column (of one image, NCHW, for a convolutional package) in and out, and the most columns (or
-  // images) a call takes at once on the GPU.
-  int64_t input_rows = 0, output_rows = 0, width = 0;
-  bool convolutional = false;
+  // The floats of a column (an image) in and out, and the most columns (images) a GPU call takes.
+  sparsert::PackageShape shape;
 };
 
 namespace {
@@ -123,27 +121,16 @@ sparsert_status sparsert_network_open(const char* package, const char* device, i
     auto net = std::make_unique<sparsert_network>();
     net->package = sparsert::load_package(package);
     const sparsert::Package& p = net->package;
-    if (p.layers.front().conv) {
-      const sparsert::ConvShape& first = p.layers.front().conv->shape;
-      const sparsert::ConvShape& last = p.layers.back().conv->shape;
-      net->convolutional = true;
-      net->input_rows = int64_t{first.in_channels} * first.in_h * first.in_w;
-      net->output_rows = int64_t{last.out_channels} * last.out_h() * last.out_w();
-      net->width = first.images;
-    } else {
-      net->input_rows = p.layers.front().k;
-      net->output_rows = p.layers.back().m;
-      net->width = p.n;
-    }
+    net->shape = sparsert::package_shape(p);
     net->device = want == "auto" ? (sparsert::cuda::Driver::available() ? "cuda" : "cpu") : want;
     if (net->device == "cuda") {
       if (!restore) restore.emplace();
       net->gpu = std::make_unique<sparsert::GpuNetwork>(p, gpu_options);
     } else {
       for (size_t i = 0; i < p.layers.size(); ++i) net->weights.push_back(sparsert::load_layer_weights(p, i));
-      if (net->convolutional) {
+      if (net->shape.convolutional) {
         net->cpu_conv = std::make_unique<sparsert::CpuConvNetwork>(p, std::move(net->weights),
-                                                                   static_cast<int32_t>(net->width), threads);
+                                                                   static_cast<int32_t>(net->shape.width), threads);
       } else {
         net->cpu = std::make_unique<sparsert::CpuExecutor>(sparsert::CpuExecutorOptions{threads});
       }
@@ -167,30 +154,30 @@ void sparsert_network_close(sparsert_network* net) {
   delete net;
 }
 
-int64_t sparsert_network_input_rows(const sparsert_network* net) { return net ? net->input_rows : 0; }
-int64_t sparsert_network_output_rows(const sparsert_network* net) { return net ? net->output_rows : 0; }
-int64_t sparsert_network_width(const sparsert_network* net) { return net ? net->width : 0; }
-int sparsert_network_is_convolutional(const sparsert_network* net) { return net && net->convolutional ? 1 : 0; }
+int64_t sparsert_network_input_rows(const sparsert_network* net) { return net ? net->shape.input_floats : 0; }
+int64_t sparsert_network_output_rows(const sparsert_network* net) { return net ? net->shape.output_floats : 0; }
+int64_t sparsert_network_width(const sparsert_network* net) { return net ? net->shape.width : 0; }
+int sparsert_network_is_convolutional(const sparsert_network* net) { return net && net->shape.convolutional ? 1 : 0; }
 const char* sparsert_network_device(const sparsert_network* net) { return net ? net->device.c_str() : ""; }
 
 sparsert_status sparsert_network_run(sparsert_network* net, const float* input, int64_t n, float* output) {
   return guarded("sparsert_network_run", [&] {
     SPARSERT_USER_CHECK(net != nullptr, "net", "is NULL");
     SPARSERT_USER_CHECK(input != nullptr && output != nullptr, "input and output", "must not be NULL");
-    if (net->convolutional) {
-      SPARSERT_USER_CHECK(n >= 1 && n <= net->width, "n", "{} images; the package is compiled for 1 to {}", n,
-                          net->width);
+    if (net->shape.convolutional) {
+      SPARSERT_USER_CHECK(n >= 1 && n <= net->shape.width, "n", "{} images; the package is compiled for 1 to {}", n,
+                          net->shape.width);
     } else {
       SPARSERT_USER_CHECK(n >= 1 && n <= (int64_t{1} << 31), "n", "is not in 1 to 2^31");
     }
-    const size_t count = static_cast<size_t>(net->input_rows) * static_cast<size_t>(n);
+    const size_t count = static_cast<size_t>(net->shape.input_floats) * static_cast<size_t>(n);
     for (size_t i = 0; i < count; ++i) {
       if (!std::isfinite(input[i])) {
         sparsert::throw_user_error("input", "element {} is {}, not a finite number", i, input[i]);
       }
     }
-    std::vector<int64_t> shape = {net->input_rows, n};
-    if (net->convolutional) {
+    std::vector<int64_t> shape = {net->shape.input_floats, n};
+    if (net->shape.convolutional) {
       const sparsert::ConvShape& first = net->package.layers.front().conv->shape;
       shape = {n, first.in_channels, first.in_h, first.in_w};
     }

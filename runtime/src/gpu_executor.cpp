@@ -281,9 +281,7 @@ struct GpuNetwork::Impl {
       layers.push_back(std::move(ll));
     }
     opt.streamed_arrays = nullptr;  // called during the load only: what it refers to need not outlive it
-    size_t max_entries = 1;
-    for (const LoadedLayer& l : layers) max_entries = std::max(max_entries, l.entries.size());
-    side = std::make_unique<cuda::ConcurrentLauncher>(max_entries);  // before any capture: nothing is made later
+    side = std::make_unique<cuda::ConcurrentLauncher>(most_entries());  // before any capture: nothing is made later
     if (layers.front().conv) {
       // One buffer per layer boundary, its border zeroed once and never written: ping-pong buffers would leave one
       // layer's outputs where another's border must read zero.
@@ -303,6 +301,18 @@ struct GpuNetwork::Impl {
     }
     // The weight uploads and the zeroed borders above ran on the NULL stream, which `stream` does not wait for.
     ctx->synchronize();
+  }
+
+  // The most kernels a layer launches side by side: what a launcher of its entries needs.
+  size_t most_entries() const {
+    size_t most = 1;
+    for (const LoadedLayer& l : layers) most = std::max(most, l.entries.size());
+    return most;
+  }
+  // A convolution layer's columns (its output pixels) for `images` images.
+  uint32_t conv_columns(size_t li, uint32_t images) const {
+    const ConvShape& s = layers[li].conv->shape;
+    return images * static_cast<uint32_t>(s.out_h() * s.out_w());
   }
 
   void launch_layer(size_t li, CUdeviceptr in, CUdeviceptr out, uint32_t n, CUdeviceptr flags = 0,
@@ -363,9 +373,7 @@ struct GpuNetwork::Impl {
     if (layers.front().conv) {
       if (marks) (*marks)[0].record(*stream);
       for (size_t li = 0; li < layers.size(); ++li) {
-        const ConvShape& s = layers[li].conv->shape;
-        launch_layer(li, acts[li].get(), acts[li + 1].get(), n * static_cast<uint32_t>(s.out_h() * s.out_w()), 0, 0,
-                     0, 0, li > 0 && !marks);
+        launch_layer(li, acts[li].get(), acts[li + 1].get(), conv_columns(li, n), 0, 0, 0, 0, li > 0 && !marks);
         if (marks) (*marks)[li + 1].record(*stream);
       }
       return acts.back();
@@ -424,9 +432,7 @@ struct GpuNetwork::Impl {
     for (size_t li = 0; li < layers.size(); ++li) {
       const bool last_layer = li + 1 == layers.size();
       const CUdeviceptr dst = last_layer && last.border == 0 ? out : acts[li + 1].get();
-      const ConvShape& s = layers[li].conv->shape;
-      launch_layer_on(on, via, li, src, dst, n * static_cast<uint32_t>(s.out_h() * s.out_w()), 0, 0, 0, 0,
-                      dependents && li > 0);
+      launch_layer_on(on, via, li, src, dst, conv_columns(li, n), 0, 0, 0, 0, dependents && li > 0);
       src = dst;
     }
     if (last.border > 0) {
@@ -485,9 +491,7 @@ struct GpuNetwork::Impl {
     auto ready = std::make_unique<cuda::Event>(CU_EVENT_DISABLE_TIMING);
     auto done = std::make_unique<cuda::Event>(CU_EVENT_DISABLE_TIMING);
     auto on = std::make_unique<cuda::Stream>();
-    size_t max_entries = 1;
-    for (const LoadedLayer& l : layers) max_entries = std::max(max_entries, l.entries.size());
-    auto via = std::make_unique<cuda::ConcurrentLauncher>(max_entries);
+    auto via = std::make_unique<cuda::ConcurrentLauncher>(most_entries());
     if (!layers.front().conv) make_ping_pong(false);  // a convolutional network has its buffers (acts) from the load
     caller_ready = std::move(ready);
     network_done = std::move(done);
@@ -518,7 +522,8 @@ struct GpuNetwork::Impl {
       SPARSERT_USER_CHECK(!l.column_map, pkg.dir.string(), "layer {} gathers its columns through a map "
                           "(column_map): only the Graph Challenge's executor runs it", l.name);
     }
-    const bool conv = layers.front().conv.has_value();
+    const PackageShape shape = package_shape(pkg);
+    const bool conv = shape.convolutional;
     const bool batch_major = order == BufferOrder::kBatchMajor;
     SPARSERT_USER_CHECK(!conv || !batch_major, "order", "batch-major buffers are for matrix layers; a convolutional "
                         "network takes NCHW images in the plain enqueue (BufferOrder::kFeatureMajor; in C "
@@ -528,9 +533,8 @@ struct GpuNetwork::Impl {
                                          layers.back().m <= static_cast<int64_t>(DeviceTranspose::kMaxRows)),
                         "order", "batch-major buffers take at most {} columns and output rows; this package has "
                         "{} and {}", DeviceTranspose::kMaxRows, pkg.n, layers.back().m);
-    const int64_t most = conv ? layers.front().conv->shape.images : pkg.n;
-    SPARSERT_USER_CHECK(n >= 1 && n <= most, "n", "{} {}; the package is compiled for 1 to {}", n,
-                        conv ? "images" : "columns", most);
+    SPARSERT_USER_CHECK(n >= 1 && n <= shape.width, "n", "{} {}; the package is compiled for 1 to {}", n,
+                        conv ? "images" : "columns", shape.width);
     const size_t in_need = check_device_buffer("input", in, in_bytes, true, n, order);
     const size_t out_need = check_device_buffer("output", out, out_bytes, false, n, order);
     SPARSERT_USER_CHECK(in + in_need <= out || out + out_need <= in, "output", "0x{:x} ({} bytes) overlaps the "
@@ -696,18 +700,10 @@ void GpuNetwork::enqueue(CUdeviceptr input, size_t input_bytes, CUdeviceptr outp
   impl_->ctx->make_current();
   impl_->enqueue(input, input_bytes, output, output_bytes, n, stream, order);
 }
-bool GpuNetwork::convolutional() const { return impl_->layers.front().conv.has_value(); }
-int64_t GpuNetwork::input_rows() const {
-  const LoadedLayer& l = impl_->layers.front();
-  return l.conv ? int64_t{l.conv->shape.in_channels} * l.conv->shape.in_h * l.conv->shape.in_w : l.k;
-}
-int64_t GpuNetwork::output_rows() const {
-  const LoadedLayer& l = impl_->layers.back();
-  return l.conv ? int64_t{l.conv->shape.out_channels} * l.conv->shape.out_h() * l.conv->shape.out_w() : l.m;
-}
-int64_t GpuNetwork::leading_dimension() const {
-  return convolutional() ? impl_->layers.front().conv->shape.images : impl_->pkg.n;
-}
+bool GpuNetwork::convolutional() const { return package_shape(impl_->pkg).convolutional; }
+int64_t GpuNetwork::input_rows() const { return package_shape(impl_->pkg).input_floats; }
+int64_t GpuNetwork::output_rows() const { return package_shape(impl_->pkg).output_floats; }
+int64_t GpuNetwork::leading_dimension() const { return package_shape(impl_->pkg).width; }
 
 DenseTensor GpuNetwork::run(const DenseTensor& input) {
   impl_->ctx->make_current();  // every entry point: the network may have been made on another thread

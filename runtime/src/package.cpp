@@ -232,6 +232,15 @@ void write_manifest(const Package& p) {
   write_file_atomic(p.dir / "manifest.json", j.dump(2) + "\n");
 }
 
+PackageShape package_shape(const Package& p) {
+  SPARSERT_INTERNAL_CHECK(!p.layers.empty(), "package_shape of a package without layers");
+  const PackageLayer &first = p.layers.front(), &last = p.layers.back();
+  if (!first.conv) return {first.k, last.m, p.n, false};
+  const ConvShape &in = first.conv->shape, &out = last.conv->shape;
+  return {int64_t{in.in_channels} * in.in_h * in.in_w, int64_t{out.out_channels} * out.out_h() * out.out_w(),
+          in.images, true};
+}
+
 Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
   const std::filesystem::path manifest_path = dir / "manifest.json";
   const std::string where = manifest_path.string();

@@ -667,6 +667,10 @@ TEST(Database, TileRecordsWithoutMaxEntriesReadAsUnlimited) {
   EXPECT_EQ(tile_from_json(j, "now"), t);
   j.erase("max_entries");
   EXPECT_EQ(tile_from_json(j, "then").max_entries, 0);
+  // A tile a person gives (compile --baked) has the default where it says nothing, and no key but a tile's.
+  EXPECT_EQ(tile_from_json(j, "given", TileJsonSource::kGiven), t);
+  EXPECT_EQ(tile_from_json({{"m_block", 7}}, "rec").plan.m_blocks, codegen::TileParams{}.plan.m_blocks);
+  EXPECT_THROW(tile_from_json({{"m_block", 7}}, "given", TileJsonSource::kGiven), UserError);
   j["max_entries"] = "eight";
   EXPECT_THROW(tile_from_json(j, "bad"), UserError);
 }

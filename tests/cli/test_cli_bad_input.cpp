@@ -240,7 +240,7 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
       // compile --baked: a misspelt parameter (the known ones listed), a wrong type, the kinds and options it
       // contradicts, and a tile the shared check refuses for a layer (named, with where the tile came from).
       {"", "", "compile " + (dir / "net-stream.json").string() + " --baked '{\"m_block\": 4}' -o " +
-       (dir / "pkg").string(), "--baked: unknown tile parameter 'm_block' (one of: balance, cols_per_thread, gy,"},
+       (dir / "pkg").string(), "--baked: 'm_block' is not a tile parameter (known: balance, cols_per_thread, gy,"},
       {"", "", "compile " + (dir / "net-stream.json").string() + " --baked '{\"gy\": \"two\"}' -o " +
        (dir / "pkg").string(), "--baked: gy is not an integer"},
       {"", "", "compile " + (dir / "net-stream.json").string() + " --baked '{ }' --kernel streamed -o " +

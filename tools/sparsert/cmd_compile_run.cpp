@@ -9,12 +9,10 @@
 #include "sparsert/runtime/json_text.hpp"
 #include "sparsert/runtime/npy.hpp"
 #include "sparsert/runtime/package.hpp"
-#include "sparsert/runtime/printable.hpp"
 #include "sparsert/runtime/stream_arrays.hpp"
 #include "tuning_support.hpp"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -331,31 +329,10 @@ Action add_compile(CLI::App& app) {
       SPARSERT_USER_CHECK(args->kernel != "streamed", "--baked", "bakes every layer; it cannot be combined with "
                           "--kernel streamed");
       SPARSERT_USER_CHECK(!args->tune, "--baked", "cannot be combined with --tune");
-      const nlohmann::json j = parse_json_text(args->baked, "--baked");
-      // Every key a package's baked tile holds, and no other: a misspelt one would leave its field at the default.
-      codegen::TileParams every_field;
-      every_field.interleave_groups = true;  // written only where set
-      const nlohmann::json known = codegen::to_json(every_field);
-      if (j.is_object()) {
-        for (const auto& item : j.items()) {
-          if (known.contains(item.key())) continue;
-          std::vector<std::string> names;
-          for (const auto& k : known.items()) names.push_back(k.key());
-          throw_user_error("--baked", "unknown tile parameter '{}' (one of: {})", printable(item.key()),
-                           fmt::join(names, ", "));
-        }
-      }
       compiler::TunedKernel pinned;
       pinned.kind = codegen::KernelKind::kBaked;
-      pinned.tile = autotune::tile_from_json(j, "--baked");
-      // tile_from_json reads a record without the field as no limit, as records from before it ran; a tile given here
-      // has the kernel's own default, one entry.
-      if (!j.contains("max_entries")) pinned.tile.max_entries = codegen::TileParams{}.max_entries;
-      for (const compiler::LoadedLayer& l : layers) {
-        SPARSERT_USER_CHECK(!l.conv || pinned.tile.cols_per_thread == 1, "--baked",
-                            "cols_per_thread {}: layer {} is a convolution, whose kernels take one column a thread",
-                            pinned.tile.cols_per_thread, printable(l.desc.name));
-      }
+      pinned.tile = autotune::tile_from_json(parse_json_text(args->baked, "--baked"), "--baked",
+                                             autotune::TileJsonSource::kGiven);
       pinned.source = "--baked";
       opt.tiles = [pinned](const compiler::LoadedLayer&, const codegen::Target&) { return pinned; };
       opt.kernel_kind = codegen::KernelKind::kBaked;

@@ -100,7 +100,8 @@ struct Node {
   void* hdst = nullptr;
   size_t bytes = 0;
   unsigned value = 0;
-  CUDA_MEMCPY3D copy3d{};  // Copy3D: device to device, checked when submitted
+  CUDA_MEMCPY3D copy3d{};  // Copy3D: device to device; dst and src its sides' first bytes, spanning bytes and src_bytes
+  size_t src_bytes = 0;
   // A kernel launched as a programmatic dependent (cuLaunchKernelEx): it runs after the work before it, as every
   // launch here does, but ptxsim fails any global access a thread makes before its griddepcontrol.wait, which on a GPU
   // could overlap the kernel before it.
@@ -1023,14 +1024,14 @@ static CUresult copy_node(const char* call, Node n, CUstream s, bool async) {
   if ((n.kind == Node::HtoD && !n.hsrc) || (n.kind == Node::DtoH && !n.hdst)) return CUDA_ERROR_INVALID_VALUE;
   // A synchronous copy while a stream captures in global mode would be an unrecorded side effect.
   if (!async && capturing_any()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  size_t span = n.kind == Node::Memset32 ? n.bytes * 4 : n.bytes;
-  if ((n.kind != Node::DtoH && in_dead_alloc(n.dst, span)) ||
-      ((n.kind == Node::DtoH || n.kind == Node::DtoD) && in_dead_alloc(n.src, span)))
+  const size_t span = n.kind == Node::Memset32 ? n.bytes * 4 : n.bytes;
+  const size_t src_span = n.kind == Node::Copy3D ? n.src_bytes : span;
+  const bool reads_device = n.kind == Node::DtoH || n.kind == Node::DtoD || n.kind == Node::Copy3D;
+  if ((n.kind != Node::DtoH && in_dead_alloc(n.dst, span)) || (reads_device && in_dead_alloc(n.src, src_span)))
     return destroyed(call, "the device memory's context");
   StreamObj* so;
   if (stream_ok(s, &so) && so && so->dead) return destroyed(call, "the stream's context");
-  if ((n.kind != Node::DtoH && !st().mem.find(n.dst, span)) ||
-      ((n.kind == Node::DtoH || n.kind == Node::DtoD) && !st().mem.find(n.src, span)))
+  if ((n.kind != Node::DtoH && !st().mem.find(n.dst, span)) || (reads_device && !st().mem.find(n.src, src_span)))
     return CUDA_ERROR_INVALID_VALUE;
   const bool host = n.kind == Node::HtoD || n.kind == Node::DtoH;
   HostAlloc* pinned = !host ? nullptr : host_alloc_of(n.kind == Node::HtoD ? n.hsrc : n.hdst, n.bytes);
@@ -1099,27 +1100,19 @@ static bool copy3d_span(size_t x, size_t y, size_t z, size_t pitch, size_t heigh
 // memory and arrays are not emulated.
 CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* p, CUstream s) {
   LOCK;
-  REQUIRE_INIT;
-  if (!tl_current || !st().ctxs.count(tl_current)) return CUDA_ERROR_INVALID_CONTEXT;
-  if (!tl_current->alive) return destroyed("cuMemcpy3DAsync", "the context current to this thread");
   if (!p || p->srcLOD || p->dstLOD || p->reserved0 || p->reserved1) return CUDA_ERROR_INVALID_VALUE;
   if (p->srcMemoryType != CU_MEMORYTYPE_DEVICE || p->dstMemoryType != CU_MEMORYTYPE_DEVICE)
     return fail_with(CUDA_ERROR_NOT_SUPPORTED, "cuMemcpy3DAsync: only copies between device memory are emulated");
-  if (p->WidthInBytes == 0 || p->Height == 0 || p->Depth == 0) return CUDA_SUCCESS;
-  size_t src_first = 0, src_bytes = 0, dst_first = 0, dst_bytes = 0;
-  if (!copy3d_span(p->srcXInBytes, p->srcY, p->srcZ, p->srcPitch, p->srcHeight, *p, &src_first, &src_bytes) ||
-      !copy3d_span(p->dstXInBytes, p->dstY, p->dstZ, p->dstPitch, p->dstHeight, *p, &dst_first, &dst_bytes))
-    return fail_with(CUDA_ERROR_INVALID_VALUE, "cuMemcpy3DAsync: a row runs past its pitch or a plane past its height");
-  const CUdeviceptr src = p->srcDevice + src_first, dst = p->dstDevice + dst_first;
-  if (in_dead_alloc(src, src_bytes) || in_dead_alloc(dst, dst_bytes))
-    return destroyed("cuMemcpy3DAsync", "the device memory's context");
-  StreamObj* so;
-  if (stream_ok(s, &so) && so && so->dead) return destroyed("cuMemcpy3DAsync", "the stream's context");
-  if (!st().mem.find(src, src_bytes) || !st().mem.find(dst, dst_bytes))
-    return fail_with(CUDA_ERROR_INVALID_VALUE, "cuMemcpy3DAsync: a side's span is not within one allocation");
   Node x(Node::Copy3D);
   x.copy3d = *p;
-  return submit(s, std::move(x));
+  size_t src_first = 0, dst_first = 0;
+  if (p->WidthInBytes && p->Height && p->Depth &&
+      (!copy3d_span(p->srcXInBytes, p->srcY, p->srcZ, p->srcPitch, p->srcHeight, *p, &src_first, &x.src_bytes) ||
+       !copy3d_span(p->dstXInBytes, p->dstY, p->dstZ, p->dstPitch, p->dstHeight, *p, &dst_first, &x.bytes)))
+    return fail_with(CUDA_ERROR_INVALID_VALUE, "cuMemcpy3DAsync: a row runs past its pitch or a plane past its height");
+  x.src = p->srcDevice + src_first;
+  x.dst = p->dstDevice + dst_first;
+  return copy_node("cuMemcpy3DAsync", std::move(x), s, true);  // the checks of every copy; an empty one does nothing
 }
 CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) {
   Node x(Node::Memset8);

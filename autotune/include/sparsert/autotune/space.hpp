@@ -102,8 +102,13 @@ std::string describe(const codegen::TileParams& t);
 // unroll follow when they are not the defaults).
 std::string describe(const Candidate& c);
 
+// Where a tile's JSON comes from. kRecord: written by codegen::to_json (a tuning record, a package, a report), read as
+// it ran: a record from before max_entries had no entry limit, and keys this version does not know are passed over.
+// kGiven: typed by a person (`compile --baked`): only the keys to_json writes, and a field not given has its default.
+enum class TileJsonSource { kRecord, kGiven };
 // Inverse of codegen::to_json(TileParams); UserError naming `where` and the field on malformed input.
-codegen::TileParams tile_from_json(const nlohmann::json& j, const std::string& where);
+codegen::TileParams tile_from_json(const nlohmann::json& j, const std::string& where,
+                                   TileJsonSource source = TileJsonSource::kRecord);
 // Inverse of codegen::to_json(StreamParams); UserError naming `where` and the field on malformed input.
 codegen::StreamParams stream_from_json(const nlohmann::json& j, const std::string& where);
 

@@ -125,6 +125,15 @@ struct Package {
   bool verify_files = false;
 };
 
+// What a program hands a network, per column: the first layer's K floats in and the last's M out, at most the
+// package's n columns a GPU call; for convolutions, one NCHW image's floats in and out, at most the compiled images.
+// GpuNetwork and the C interface describe a package by it.
+struct PackageShape {
+  int64_t input_floats = 0, output_floats = 0, width = 0;
+  bool convolutional = false;
+};
+PackageShape package_shape(const Package& p);
+
 // Weights and bias of one layer in the binary CSR file.
 struct LayerWeights {
   CsrMatrix a;
