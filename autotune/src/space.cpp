@@ -320,18 +320,27 @@ std::vector<Candidate> streamed_grid(int32_t n) {
   } else {
     // Above kRowsMaxN, the row-split kernel with column lanes (issue 12's "row-split CSR with vectorised B loads"):
     // 8 to 32 lanes of a warp span a row's columns with 2, 4 or 8 floats each (one or two coalesced vector loads of B
-    // per nonzero where rows of B are 16-byte aligned, narrower ones where not; the entry read once as a broadcast), 1 to 4 lanes split its nonzeros, 4 steps in flight. Eight
-    // floats a lane read each entry for twice the columns (one row a warp spans 256 at 32 column lanes), at about
-    // 176 registers: 128-thread blocks only. 128 threads a
+    // per nonzero where rows of B are 16-byte aligned, narrower ones where not; the entry read once as a broadcast),
+    // 1 to 4 lanes split its nonzeros, 4 steps in flight. Eight floats a lane read each entry for twice the columns
+    // (one row a warp spans 256 at 32 column lanes), at about 176 registers: 128-thread blocks only. 128 threads a
     // block (more blocks) or 512 (each block reads a row of B from L2 once for more rows); one column tile is the
     // lanes' span, at most N rounded up to a power of two (and at least 16 columns).
+    // And at N <= 64, for long rows at few columns (rn50's 512 x 2048 at N = 49: 205 nonzeros a row), 8 or 16 lanes
+    // split a row's nonzeros over 2 or 4 column lanes (spans of 8 to 32 columns): each lane's chain of dependent
+    // steps is a half or a quarter of 4 lanes'. Wider N would read each entry in more than 8 column tiles
+    // (docs/autotune.md, "More lanes a row at few columns").
     const int32_t limit = std::max(32, static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(n))));
+    auto shape_offered = [&](int32_t lanes, int32_t col_lanes, int32_t span) {
+      if (lanes * col_lanes > 32 || span > limit) return false;
+      if (col_lanes >= 8) return lanes <= 4 && span >= 16;
+      return n <= 64 && lanes >= 8 && span >= 8;
+    };
     for (int32_t threads : {128, 512})
-      for (int32_t col_lanes : {8, 16, 32})
+      for (int32_t col_lanes : {2, 4, 8, 16, 32})
         for (int32_t cpt : {2, 4, 8})
-          for (int32_t lanes : {1, 2, 4}) {
+          for (int32_t lanes : {1, 2, 4, 8, 16}) {
             const int32_t span = col_lanes * cpt;
-            if (lanes * col_lanes > 32 || span < 16 || span > limit || (cpt == 8 && threads != 128)) continue;
+            if (!shape_offered(lanes, col_lanes, span) || (cpt == 8 && threads != 128)) continue;
             Candidate c;
             c.kind = codegen::KernelKind::kStreamed;
             c.stream.layout = codegen::StreamLayout::kRows;
@@ -412,6 +421,12 @@ std::optional<RowSplitShape> row_split_shape(const codegen::StreamParams& p) {
 
 std::optional<RowSplitShape> row_split_shape(const Candidate& c) {
   return c.streamed() ? row_split_shape(c.stream) : std::nullopt;
+}
+
+RowSplitFamily row_split_family(const RowSplitShape& s) {
+  if (s.staged) return RowSplitFamily::kStaged;
+  if (s.col_lanes == 1) return RowSplitFamily::kOneColumnLane;
+  return s.col_lanes >= 8 ? RowSplitFamily::kColumnLanes : RowSplitFamily::kLongRows;
 }
 
 bool timed_only(const Candidate& c) {

@@ -80,8 +80,9 @@ TEST(Space, GridIsSmallHasTheDefaultAndTypedRejections) {
   const codegen::Target t = codegen::Target::parse("sm_90");
   const auto cands = enumerate_candidates(l.a, l.n, t);
   // 208 since the row-split candidates come in two loop forms (prefetch), 240 with the staged row-split kernel (32
-  // at N = 64), 272 with its double-buffered twins, 311 with the row-split kernel's register budgets (33).
-  EXPECT_LT(cands.size(), 320u);
+  // at N = 64), 272 with its double-buffered twins, 311 with the row-split kernel's register budgets (33), 345 with
+  // 8 or 16 lanes a row at few columns (34).
+  EXPECT_LT(cands.size(), 360u);
   int defaults = 0, rejected = 0;
   for (const Candidate& c : cands) {
     defaults += c.is_default;
@@ -773,12 +774,14 @@ TEST(Space, StreamedCandidatesAreEnumeratedWithTypedRejections) {
   // ELL: rows per block {32, 64, 128, 256} x {(32,16), (32,8), (64,16)}; StreamParams' defaults are one of them.
   // Row-split with column lanes at N = 64: 11 shapes (8 lanes x 2 or 4 floats, 1 to 4 lanes a row; 16 lanes x 2 or 4,
   // 1 or 2 lanes a row; 32 lanes x 2) x 128 or 512 threads, and 3 of 8 lanes x 8 floats (1 to 4 lanes a row) in
-  // 128 threads only, each with and without its entries prefetched. Staged in shared memory (spans of 32 or 64
+  // 128 threads only; for long rows, 4 shapes (2 lanes x 4 floats with 8 or 16 lanes a row, 4 lanes x 2 or 4 with 8)
+  // x 128 or 512 threads and 3 of 8 floats (2 lanes with 8 or 16 lanes a row, 4 with 8) in 128 threads only; each
+  // with and without its entries prefetched. Staged in shared memory (spans of 32 or 64
   // floats): 8 shapes (8 lanes x 4 floats, 16 x 2 with 1 or 2 lanes a row; 32 x 1; 16 x 4 with 1 or 2; 32 x 2) x
   // (a row a group at unroll 2 or 4, or 2 or 4 rows a group at unroll 2), each with one tile and double-buffered.
-  // And the prefetching row-split kernels of 2 or 4 floats a lane (22 of the 25) under a budget of 64 registers, and
-  // those of 128 threads (11) under 48.
-  EXPECT_EQ(st.size(), 12u + 2 * 25u + 2 * 8u * 4u + 33u);
+  // And the prefetching row-split kernels of 2 or 4 floats a lane (30 of the 36) under a budget of 64 registers, and
+  // those of 128 threads (15) under 48.
+  EXPECT_EQ(st.size(), 12u + 2 * 36u + 2 * 8u * 4u + 45u);
   int prefetched = 0, staged = 0, double_buffered = 0, budgets = 0;
   for (const Candidate& c : st) {
     if (c.stream.max_registers == 0) continue;
@@ -797,7 +800,7 @@ TEST(Space, StreamedCandidatesAreEnumeratedWithTypedRejections) {
     ASSERT_NE(twin, st.end()) << describe(c);
     EXPECT_LT(twin - st.begin(), &c - st.data());
   }
-  EXPECT_EQ(budgets, 33);
+  EXPECT_EQ(budgets, 45);
   for (const Candidate& c : st) {
     if (c.stream.prefetch == 0 || c.stream.max_registers != 0) continue;
     ++prefetched;
@@ -811,7 +814,7 @@ TEST(Space, StreamedCandidatesAreEnumeratedWithTypedRejections) {
     EXPECT_LT(twin - st.begin(), &c - st.data());
     EXPECT_EQ(stream_from_json(codegen::to_json(c.stream), "s"), c.stream);
   }
-  EXPECT_EQ(prefetched, 25);
+  EXPECT_EQ(prefetched, 36);
   for (const Candidate& c : st) {
     if (c.stream.layout != codegen::StreamLayout::kStagedRows) continue;
     ++staged;
@@ -913,22 +916,29 @@ TEST(Space, StreamedTilesAreCappedAtNAndKindsCanBeRestricted) {
   EXPECT_EQ(cands.size(), 5u + 32u);
   // Above N = 16 the row-split layout's lanes span columns: 8 or 16 column lanes of 2 or 4 floats spanning 16 or 32
   // columns at N = 17 (8 shapes with 1 to 4 lanes a row) x 128 or 512 threads x the two loop forms, and the
-  // prefetching ones under a budget of 64 registers (16) and, at 128 threads, of 48 (8), all valid.
+  // prefetching ones under a budget of 64 registers (16) and, at 128 threads, of 48 (8), all valid; for long rows,
+  // 2 or 4 column lanes with 8 or 16 lanes a row, spans of 8 to 32 columns (11 x the two loop forms, and 8 + 4
+  // under the budgets).
   const TuneLayer wide = small_layer("w", 3, 300, 200, 17);
   int column_lanes = 0;
   for (const Candidate& c : enumerate_candidates(wide.a, wide.n, t, {codegen::KernelKind::kStreamed})) {
     if (c.stream.layout != codegen::StreamLayout::kRows) continue;
     ++column_lanes;
-    EXPECT_GE(c.stream.col_lanes, 8) << describe(c);
+    const bool long_rows = c.stream.lanes_per_row >= 8;
+    EXPECT_EQ(c.stream.col_lanes >= 8, !long_rows) << describe(c);
     EXPECT_LE(c.stream.n_tile, 32) << describe(c);
-    EXPECT_GE(c.stream.n_tile, 16) << describe(c);
+    EXPECT_GE(c.stream.n_tile, long_rows ? 8 : 16) << describe(c);
     EXPECT_TRUE(codegen::stream_block_x(c.stream) * codegen::stream_block_y(c.stream) == 128 ||
                 codegen::stream_block_x(c.stream) * codegen::stream_block_y(c.stream) == 512)
         << describe(c);
     EXPECT_TRUE(c.valid()) << describe(c) << ": " << c.rejected_reason;
     EXPECT_EQ(stream_from_json(codegen::to_json(c.stream), "s"), c.stream) << describe(c);
   }
-  EXPECT_EQ(column_lanes, 56);
+  EXPECT_EQ(column_lanes, 56 + 34);
+  // Above N = 64 the long-row shapes are not offered.
+  const TuneLayer wider = small_layer("w", 3, 300, 200, 65);
+  for (const Candidate& c : enumerate_candidates(wider.a, wider.n, t, {codegen::KernelKind::kStreamed}))
+    if (c.stream.layout == codegen::StreamLayout::kRows) EXPECT_LE(c.stream.lanes_per_row, 4) << describe(c);
 }
 
 // A layer with fewer blocks than the target has SMs at 16 rows a block also gets 8 and 4 rows a block (issue 12: a
@@ -1200,9 +1210,10 @@ TEST(Gpu, EveryRowSplitShapeIsTimed) {
     ++timed_plain;
   }
   // At N = 40: 8 column lanes of 2, 4 or 8 floats with 1, 2 or 4 lanes a row, 16 of 2 or 4 with 1 or 2, 32 of 2;
+  // for long rows, 4 column lanes of 2, 4 or 8 floats with 8 lanes a row and 2 of 4 or 8 with 8 or 16;
   // staged in shared memory, spans of 32 or 64 floats: 8 of 4 and 16 of 2 with 1 or 2 lanes, 32 of 1, 16 of 4 with 1
   // or 2, 32 of 2; each staged shape also double-buffered.
-  EXPECT_EQ(offered.size(), 30u);
+  EXPECT_EQ(offered.size(), 37u);
   EXPECT_EQ(timed, offered);
   EXPECT_EQ(timed_plain, offered.size());
 }

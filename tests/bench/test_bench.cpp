@@ -610,8 +610,34 @@ TEST(Bench, MeasuredKindChoiceKeepsTheFasterKernelAndRecordsBoth) {
       EXPECT_TRUE(shapes.insert(shape_of(st)).second) << kind << " repeats a shape: " << c.dump();
       kinds.push_back(kind);
     }
-    EXPECT_EQ(top.size(), 3u) << c.dump();
-    for (int rank : top) EXPECT_LE(rank, 4) << c.dump();
+    // Ranks past the first three complete the families (autotune::RowSplitFamily) of the kernels timed: each of a
+    // family none before it is of, staged ones apart. At 20 columns the grid offers column lanes (8 or more of them)
+    // and, for long rows, 2 or 4 with 8 or 16 lanes a row: both are timed.
+    auto family_of = [](const nlohmann::json& st) -> std::string {
+      if (st.value("layout", "") == "staged-rows") return "staged";
+      const int col_lanes = st.value("col_lanes", 1);
+      return col_lanes == 1 ? "one column lane" : col_lanes >= 8 ? "column lanes" : "long rows";
+    };
+    std::map<int, std::string> family_of_rank;
+    for (const auto& [kind, v] : c.items())
+      if (kind.starts_with("streamed-shape"))
+        family_of_rank[std::stoi(kind.substr(std::string("streamed-shape").size()))] = family_of(stream_of(v));
+    ASSERT_GE(top.size(), 3u) << c.dump();
+    std::set<std::string> families;
+    if (rows) families.insert(family_of(pick_stream));
+    size_t i = 0;
+    for (const auto& [rank, family] : family_of_rank) {
+      if (i++ < 3) {
+        EXPECT_LE(rank, 4) << c.dump();
+        families.insert(family);
+      } else {
+        EXPECT_NE(family, "staged") << c.dump();
+        EXPECT_TRUE(families.insert(family).second) << "rank " << rank << " repeats a family: " << c.dump();
+      }
+    }
+    if (p["n"].get<int>() == 20) {
+      EXPECT_TRUE(families.count("column lanes") && families.count("long rows")) << c.dump();
+    }
     // And the model's best row-split kernel under a register budget, where the grid offers one that adds resident
     // warps: never at 16 columns or fewer (9 here), where the row-split layout has a lane group a row; not at 20
     // either, whose grids are too small for a second block an SM (autotune's tests cover the choice; this one what
@@ -639,7 +665,7 @@ TEST(Bench, MeasuredKindChoiceKeepsTheFasterKernelAndRecordsBoth) {
     EXPECT_FALSE(c.contains("baked-interleaved")) << c.dump();
     // The pick's own shape is the one rank of the four left out where the pick is row-split; else the fourth.
     if (!rows) {
-      EXPECT_EQ(top, (std::set<int>{1, 2, 3})) << c.dump();
+      EXPECT_EQ(*std::next(top.begin(), 2), 3) << c.dump();
     }
     // And the model's next two baked tiles of other grids (rows a block, groups, column tile, columns a thread) than
     // its baked pick's, at compile's width (here the problem's).

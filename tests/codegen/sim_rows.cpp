@@ -105,6 +105,11 @@ TEST(SimRows, ColumnLanesSpanTheColumnsOfARow) {
       {129, 64, 0.9, 256, 256, col_params(4, 1, 32, 256, 8, 4)},   // eight floats a lane: a warp spans 256 columns
       {70, 120, 0.9, 52, 49, col_params(4, 2, 8, 64, 8, 4)},       // two vector loads a step at ld 52
       {70, 120, 0.9, 49, 49, col_params(4, 1, 8, 64, 8, 2)},       // eight scalar loads a step at ld 49
+      // Long rows at few columns: 8 or 16 lanes split each row's nonzeros over 4 or 2 column lanes.
+      {40, 900, 0.85, 52, 49, col_params(16, 8, 4, 16, 4, 4)},     // rn50's 512 x 2048 at N = 49, scaled
+      {40, 900, 0.85, 52, 52, col_params(32, 8, 2, 8, 4, 4)},      // seven 8-column tiles over ld 52
+      {40, 900, 0.9, 49, 45, col_params(8, 16, 2, 16, 8, 2)},      // 16 lanes a row, scalar loads at ld 49
+      {40, 500, 0.9, 64, 64, col_params(4, 8, 4, 32, 8, 4)},       // two vector loads a step
   };
   const Epilogue eps[] = {{}, {{0.25f}, Activation::kRelu, std::nullopt}, {{-3.0f}, Activation::kRelu, 2.5f}};
   uint64_t seed = 40;
@@ -276,7 +281,9 @@ TEST(RowsAssemble, Sm80AndSm90NoSpills) {
                                  rows_params(128, 1, 8, 8, 2),       col_params(8, 1, 16, 64, 4, 4),
                                  col_params(16, 2, 16, 64, 4, 4),    col_params(16, 1, 32, 128, 4, 2),
                                  col_params(16, 4, 8, 32, 4, 4),     col_params(4, 1, 32, 256, 8, 4),
-                                 col_params(8, 2, 8, 64, 8, 4)};
+                                 col_params(8, 2, 8, 64, 8, 4),      col_params(16, 8, 4, 16, 4, 4),
+                                 col_params(32, 8, 2, 8, 4, 4),      col_params(4, 16, 2, 16, 8, 4),
+                                 col_params(4, 8, 4, 32, 8, 4)};
   std::vector<StreamParams> all(std::begin(params), std::end(params));
   for (const StreamParams& p : params) {  // each also with its entries loaded an iteration ahead
     all.push_back(p);
@@ -387,10 +394,11 @@ TEST(RowsAssemble, RegisterBudgetsHoldWithoutSpills) {
   const Target t = Target::parse("sm_90");
   for (int32_t threads : {128, 512})
     for (int32_t budget : {64, 48})
-      for (int32_t col_lanes : {8, 16, 32})
+      for (int32_t col_lanes : {2, 4, 8, 16, 32})
         for (int32_t cpt : {2, 4})
-          for (int32_t lanes : {1, 2, 4}) {
-            if (lanes * col_lanes > 32 || (budget == 48 && threads != 128)) continue;
+          for (int32_t lanes : {1, 2, 4, 8, 16}) {
+            // The shapes the tuner's grid offers: 8 or 16 lanes a row only at 2 or 4 column lanes.
+            if (lanes * col_lanes > 32 || (budget == 48 && threads != 128) || (col_lanes < 8) != (lanes > 4)) continue;
             StreamParams p = col_params(threads / (lanes * col_lanes), lanes, col_lanes, col_lanes * cpt, cpt, 4);
             p.prefetch = 1;
             p.max_registers = budget;

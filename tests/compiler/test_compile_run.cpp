@@ -1658,7 +1658,7 @@ TEST(CompileRun, StreamedLayersAtFortyNineColumnsSpanThemWithColumnLanes) {
     EXPECT_EQ(l.kind, "streamed") << l.name;
     EXPECT_EQ(l.tile.value("layout", ""), "rows") << l.name << ": " << l.tile.dump();
     const int64_t col_lanes = l.tile.value("col_lanes", int64_t{1});
-    EXPECT_GE(col_lanes, 8) << l.name << ": " << l.tile.dump();
+    EXPECT_GT(col_lanes, 1) << l.name << ": " << l.tile.dump();
     EXPECT_EQ(l.block_x, l.tile.value("rows_per_block", int64_t{0}) * l.tile.value("lanes_per_row", int64_t{0}) *
                              col_lanes)
         << l.name;

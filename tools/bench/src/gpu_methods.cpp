@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <set>
 #include <optional>
 
 namespace sparsert::bench {
@@ -694,7 +695,8 @@ class SparsertGpu final : public GpuMethod {
     // not a multiple of 4, each kind is also built for rows of 16 bytes (compile --row-align 4; run with N columns).
     // Where the streamed pick at compile's width is a row-split kernel, its twin with the entries prefetched
     // ("prefetch": 1, offered to the tuner but priced no cheaper by the model) is timed too, and so are the model's
-    // best row-split kernels of kMeasuredShapes other shapes ("-shapeR": the shape the model ranks R-th), and its best
+    // best row-split kernels of kMeasuredShapes other shapes ("-shapeR": the shape the model ranks R-th) and of every
+    // family of shapes (autotune::RowSplitFamily) none of those is of, staged ones apart, and its best
     // row-split kernel under a register budget ("-budget"). Where the streamed pick splits long rows
     // (segment_entries), its twin with whole rows is timed too ("-whole"). Where the baked pick's thread groups would
     // sit on fewer sub-partitions of an SM interleaved over its warps, that twin is timed too ("-interleaved"). And
@@ -987,11 +989,22 @@ class SparsertGpu final : public GpuMethod {
     const std::optional<autotune::RowSplitShape> picked =
         pick ? autotune::row_split_shape(pick->stream) : std::nullopt;
     const std::vector<codegen::StreamParams>& shapes = row_split_shapes(p, columns);
+    std::set<autotune::RowSplitFamily> families;  // of the row-split kernels timed: the pick's and the shapes'
+    if (picked) families.insert(autotune::row_split_family(*picked));
+    std::vector<bool> taken(shapes.size(), false);
     size_t timed = 0;
     for (size_t r = 0; r < shapes.size() && timed < kMeasuredShapes; ++r) {
       if (autotune::row_split_shape(shapes[r]) == picked) continue;
       out.push_back({codegen::KernelKind::kStreamed, columns, false, r + 1});
+      families.insert(autotune::row_split_family(*autotune::row_split_shape(shapes[r])));
+      taken[r] = true;
       ++timed;
+    }
+    // And the best shape of each family those left out, staged ones apart (kMeasuredShapes).
+    for (size_t r = 0; r < shapes.size(); ++r) {
+      const autotune::RowSplitFamily f = autotune::row_split_family(*autotune::row_split_shape(shapes[r]));
+      if (taken[r] || f == autotune::RowSplitFamily::kStaged || !families.insert(f).second) continue;
+      out.push_back({codegen::KernelKind::kStreamed, columns, false, r + 1});
     }
     out.push_back({codegen::KernelKind::kStreamed, columns, false, 0, true});
     out.push_back({codegen::KernelKind::kStreamed, columns, false, 0, false, true});
@@ -1109,7 +1122,8 @@ MethodSet gpu_methods(const std::filesystem::path& scratch_dir, std::optional<in
                                   "long ones), the baked pick also with its thread groups interleaved over its "
                                   "warps where that puts fewer on each sub-partition, the model's next {4} baked "
                                   "tiles of other grids on layers of at most {5} nonzeros, and the model's best "
-                                  "row-split kernels of {3} other shapes and under a register budget, {1} x {2} runs "
+                                  "row-split kernels of {3} other shapes, of each family of shapes those leave out "
+                                  "and under a register budget, {1} x {2} runs "
                                   "each, the fastest kept)",
                                   SparsertGpu::kMeasuredRowAlign, SparsertGpu::kChoiceSamples,
                                   SparsertGpu::kChoiceRuns, SparsertGpu::kMeasuredShapes,

@@ -81,6 +81,13 @@ struct RowSplitShape {
 std::optional<RowSplitShape> row_split_shape(const codegen::StreamParams& p);
 std::optional<RowSplitShape> row_split_shape(const Candidate& c);
 
+// The families of shapes the grid offers: one column lane (N <= 16, lanes split rows), 8 to 32 column lanes with 1 to
+// 4 lanes a row, 2 or 4 column lanes with 8 or 16 lanes a row (long rows at N <= 64), and B staged in shared memory.
+// The model ranks shapes within a family about as badly as across them, but a family it has never been measured on
+// can crowd the others out of a short list of its best shapes, so measured choices time each family's best.
+enum class RowSplitFamily { kOneColumnLane, kColumnLanes, kLongRows, kStaged };
+RowSplitFamily row_split_family(const RowSplitShape& s);
+
 // The row-split kernel with its entries prefetched, or under a register budget: forms whose worth the model cannot
 // price, since ptxas buys their fewer registers with fewer rows of B in flight, which the model does not see, while
 // it counts the registers as occupancy. Neither compile's model choice nor a tuning run that timed nothing picks
