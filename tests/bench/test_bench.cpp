@@ -1,5 +1,8 @@
 // sparsert bench on the generated "smoke" suite: the measurement, verification, results format, report and CLI.
+#include "sparsert/autotune/choose.hpp"
 #include "sparsert/bench/bench.hpp"
+#include "sparsert/codegen/stream_spmm.hpp"
+#include "sparsert/codegen/target.hpp"
 #include "sparsert/runtime/error.hpp"
 #include "sparsert/runtime/file_io.hpp"
 #include "sparsert/runtime/reference.hpp"
@@ -637,6 +640,17 @@ TEST(Bench, MeasuredKindChoiceKeepsTheFasterKernelAndRecordsBoth) {
     }
     if (p["n"].get<int>() == 20) {
       EXPECT_TRUE(families.count("column lanes") && families.count("long rows")) << c.dump();
+      // Each rank past the first three is its family's best under the model.
+      const std::string detail = c["streamed"].value("detail", "");
+      const codegen::Target target = codegen::Target::parse(detail.substr(0, detail.find(' ')));
+      const Problem wider = generated_problem("smoke", "wider", 64, 48, 20, 0.7, 6);
+      std::map<std::string, int> best_rank;
+      int r = 0;
+      for (const autotune::RankedCandidate& rc : autotune::best_row_split_shapes(wider.a, 20, Epilogue{}, target, 1000))
+        best_rank.emplace(family_of(codegen::to_json(rc.candidate.stream)), ++r);
+      size_t j = 0;
+      for (const auto& [rank, family] : family_of_rank)
+        if (j++ >= 3) EXPECT_EQ(rank, best_rank.at(family)) << family << ": " << c.dump();
     }
     // And the model's best row-split kernel under a register budget, where the grid offers one that adds resident
     // warps: never at 16 columns or fewer (9 here), where the row-split layout has a lane group a row; not at 20

@@ -398,7 +398,10 @@ TEST(RowsAssemble, RegisterBudgetsHoldWithoutSpills) {
         for (int32_t cpt : {2, 4})
           for (int32_t lanes : {1, 2, 4, 8, 16}) {
             // The shapes the tuner's grid offers: 8 or 16 lanes a row only at 2 or 4 column lanes.
-            if (lanes * col_lanes > 32 || (budget == 48 && threads != 128) || (col_lanes < 8) != (lanes > 4)) continue;
+            if (lanes * col_lanes > 32 || (budget == 48 && threads != 128) || (col_lanes < 8) != (lanes > 4) ||
+                col_lanes * cpt < 8) {
+              continue;
+            }
             StreamParams p = col_params(threads / (lanes * col_lanes), lanes, col_lanes, col_lanes * cpt, cpt, 4);
             p.prefetch = 1;
             p.max_registers = budget;

@@ -180,7 +180,8 @@ Action add_bench(CLI::App& app) {
                   "cuda: sparsert's kernel kind for each problem: model (what compile builds without a tuning record) "
                   "or measured (the model's fastest baked and streamed kernels timed on the device, also built for "
                   "rows of 16 bytes where N is not a multiple of 4, a row-split streamed pick also with its entries "
-                  "prefetched, and the model's best row-split kernels of 3 other shapes; for a convolution, the "
+                  "prefetched, and the model's best row-split kernels of 3 other shapes and of each family of shapes "
+                  "those leave out; for a convolution, the "
                   "model's baked tile and codegen's rules' tile; the fastest kept, every time recorded)")
       ->check(CLI::IsMember({"model", "measured"}))
       ->default_val("model");

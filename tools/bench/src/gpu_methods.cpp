@@ -1000,7 +1000,8 @@ class SparsertGpu final : public GpuMethod {
       taken[r] = true;
       ++timed;
     }
-    // And the best shape of each family those left out, staged ones apart (kMeasuredShapes).
+    // And the best shape of each family (column lanes, long rows) none of those is of: the model ranks a family it
+    // was never measured on ahead of one it was. Staged shapes apart (kMeasuredShapes says why).
     for (size_t r = 0; r < shapes.size(); ++r) {
       const autotune::RowSplitFamily f = autotune::row_split_family(*autotune::row_split_shape(shapes[r]));
       if (taken[r] || f == autotune::RowSplitFamily::kStaged || !families.insert(f).second) continue;
