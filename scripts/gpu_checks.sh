@@ -4,13 +4,14 @@
 #   bash scripts/gpu_checks.sh STAGE [BUILD_DIR] [OUT_DIR]
 #
 # STAGE: info | tests | bench-rn50 | bench-rest | bench-nlp | bench-other | bench-entries | bench-functions |
-#   graphchallenge | tune | tune-n256 | tune-conv | tune-gc | ncu-gc | ncu-spmm | ncu-nlp | ncu-lanes | fetch-grid |
+#   graphchallenge | tune | tune-n49 | tune-n256 | tune-conv | tune-gc | ncu-gc | ncu-spmm | ncu-nlp | ncu-lanes | fetch-grid |
 #   gc65536 | gc65536-1920 | gc65536-folded | all
 #   (not part of all: ncu-gc, Nsight Compute's kernel times of the 1200-input Graph Challenge run; ncu-spmm, its warp
 #   stall reasons on a 49-column layer baked (the tiles the model misprices) and streamed (row-split), and on the
 #   transformer's 512 x 2048 at N = 256; gc65536, gc65536-1920 and gc65536-folded, the synthetic 65536-neuron
 #   networks of 120 and 1920 layers, plain and folded, each in a device call of its own. For short leases, parts of
-#   stages alone: tune-n256, the tune stage's transformer layer (its baked tiles first); tune-conv, DLMC's 3x3
+#   stages alone: tune-n49, the tune stage's 512 x 2048 layer of rn50 at N = 49 (its row-split shapes, the long-row
+#   ones among them); tune-n256, the tune stage's transformer layer (its baked tiles first); tune-conv, DLMC's 3x3
 #   convolutions tuned through their layouts at N = 3136, 196 and 49 (also in all); ncu-nlp, ncu-spmm's
 #   transformer layer, baked and as the row-split kernel, each also JIT-compiled by the driver from its PTX;
 #   ncu-lanes, two row-split kernels of 8 and 4 floats a lane that the model prices alike and the H200 did not;
@@ -30,7 +31,7 @@
 # (`sparsert bench` itself fails only when sparsert misses the reference; a baseline that misses is noted and passes.)
 set -euo pipefail
 
-stage=${1:?usage: gpu_checks.sh info|tests|bench-rn50|bench-rest|bench-nlp|bench-other|bench-entries|bench-functions|graphchallenge|tune|tune-n256|tune-conv|tune-gc|ncu-gc|ncu-spmm|ncu-nlp|ncu-lanes|fetch-grid|gc65536|gc65536-1920|gc65536-folded|all [BUILD_DIR] [OUT_DIR]}
+stage=${1:?usage: gpu_checks.sh info|tests|bench-rn50|bench-rest|bench-nlp|bench-other|bench-entries|bench-functions|graphchallenge|tune|tune-n49|tune-n256|tune-conv|tune-gc|ncu-gc|ncu-spmm|ncu-nlp|ncu-lanes|fetch-grid|gc65536|gc65536-1920|gc65536-folded|all [BUILD_DIR] [OUT_DIR]}
 build=${2:-build}
 out=${3:-${OUT:-gpu-results}}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -139,6 +140,20 @@ tune_n256() {
   model_check "$out/tune-rows-cols-n256-gpu.json"
   model_matrices=()
   rm -rf "$gen"
+}
+
+# rn50's 512 x 2048 layer at N = 49 (205 nonzeros a row at 90%, 102 at 95%), for which the row-split grid offers 8 or
+# 16 lanes a row over 2 or 4 column lanes since 2026-11-30 (docs/autotune.md, "More lanes a row at few columns"):
+# gpu mode times the model's top 16 streamed candidates and the best of every shape (37) at compile's width (52), so
+# that check-model prices the new shapes beside the ones measured before. The tune stage's part for it, and a stage
+# of its own (tune-n49).
+tune_n49_long_rows() {
+  local sparsity
+  for sparsity in 0.9 0.95; do
+    tune_step 0 "$data/dlmc/rn50/magnitude_pruning/$sparsity/bottleneck_1_block_group4_1_1.smtx" --n 49 --mode gpu \
+      --kernel streamed --top 2 -o "$out/tune-long-rows-n49-$sparsity-gpu.json" --no-db -j "$jobs"
+    model_check "$out/tune-long-rows-n49-$sparsity-gpu.json"
+  done
 }
 
 # profile KERNEL PKG INPUT CSV WHAT: one launch of the entry KERNEL of `sparsert run PKG`, its sections into
@@ -402,7 +417,12 @@ case $stage in
       "$data/dlmc/rn50/magnitude_pruning/0.9/bottleneck_projection_block_group_projection_block_group4.smtx" --n 49 \
       --row-align 1 --mode gpu --kernel streamed --top 4 -o "$out/tune-rows-cols-n49-gpu.json" --no-db -j "$jobs"
     model_check "$out/tune-baked-n49-gpu.json" "$out/tune-gemv-gpu.json" "$out/tune-rows-cols-n49-gpu.json"
+    tune_n49_long_rows
     tune_n256
+    ;;
+  tune-n49)
+    jobs=$(nproc)
+    tune_n49_long_rows
     ;;
   tune-n256)
     jobs=$(nproc)

@@ -73,6 +73,8 @@ for call in 'bench --suite rn50-0.9 --device cuda --repeats 20 --choose measured
   'tune .*bottleneck_3_block_group4_2_1\.smtx --n 49 --row-align 1 --mode model --kernel baked ' \
   'tune .*final_dense\.smtx --n 1 --mode gpu --kernel streamed' \
   'tune .*projection_block_group4\.smtx --n 49 --row-align 1 --mode gpu --kernel streamed' \
+  'tune .*/0\.9/bottleneck_1_block_group4_1_1\.smtx --n 49 --mode gpu --kernel streamed --top 2 ' \
+  'tune .*/0\.95/bottleneck_1_block_group4_1_1\.smtx --n 49 --mode gpu --kernel streamed --top 2 ' \
   'gen pruned --rows 512 --cols 2048 --sparsity 0\.9 --seed 100 ' \
   'tune .*nlp_512x2048\.mtx --n 256 --mode gpu --kernel streamed' \
   'graphchallenge .*--replicate 1 --device cuda --compaction fused' \
@@ -88,13 +90,13 @@ for call in 'bench --suite rn50-0.9 --device cuda --repeats 20 --choose measured
   'tune [^ ]+/g4s2\.json --mode gpu --top 1 '; do
   check "ran: $call" grep -q -E "^$call" "$CALLS"
 done
-# The model beside every measured file a step wrote (21), not beside one a failed step did not write; the reports on
+# The model beside every measured file a step wrote (23), not beside one a failed step did not write; the reports on
 # the layer the stage generated read that layer from the generated file (--matrix), and no other report does.
 for f in rn50-0\.95-cuda transformer-cuda mobilenet-cuda graphchallenge-cuda rn50-conv3x3-0\.9-cuda \
   rn50-conv3x3-0\.95-cuda rn50-0\.9-cuda-e8 rn50-0\.9-cuda-e2 transformer-cuda-e8 rn50-0\.9-cuda-nofunc \
   transformer-cuda-nofunc tune-baked-n49-gpu tune-gemv-gpu tune-rows-cols-n49-gpu tune-rows-cols-n256-gpu \
   tune-baked-n256-gpu tune-conv-g1-gpu tune-conv-g3-gpu tune-conv-g4s2-gpu tune-gc-l100-n950-gpu \
-  tune-gc-l100-n60000-gpu; do
+  tune-gc-l100-n60000-gpu tune-long-rows-n49-0\.9-gpu tune-long-rows-n49-0\.95-gpu; do
   check "check-model on $f" grep -q -E "^check-model --data .* -q -o $out/$f-model\.json $out/$f\.json$" "$CALLS"
 done
 check "no check-model on a file a failed step did not write" \
@@ -107,8 +109,8 @@ check "the baked tiles at N = 256 are timed" \
   grep -q -E '^tune [^ ]+/nlp_512x2048\.mtx --n 256 --mode gpu --kernel baked --top 2 ' "$CALLS"
 check "--matrix for those reports only" test "$(grep -c -E '^check-model .*--matrix' "$CALLS")" -eq 2
 check "the generated file still there when check-model reads it" test "$(sort -u "$CALLS.matrix")" = found
-check "twenty-one check-model calls" test "$(grep -c '^check-model ' "$CALLS")" -eq 21
-check "fifty-five sparsert calls" test "$(wc -l < "$CALLS")" -eq 55
+check "twenty-three check-model calls" test "$(grep -c '^check-model ' "$CALLS")" -eq 23
+check "fifty-nine sparsert calls" test "$(wc -l < "$CALLS")" -eq 59
 check "one CPU run with AVX2 named" grep -q -E '^avx2 graphchallenge .*--replicate 50 --device cpu$' "$CALLS.isa"
 check "only that one" test "$(wc -l < "$CALLS.isa")" -eq 1
 check "all.log names bench-rn50" grep -q -E '^  - bench-rn50 \(exit 1' "$out/all.log"
@@ -137,6 +139,15 @@ check "the baked tiles are tuned before the streamed ones" test "$(grep -E '^tun
 : > "$CALLS"
 SPARSERT_LEASE_DEADLINE=$(( $(date +%s) + 10 )) bash "$script" tune-n256 "$fake" "$work/out12" > "$work/log12" 2>&1
 check "past the deadline a tune still gets 5 s" test "$(grep -c -E '^tune --budget 5 ' "$CALLS")" -eq 2
+
+# tune-n49 alone: the two 512 x 2048 layers of rn50 at N = 49, streamed, at compile's width, each beside the model.
+: > "$CALLS"
+bash "$script" tune-n49 "$fake" "$work/out15" > "$work/log15" 2>&1
+rc=$?
+check "tune-n49 exits 0 (got $rc)" test "$rc" -eq 0
+check "tune-n49 tunes two layers streamed" \
+  test "$(grep -c -E '^tune [^ ]+/bottleneck_1_block_group4_1_1\.smtx --n 49 --mode gpu --kernel streamed ' "$CALLS")" -eq 2
+check "tune-n49 checks both against the model" test "$(grep -c -E '^check-model .*tune-long-rows-n49-' "$CALLS")" -eq 2
 
 # tune-conv with the bundle named relative to the working directory, as gpu_lease.sh names it: the networks it writes
 # in a folder of their own name their weights by absolute paths (a relative one is taken from the network's folder).
