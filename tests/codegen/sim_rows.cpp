@@ -110,6 +110,9 @@ TEST(SimRows, ColumnLanesSpanTheColumnsOfARow) {
       {40, 900, 0.85, 52, 52, col_params(32, 8, 2, 8, 4, 4)},      // seven 8-column tiles over ld 52
       {40, 900, 0.9, 49, 45, col_params(8, 16, 2, 16, 8, 2)},      // 16 lanes a row, scalar loads at ld 49
       {40, 500, 0.9, 64, 64, col_params(4, 8, 4, 32, 8, 4)},       // two vector loads a step
+      {40, 900, 0.85, 52, 50, col_params(8, 8, 2, 16, 8, 4)},      // 2 column lanes of 8 floats
+      {40, 900, 0.85, 52, 52, col_params(4, 16, 2, 8, 4, 4)},      // 16 lanes a row, 128 threads
+      {40, 900, 0.85, 52, 49, col_params(16, 8, 4, 8, 2, 4)},      // 4 column lanes of 2 floats
   };
   const Epilogue eps[] = {{}, {{0.25f}, Activation::kRelu, std::nullopt}, {{-3.0f}, Activation::kRelu, 2.5f}};
   uint64_t seed = 40;
