@@ -28,8 +28,8 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
-#include <set>
 #include <optional>
+#include <set>
 
 namespace sparsert::bench {
 
@@ -991,20 +991,19 @@ class SparsertGpu final : public GpuMethod {
     const std::vector<codegen::StreamParams>& shapes = row_split_shapes(p, columns);
     std::set<autotune::RowSplitFamily> families;  // of the row-split kernels timed: the pick's and the shapes'
     if (picked) families.insert(autotune::row_split_family(*picked));
-    std::vector<bool> taken(shapes.size(), false);
     size_t timed = 0;
     for (size_t r = 0; r < shapes.size() && timed < kMeasuredShapes; ++r) {
       if (autotune::row_split_shape(shapes[r]) == picked) continue;
       out.push_back({codegen::KernelKind::kStreamed, columns, false, r + 1});
       families.insert(autotune::row_split_family(*autotune::row_split_shape(shapes[r])));
-      taken[r] = true;
       ++timed;
     }
     // And the best shape of each family (column lanes, long rows) none of those is of: the model ranks a family it
-    // was never measured on ahead of one it was. Staged shapes apart (kMeasuredShapes says why).
+    // was never measured on ahead of one it was. Staged shapes apart (kMeasuredShapes says why). A shape timed above
+    // is of a family already in the set.
     for (size_t r = 0; r < shapes.size(); ++r) {
       const autotune::RowSplitFamily f = autotune::row_split_family(*autotune::row_split_shape(shapes[r]));
-      if (taken[r] || f == autotune::RowSplitFamily::kStaged || !families.insert(f).second) continue;
+      if (f == autotune::RowSplitFamily::kStaged || !families.insert(f).second) continue;
       out.push_back({codegen::KernelKind::kStreamed, columns, false, r + 1});
     }
     out.push_back({codegen::KernelKind::kStreamed, columns, false, 0, true});
