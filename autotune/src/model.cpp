@@ -328,6 +328,16 @@ constexpr double kDramEfficiency = 0.8;
 constexpr double kIssueScale = 0.67;
 constexpr double kRowsLatencyScale = 1.48;
 constexpr double kRowsMemoryScale = 1.4;
+// A row-split walk of 16 or 32 column lanes (a warp's load of B covers one or two rows of B, each over 16 lanes or
+// more): its memory term is scaled by this as well. Fitted on 2026-11-30 over every measured file (check-model's
+// 4590 kernels, 1965 of them row-split): such kernels ran 0.83-0.86x the model's time (docs/autotune.md, "The
+// row-split kernel's memory scale"), and at 0.7 the model's pick among a layer's timed row-split kernels goes from
+// 1.032x to 1.024x the fastest (304 layer runs) and among all kernels from 1.032x to 1.027x (405), with 37 of the 38
+// picks that change moving to the fastest kernel timed (Graph Challenge layers at N = 1200, the transformer's
+// 512 x 512 and 2048 x 512, mobilenet's 512 x 512, rn50's projection layers at N = 196 and 784). Flat from 0.6 to
+// 0.75; the span of a warp (>= 64 floats) and the tile's width (>= 64 columns) fit as well, being nearly the same
+// kernels. Why such warps move B faster per byte is not known: Nsight Compute has profiled one of them only.
+constexpr double kWideColumnLanesMemoryShare = 0.7;
 // The share of the data-sheet L2 that keeps a kernel's B between the blocks that read it again: the H100's L2 is two
 // halves, and what an SM reads from the far half is copied into the near one. Only a B larger than this can bound a
 // kernel on DRAM: the Graph Challenge's first layers (1024 x 60000 floats, 245 MB), read once per row block, where
@@ -1027,7 +1037,7 @@ Estimate estimate_stream(const Probe& probe, const StreamShape& shape, const cod
       const double copy_wavefronts = static_cast<double>(shape.staged_rows) * p.n_tile * 4.0 / 128.0;
       l.shared_cycles = shape.blocks > 0 ? (warp_steps * wavefronts + copy_wavefronts) / shape.blocks : 0.0;
     }
-    l.memory_scale = kRowsMemoryScale;
+    l.memory_scale = kRowsMemoryScale * (!staged && p.col_lanes >= 16 ? kWideColumnLanesMemoryShare : 1.0);
     const double cols = static_cast<double>(std::max(n, 1));
     l.dram_bytes = static_cast<double>(tiles_x) * (8.0 * static_cast<double>(shape.nnz)) +
                    16.0 * static_cast<double>(shape.slots) + 4.0 * cols * static_cast<double>(shape.rows) +

@@ -449,7 +449,9 @@ TEST(ModelCheck, FindsTheMatrixOfALayerWhoseFileNameIsNotUtf8) {
 // layers. With the row-split kernel's memory scale fitted to the H100's N = 1 and N = 49 runs (1.86) that was 1.16x;
 // the H200's wide tiles at N = 256 ran up to 1.9x faster than that term said. At 1.4: 1.10x (docs/autotune.md, "The
 // row-split kernel's memory scale"). The lease of 2026-11-28 timed the same shapes again on another H200 (its bench
-// files only): 1.11x over its 98 layers.
+// files only): 1.11x over its 98 layers. With the lease of 2026-11-29 and every later term (split rows, long rows),
+// 1.049x over 296 layers; kernels of 16 or 32 column lanes at 0.7 of the memory term (kWideColumnLanesMemoryShare,
+// 2026-11-30): 1.041x.
 TEST(ModelCheck, PicksAmongTheRowSplitShapesTheH200Timed) {
   SPARSERT_REQUIRE_SHARED_DATA(data);
   sparsert::testing::ScratchDir scratch;
@@ -465,7 +467,10 @@ TEST(ModelCheck, PicksAmongTheRowSplitShapesTheH200Timed) {
                            "h200-2026-11-27b/graphchallenge-cuda", "h200-2026-11-27b/tune-rows-cols-n256-gpu",
                            "h200-2026-11-28/rn50-0.9-cuda", "h200-2026-11-28/rn50-0.95-cuda",
                            "h200-2026-11-28/transformer-cuda", "h200-2026-11-28/mobilenet-cuda",
-                           "h200-2026-11-28/graphchallenge-cuda"}) {
+                           "h200-2026-11-28/graphchallenge-cuda", "h200-2026-11-29/rn50-0.9-cuda",
+                           "h200-2026-11-29/rn50-0.95-cuda", "h200-2026-11-29/transformer-cuda",
+                           "h200-2026-11-29/mobilenet-cuda", "h200-2026-11-29/graphchallenge-cuda",
+                           "h200-2026-11-29/tune-rows-cols-n256-gpu"}) {
     // A layer's row-split kernels, at each width it ran (a bench problem's kept kernel and the ones it did not keep
     // are in different groups; its runs timed alone are left out).
     std::map<std::tuple<std::string, int32_t>, std::vector<bench::ModelPoint>> by_layer;
@@ -485,10 +490,10 @@ TEST(ModelCheck, PicksAmongTheRowSplitShapesTheH200Timed) {
       ++layers;
     }
   }
-  ASSERT_GE(layers, 190);
+  ASSERT_GE(layers, 290);
   const double regret = std::exp(log_sum / layers);
   std::printf("the model's row-split pick over %d layers: %.3fx the fastest measured\n", layers, regret);
-  EXPECT_LE(regret, 1.08);
+  EXPECT_LE(regret, 1.045);
 }
 
 // The H200 of 2026-11-29 timed the streamed pick of each skewed rn50 layer with its long rows split and its twin with
