@@ -35,6 +35,12 @@ MODEL_LAUNCH_US = 2.25
 MODEL_HOST_US = 1.6
 
 
+def layer_key(p):
+    """A point's layer: a bench problem's name with its family where check-model gives one (the transformer suite has
+    two problems of each name, at 90% and 95%)."""
+    return p["layer"] + (" (" + p["family"] + ")" if p.get("family") else "")
+
+
 def points(directory):
     out = []
     for path in sorted(glob.glob(os.path.join(directory, "*-model.json"))):
@@ -60,7 +66,7 @@ def points(directory):
             if not alone and not back_to_back and not any("alone" in o.get("source", "") for o in groups):
                 continue
             for p in g["points"]:
-                d = dict(file=name, group=id(g), layer=p["layer"], alone=alone, label=p["label"], n=p["n"],
+                d = dict(file=name, group=id(g), layer=layer_key(p), alone=alone, label=p["label"], n=p["n"],
                          meas=p["measured_us"], pred=p["predicted_us"], e=p["estimate"], tiles=1)
                 m = re.match(r"baked mb=(\d+) gy=(\d+) nt=(\d+) cpt=(\d+) (imm|const)", p["label"])
                 if m:

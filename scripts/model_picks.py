@@ -73,7 +73,7 @@ def main():
                     errors[f"rows, {lanes.group(1) if lanes else '?'} floats a lane"].append(e)
                 if timed_only(p["label"]):
                     continue
-                key = (f, gi, p["layer"], p["n"])
+                key = (f, gi, p["layer"], p.get("family", ""), p["n"])
                 every[key].append(p)
                 if kind in ("rows", "staged rows"):
                     row_split[key].append(p)
@@ -87,7 +87,8 @@ def main():
     if len(sys.argv) > 2:
         _, _, _, worst = regret(every)
         for r, key, pick, best in sorted(worst, key=lambda w: w[0])[-int(sys.argv[2]):]:
-            print(f"{r:.2f}x {key[0].split('/')[-1]} {key[2]} N={key[3]}: picks {pick['label']} "
+            family = f" ({key[3]})" if key[3] else ""
+            print(f"{r:.2f}x {key[0].split('/')[-1]} {key[2]}{family} N={key[4]}: picks {pick['label']} "
                   f"({pick['measured_us']:.2f} us, modelled {pick['predicted_us']:.2f}); fastest {best['label']} "
                   f"({best['measured_us']:.2f} us, modelled {best['predicted_us']:.2f})")
 

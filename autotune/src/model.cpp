@@ -329,14 +329,14 @@ constexpr double kIssueScale = 0.67;
 constexpr double kRowsLatencyScale = 1.48;
 constexpr double kRowsMemoryScale = 1.4;
 // A row-split walk of 16 or 32 column lanes (a warp's load of B covers one or two rows of B, each over 16 lanes or
-// more): its memory term is scaled by this as well. Fitted on 2026-11-30 over every measured file (check-model's
-// 4590 kernels, 1965 of them row-split): such kernels ran 0.83-0.86x the model's time (docs/autotune.md, "The
-// row-split kernel's memory scale"), and at 0.7 the model's pick among a layer's timed row-split kernels goes from
-// 1.032x to 1.024x the fastest (304 layer runs) and among all kernels from 1.032x to 1.027x (405), with 37 of the 38
-// picks that change moving to the fastest kernel timed (Graph Challenge layers at N = 1200, the transformer's
-// 512 x 512 and 2048 x 512, mobilenet's 512 x 512, rn50's projection layers at N = 196 and 784). Flat from 0.6 to
-// 0.75; the span of a warp (>= 64 floats) and the tile's width (>= 64 columns) fit as well, being nearly the same
-// kernels. Why such warps move B faster per byte is not known: Nsight Compute has profiled one of them only.
+// more; not the staged walk): its memory term is scaled by this as well. Fitted on 2026-11-30 over every measured
+// file (check-model's 4590 kernels, 1965 of them row-split): such kernels ran 0.83-0.86x the model's time, and at 0.7
+// the model's pick among a layer's timed row-split kernels goes from 1.031x to 1.024x the fastest (312 layer runs)
+// and among all kernels from 1.033x to 1.027x (400); of the 39 picks that change, 38 run faster and 36 become the
+// fastest kernel timed (Graph Challenge layers at N = 1200, the transformer's 512 x 512 and 2048 x 512, mobilenet's
+// 512 x 512, rn50's projection layers at N = 196 and 784). Flat from 0.6 to 0.75; the span of a warp (>= 64 floats)
+// and the tile's width (>= 64 columns) fit as well, being nearly the same kernels. Why such warps move B faster a
+// byte is not known: Nsight Compute has profiled one of them only (docs/autotune.md, "Wide column lanes").
 constexpr double kWideColumnLanesMemoryShare = 0.7;
 // The share of the data-sheet L2 that keeps a kernel's B between the blocks that read it again: the H100's L2 is two
 // halves, and what an SM reads from the far half is copied into the near one. Only a B larger than this can bound a
@@ -536,8 +536,8 @@ Estimate estimate(const Probe& probe, const inspector::WorkPlan& plan, const cod
     // The sub-partitions a group's warps issue from (warp w from w % 4): its consecutive warps. The wide-group rate is
     // that of code every sub-partition fetches. interleave_groups puts a group's warps on 1 or 2 sub-partitions
     // instead, and had been priced as two warps sharing code (kWarpSharedFetchGain) until the H200 timed it: over the
-    // 57 interleaved tiles timed beside their plain twins (2026-11-27 to -29) they ran 1.02x the twin (0.90-1.15),
-    // where that price had them at 0.98x (0.56x on the transformer's 512 x 2048 at N = 256, which ran 1.02x). An
+    // 58 interleaved tiles timed beside their plain twins (2026-11-29) they ran 1.02x the twin (0.90-1.15), where
+    // that price had them at 0.98x (0.56x on the transformer's 512 x 2048 at N = 256, which ran 1.02x). An
     // interleaved tile is now priced as its twin.
     const int32_t group_subpartitions = std::min(warps_x, 4);
     l.fetch_gain = tiles_x >= 2 && immediates && region_warps >= kManyWarps      ? kManyTilesFetchGain

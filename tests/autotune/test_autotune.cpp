@@ -236,6 +236,31 @@ TEST(Model, BackToBackRunsHideTheHostsSubmission) {
   EXPECT_FALSE(to_json(MachineModel::for_target(target)).at("isolated_runs").get<bool>());
 }
 
+// An interleaved tile (each thread group's warps on 1 or 2 of an SM's sub-partitions) is priced as its plain twin: the
+// H200 ran 58 such pairs at 1.02x the twin (0.90-1.15), where the price of two warps sharing code had them at 0.98x
+// (ModelCheck.PricesInterleavedGroupsAsTheirTwinsAsTheH200Timed reads those runs). Tiles of 256 columns, one warp a
+// column group of 8 warps, where interleaving changes the placement most.
+TEST(Model, InterleavedGroupsArePricedAsTheirTwin) {
+  const codegen::Target target = codegen::Target::parse("sm_90");
+  const CsrMatrix a = inspector::generate_pruned_gaussian(512, 2048, 0.9, 100);
+  for (const int32_t gy : {2, 4}) {
+    codegen::TileParams tile;
+    tile.plan.m_blocks = 128;
+    tile.plan.gy = gy;
+    tile.n_tile = 256;
+    tile.cols_per_thread = 1;
+    ASSERT_TRUE(codegen::interleaving_helps(tile)) << "gy " << gy;
+    codegen::TileParams il = tile;
+    il.interleave_groups = true;
+    const Estimate plain = estimate_candidate(a, 256, Epilogue{}, codegen::KernelKind::kBaked, tile, {}, target,
+                                              std::nullopt, false, KernelVersion{});
+    const Estimate interleaved = estimate_candidate(a, 256, Epilogue{}, codegen::KernelKind::kBaked, il, {}, target,
+                                                    std::nullopt, false, KernelVersion{});
+    EXPECT_DOUBLE_EQ(interleaved.microseconds, plain.microseconds) << "gy " << gy;
+    EXPECT_DOUBLE_EQ(interleaved.fetch_us, plain.fetch_us) << "gy " << gy;
+  }
+}
+
 // The runtime forks at most kMaxConcurrentStreams streams for a layer's entries; entry i goes on stream i mod that.
 // Up to that many entries run in one wave and each further one costs its issue; beyond it, entries wait on their
 // stream for the one before them, which the model must price (a layer of 16 entries had been modelled as 1 wave).

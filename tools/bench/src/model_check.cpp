@@ -281,6 +281,7 @@ std::vector<ModelGroup> check_bench(const json& j, const std::string& file, cons
                         it->a.nnz(), it->n);
     ModelPoint pt;
     pt.layer = name;
+    pt.family = family;
     autotune::Candidate c;
     c.kind = kernel->kind;
     c.tile = kernel->tile;
@@ -324,6 +325,7 @@ std::vector<ModelGroup> check_bench(const json& j, const std::string& file, cons
         oc.stream = k->stream;
         ModelPoint op;
         op.layer = name;
+        op.family = family;
         const int32_t other_columns = columns_in_detail(other_detail, it->n, ew);
         op.label = autotune::describe(oc) + (other_columns != it->n ? fmt::format(" ld={}", other_columns) : std::string{});
         op.n = other_columns;
@@ -402,12 +404,14 @@ std::vector<ModelGroup> check_model(const std::filesystem::path& file, const Mod
 json to_json(const ModelGroup& g) {
   json points = json::array();
   for (const ModelPoint& p : g.points) {
-    points.push_back({{"layer", p.layer},
-                      {"label", p.label},
-                      {"n", p.n},
-                      {"measured_us", p.measured_us},
-                      {"predicted_us", p.predicted_us},
-                      {"estimate", autotune::to_json(p.estimate)}});
+    json point = {{"layer", p.layer},
+                  {"label", p.label},
+                  {"n", p.n},
+                  {"measured_us", p.measured_us},
+                  {"predicted_us", p.predicted_us},
+                  {"estimate", autotune::to_json(p.estimate)}};
+    if (!p.family.empty()) point["family"] = p.family;
+    points.push_back(std::move(point));
   }
   return {{"source", g.source}, {"spearman", g.spearman}, {"worst_ratio", g.worst_ratio}, {"points", points}};
 }

@@ -17,6 +17,9 @@ namespace sparsert::bench {
 
 struct ModelPoint {
   std::string layer;       // the tuned layer or the bench problem
+  // A bench problem's family ("transformer-0.9"); empty for a tuning report. A suite may hold two problems of one name
+  // (the transformer's layers at 90% and 95%): the name and family together name the matrix.
+  std::string family;
   std::string label;       // the candidate ("baked mb=16 gy=4 nt=64 ..."), or "heuristic" for a bench result
   int32_t n = 0;
   bool is_default = false;  // compile's choice without tuning when it was measured (a tuning report's baseline)
