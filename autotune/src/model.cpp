@@ -533,17 +533,16 @@ Estimate estimate(const Probe& probe, const inspector::WorkPlan& plan, const cod
     // What the entry holds, not what the tile asked for: an entry past the 64 KB bank is built with immediates.
     const bool immediates = e.counts.of(ptxsim::InstrClass::LdConst) == 0;
     const int64_t region_warps = tiles_x * warps_x;  // warps of the grid that run each region of the entry's code
-    // The sub-partitions a group's warps issue from (warp w from w % 4): its consecutive warps. The wide-group rate is
-    // that of code every sub-partition fetches. interleave_groups puts a group's warps on 1 or 2 sub-partitions
-    // instead, and had been priced as two warps sharing code (kWarpSharedFetchGain) until the H200 timed it: over the
-    // 58 interleaved tiles timed beside their plain twins (2026-11-29) they ran 1.02x the twin (0.90-1.15), where
-    // that price had them at 0.98x (0.56x on the transformer's 512 x 2048 at N = 256, which ran 1.02x). An
-    // interleaved tile is now priced as its twin.
-    const int32_t group_subpartitions = std::min(warps_x, 4);
+    // A group's consecutive warps issue from as many sub-partitions (warp w from w % 4): from three warps on, the
+    // wide-group rate, that of code every sub-partition fetches. interleave_groups puts a group's warps on 1 or 2
+    // sub-partitions instead, and had been priced as two warps sharing code (kWarpSharedFetchGain) until the H200
+    // timed it: over the 58 interleaved tiles timed beside their plain twins (2026-11-29) they ran 1.02x the twin
+    // (0.90-1.15), where that price had them at 0.98x (0.56x on the transformer's 512 x 2048 at N = 256, which ran
+    // 1.02x). An interleaved tile is now priced as its twin.
     l.fetch_gain = tiles_x >= 2 && immediates && region_warps >= kManyWarps      ? kManyTilesFetchGain
                    : tiles_x >= 2 && immediates && region_warps >= kSeveralWarps ? kSeveralTilesFetchGain
                    : tiles_x >= 2                                                ? kSharedFetchGain
-                   : group_subpartitions >= 3                                    ? kWideGroupFetchGain
+                   : warps_x >= 3                                                ? kWideGroupFetchGain
                    : warps_x >= 2                                                ? kWarpSharedFetchGain
                                                                                  : 1.0;
     l.warp_cycles = thread_work * warps;

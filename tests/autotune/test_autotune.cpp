@@ -962,8 +962,11 @@ TEST(Space, StreamedTilesAreCappedAtNAndKindsCanBeRestricted) {
   EXPECT_EQ(column_lanes, 56 + 34);
   // Above N = 64 the long-row shapes are not offered.
   const TuneLayer wider = small_layer("w", 3, 300, 200, 65);
-  for (const Candidate& c : enumerate_candidates(wider.a, wider.n, t, {codegen::KernelKind::kStreamed}))
-    if (c.stream.layout == codegen::StreamLayout::kRows) EXPECT_LE(c.stream.lanes_per_row, 4) << describe(c);
+  for (const Candidate& c : enumerate_candidates(wider.a, wider.n, t, {codegen::KernelKind::kStreamed})) {
+    if (c.stream.layout == codegen::StreamLayout::kRows) {
+      EXPECT_LE(c.stream.lanes_per_row, 4) << describe(c);
+    }
+  }
 }
 
 // A layer with fewer blocks than the target has SMs at 16 rows a block also gets 8 and 4 rows a block (issue 12: a

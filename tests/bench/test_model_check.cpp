@@ -325,20 +325,18 @@ TEST(ModelCheck, OrdersTwoRunsKernelsOnEachLayerAsTheGpuDid) {
   o.data_dir = data;
   int right = 0, wrong = 0, right_784 = 0, wrong_784 = 0;
   for (const char* suite : {"rn50-0.9", "rn50-0.95", "transformer", "mobilenet"}) {
-    // A problem is its name, N and which of that name it is (the transformer suite has several matrices a shape).
-    std::map<std::tuple<std::string, int32_t, int>, std::vector<bench::ModelPoint>> by_problem;
+    // A problem is its name, family and N (the transformer suite has two matrices a name).
+    std::map<std::tuple<std::string, std::string, int32_t>, std::vector<bench::ModelPoint>> by_problem;
     for (const char* dir : {"docs/measurements/h100-2026-11-24", "docs/measurements/h100-2026-11-26"}) {
       const auto f = std::filesystem::path(SPARSERT_SOURCE_DIR) / dir / fmt::format("{}-cuda.json", suite);
       const std::vector<bench::ModelGroup> groups = bench::check_model(f, o);
       ASSERT_FALSE(groups.empty()) << f;
       ASSERT_EQ(groups[0].source.find("alone"), std::string::npos) << "the first group is back to back";
-      std::map<std::pair<std::string, int32_t>, int> seen;
-      for (const bench::ModelPoint& p : groups[0].points)
-        by_problem[{p.layer, p.n, seen[{p.layer, p.n}]++}].push_back(p);
+      for (const bench::ModelPoint& p : groups[0].points) by_problem[{p.layer, p.family, p.n}].push_back(p);
     }
     for (const auto& [key, points] : by_problem) {
-      const auto& [layer, n, which] = key;
-      ASSERT_EQ(points.size(), 2u) << suite << " " << layer << " #" << which << ": in one run only";
+      const auto& [layer, family, n] = key;
+      ASSERT_EQ(points.size(), 2u) << suite << " " << layer << " (" << family << "): not in both runs once";
       const bench::ModelPoint &a = points[0], &b = points[1];
       if (std::max(a.measured_us, b.measured_us) < 1.15 * std::min(a.measured_us, b.measured_us)) continue;
       const bool ok = (a.measured_us < b.measured_us) == (a.predicted_us < b.predicted_us);
