@@ -11,15 +11,19 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <random>
 #include <set>
+#include <thread>
 #include <tuple>
 #include <sys/wait.h>
 
@@ -37,6 +41,7 @@ RunOptions quick(const std::string& suite, const std::string& device = "cpu") {
   o.repeats = 10;
   o.min_sample_ms = 0.05;
   o.settle_ms = 0;
+  o.settle_max_ms = 0;
   o.command = "test";
   o.graph_products = 2;  // each product is interpreted by ptxsim in the GPU tests
   return o;
@@ -309,6 +314,40 @@ TEST(Bench, Tf32ToleranceGrowsWithK) {
   EXPECT_GT(worst_2048, 0.01);
 }
 
+// The pause after a sample lasts until another library's spinning threads have stopped, not a fixed time.
+TEST(Bench, SettleWaitsUntilNoOtherThreadIsRunnable) {
+  if (!std::filesystem::exists("/proc/self/task")) GTEST_SKIP() << "no /proc/self/task here";
+  std::atomic<bool> stop{false};
+  std::thread spinner([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+    }
+  });
+  const Settled busy = settle_threads(0, 60);
+  stop = true;
+  spinner.join();
+  EXPECT_FALSE(busy.quiet);
+  EXPECT_GE(busy.waited_ms, 60.0);
+
+  // A thread that waits (as a thread pool's idle workers do) is not runnable.
+  std::mutex m;
+  std::condition_variable cv;
+  bool go = false;
+  std::thread waiter([&] {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return go; });
+  });
+  const Settled idle = settle_threads(5, 2000);
+  {
+    std::lock_guard<std::mutex> lock(m);
+    go = true;
+  }
+  cv.notify_all();
+  waiter.join();
+  EXPECT_TRUE(idle.quiet);
+  EXPECT_GE(idle.waited_ms, 5.0);
+  EXPECT_LT(idle.waited_ms, 2000.0);
+}
+
 TEST(Bench, SummaryStatistics) {
   const Stats s = summarize({5, 1, 4, 2, 3});
   EXPECT_DOUBLE_EQ(s.median_ms, 3);
@@ -429,6 +468,11 @@ TEST(Bench, CliRunsTheSmokeSuiteAndWritesTheReport) {
   ASSERT_EQ(shell(fmt::format("{} bench --report {} -o {}", SPARSERT_CLI, json, md), &out), 0) << out;
   EXPECT_TRUE(std::filesystem::exists(dir / "docs" / "benchmarks" / "smoke-cpu.svg"));
   EXPECT_NE(read_file(md).find("(benchmarks/smoke-cpu.svg)"), std::string::npos);
+  // Every sample was followed by a wait for the other threads, and the report says how long those took.
+  ASSERT_TRUE(r.contains("settle")) << r.dump();
+  EXPECT_GE(r["settle"]["pauses"].get<int64_t>(), 10) << r["settle"].dump();
+  EXPECT_LE(r["settle"]["mean_ms"].get<double>(), r["settle"]["longest_ms"].get<double>()) << r["settle"].dump();
+  EXPECT_NE(read_file(md).find("no other thread of the process was runnable"), std::string::npos);
 
   // Bad input: one line naming the file or the field, exit 2.
   dir.write("bad.json", "{\"format\": \"sparsert-bench/1\"}");
@@ -449,6 +493,7 @@ TEST(Bench, CliRunsTheSmokeSuiteAndWritesTheReport) {
   const std::pair<std::function<void(nlohmann::json&)>, const char*> wrong[] = {
       {[](nlohmann::json& e) { e["problems"][0]["paper_problem"] = 9; }, "problems[0]: field 'paper_problem'"},
       {[](nlohmann::json& e) { e["machine"]["cpu"] = 1; }, "machine: field 'cpu'"},
+      {[](nlohmann::json& e) { e["settle"]["longest_ms"] = "long"; }, "settle: field 'longest_ms'"},
       {[](nlohmann::json& e) { e["repeats"] = "ten"; }, "field 'repeats'"},
       {[](nlohmann::json& e) { e["baselines"][0] = 3; }, "field 'baselines' holds 3"},
       {[](nlohmann::json& e) { e["unavailable"] = {{{"method", 2}}}; }, "unavailable:"},
@@ -467,6 +512,7 @@ TEST(Bench, CliRunsTheSmokeSuiteAndWritesTheReport) {
   EXPECT_EQ(edited([](nlohmann::json& e) {
               e.erase("method_notes");
               e.erase("unavailable");
+              e.erase("settle");
               for (nlohmann::json& p : e["problems"])
                 for (auto& [m, res] : p["results"].items()) res.erase("gflops");
             }),
@@ -649,8 +695,11 @@ TEST(Bench, MeasuredKindChoiceKeepsTheFasterKernelAndRecordsBoth) {
       for (const autotune::RankedCandidate& rc : autotune::best_row_split_shapes(wider.a, 20, Epilogue{}, target, 1000))
         best_rank.emplace(family_of(codegen::to_json(rc.candidate.stream)), ++r);
       size_t j = 0;
-      for (const auto& [rank, family] : family_of_rank)
-        if (j++ >= 3) EXPECT_EQ(rank, best_rank.at(family)) << family << ": " << c.dump();
+      for (const auto& [rank, family] : family_of_rank) {
+        if (j++ >= 3) {
+          EXPECT_EQ(rank, best_rank.at(family)) << family << ": " << c.dump();
+        }
+      }
     }
     // And the model's best row-split kernel under a register budget, where the grid offers one that adds resident
     // warps: never at 16 columns or fewer (9 here), where the row-split layout has a lane group a row; not at 20

@@ -122,7 +122,7 @@ int run_bench(const BenchArgs& a) {
   ro.min_sample_ms = a.min_sample_ms;
   // The pause between samples is for CPU libraries' spinning threads; on the GPU it only spent device time (about
   // 150 s of each rn50 suite).
-  if (a.device == "cuda") ro.settle_ms = 0;
+  if (a.device == "cuda") ro.settle_ms = ro.settle_max_ms = 0;
   ro.command = command_line();
   ro.progress = [](const std::string& line) {
     fmt::print("{}\n", line);

@@ -14,11 +14,14 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string_view>
 #include <thread>
 #include <sys/utsname.h>
+#include <unistd.h>
 
 namespace sparsert::bench {
 
@@ -91,6 +94,56 @@ std::string utc_now() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
+}
+
+namespace {
+
+// Threads of this process, the caller excepted, that are running or runnable; nullopt where /proc/self/task cannot
+// be read (not Linux).
+std::optional<int> other_runnable_threads() {
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/proc/self/task", ec);
+  if (ec) return std::nullopt;
+  const std::string self = std::to_string(static_cast<long>(gettid()));
+  int runnable = 0;
+  for (const auto& entry : it) {
+    if (entry.path().filename() == self) continue;
+    std::ifstream f(entry.path() / "stat");
+    std::string stat;
+    if (!f || !std::getline(f, stat)) continue;  // a thread that ended between the listing and the read
+    // "tid (name) S ...": the name may hold spaces and parentheses, so the state follows the last ')'.
+    const size_t close = stat.rfind(')');
+    if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'R') ++runnable;
+  }
+  return runnable;
+}
+
+}  // namespace
+
+Settled settle_threads(double min_ms, double max_ms) {
+  const auto t0 = Clock::now();
+  auto sleep_ms = [](double ms) { std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms)); };
+  if (min_ms > 0) sleep_ms(min_ms);
+  Settled s;
+  // A thread seen idle may be between two spins of a yield loop, so quiet means idle on two polls in a row.
+  int idle_polls = 0;
+  while (true) {
+    const std::optional<int> others = other_runnable_threads();
+    if (!others) break;
+    idle_polls = *others == 0 ? idle_polls + 1 : 0;
+    if (idle_polls >= 2) {
+      s.quiet = true;
+      break;
+    }
+    if (ms_since(t0) >= max_ms) break;
+    // Busy, not asleep: an idle vCPU of a VM comes back slowly (a product right after a 150 ms sleep ran 1.5-2.5x
+    // its back-to-back time on a 2-vCPU Xeon), and the pause would fall on the next sample.
+    const auto poll = Clock::now();
+    while (ms_since(poll) < 1.0) {
+    }
+  }
+  s.waited_ms = ms_since(t0);
+  return s;
 }
 
 nlohmann::json machine_info() {
@@ -166,6 +219,8 @@ nlohmann::json run_suite(const std::vector<Problem>& problems, MethodSet& set, c
 
   for (const std::unique_ptr<Method>& m : set.methods) m->prebuild(problems);
   bool all_verified = true, subject_verified = true;
+  double settle_longest_ms = 0, settle_total_ms = 0;
+  int64_t settles = 0, settle_not_quiet = 0;
   nlohmann::json rows = nlohmann::json::array();
   for (size_t pi = 0; pi < problems.size(); ++pi) {
     const Problem& p = problems[pi];
@@ -200,7 +255,12 @@ nlohmann::json run_suite(const std::vector<Problem>& problems, MethodSet& set, c
     std::vector<int64_t> inner(set.methods.size(), 0);
     std::vector<std::vector<double>> samples(set.methods.size());
     auto settle = [&] {
-      if (o.settle_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.settle_ms));
+      if (o.settle_ms <= 0 && o.settle_max_ms <= 0) return;
+      const Settled st = settle_threads(o.settle_ms, std::max(o.settle_ms, o.settle_max_ms));
+      settle_longest_ms = std::max(settle_longest_ms, st.waited_ms);
+      settle_total_ms += st.waited_ms;
+      if (!st.quiet) ++settle_not_quiet;
+      ++settles;
     };
     // A method that throws (a library call failing, no usable algorithm, a launch the driver refused) has its message
     // recorded and is not timed on this problem; the suite goes on. For a baseline that is all; the subject's
@@ -242,7 +302,9 @@ nlohmann::json run_suite(const std::vector<Problem>& problems, MethodSet& set, c
       for (size_t mi = 0; mi < set.methods.size(); ++mi) {
         if (inner[mi] == 0) continue;
         guarded(mi, "timing", [&] { samples[mi].push_back(set.methods[mi]->sample_ms(inner[mi])); });
-        // Libraries whose threads spin after a call (OpenBLAS, OpenMP) must not steal the next method's cores.
+        // Libraries whose threads spin after a call (OpenBLAS, OpenMP) must not steal the next method's cores: a
+        // fixed 50 ms pause (until 2026-11-30) was shorter than OpenBLAS's spin on a 2-vCPU Xeon, where Eigen's two
+        // threads, two methods after it, then ran 2x slower.
         settle();
       }
     }
@@ -276,6 +338,14 @@ nlohmann::json run_suite(const std::vector<Problem>& problems, MethodSet& set, c
   }
   out["problems"] = rows;
   out["machine_after"] = machine_info();
+  if (settles > 0) {
+    out["settle"] = {{"min_ms", o.settle_ms},
+                     {"max_ms", std::max(o.settle_ms, o.settle_max_ms)},
+                     {"pauses", settles},
+                     {"mean_ms", settle_total_ms / static_cast<double>(settles)},
+                     {"longest_ms", settle_longest_ms},
+                     {"not_quiet", settle_not_quiet}};
+  }
   out["all_verified"] = all_verified;
   out["subject_verified"] = subject_verified;
   return out;
@@ -358,6 +428,13 @@ void check_results(const nlohmann::json& j, const std::string& what) {
   optional(j["machine"], "cores", is_integer, "an integer", what + ": machine");
   optional(j["machine"], "load_average", is_array, "an array", what + ": machine");
   optional(j, "machine_after", is_object, "an object", what);
+  optional(j, "settle", is_object, "an object", what);
+  if (j.contains("settle")) {
+    for (const char* f : {"min_ms", "max_ms", "mean_ms", "longest_ms"}) {
+      optional(j["settle"], f, is_number, "a number", what + ": settle");
+    }
+    for (const char* f : {"pauses", "not_quiet"}) optional(j["settle"], f, is_integer, "an integer", what + ": settle");
+  }
   if (j.contains("machine_after")) optional(j["machine_after"], "load_average", is_array, "an array", what);
   optional(j, "repeats", is_integer, "an integer", what);
   SPARSERT_USER_CHECK(!j.contains("repeats") || j["repeats"].get<int64_t>() >= 1, what, "field 'repeats' is {}, not "

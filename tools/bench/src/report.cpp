@@ -668,6 +668,14 @@ std::string write_report(const std::vector<json>& runs, const std::vector<std::s
                       run["command"].get<std::string>(), run_files[ri]);
     md += fmt::format("- {} timed samples per method and problem, each at least {:g} ms\n", run.value("repeats", 0),
                       run.value("min_sample_ms", 0.0));
+    if (run.contains("settle") && run["settle"].is_object()) {
+      const json& st = run["settle"];
+      md += fmt::format("- after each sample, the next began once no other thread of the process was runnable (a "
+                        "library's threads spinning after its call), the wait kept busy so that no core went idle: "
+                        "{:.1f} ms on average, {:.0f} ms at most, {} of {} waits cut at {:g} ms\n",
+                        st.value("mean_ms", 0.0), st.value("longest_ms", 0.0), st.value("not_quiet", 0),
+                        st.value("pauses", 0), st.value("max_ms", 0.0));
+    }
     const json method_notes = run.value("method_notes", json::object());
     for (const auto& [method, note] : method_notes.items()) {
       md += fmt::format("- `{}`: {}\n", method, note.is_string() ? note.get<std::string>() : note.dump());

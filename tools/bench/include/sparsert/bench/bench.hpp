@@ -159,13 +159,26 @@ struct RunOptions {
   int threads = 0;                // as given (0: every core); the methods report what they used
   int repeats = 10;               // timed samples per method and problem (at least 10 for the report)
   double min_sample_ms = 2.0;     // a sample repeats the product until it lasts about this long
-  double settle_ms = 50.0;        // pause after each sample, so one library's spinning threads do not steal the next's
+  // After each sample, wait until no other thread of this process is runnable (a library's threads that spin after a
+  // call, OpenBLAS's for about 2^28 cycles, would take the next method's cores), for at least settle_ms and at most
+  // settle_max_ms. Where the threads' states cannot be read (no /proc), settle_ms alone.
+  double settle_ms = 0.0;
+  double settle_max_ms = 1000.0;
   std::string command;            // the command line, for the report
   // The GPU methods' further measure: this many products captured as one CUDA Graph, replayed back to back, so that
   // the host's submission of each call is out of the time (graph_median_ms); 0: not taken.
   int graph_products = 32;
   std::function<void(const std::string&)> progress;  // one line per problem; may be empty
 };
+
+// Waits until no thread of this process but the caller is runnable (state R in /proc/self/task/*/stat), polling
+// every few milliseconds: at least min_ms, at most max_ms. `quiet`: the threads went quiet (false at the cap, or
+// where /proc cannot be read, after min_ms).
+struct Settled {
+  double waited_ms = 0;
+  bool quiet = false;
+};
+Settled settle_threads(double min_ms, double max_ms);
 
 // Runs every method on every problem. The JSON is complete even when a method failed to verify: check
 // `subject_verified` (the subject on every problem) and `all_verified` (every method). A baseline that throws is
