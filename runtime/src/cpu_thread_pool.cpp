@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <system_error>
 
 namespace sparsert {
@@ -12,6 +13,28 @@ namespace sparsert {
 namespace {
 // Set while a thread runs pool tasks: a nested parallel_for from such a thread must not wait on the pool it occupies.
 thread_local bool t_inside_pool = false;
+
+// How long a thread with nothing to do polls before it blocks on a condition variable. A blocked thread's core may
+// go idle, and on a VM an idle vCPU comes back slowly: with blocking at once, two threads on a 2-vCPU Xeon ran a
+// 1024 x 256 x 196 product (two fan-outs, 0.3 ms in all) no faster than one thread did. Polling bridges the gaps
+// between the fan-outs of one product and between the layers of a network, and costs at most this much CPU after
+// the last.
+constexpr auto kSpin = std::chrono::microseconds(200);
+
+// Polls `done` until it holds or kSpin has passed; whether it held.
+template <class Done>
+bool spin_until(const Done& done) {
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  while (true) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    if (std::chrono::steady_clock::now() >= until) return done();
+  }
+}
 }  // namespace
 
 ThreadPool::ThreadPool(int threads) {
@@ -65,6 +88,8 @@ void ThreadPool::run_tasks() {
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   while (true) {
+    spin_until([&] { return stopping_.load(std::memory_order_relaxed) ||
+                            generation_.load(std::memory_order_acquire) != seen; });
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
@@ -106,6 +131,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn)
   }
   wake_.notify_all();
   run_tasks();
+  spin_until([&] { return busy_workers_.load(std::memory_order_acquire) == 0; });
   std::exception_ptr error;
   {
     std::unique_lock<std::mutex> lock(mutex_);

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 namespace sparsert {
@@ -37,6 +39,31 @@ TEST(ThreadPool, NestedCallsRunInline) {
   std::atomic<int> count{0};
   pool.parallel_for(6, [&](int64_t) { pool.parallel_for(5, [&](int64_t) { count++; }); });
   EXPECT_EQ(count.load(), 30);
+}
+
+// Idle workers poll for a moment before they block: a job posted while they poll, and one posted after they have
+// blocked, must both reach every worker. Each task waits until all of the pool has arrived, so a worker that missed
+// the job shows as a task that times out (never as a hang).
+TEST(ThreadPool, EveryWorkerTakesJobsPostedWhilePollingAndAfterBlocking) {
+  constexpr int kThreads = 3;
+  ThreadPool pool(kThreads);
+  for (int round = 0; round < 40; ++round) {
+    if (round % 10 == 9) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the polling
+    std::atomic<int> arrived{0};
+    std::atomic<int> timed_out{0};
+    pool.parallel_for(kThreads, [&](int64_t) {
+      arrived++;
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (arrived.load() < kThreads) {
+        if (std::chrono::steady_clock::now() > until) {
+          timed_out++;
+          return;
+        }
+      }
+    });
+    ASSERT_EQ(timed_out.load(), 0) << "round " << round;
+    ASSERT_EQ(arrived.load(), kThreads) << "round " << round;
+  }
 }
 
 TEST(ThreadPool, DefaultUsesEveryCore) { EXPECT_GE(ThreadPool().size(), 1); }

@@ -3,6 +3,7 @@
 // entries, reading Graph Challenge layers). The caller takes part in every parallel_for, so a pool of one thread runs
 // everything inline with no synchronisation at all.
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -39,9 +40,10 @@ class ThreadPool {
   std::mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable done_;
-  uint64_t generation_ = 0;
-  bool stopping_ = false;
-  int busy_workers_ = 0;
+  // Written under mutex_; atomic so that a thread may spin on them for a moment before it blocks (see kSpinNs).
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> busy_workers_{0};
 
   const std::function<void(int64_t)>* job_ = nullptr;
   int64_t job_size_ = 0;
