@@ -10,7 +10,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -80,8 +83,38 @@ int report(const BenchArgs& a) {
   return kOk;
 }
 
+// This process's arguments as it was started (argv is not passed to subcommands).
+std::vector<std::string> own_arguments() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> args;
+  std::string arg;
+  while (std::getline(in, arg, '\0')) args.push_back(arg);
+  return args;
+}
+
+// Where OpenBLAS fell back to an old core's kernels on this CPU, starts this command again with OPENBLAS_CORETYPE
+// set to the core the CPU allows (bench::openblas_core_to_force): the variable is read when the library loads, so
+// only a new process takes it. Returns only if there is nothing to do or the new start failed.
+void run_again_with_openblas_core() {
+  const std::optional<bench::OpenBlasCore> core = bench::openblas_core_to_force();
+  if (!core) return;
+  std::vector<std::string> args = own_arguments();
+  if (args.empty() || ::setenv("OPENBLAS_CORETYPE", core->wanted.c_str(), 1) != 0) return;
+  // Silently: the results name the kernels OpenBLAS ran (its method note), and a bad-input error stays one line.
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::vector<char*> argv;
+  for (std::string& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  ::execv("/proc/self/exe", argv.data());
+  fmt::print(stderr, "note: could not start again ({}); OpenBLAS keeps its {} kernels\n", std::strerror(errno),
+             core->chose);
+  ::unsetenv("OPENBLAS_CORETYPE");
+}
+
 int run_bench(const BenchArgs& a) {
   SPARSERT_USER_CHECK(!a.suite.empty(), "--suite", "required (or --report)");
+  if (a.device == "cpu") run_again_with_openblas_core();
   // The methods first: a missing GPU driver is reported before any data is read.
   std::filesystem::path scratch = std::filesystem::temp_directory_path() /
                                   fmt::format("sparsert-bench-{}-{}", ::getpid(), std::random_device{}());

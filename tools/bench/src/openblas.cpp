@@ -3,6 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <iterator>
+#include <string_view>
+
 #if SPARSERT_BENCH_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
@@ -44,8 +50,10 @@ class OpenBlas final : public Method {
 
 std::unique_ptr<Method> make_openblas(int threads, std::string*, nlohmann::json* note) {
   openblas_set_num_threads(threads);
-  *note = fmt::format("{} cblas_sgemm on the dense A, {} threads (openblas_get_num_threads() = {})",
-                      openblas_get_config(), threads, openblas_get_num_threads());
+  const char* forced = std::getenv("OPENBLAS_CORETYPE");
+  *note = fmt::format("{} cblas_sgemm on the dense A, {} threads (openblas_get_num_threads() = {}){}",
+                      openblas_get_config(), threads, openblas_get_num_threads(),
+                      forced != nullptr ? fmt::format("; kernels of OPENBLAS_CORETYPE={}", forced) : "");
   return std::make_unique<OpenBlas>();
 }
 #else
@@ -56,3 +64,31 @@ std::unique_ptr<Method> make_openblas(int, std::string* why, nlohmann::json*) {
 #endif
 
 }  // namespace sparsert::bench::detail
+
+namespace sparsert::bench {
+
+std::optional<OpenBlasCore> openblas_core_to_force() {
+#if SPARSERT_BENCH_HAVE_OPENBLAS && (defined(__x86_64__) || defined(__i386__))
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return std::nullopt;  // the user's choice, or ours already
+  const std::string chose = openblas_get_corename();
+  // The x86 cores of OpenBLAS's DYNAMIC_ARCH builds without FMA kernels: what it falls back to on a CPU it does
+  // not know (0.3.21 took a 2026 Xeon with AVX-512 for a Prescott and ran SSE3 kernels, 5x slower).
+  static const char* const kOld[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom", "Sandybridge",
+                                     "Katmai", "Coppermine", "Northwood", "Banias", "Athlon", "Opteron",
+                                     "Opteron_SSE3", "Barcelona", "Bobcat", "Unknown"};
+  const bool old = std::any_of(std::begin(kOld), std::end(kOld), [&](const char* c) {
+    return chose.size() == std::string_view(c).size() &&
+           std::equal(chose.begin(), chose.end(), c, [](char a, char b) { return std::tolower(a) == std::tolower(b); });
+  });
+  if (!old) return std::nullopt;
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512dq")) {
+    return OpenBlasCore{chose, "SkylakeX"};
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return OpenBlasCore{chose, "Haswell"};
+#endif
+  return std::nullopt;
+}
+
+}  // namespace sparsert::bench

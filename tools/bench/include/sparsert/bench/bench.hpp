@@ -148,6 +148,17 @@ MethodSet conv_cpu_methods(int threads);
 // result's "kind_choice".
 MethodSet conv_gpu_methods(const std::filesystem::path& scratch_dir, bool measure_kinds = false);
 
+// OpenBLAS's DYNAMIC_ARCH picks its kernels by the CPU it recognises; on one it does not, it falls back to an old
+// core's (SSE3) kernels, a baseline far below what the library does on that CPU. Where that happened, the core this
+// CPU's instructions allow (SkylakeX with AVX-512, Haswell with AVX2 and FMA), to be set as OPENBLAS_CORETYPE before
+// the library loads (`sparsert bench` runs itself again with it). Nothing where OPENBLAS_CORETYPE is already set,
+// where OpenBLAS chose a current core, or without OpenBLAS.
+struct OpenBlasCore {
+  std::string chose;
+  std::string wanted;
+};
+std::optional<OpenBlasCore> openblas_core_to_force();
+
 struct Stats {
   double median_ms = 0, min_ms = 0, max_ms = 0, q1_ms = 0, q3_ms = 0;
 };
