@@ -30,6 +30,8 @@ bool spin_until(const Done& done) {
       if (done()) return true;
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
+#elif defined(__aarch64__)
+      asm volatile("yield");
 #endif
     }
     if (std::chrono::steady_clock::now() >= until) return done();

@@ -348,16 +348,22 @@ TEST(Bench, SettleWaitsUntilNoOtherThreadIsRunnable) {
   EXPECT_LT(idle.waited_ms, 2000.0);
 }
 
-TEST(Bench, AnOpenBlasCoreTypeGivenIsKept) {
-  const char* before = std::getenv("OPENBLAS_CORETYPE");
-  const std::string saved = before != nullptr ? before : "";
-  ::setenv("OPENBLAS_CORETYPE", "Prescott", 1);
-  EXPECT_FALSE(openblas_core_to_force().has_value());
-  if (before != nullptr) {
-    ::setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
-  } else {
-    ::unsetenv("OPENBLAS_CORETYPE");
-  }
+// Which kernels the bench has OpenBLAS load: its own choice unless that is an old core's on a CPU with FMA.
+TEST(Bench, OpenBlasIsGivenTheCoreThisCpuRunsWhereItFellBack) {
+  const std::string_view dynamic = "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY Prescott MAX_THREADS=64";
+  auto wanted = [&](const char* env, std::string_view config, std::string_view core, bool avx512, bool avx2) {
+    const std::optional<OpenBlasCore> c = openblas_core_for(env, config, core, avx512, avx2);
+    return c ? c->wanted : std::string("-");
+  };
+  EXPECT_EQ(wanted(nullptr, dynamic, "Prescott", true, true), "SkylakeX");
+  EXPECT_EQ(wanted(nullptr, dynamic, "prescott", false, true), "Haswell");
+  EXPECT_EQ(wanted(nullptr, dynamic, "Nehalem", false, true), "Haswell");
+  EXPECT_EQ(wanted(nullptr, dynamic, "Prescott", false, false), "-");  // nothing better runs here
+  EXPECT_EQ(wanted(nullptr, dynamic, "Zen", true, true), "-");         // a current core: its own choice
+  EXPECT_EQ(wanted(nullptr, dynamic, "SkylakeX", true, true), "-");
+  EXPECT_EQ(wanted("Prescott", dynamic, "Prescott", true, true), "-");  // the user's setting stands
+  EXPECT_EQ(wanted(nullptr, "OpenBLAS 0.3.21 NO_LAPACKE Prescott", "Prescott", true, true), "-");  // no DYNAMIC_ARCH
+  EXPECT_EQ(openblas_core_for(nullptr, dynamic, "Prescott", true, true)->chose, "Prescott");
 }
 
 TEST(Bench, SummaryStatistics) {

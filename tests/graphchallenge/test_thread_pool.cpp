@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <future>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -43,7 +45,8 @@ TEST(ThreadPool, NestedCallsRunInline) {
 
 // Idle workers poll for a moment before they block: a job posted while they poll, and one posted after they have
 // blocked, must both reach every worker. Each task waits until all of the pool has arrived, so a worker that missed
-// the job shows as a task that times out (never as a hang).
+// the job shows as a task that times out; the call runs on a thread of its own, so that one never returning (a lost
+// wake-up leaves it waiting for the worker) fails the test instead of hanging it.
 TEST(ThreadPool, EveryWorkerTakesJobsPostedWhilePollingAndAfterBlocking) {
   constexpr int kThreads = 3;
   ThreadPool pool(kThreads);
@@ -51,16 +54,23 @@ TEST(ThreadPool, EveryWorkerTakesJobsPostedWhilePollingAndAfterBlocking) {
     if (round % 10 == 9) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the polling
     std::atomic<int> arrived{0};
     std::atomic<int> timed_out{0};
-    pool.parallel_for(kThreads, [&](int64_t) {
-      arrived++;
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (arrived.load() < kThreads) {
-        if (std::chrono::steady_clock::now() > until) {
-          timed_out++;
-          return;
+    std::future<void> call = std::async(std::launch::async, [&] {
+      pool.parallel_for(kThreads, [&](int64_t) {
+        arrived++;
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (arrived.load() < kThreads) {
+          if (std::chrono::steady_clock::now() > until) {
+            timed_out++;
+            return;
+          }
         }
-      }
+      });
     });
+    if (call.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+      ADD_FAILURE() << "round " << round << ": parallel_for did not return in 60 s (a worker never woke)";
+      std::_Exit(1);  // the call's thread cannot be joined
+    }
+    call.get();
     ASSERT_EQ(timed_out.load(), 0) << "round " << round;
     ASSERT_EQ(arrived.load(), kThreads) << "round " << round;
   }

@@ -22,6 +22,9 @@
 #include <thread>
 #include <sys/utsname.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#endif
 
 namespace sparsert::bench {
 
@@ -101,21 +104,27 @@ namespace {
 // Threads of this process, the caller excepted, that are running or runnable; nullopt where /proc/self/task cannot
 // be read (not Linux).
 std::optional<int> other_runnable_threads() {
+#if defined(__linux__)
   std::error_code ec;
   std::filesystem::directory_iterator it("/proc/self/task", ec);
   if (ec) return std::nullopt;
-  const std::string self = std::to_string(static_cast<long>(gettid()));
+  const std::string self = std::to_string(static_cast<long>(::syscall(SYS_gettid)));
   int runnable = 0;
-  for (const auto& entry : it) {
-    if (entry.path().filename() == self) continue;
-    std::ifstream f(entry.path() / "stat");
+  for (; it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    if (ec) return std::nullopt;
+    if (it->path().filename() == self) continue;
+    std::ifstream f(it->path() / "stat");
     std::string stat;
     if (!f || !std::getline(f, stat)) continue;  // a thread that ended between the listing and the read
     // "tid (name) S ...": the name may hold spaces and parentheses, so the state follows the last ')'.
     const size_t close = stat.rfind(')');
     if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'R') ++runnable;
   }
+  if (ec) return std::nullopt;
   return runnable;
+#else
+  return std::nullopt;
+#endif
 }
 
 }  // namespace
@@ -137,7 +146,8 @@ Settled settle_threads(double min_ms, double max_ms) {
     }
     if (ms_since(t0) >= max_ms) break;
     // Busy, not asleep: an idle vCPU of a VM comes back slowly (a product right after a 150 ms sleep ran 1.5-2.5x
-    // its back-to-back time on a 2-vCPU Xeon), and the pause would fall on the next sample.
+    // its back-to-back time on a 2-vCPU Xeon), and the pause would fall on the next sample. This keeps the
+    // caller's core busy; the others idle only once their threads have gone quiet, right before the next sample.
     const auto poll = Clock::now();
     while (ms_since(poll) < 1.0) {
     }

@@ -671,8 +671,9 @@ std::string write_report(const std::vector<json>& runs, const std::vector<std::s
     if (run.contains("settle") && run["settle"].is_object()) {
       const json& st = run["settle"];
       md += fmt::format("- after each sample, the next began once no other thread of the process was runnable (a "
-                        "library's threads spinning after its call), the wait kept busy so that no core went idle: "
-                        "{:.1f} ms on average, {:.0f} ms at most, {} of {} waits cut at {:g} ms\n",
+                        "library's threads spinning after its call), the waiting thread kept busy so that its core "
+                        "did not go idle: {:.1f} ms on average, {:.0f} ms at most; {} of {} waits ended without "
+                        "quiet threads (cut at {:g} ms, or no /proc to read)\n",
                         st.value("mean_ms", 0.0), st.value("longest_ms", 0.0), st.value("not_quiet", 0),
                         st.value("pauses", 0), st.value("max_ms", 0.0));
     }

@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sparsert::bench {
@@ -158,6 +159,10 @@ struct OpenBlasCore {
   std::string wanted;
 };
 std::optional<OpenBlasCore> openblas_core_to_force();
+// The decision behind it, on its inputs: OPENBLAS_CORETYPE (null: unset), openblas_get_config(),
+// openblas_get_corename(), and whether the CPU runs AVX-512 (F, BW, VL, DQ) and AVX2 with FMA.
+std::optional<OpenBlasCore> openblas_core_for(const char* coretype_env, std::string_view config,
+                                              std::string_view corename, bool avx512, bool avx2_fma);
 
 struct Stats {
   double median_ms = 0, min_ms = 0, max_ms = 0, q1_ms = 0, q3_ms = 0;
@@ -183,7 +188,7 @@ struct RunOptions {
 };
 
 // Waits until no thread of this process but the caller is runnable (state R in /proc/self/task/*/stat), polling
-// every few milliseconds: at least min_ms, at most max_ms. `quiet`: the threads went quiet (false at the cap, or
+// about every millisecond: at least min_ms, at most max_ms. `quiet`: the threads went quiet (false at the cap, or
 // where /proc cannot be read, after min_ms).
 struct Settled {
   double waited_ms = 0;
