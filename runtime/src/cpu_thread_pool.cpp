@@ -21,20 +21,20 @@ thread_local bool t_inside_pool = false;
 // the last.
 constexpr auto kSpin = std::chrono::microseconds(200);
 
-// Polls `done` until it holds or kSpin has passed; whether it held.
+// Polls `done` until it holds or kSpin has passed; the caller then blocks on the same condition under the lock.
 template <class Done>
-bool spin_until(const Done& done) {
+void spin_until(const Done& done) {
   const auto until = std::chrono::steady_clock::now() + kSpin;
   while (true) {
     for (int i = 0; i < 64; ++i) {
-      if (done()) return true;
+      if (done()) return;
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
 #elif defined(__aarch64__)
       asm volatile("yield");
 #endif
     }
-    if (std::chrono::steady_clock::now() >= until) return done();
+    if (std::chrono::steady_clock::now() >= until) return;
   }
 }
 }  // namespace

@@ -38,24 +38,23 @@ struct BenchArgs {
   std::string output;
 };
 
-// The command exactly as typed, for the report (argv is not passed to subcommands).
-std::string command_line() {
+// This process's arguments as it was started (argv is not passed to subcommands).
+std::vector<std::string> own_arguments() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  std::string arg;
+  while (std::getline(in, arg, '\0')) args.push_back(arg);
+  return args;
+}
+
+// The command exactly as typed, for the report.
+std::string command_line() {
+  const std::vector<std::string> args = own_arguments();
   std::string out;
-  size_t start = 0;
-  bool first = true;
-  while (start < raw.size()) {
-    size_t end = raw.find('\0', start);
-    if (end == std::string::npos) end = raw.size();
-    std::string arg = raw.substr(start, end - start);
-    if (first) {
-      arg = std::filesystem::path(arg).filename().string();
-      first = false;
-    }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string arg = i == 0 ? std::filesystem::path(args[0]).filename().string() : args[i];
     const bool plain = !arg.empty() && arg.find_first_of(" \t'\"$\\*?") == std::string::npos;
-    out += (out.empty() ? "" : " ") + (plain ? arg : "'" + arg + "'");
-    start = end + 1;
+    out += (i == 0 ? "" : " ") + (plain ? arg : "'" + arg + "'");
   }
   return out;
 }
@@ -81,15 +80,6 @@ int report(const BenchArgs& a) {
   write_file_atomic(out, md);
   fmt::print("wrote {} and {}/*.svg from {} run(s)\n", out.string(), (out.parent_path() / stem).string(), runs.size());
   return kOk;
-}
-
-// This process's arguments as it was started (argv is not passed to subcommands).
-std::vector<std::string> own_arguments() {
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  std::vector<std::string> args;
-  std::string arg;
-  while (std::getline(in, arg, '\0')) args.push_back(arg);
-  return args;
 }
 
 // Where OpenBLAS fell back to an old core's kernels on this CPU, starts this command again with OPENBLAS_CORETYPE

@@ -312,9 +312,9 @@ nlohmann::json run_suite(const std::vector<Problem>& problems, MethodSet& set, c
       for (size_t mi = 0; mi < set.methods.size(); ++mi) {
         if (inner[mi] == 0) continue;
         guarded(mi, "timing", [&] { samples[mi].push_back(set.methods[mi]->sample_ms(inner[mi])); });
-        // Libraries whose threads spin after a call (OpenBLAS, OpenMP) must not steal the next method's cores: a
-        // fixed 50 ms pause (until 2026-11-30) was shorter than OpenBLAS's spin on a 2-vCPU Xeon, where Eigen's two
-        // threads, two methods after it, then ran 2x slower.
+        // Libraries whose threads spin after a call (OpenBLAS, OpenMP) must not steal the next method's cores, and
+        // no core may sit idle before the next sample (settle_threads): a fixed 50 ms sleep (until 2026-11-30) did
+        // both wrong on a 2-vCPU Xeon.
         settle();
       }
     }

@@ -40,7 +40,8 @@ class ThreadPool {
   std::mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable done_;
-  // Written under mutex_; atomic so that a thread may spin on them for a moment before it blocks (see kSpin in cpu_thread_pool.cpp).
+  // Written under mutex_; atomic so that an idle thread may poll them for a moment before it blocks (kSpin,
+  // cpu_thread_pool.cpp).
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stopping_{false};
   std::atomic<int> busy_workers_{0};
