@@ -1,6 +1,7 @@
-// The CPU executor's SpMM on one thread, by panel width, on two shapes of sparsity: the Graph Challenge's (1024 x
-// 1024, 32 nonzeros a row, at the live widths of the official network's early and late layers) and a pruned
-// ResNet-50 1x1 convolution's (512 x 2048 at 90%, at the widths of its stages). Random weights from a fixed seed;
+// The CPU executor's SpMM on one thread, by panel width: the Graph Challenge's layers (1024 x 1024, 32 nonzeros a
+// row, at the live widths of the official network's early and late layers) and pruned ResNet-50 1x1 convolutions at
+// 90% (512 x 2048 at the widths of its stages, and one layer of each stage at its own width, where rows of a few
+// nonzeros make the work done once per row and column block count). Random weights from a fixed seed;
 // the product is checked against reference_spmm once per case, so a fast wrong kernel reports an error, not a time.
 //
 // Run: build/bench/cpu_spmm_bench [--benchmark_filter=...]. Compare panel widths within one run, not across runs.
@@ -84,6 +85,11 @@ void shapes(benchmark::internal::Benchmark* b) {
   for (int64_t panel : {16, 32, 64}) {
     for (int64_t n : {190, 1950, 12000}) b->Args({1024, 1024, 32, n, panel});
     for (int64_t n : {49, 196, 3136}) b->Args({512, 2048, 205, n, panel});
+    b->Args({256, 64, 6, 3136, panel});
+    b->Args({64, 64, 6, 3136, panel});
+    b->Args({64, 256, 26, 3136, panel});
+    b->Args({1024, 256, 26, 196, panel});
+    b->Args({2048, 512, 51, 49, panel});
   }
 }
 

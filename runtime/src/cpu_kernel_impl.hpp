@@ -118,9 +118,12 @@ template <class VT, int NV, int U>
         __builtin_memcpy(live + v * L, &f, sizeof(VI));
       }
     } else if (v == full && tail != 0) {
-      __builtin_memcpy(c + v * L, &acc[0][v], static_cast<size_t>(tail) * sizeof(float));
+      // Through a copy: the address of acc itself would keep every accumulator in memory, stored to the stack on
+      // every row whether or not the row has a tail.
+      const VT last = acc[0][v];
+      __builtin_memcpy(c + v * L, &last, static_cast<size_t>(tail) * sizeof(float));
       if (live != nullptr) {
-        for (int j = 0; j < tail; ++j) live[v * L + j] |= static_cast<int32_t>(acc[0][v][j] != 0.0f);
+        for (int j = 0; j < tail; ++j) live[v * L + j] |= static_cast<int32_t>(last[j] != 0.0f);
       }
     }
   }
