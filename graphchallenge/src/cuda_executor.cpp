@@ -5,6 +5,7 @@
 #include "sparsert/compiler/tile_sources.hpp"
 #include "sparsert/graphchallenge/filter_kernels.hpp"
 #include "sparsert/runtime/printable.hpp"
+#include "sparsert/runtime/thread_pool.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -123,8 +124,7 @@ class StreamedPacker {
   // uploaded.
   static constexpr int kMaxWindow = 8;
   StreamedPacker(const Network& net, const Package& pkg, int threads)
-      : net_(net), window_(std::min(kMaxWindow, threads > 0 ? threads : static_cast<int>(std::max(
-                                                                           1u, std::thread::hardware_concurrency())))) {
+      : net_(net), window_(std::min(kMaxWindow, threads > 0 ? threads : usable_cpus())) {
     for (size_t l = 0; l < pkg.layers.size(); ++l) {
       const PackageLayer& pl = pkg.layers[l];
       if (!pl.arrays_at_load) continue;

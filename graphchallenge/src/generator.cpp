@@ -215,7 +215,7 @@ FoldedSynthetic synthetic_network_folded(int32_t neurons, int32_t layers, uint64
   }
 
   // As many layers a batch as there are threads to make them; each then runs and folds in order.
-  const int batch = std::max(1, threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()));
+  const int batch = std::max(1, threads > 0 ? threads : usable_cpus());
   std::vector<CsrMatrix> made(static_cast<size_t>(batch));
   for (int32_t first = 0; first < layers; first += batch) {
     const int32_t count = std::min(batch, layers - first);

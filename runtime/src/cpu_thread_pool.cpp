@@ -5,8 +5,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
+#include <fstream>
+#include <string>
 #include <system_error>
+#include <thread>
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
 
 namespace sparsert {
 
@@ -22,11 +30,16 @@ thread_local bool t_inside_pool = false;
 constexpr auto kSpin = std::chrono::microseconds(200);
 
 // Polls `done` until it holds or kSpin has passed; the caller then blocks on the same condition under the lock.
+// Between rounds of polling it yields its CPU: the thread it waits for may be queued on that same CPU (the
+// scheduler puts both there when the other is busy), and a poll that never yields keeps it off for the whole
+// spin, every fan-out. Measured with both threads pinned to one vCPU (taskset -c 0), rn50's 1024 x 256 x 196 took
+// 0.96 ms on 2 threads against 0.19 ms on one; unpinned runs fell into the same state for seconds at a time. With
+// nothing else to run, yielding returns at once and the polling goes on.
 template <class Done>
 void spin_until(const Done& done) {
   const auto until = std::chrono::steady_clock::now() + kSpin;
   while (true) {
-    for (int i = 0; i < 64; ++i) {
+    for (int i = 0; i < 16; ++i) {
       if (done()) return;
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
@@ -34,14 +47,67 @@ void spin_until(const Done& done) {
       asm volatile("yield");
 #endif
     }
+    if (done()) return;
+    std::this_thread::yield();
     if (std::chrono::steady_clock::now() >= until) return;
   }
 }
+
+#if defined(__linux__)
+// The smallest quota on the cgroup v2 path of this process, from its own cgroup up to the root; nullopt where there
+// is none or no cgroup v2 hierarchy is mounted at the usual place.
+std::optional<int> cgroup_quota_cpus() {
+  std::ifstream self("/proc/self/cgroup");
+  std::string line, path;
+  while (std::getline(self, line)) {
+    if (line.rfind("0::", 0) == 0) path = line.substr(3);
+  }
+  if (path.empty() || path[0] != '/') return std::nullopt;
+  std::optional<int> least;
+  while (true) {
+    std::ifstream max("/sys/fs/cgroup" + (path == "/" ? std::string() : path) + "/cpu.max");
+    std::string text;
+    if (max && std::getline(max, text)) {
+      const std::optional<int> cpus = cpus_from_cpu_max(text);
+      if (cpus && (!least || *cpus < *least)) least = cpus;
+    }
+    if (path == "/") break;
+    const size_t slash = path.rfind('/');
+    path = slash == 0 ? "/" : path.substr(0, slash);
+  }
+  return least;
+}
+#endif
+
 }  // namespace
+
+std::optional<int> cpus_from_cpu_max(std::string_view line) {
+  while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.remove_suffix(1);
+  const size_t space = line.find(' ');
+  if (space == std::string_view::npos) return std::nullopt;
+  const std::string_view quota_text = line.substr(0, space), period_text = line.substr(space + 1);
+  int64_t quota = 0, period = 0;
+  const auto parse = [](std::string_view t, int64_t& v) {
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    return ec == std::errc() && end == t.data() + t.size() && v > 0;
+  };
+  if (quota_text == "max" || !parse(quota_text, quota) || !parse(period_text, period)) return std::nullopt;
+  return static_cast<int>(std::clamp<int64_t>((quota + period - 1) / period, 1, 1 << 20));
+}
+
+int usable_cpus() {
+  int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+#if defined(__linux__)
+  cpu_set_t mask;
+  if (sched_getaffinity(0, sizeof(mask), &mask) == 0) cpus = std::max(1, CPU_COUNT(&mask));
+  if (const std::optional<int> quota = cgroup_quota_cpus()) cpus = std::min(cpus, *quota);
+#endif
+  return cpus;
+}
 
 ThreadPool::ThreadPool(int threads) {
   SPARSERT_USER_CHECK(threads >= 0, "threads", "{} is negative", threads);
-  if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads == 0) threads = usable_cpus();
   workers_.reserve(static_cast<size_t>(threads - 1));
   try {
     for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });

@@ -10,6 +10,10 @@
 #include <thread>
 #include <vector>
 
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
 namespace sparsert {
 namespace {
 
@@ -76,7 +80,40 @@ TEST(ThreadPool, EveryWorkerTakesJobsPostedWhilePollingAndAfterBlocking) {
   }
 }
 
-TEST(ThreadPool, DefaultUsesEveryCore) { EXPECT_GE(ThreadPool().size(), 1); }
+// A pool of 0 threads is as large as the CPUs the process may use, not the machine's count: held to one CPU (as
+// taskset or a container's cpuset would), it is one thread, which runs every task inline.
+TEST(ThreadPool, DefaultIsTheCpusThisProcessMayUse) {
+  const int usable = usable_cpus();
+  EXPECT_GE(usable, 1);
+  EXPECT_EQ(ThreadPool().size(), usable);
+#if defined(__linux__)
+  cpu_set_t saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(saved), &saved), 0);
+  EXPECT_LE(usable, CPU_COUNT(&saved));
+  int first = 0;
+  while (!CPU_ISSET(first, &saved)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  const int pinned = usable_cpus();
+  const int pool_size = ThreadPool().size();
+  ASSERT_EQ(sched_setaffinity(0, sizeof(saved), &saved), 0);
+  EXPECT_EQ(pinned, 1);
+  EXPECT_EQ(pool_size, 1);
+#endif
+}
+
+TEST(ThreadPool, CgroupCpuMaxLines) {
+  EXPECT_EQ(cpus_from_cpu_max("max 100000"), std::nullopt);
+  EXPECT_EQ(cpus_from_cpu_max("200000 100000"), 2);
+  EXPECT_EQ(cpus_from_cpu_max("150000 100000\n"), 2);  // a part of a CPU counts as one more thread
+  EXPECT_EQ(cpus_from_cpu_max("50000 100000"), 1);
+  EXPECT_EQ(cpus_from_cpu_max("1000 100000"), 1);
+  for (const char* bad : {"", "100000", "abc 100000", "100000 0", "-5 100000", "100000 1e5", "1 2 3"}) {
+    EXPECT_EQ(cpus_from_cpu_max(bad), std::nullopt) << bad;
+  }
+}
 
 }  // namespace
 }  // namespace sparsert

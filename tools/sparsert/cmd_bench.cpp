@@ -177,7 +177,7 @@ Action add_bench(CLI::App& app) {
                   "cuSPARSE (cuDNN for convolutions), kernels")
       ->default_val("cpu")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  sub->add_option("--threads", args->threads, "CPU threads for every method (0: all cores)")
+  sub->add_option("--threads", args->threads, "CPU threads for every method (0: every CPU this process may use)")
       ->default_val(0)
       ->check(CLI::Range(0, 1024));
   sub->add_option("--repeats", args->repeats, "Timed samples per method and problem (median and spread)")

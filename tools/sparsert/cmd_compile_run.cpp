@@ -237,7 +237,7 @@ Action add_compile(CLI::App& app) {
       ->needs(gc);
   sub->add_option("-o,--output", args->output, "Package directory to write")->required();
   sub->add_option("--target", args->targets, "Comma-separated targets")->default_val("sm_80,sm_90");
-  sub->add_option("-j,--threads", args->threads, "Assembler threads (0: one per core)")
+  sub->add_option("-j,--threads", args->threads, "Assembler threads (0: one per usable CPU)")
       ->default_val(0)
       ->check(CLI::Range(0, 1024));
   sub->add_flag("--ptx-only", args->ptx_only, "Skip cubins (the driver JIT-compiles the PTX at load)");
@@ -451,7 +451,7 @@ Action add_run(CLI::App& app) {
       ->check(CLI::IsMember({"feature-major", "batch-major"}))
       ->default_val("feature-major");
   sub->add_option("--repeat", args->repeat, "Timed repetitions")->default_val(1)->check(CLI::Range(1, 1000000));
-  sub->add_option("--threads", args->threads, "CPU executor threads (0: one per core)")
+  sub->add_option("--threads", args->threads, "CPU executor threads (0: one per usable CPU)")
       ->default_val(0)
       ->check(CLI::Range(0, 1024));
   sub->add_flag("--ptx", args->force_ptx, "JIT the PTX even where a cubin for the device exists");

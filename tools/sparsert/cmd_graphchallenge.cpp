@@ -334,7 +334,9 @@ Action add_graphchallenge(CLI::App& app) {
   sub->add_option("--device", args->device, "Where the layers run")->default_val("cpu")->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_flag("--ptx-only", args->ptx_only,
                 "cuda: skip cubins and let the driver JIT-compile the PTX (what ptxsim's emulated driver runs)");
-  sub->add_option("--threads", args->threads, "CPU threads (0: all cores)")->default_val(0)->check(CLI::Range(0, 1024));
+  sub->add_option("--threads", args->threads, "CPU threads (0: every CPU this process may use)")
+      ->default_val(0)
+      ->check(CLI::Range(0, 1024));
   sub->add_option("--panel-width", args->panel_width, "CPU: columns of the activations per task")
       ->default_val(64)
       ->check(CLI::Range(1, 1 << 20));

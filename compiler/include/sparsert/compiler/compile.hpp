@@ -36,7 +36,7 @@ using TileSource = std::function<std::optional<TunedKernel>(const LoadedLayer&, 
 
 struct CompileOptions {
   std::vector<codegen::Target> targets;
-  int threads = 0;            // 0: one per core
+  int threads = 0;            // 0: usable_cpus()
   bool progress = true;       // a progress bar on a terminal, plain lines otherwise
   bool assemble = true;       // false, or no toolkit: a PTX-only package
   TileSource tiles;           // may be empty

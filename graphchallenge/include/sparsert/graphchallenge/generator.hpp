@@ -21,7 +21,7 @@ namespace sparsert::graphchallenge {
 CsrMatrix generate_layer(int32_t neurons, int32_t layer, uint64_t seed);
 
 // `images` synthetic sparse images (rows) on N neurons (N a perfect square): a few thick random strokes each, values 1.
-// The same images for any number of `threads` (0: one per core).
+// The same images for any number of `threads` (0: one per usable CPU).
 CsrMatrix generate_images(int32_t neurons, int32_t images, uint64_t seed, int threads = 0);
 
 // What synthetic_network (with `folded`: synthetic_network_folded) checks before it allocates anything: a size the
@@ -29,10 +29,10 @@ CsrMatrix generate_images(int32_t neurons, int32_t images, uint64_t seed, int th
 // --layers.
 void check_synthetic_size(int32_t neurons, int32_t layers, std::optional<FoldedOutput> folded = std::nullopt);
 
-// The synthetic network itself, made in memory (layers side by side on `threads`, 0: one per core) with `bias` (unset:
-// the official one of its size): what make_network gives for the files write_network writes, without the files (the
-// 65536 x 1920 network's would be about 80 GB of text). More nonzeros than 80% of this machine's memory is a UserError
-// naming --layers (the GPU executor compiles from these matrices without copying them).
+// The synthetic network itself, made in memory (layers side by side on `threads`, 0: one per usable CPU) with
+// `bias` (unset: the official one of its size): what make_network gives for the files write_network writes, without
+// the files (the 65536 x 1920 network's would be about 80 GB of text). More nonzeros than 80% of this machine's
+// memory is a UserError naming --layers (the GPU executor compiles from these matrices without copying them).
 Network synthetic_network(int32_t neurons, int32_t layers, uint64_t seed, int threads = 0,
                           std::optional<float> bias = std::nullopt);
 

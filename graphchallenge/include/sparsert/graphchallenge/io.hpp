@@ -13,7 +13,8 @@ namespace sparsert::graphchallenge {
 std::filesystem::path layer_path(const std::filesystem::path& dir, int32_t neurons, int32_t layer);
 
 // Layers 1..layers of an N-neuron network as stored (W_l, row = input neuron). Missing files and indices past
-// `neurons` are UserErrors naming the file (and line). Reads files on `threads` threads (0: all cores).
+// `neurons` are UserErrors naming the file (and line). Reads files on `threads` threads (0: every CPU this process
+// may use).
 std::vector<CsrMatrix> read_layers(const std::filesystem::path& dir, int32_t neurons, int32_t layers,
                                    int threads = 0);
 

@@ -56,7 +56,7 @@ Network make_network(std::vector<CsrMatrix> weights, int32_t neurons, float bias
 // nonzero in any output neuron, and a copy of a kept row is the same value. expand_output gives every neuron's row.
 using FoldStats = inspector::FoldTotals;
 enum class FoldedOutput { kEveryRow, kOneRowPerKind };
-// Each layer's rows are merged on up to `threads` threads (0: one per core).
+// Each layer's rows are merged on up to `threads` threads (0: one per usable CPU).
 Network fold_duplicate_neurons(const Network& net, FoldStats* stats = nullptr, int threads = 1,
                                FoldedOutput output = FoldedOutput::kEveryRow);
 

@@ -26,7 +26,7 @@ struct FoldedLayer {
 
 // Folds layer `a` of a chain, given the `source` map of the layer before it as folded (empty for the first layer;
 // then its size must be a.cols). `bias` is empty, one value for every row, or one per row. With `last`, every row is
-// kept. Rows are merged on up to `threads` threads (0: one per core); the result does not depend on it. UserError
+// kept. Rows are merged on up to `threads` threads (0: one per usable CPU); the result does not depend on it. UserError
 // naming "bias", "shape" or "weights" (a merged weight beyond float).
 FoldedLayer fold_layer(const CsrMatrix& a, std::span<const float> bias, std::span<const int32_t> previous_source,
                        bool last, int threads = 1);

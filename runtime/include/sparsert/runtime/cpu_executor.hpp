@@ -21,7 +21,7 @@
 namespace sparsert {
 
 struct CpuExecutorOptions {
-  int threads = 0;           // participants, the caller included; 0: std::thread::hardware_concurrency()
+  int threads = 0;           // participants, the caller included; 0: usable_cpus() (thread_pool.hpp)
   int64_t panel_width = 64;  // columns of B per task; rounded up to a multiple of the vector (16)
   CpuIsa isa = CpuIsa::kAuto;  // the kernel's instruction set (resolve_cpu_isa); the constructor resolves it
 };

@@ -9,14 +9,26 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <optional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 namespace sparsert {
 
+// The CPUs this process may use: those in its affinity mask (taskset, a container's cpuset), or fewer where a
+// cgroup v2 CPU quota on its cgroup or a parent allows less (docker --cpus), rounded up; at least 1. A thread
+// count of 0 means this everywhere. std::thread::hardware_concurrency counts the machine's CPUs whatever the
+// process may use, and more threads than CPUs share them by time slices.
+int usable_cpus();
+
+// The CPUs a cgroup v2 `cpu.max` line allows ("quota period", quota / period rounded up, at least 1); nullopt for
+// no limit ("max period") or a line of any other form.
+std::optional<int> cpus_from_cpu_max(std::string_view line);
+
 class ThreadPool {
  public:
-  // `threads` participants in all, the caller included; 0 means std::thread::hardware_concurrency().
+  // `threads` participants in all, the caller included; 0 means usable_cpus().
   explicit ThreadPool(int threads = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -52,12 +64,12 @@ class ThreadPool {
   std::exception_ptr error_;
 };
 
-// Runs fn(i) for every i in [0, n) on up to `threads` threads, the caller included (0: one per core), indices handed
-// out in increasing order; errors as ThreadPool::parallel_for (the first stops the rest and is rethrown). The threads
-// live for this call only: for work that is coarse next to starting a thread.
+// Runs fn(i) for every i in [0, n) on up to `threads` threads, the caller included (0: one per usable CPU), indices
+// handed out in increasing order; errors as ThreadPool::parallel_for (the first stops the rest and is rethrown). The
+// threads live for this call only: for work that is coarse next to starting a thread.
 inline void parallel_for(int64_t n, int threads, const std::function<void(int64_t)>& fn) {
   if (n <= 0) return;
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 0) threads = usable_cpus();
   ThreadPool pool(static_cast<int>(std::min<int64_t>(threads, n)));
   pool.parallel_for(n, fn);
 }

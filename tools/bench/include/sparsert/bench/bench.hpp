@@ -120,7 +120,7 @@ struct MethodSet {
 };
 
 // OpenBLAS SGEMM on the dense equivalent, Eigen's sparse × dense product and sparsert's CPU executor, all on
-// `threads` threads (0: every core).
+// `threads` threads (0: every usable CPU).
 MethodSet cpu_methods(int threads);
 // cuBLAS SGEMM (FP32 without tensor cores, and TF32), cuSPARSE SpMM (CSR, fastest verified algorithm) and sparsert's
 // generated kernels through compile_network and GpuNetwork. Throws cuda::DriverUnavailable (a UserError) when no
@@ -172,7 +172,7 @@ Stats summarize(std::vector<double> samples_ms);
 struct RunOptions {
   std::string suite;
   std::string device = "cpu";
-  int threads = 0;                // as given (0: every core); the methods report what they used
+  int threads = 0;                // as given (0: every usable CPU); the methods report what they used
   int repeats = 10;               // timed samples per method and problem (at least 10 for the report)
   double min_sample_ms = 2.0;     // a sample repeats the product until it lasts about this long
   // After each sample, wait until no other thread of this process is runnable (a library's threads that spin after a
