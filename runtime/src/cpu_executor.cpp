@@ -71,7 +71,17 @@ void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int6
   if (n == 0 || a.rows == 0) return;
 
   const int64_t panel = options_.panel_width;
-  const int64_t panels = (n + panel - 1) / panel;
+  int64_t panels = (n + panel - 1) / panel;
+  // A last panel of one vector or less joins the one before it. On its own it would cost a pass over every row's
+  // nonzeros (index, broadcast, loop) for one vector of products: rn50's N = 196 (64 + 64 + 64 + 4) ran 18% longer
+  // than N = 192 (bench/cpu_spmm_bench, one thread). The AVX-512 kernel covers up to 80 columns in one pass.
+  int64_t last_width = n - (panels - 1) * panel;
+  if (panels > 1 && last_width <= detail::kCpuVector) {
+    --panels;
+    last_width += panel;
+  }
+  const int64_t widest = panels == 1 ? last_width : std::max(panel, last_width);
+  const auto width_of = [&](int64_t p) { return p + 1 == panels ? last_width : panel; };
   // Enough tasks for every thread to get several, so uneven ones even out; rows are split only when the panels alone
   // are too few (few live inputs), and never into ranges so short that the per-task overhead dominates.
   const int64_t wanted = 4 * static_cast<int64_t>(threads());
@@ -108,8 +118,8 @@ void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int6
   // Copying it to a contiguous block first costs 1/(nonzeros per row) of the arithmetic and makes the reads of
   // every row of A sequential-ish and cache-resident. A panel whose width is not a whole number of vectors is
   // copied too, with its rows padded, because the kernel reads whole vectors (see detail::PanelArgs::b).
-  const bool pack = b_cols != nullptr || ldb > panel || detail::cpu_padded_width(std::min(panel, n)) != std::min(panel, n) ||
-                    detail::cpu_padded_width(n - (panels - 1) * panel) != n - (panels - 1) * panel;
+  const bool pack = b_cols != nullptr || ldb > widest || detail::cpu_padded_width(width_of(0)) != width_of(0) ||
+                    detail::cpu_padded_width(last_width) != last_width;
   const int64_t k_rows = a.cols;
   auto pack_panel = [&](int64_t j0, int64_t width, int64_t k0, int64_t k1, float* dst) {
     const int64_t stride = detail::cpu_padded_width(width);
@@ -140,7 +150,7 @@ void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int6
   // When row ranges share a panel, the panel is copied once for all of them, before any of them runs; otherwise
   // each task copies its own panel just before use, while it is still in cache for the product.
   const bool shared_pack = pack && ranges > 1;
-  const int64_t panel_floats = k_rows * detail::cpu_padded_width(panel);
+  const int64_t panel_floats = k_rows * detail::cpu_padded_width(widest);
   float* packed_all = nullptr;
   if (shared_pack) {
     packed_all = aligned_scratch(packed_, panels * panel_floats);
@@ -150,7 +160,7 @@ void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int6
       const int64_t p = t / k_chunks;
       const int64_t k0 = (t % k_chunks) * k_chunk;
       const int64_t j0 = p * panel;
-      pack_panel(j0, std::min(panel, n - j0), k0, std::min(k_rows, k0 + k_chunk), packed_all + p * panel_floats);
+      pack_panel(j0, width_of(p), k0, std::min(k_rows, k0 + k_chunk), packed_all + p * panel_floats);
     });
   }
 
@@ -161,7 +171,7 @@ void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int6
     const int64_t j0 = p * panel;
     args.row_begin = cuts[static_cast<size_t>(range)];
     args.row_end = cuts[static_cast<size_t>(range) + 1];
-    args.width = std::min(panel, n - j0);
+    args.width = width_of(p);
     args.b = b + j0;  // unpacked: b_cols is null
     if (shared_pack) {
       args.b = packed_all + p * panel_floats;

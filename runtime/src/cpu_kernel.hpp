@@ -33,7 +33,8 @@ void cpu_spmm_panel(const PanelArgs& args, CpuIsa isa);
 // register (AVX-512's 16 floats); the AVX2 and SSE versions load it as 2 or 4 registers.
 inline constexpr int64_t kCpuVector = 16;
 // Widest column block: one pass over a row's nonzeros covers up to this many columns (the SSE version, with fewer
-// floats a register, makes two passes of 32).
+// floats a register, makes two passes of 32), and the last block of a panel up to one vector more where the
+// registers allow (AVX-512: a panel of 80 columns is one pass).
 inline constexpr int64_t kCpuBlockWidth = 64;
 
 inline constexpr int64_t cpu_padded_width(int64_t width) { return (width + kCpuVector - 1) / kCpuVector * kCpuVector; }

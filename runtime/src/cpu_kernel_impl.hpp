@@ -129,37 +129,45 @@ template <class VT, int NV, int U>
   }
 }
 
-// The columns of a panel go in blocks of up to kCpuBlockWidth; a block of `vectors` 16-float vectors is
-// 16 / lanes registers each. Acc is how many accumulator registers to keep: the nonzero unroll is Acc divided by
-// the registers a block needs (at least 1), which leaves room for the broadcast weight and the loads.
+// The columns of a panel go in blocks of up to kCpuBlockWidth, the last of up to one vector more; a block of
+// `vectors` 16-float vectors is 16 / lanes registers each. Acc is about how many accumulator registers to keep: the
+// nonzero unroll is Acc divided by the registers a block needs, rounded to nearest (at least 1), which leaves room
+// for the broadcast weight and the loads. Rounded down, a block of 5 registers would have 5 independent chains of
+// FMAs, too few to keep both FMA ports busy through their latency; it gets 10.
 template <class VT, int Vectors, int Acc>
 [[gnu::always_inline]] inline void block(const PanelArgs& p, int32_t begin, int32_t end, const float* b, float* c,
                                          float bias, int32_t* live, int64_t width) {
   constexpr int NV = Vectors * kCpuVector / kLanes<VT>;
-  constexpr int U = NV >= Acc ? 1 : Acc / NV;
+  constexpr int U = NV >= Acc ? 1 : (Acc + NV / 2) / NV;
   row_block<VT, NV, U>(p, begin, end, b, c, bias, live, width);
 }
 
 template <class VT, int Acc>
 [[gnu::always_inline]] inline void panel(const PanelArgs& p) {
-  // Wider than the accumulators: a block of more registers than Acc would spill, so it takes two passes.
+  // Wider than the accumulators: a block of more registers than Acc would spill, so it takes two passes. The last
+  // block may be one vector wider where the registers allow, so that a tail of one vector (the executor's panels of
+  // 64 + up to 16 columns) does not cost a pass of its own.
   constexpr int64_t kBlock = std::min<int64_t>(kCpuBlockWidth, static_cast<int64_t>(Acc) * kLanes<VT>);
+  constexpr int64_t kLast = std::min<int64_t>(kCpuBlockWidth + kCpuVector, static_cast<int64_t>(Acc) * kLanes<VT>);
   constexpr int64_t V = kCpuVector;
   for (int32_t r = p.row_begin; r < p.row_end; ++r) {
     const int32_t begin = p.row_ptr[r];
     const int32_t end = p.row_ptr[r + 1];
     const float bias = p.bias != nullptr ? p.bias[r * p.bias_stride] : 0.0f;
     float* crow = p.c + static_cast<int64_t>(r) * p.ldc;
-    for (int64_t j0 = 0; j0 < p.width; j0 += kBlock) {
-      const int64_t w = std::min(kBlock, p.width - j0);
+    for (int64_t j0 = 0; j0 < p.width;) {
+      const int64_t rest = p.width - j0;
+      const int64_t w = rest <= kLast ? rest : kBlock;
       int32_t* live = p.live != nullptr ? p.live + j0 : nullptr;
       const float* b = p.b + j0;
       switch ((w + V - 1) / V) {
-        case 4: if constexpr (kBlock >= 4 * V) block<VT, 4, Acc>(p, begin, end, b, crow + j0, bias, live, w); break;
-        case 3: if constexpr (kBlock >= 3 * V) block<VT, 3, Acc>(p, begin, end, b, crow + j0, bias, live, w); break;
-        case 2: if constexpr (kBlock >= 2 * V) block<VT, 2, Acc>(p, begin, end, b, crow + j0, bias, live, w); break;
+        case 5: if constexpr (kLast >= 5 * V) block<VT, 5, Acc>(p, begin, end, b, crow + j0, bias, live, w); break;
+        case 4: if constexpr (kLast >= 4 * V) block<VT, 4, Acc>(p, begin, end, b, crow + j0, bias, live, w); break;
+        case 3: if constexpr (kLast >= 3 * V) block<VT, 3, Acc>(p, begin, end, b, crow + j0, bias, live, w); break;
+        case 2: if constexpr (kLast >= 2 * V) block<VT, 2, Acc>(p, begin, end, b, crow + j0, bias, live, w); break;
         default: block<VT, 1, Acc>(p, begin, end, b, crow + j0, bias, live, w); break;
       }
+      j0 += w;
     }
   }
 }

@@ -180,6 +180,32 @@ TEST(CpuExecutor, ZeroColumnsGiveAnEmptyResult) {
   EXPECT_EQ(c.shape(), (std::vector<int64_t>{10, 0}));
 }
 
+// A last panel of up to one vector joins the one before it (a pass of its own would cost about as much as a whole
+// panel): every width of tail around that boundary, after one panel and after two, on each instruction set, with
+// the panels packed privately (1 thread) and shared between row ranges (3 threads).
+TEST(CpuExecutor, TailPanelsOfEveryWidthAroundTheMerge) {
+  const CsrMatrix a = random_sparse(33, 40, 0.2, 12);
+  const Epilogue ep{{0.1f}, Activation::kRelu, 3.0f};
+  for (const CpuIsa isa : cpu_isas_supported()) {
+    for (const int64_t panel : {16, 64}) {
+      for (int threads : {1, 3}) {
+        CpuExecutor exec(CpuExecutorOptions{threads, panel, isa});
+        for (int64_t whole = 1; whole <= 2; ++whole) {
+          for (int64_t tail = 1; tail <= 17; ++tail) {
+            const int64_t n = whole * panel + tail;
+            SCOPED_TRACE(fmt::format("{}, panel {}, threads {}, n {}", cpu_isa_name(isa), panel, threads, n));
+            const DenseTensor b = random_dense(40, n, static_cast<uint64_t>(n));
+            DenseTensor c;
+            exec.spmm(a, b, ep, c);
+            ASSERT_EQ(c.shape(), (std::vector<int64_t>{33, n}));
+            ASSERT_LT(max_relative_error(c, reference_spmm(a, b, ep)), 1e-5);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(CpuExecutor, ReusesOutputStorageAcrossShapes) {
   CpuExecutor exec(CpuExecutorOptions{2, 32});
   DenseTensor c;
