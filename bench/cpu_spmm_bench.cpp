@@ -3,6 +3,7 @@
 // 90% (512 x 2048 at the widths of its stages, and one layer of each stage at its own width, where rows of a few
 // nonzeros make the work done once per row and column block count). Random weights from a fixed seed;
 // the product is checked against reference_spmm once per case, so a fast wrong kernel reports an error, not a time.
+// A second set times rn50's layers at 95% on one thread and on two (wall-clock time, `real_time` in the name).
 //
 // Run: build/bench/cpu_spmm_bench [--benchmark_filter=...]. Compare panel widths within one run, not across runs.
 #include "sparsert/runtime/cpu_executor.hpp"
@@ -52,7 +53,7 @@ DenseTensor random_dense(int64_t rows, int64_t cols, uint32_t seed) {
   return DenseTensor({rows, cols}, std::move(v));
 }
 
-// args: rows, cols, nonzeros a row, n, panel width
+// args: rows, cols, nonzeros a row, n, panel width, threads
 void BM_CpuSpmm(benchmark::State& state) {
   const auto rows = static_cast<int32_t>(state.range(0));
   const auto cols = static_cast<int32_t>(state.range(1));
@@ -64,7 +65,7 @@ void BM_CpuSpmm(benchmark::State& state) {
   ep.bias = {-0.3f};
   ep.activation = sparsert::Activation::kRelu;
   ep.clamp = 32.0f;
-  sparsert::CpuExecutor exec({.threads = 1, .panel_width = state.range(4)});
+  sparsert::CpuExecutor exec({.threads = static_cast<int>(state.range(5)), .panel_width = state.range(4)});
   DenseTensor c;
   exec.spmm(a, b, ep, c);
   const double err = sparsert::max_relative_error(c, sparsert::reference_spmm(a, b, ep));
@@ -81,19 +82,37 @@ void BM_CpuSpmm(benchmark::State& state) {
 }
 
 void shapes(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"M", "K", "nnz_row", "N", "panel"});
+  b->ArgNames({"M", "K", "nnz_row", "N", "panel", "threads"});
   for (int64_t panel : {16, 32, 64}) {
-    for (int64_t n : {190, 1950, 12000}) b->Args({1024, 1024, 32, n, panel});
-    for (int64_t n : {49, 196, 3136}) b->Args({512, 2048, 205, n, panel});
-    b->Args({256, 64, 6, 3136, panel});
-    b->Args({64, 64, 6, 3136, panel});
-    b->Args({64, 256, 26, 3136, panel});
-    b->Args({1024, 256, 26, 196, panel});
-    b->Args({2048, 512, 51, 49, panel});
+    for (int64_t n : {190, 1950, 12000}) b->Args({1024, 1024, 32, n, panel, 1});
+    for (int64_t n : {49, 196, 3136}) b->Args({512, 2048, 205, n, panel, 1});
+    b->Args({256, 64, 6, 3136, panel, 1});
+    b->Args({64, 64, 6, 3136, panel, 1});
+    b->Args({64, 256, 26, 3136, panel, 1});
+    b->Args({1024, 256, 26, 196, panel, 1});
+    b->Args({2048, 512, 51, 49, panel, 1});
+  }
+}
+
+// rn50's layers at 95% on one thread and on two, at the executor's default panel: where a second thread pays.
+void thread_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"M", "K", "nnz_row", "N", "panel", "threads"});
+  for (int64_t threads : {1, 2}) {
+    b->Args({64, 64, 3, 3136, 64, threads});
+    b->Args({256, 64, 3, 3136, 64, threads});
+    b->Args({64, 256, 13, 3136, 64, threads});
+    b->Args({128, 512, 26, 784, 64, threads});
+    b->Args({512, 128, 6, 784, 64, threads});
+    b->Args({1024, 256, 13, 196, 64, threads});
+    b->Args({256, 1024, 51, 196, 64, threads});
+    b->Args({1024, 512, 26, 196, 64, threads});
+    b->Args({2048, 512, 26, 49, 64, threads});
+    b->Args({512, 2048, 102, 49, 64, threads});
   }
 }
 
 }  // namespace
 
 BENCHMARK(BM_CpuSpmm)->Apply(shapes)->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK(BM_CpuSpmm)->Apply(thread_shapes)->Unit(benchmark::kMicrosecond)->MinTime(0.2)->UseRealTime();
 BENCHMARK_MAIN();
