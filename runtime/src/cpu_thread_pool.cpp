@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <fstream>
@@ -92,14 +93,22 @@ std::optional<int> cpus_from_cpu_max(std::string_view line) {
     return ec == std::errc() && end == t.data() + t.size() && v > 0;
   };
   if (quota_text == "max" || !parse(quota_text, quota) || !parse(period_text, period)) return std::nullopt;
-  return static_cast<int>(std::clamp<int64_t>((quota + period - 1) / period, 1, 1 << 20));
+  return static_cast<int>(std::clamp<int64_t>(quota / period + (quota % period != 0 ? 1 : 0), 1, 1 << 20));
 }
 
 int usable_cpus() {
   int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 #if defined(__linux__)
-  cpu_set_t mask;
-  if (sched_getaffinity(0, sizeof(mask), &mask) == 0) cpus = std::max(1, CPU_COUNT(&mask));
+  // A mask too small for the kernel's CPU count fails with EINVAL: grow it (machines of more than 1024 CPUs).
+  for (int size = 1024; size <= (1 << 20); size *= 2) {
+    cpu_set_t* mask = CPU_ALLOC(static_cast<size_t>(size));
+    if (mask == nullptr) break;
+    const size_t bytes = CPU_ALLOC_SIZE(static_cast<size_t>(size));
+    const bool got = sched_getaffinity(0, bytes, mask) == 0;
+    if (got) cpus = std::max(1, CPU_COUNT_S(bytes, mask));
+    CPU_FREE(mask);
+    if (got || errno != EINVAL) break;
+  }
   if (const std::optional<int> quota = cgroup_quota_cpus()) cpus = std::min(cpus, *quota);
 #endif
   return cpus;
