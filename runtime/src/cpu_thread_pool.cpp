@@ -9,9 +9,11 @@
 #include <charconv>
 #include <chrono>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 
 #if defined(__linux__)
 #include <sched.h>
@@ -55,32 +57,100 @@ void spin_until(const Done& done) {
 }
 
 #if defined(__linux__)
-// The smallest quota on the cgroup v2 path of this process, from its own cgroup up to the root; nullopt where there
-// is none or no cgroup v2 hierarchy is mounted at the usual place.
-std::optional<int> cgroup_quota_cpus() {
-  std::ifstream self("/proc/self/cgroup");
-  std::string line, path;
-  while (std::getline(self, line)) {
-    if (line.rfind("0::", 0) == 0) path = line.substr(3);
+bool has_token(std::string_view list, std::string_view token) {
+  while (true) {
+    const size_t comma = list.find(',');
+    if (list.substr(0, comma) == token) return true;
+    if (comma == std::string_view::npos) return false;
+    list.remove_prefix(comma + 1);
   }
-  if (path.empty() || path[0] != '/') return std::nullopt;
+}
+
+// The smallest quota that `read` finds in the directories of `path` (a cgroup, "/..."), from the cgroup itself up
+// to its hierarchy's root, all under `mount`: a parent's quota limits its children too.
+template <class Read>
+std::optional<int> least_quota(const std::string& mount, std::string path, const Read& read) {
   std::optional<int> least;
   while (true) {
-    std::ifstream max("/sys/fs/cgroup" + (path == "/" ? std::string() : path) + "/cpu.max");
-    std::string text;
-    if (max && std::getline(max, text)) {
-      const std::optional<int> cpus = cpus_from_cpu_max(text);
-      if (cpus && (!least || *cpus < *least)) least = cpus;
-    }
-    if (path == "/") break;
+    const std::optional<int> cpus = read(mount + (path == "/" ? std::string() : path));
+    if (cpus && (!least || *cpus < *least)) least = cpus;
+    if (path == "/") return least;
     const size_t slash = path.rfind('/');
     path = slash == 0 ? "/" : path.substr(0, slash);
   }
-  return least;
 }
+
+std::optional<int> read_cpu_max(const std::string& dir) {
+  std::ifstream max(dir + "/cpu.max");
+  std::string text;
+  if (!max || !std::getline(max, text)) return std::nullopt;
+  return cpus_from_cpu_max(text);
+}
+
+// cgroup v1's pair of files; a quota of -1 is no limit.
+std::optional<int> read_cfs_quota(const std::string& dir) {
+  std::ifstream quota_file(dir + "/cpu.cfs_quota_us"), period_file(dir + "/cpu.cfs_period_us");
+  std::string quota, period;
+  if (!quota_file || !period_file || !(quota_file >> quota) || !(period_file >> period)) return std::nullopt;
+  return cpus_from_cpu_max(quota + " " + period);
+}
+
+// Where cgroup v1's cpu controller is mounted and which cgroup is its root there, from /proc/self/mountinfo
+// ("id parent dev root mountpoint options ... - cgroup source superoptions").
+std::optional<std::pair<std::string, std::string>> v1_cpu_mount(const std::string& root_dir) {
+  std::ifstream info(root_dir + "/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(info, line)) {
+    const size_t dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    std::istringstream before(line.substr(0, dash)), after(line.substr(dash + 3));
+    std::string id, parent, dev, root, point, type, source, options;
+    if (!(before >> id >> parent >> dev >> root >> point) || !(after >> type >> source >> options)) continue;
+    if (type == "cgroup" && has_token(options, "cpu")) return std::make_pair(root_dir + point, root);
+  }
+  return std::nullopt;
+}
+
 #endif
 
 }  // namespace
+
+namespace detail {
+
+std::optional<int> cgroup_quota_cpus(const std::string& root_dir) {
+#if defined(__linux__)
+  std::ifstream self(root_dir + "/proc/self/cgroup");
+  std::string line, v2_path, v1_path;
+  while (std::getline(self, line)) {
+    // "hierarchy:controllers:path"; v2's hierarchy is 0 with no controllers.
+    const size_t first = line.find(':'), second = first == std::string::npos ? first : line.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1), path = line.substr(second + 1);
+    if (path.empty() || path[0] != '/') continue;
+    if (line.rfind("0::", 0) == 0) v2_path = path;
+    if (has_token(controllers, "cpu")) v1_path = path;
+  }
+  std::optional<int> least;
+  if (!v2_path.empty()) least = least_quota(root_dir + "/sys/fs/cgroup", v2_path, read_cpu_max);
+  if (!v1_path.empty()) {
+    if (const auto mount = v1_cpu_mount(root_dir)) {
+      // Inside a container the mount's root is the container's own cgroup, and the path is below it.
+      const std::string& root = mount->second;
+      std::string rel = v1_path;
+      if (root != "/" && rel.rfind(root, 0) == 0) rel = rel.substr(root.size());
+      if (rel.empty()) rel = "/";
+      const std::optional<int> v1 = least_quota(mount->first, rel, read_cfs_quota);
+      if (v1 && (!least || *v1 < *least)) least = v1;
+    }
+  }
+  return least;
+#else
+  (void)root_dir;
+  return std::nullopt;
+#endif
+}
+
+}  // namespace detail
 
 std::optional<int> cpus_from_cpu_max(std::string_view line) {
   while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.remove_suffix(1);
@@ -109,7 +179,7 @@ int usable_cpus() {
     CPU_FREE(mask);
     if (got || errno != EINVAL) break;
   }
-  if (const std::optional<int> quota = cgroup_quota_cpus()) cpus = std::min(cpus, *quota);
+  if (const std::optional<int> quota = detail::cgroup_quota_cpus("")) cpus = std::min(cpus, *quota);
 #endif
   return cpus;
 }

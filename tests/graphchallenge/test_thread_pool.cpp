@@ -1,10 +1,13 @@
 #include "sparsert/runtime/thread_pool.hpp"
 
+#include "test_support.hpp"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <future>
 #include <stdexcept>
 #include <thread>
@@ -106,6 +109,45 @@ TEST(ThreadPool, DefaultIsTheCpusThisProcessMayUse) {
 #else
   GTEST_SKIP() << "CPU affinity is read on Linux only";
 #endif
+}
+
+// The quota is found on cgroup v2, on v1's cpu controller (mounted with the container's cgroup as its root), and
+// on a parent of the process's cgroup; the least of them wins. Laid out in a scratch directory as on a machine.
+TEST(ThreadPool, CgroupQuotaFromEitherHierarchy) {
+  testing::ScratchDir root;
+  const auto put = [&](const std::string& name, const std::string& text) {
+    std::filesystem::create_directories((root / name).parent_path());
+    root.write(name, text);
+  };
+  const std::string dir = root.path().string();
+  EXPECT_EQ(detail::cgroup_quota_cpus(dir), std::nullopt);  // no files at all
+
+  // v2: the process's cgroup has no limit, its parent allows 3 CPUs.
+  put("proc/self/cgroup", "0::/a/b\n");
+  put("sys/fs/cgroup/a/b/cpu.max", "max 100000\n");
+  put("sys/fs/cgroup/a/cpu.max", "250000 100000\n");
+  EXPECT_EQ(detail::cgroup_quota_cpus(dir), 3);
+
+  // A hybrid host with the cpu controller on v1, mounted as the container's cgroup /docker/c1 at its own point.
+  put("proc/self/cgroup", "5:cpuset:/docker/c1\n4:cpu,cpuacct:/docker/c1/job\n0::/\n");
+  put("proc/self/mountinfo",
+      "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+      "34 31 0:31 /docker/c1 /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset\n"
+      "32 31 0:29 /docker/c1 /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct\n");
+  put("sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_quota_us", "150000\n");
+  put("sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_period_us", "100000\n");
+  put("sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "-1\n");
+  put("sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us", "100000\n");
+  EXPECT_EQ(detail::cgroup_quota_cpus(dir), 2);  // read at <mount>/job, the path below the mount's root
+
+  // Both: the smaller wins (v2's root cpu.max now allows 1).
+  put("sys/fs/cgroup/cpu.max", "100000 100000\n");
+  EXPECT_EQ(detail::cgroup_quota_cpus(dir), 1);
+
+  // No quota anywhere on v1 either.
+  std::filesystem::remove(root / "sys/fs/cgroup/cpu.max");
+  put("sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_quota_us", "-1\n");
+  EXPECT_EQ(detail::cgroup_quota_cpus(dir), std::nullopt);
 }
 
 TEST(ThreadPool, CgroupCpuMaxLines) {

@@ -10,6 +10,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -22,6 +23,14 @@ namespace sparsert {
 // count of 0 means this everywhere. std::thread::hardware_concurrency counts the machine's CPUs whatever the
 // process may use, and more threads than CPUs share them by time slices.
 int usable_cpus();
+
+namespace detail {
+// The smallest CPU quota on this process's cgroups, rounded up: cgroup v2's cpu.max under /sys/fs/cgroup, and
+// cgroup v1's cpu.cfs_quota_us / cpu.cfs_period_us where the cpu controller is mounted (a v1 host, or a hybrid one
+// that keeps cpu on v1), each from the process's cgroup up to its hierarchy's root; nullopt where none is set.
+// Every file is read under `root_dir` ("" for this machine; a test passes a directory laid out the same way).
+std::optional<int> cgroup_quota_cpus(const std::string& root_dir);
+}  // namespace detail
 
 // The CPUs a cgroup v2 `cpu.max` line allows ("quota period", quota / period rounded up, at least 1); nullopt for
 // no limit ("max period") or a line of any other form.
