@@ -18,10 +18,10 @@
 namespace sparsert {
 
 // The CPUs this process may use: those in the calling thread's affinity mask (the process's, from taskset or a
-// container's cpuset, unless the thread changed its own; threads it starts inherit it), or fewer where a cgroup v2
-// CPU quota on its cgroup or a parent allows less (docker --cpus), rounded up; at least 1. A thread
-// count of 0 means this everywhere. std::thread::hardware_concurrency counts the machine's CPUs whatever the
-// process may use, and more threads than CPUs share them by time slices.
+// container's cpuset, unless the thread changed its own; threads it starts inherit it), or fewer where a CPU quota
+// on its cgroup or a parent allows less (docker --cpus; cgroup v2 or v1, detail::cgroup_quota_cpus), rounded up; at
+// least 1. A thread count of 0 means this everywhere. std::thread::hardware_concurrency counts the machine's CPUs
+// whatever the process may use, and more threads than CPUs share them by time slices.
 int usable_cpus();
 
 namespace detail {
