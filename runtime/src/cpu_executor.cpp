@@ -4,6 +4,7 @@
 #include "sparsert/runtime/error.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -43,6 +44,19 @@ float* aligned_scratch(std::vector<float>& v, int64_t count) {
   if (v.size() < static_cast<size_t>(count) + kLine) v.resize(static_cast<size_t>(count) + kLine);
   const auto addr = reinterpret_cast<uintptr_t>(v.data());
   return v.data() + ((64 - addr % 64) % 64) / sizeof(float);
+}
+
+// The panel a thread last copied for itself: for which call and which panel. Call serials are unique over every
+// executor of the process, so a thread that runs tasks for two of them never takes one's copy for the other's.
+struct HeldPanel {
+  uint64_t call = 0;
+  int64_t panel = -1;
+  float* data = nullptr;
+};
+
+uint64_t next_call_serial() {
+  static std::atomic<uint64_t> serial{0};
+  return serial.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
 }  // namespace
@@ -147,9 +161,15 @@ void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int6
       std::fill(row + width, row + stride, 0.0f);
     }
   };
-  // When row ranges share a panel, the panel is copied once for all of them, before any of them runs; otherwise
-  // each task copies its own panel just before use, while it is still in cache for the product.
-  const bool shared_pack = pack && ranges > 1;
+  // Where row ranges share a panel, a thread copies it just before its first task on that panel and keeps it for
+  // its later tasks on the same one (tasks go panel by panel, so a thread never comes back to a panel it left).
+  // Every thread that works on a panel then copies it whole: up to K x N floats a thread, against its nonzeros x N
+  // / threads products. That private copy saves a fan-out and the reads of lines another core wrote, and on 2
+  // threads of a Xeon it beat copying each panel once between the threads at every ratio tried, up to K x threads
+  // = 2.7 x nonzeros (bench/cpu_spmm_bench thread_shapes, min of 5, us: 2048 x 512 N = 49 92 -> 65, 1024 x 512
+  // N = 196 170 -> 134, 512 x 2048 N = 49 124 -> 83). Past twice, where many threads share a short-rowed A, the
+  // threads copy the panels between them first.
+  const bool shared_pack = pack && ranges > 1 && k_rows * threads() > 2 * a.nnz();
   const int64_t panel_floats = k_rows * detail::cpu_padded_width(widest);
   float* packed_all = nullptr;
   if (shared_pack) {
@@ -164,9 +184,10 @@ void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int6
     });
   }
 
+  const uint64_t call = next_call_serial();
   pool_->parallel_for(panels * ranges, [&](int64_t task) {
-    const int64_t p = task % panels;
-    const int64_t range = task / panels;
+    const int64_t p = task / ranges;
+    const int64_t range = task % ranges;
     detail::PanelArgs args = base;
     const int64_t j0 = p * panel;
     args.row_begin = cuts[static_cast<size_t>(range)];
@@ -178,9 +199,14 @@ void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int6
       args.ldb = detail::cpu_padded_width(args.width);
     } else if (pack) {
       thread_local std::vector<float> own;
-      float* dst = aligned_scratch(own, k_rows * detail::cpu_padded_width(args.width));
-      pack_panel(j0, args.width, 0, k_rows, dst);
-      args.b = dst;
+      thread_local HeldPanel held;
+      if (held.call != call || held.panel != p) {
+        held.data = aligned_scratch(own, k_rows * detail::cpu_padded_width(args.width));
+        pack_panel(j0, args.width, 0, k_rows, held.data);
+        held.call = call;
+        held.panel = p;
+      }
+      args.b = held.data;
       args.ldb = detail::cpu_padded_width(args.width);
     }
     args.c = c + j0;

@@ -207,6 +207,33 @@ TEST(CpuExecutor, TailPanelsOfEveryWidthAroundTheMerge) {
   }
 }
 
+// Where row ranges share a panel, each thread copies it for itself and keeps the copy for its next task on the same
+// panel, unless K x threads > 2 x nonzeros, where the threads copy the panels once between them first. One A far
+// on each side of that line (200 x 40 at 50%: K x threads = 120 against 4000 nonzeros; 40 x 400 at 2%: 1200
+// against 320), each with three panels of 16 columns or two of 16 and a last one of 21 (the merged tail), two
+// products in a row with different B, each also run by a second executor from the same calling thread: a copy kept
+// from another call, another panel or another executor gives wrong columns.
+TEST(CpuExecutor, PanelCopiesKeptPerThreadAreNeverStale) {
+  const CsrMatrix dense_rows = random_sparse(200, 40, 0.5, 21);
+  const CsrMatrix sparse_rows = random_sparse(40, 400, 0.02, 22);
+  const Epilogue ep{{0.2f}, Activation::kNone, std::nullopt};
+  for (const CpuIsa isa : cpu_isas_supported()) {
+    for (const CsrMatrix* a : {&dense_rows, &sparse_rows}) {
+      CpuExecutor first(CpuExecutorOptions{3, 16, isa});
+      CpuExecutor second(CpuExecutorOptions{3, 16, isa});
+      for (const int64_t n : {48, 53}) {
+        for (uint64_t seed = 1; seed <= 2; ++seed) {
+          SCOPED_TRACE(fmt::format("{}, A {}x{}, n {}, B seed {}", cpu_isa_name(isa), a->rows, a->cols, n, seed));
+          const DenseTensor b = random_dense(a->cols, n, seed * 100 + static_cast<uint64_t>(n));
+          const DenseTensor want = reference_spmm(*a, b, ep);
+          ASSERT_LT(max_relative_error(first.spmm(*a, b, ep), want), 1e-5);
+          ASSERT_LT(max_relative_error(second.spmm(*a, b, ep), want), 1e-5);
+        }
+      }
+    }
+  }
+}
+
 TEST(CpuExecutor, ReusesOutputStorageAcrossShapes) {
   CpuExecutor exec(CpuExecutorOptions{2, 32});
   DenseTensor c;
