@@ -66,14 +66,18 @@ bool has_token(std::string_view list, std::string_view token) {
   }
 }
 
+// Keeps the smaller of two quotas, where either may be absent.
+void keep_least(std::optional<int>& least, std::optional<int> cpus) {
+  if (cpus && (!least || *cpus < *least)) least = cpus;
+}
+
 // The smallest quota that `read` finds in the directories of `path` (a cgroup, "/..."), from the cgroup itself up
 // to its hierarchy's root, all under `mount`: a parent's quota limits its children too.
 template <class Read>
 std::optional<int> least_quota(const std::string& mount, std::string path, const Read& read) {
   std::optional<int> least;
   while (true) {
-    const std::optional<int> cpus = read(mount + (path == "/" ? std::string() : path));
-    if (cpus && (!least || *cpus < *least)) least = cpus;
+    keep_least(least, read(mount + (path == "/" ? std::string() : path)));
     if (path == "/") return least;
     const size_t slash = path.rfind('/');
     path = slash == 0 ? "/" : path.substr(0, slash);
@@ -139,8 +143,7 @@ std::optional<int> cgroup_quota_cpus(const std::string& root_dir) {
       std::string rel = v1_path;
       if (root != "/" && rel.rfind(root, 0) == 0) rel = rel.substr(root.size());
       if (rel.empty()) rel = "/";
-      const std::optional<int> v1 = least_quota(mount->first, rel, read_cfs_quota);
-      if (v1 && (!least || *v1 < *least)) least = v1;
+      keep_least(least, least_quota(mount->first, rel, read_cfs_quota));
     }
   }
   return least;
