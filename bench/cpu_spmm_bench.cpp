@@ -3,7 +3,8 @@
 // 90% (512 x 2048 at the widths of its stages, and one layer of each stage at its own width, where rows of a few
 // nonzeros make the work done once per row and column block count). Random weights from a fixed seed;
 // the product is checked against reference_spmm once per case, so a fast wrong kernel reports an error, not a time.
-// A second set times rn50's layers at 95% on one thread and on two (wall-clock time, `real_time` in the name).
+// A second set times rn50's layers at 95% on one thread and on two (wall-clock time, `real_time` in the name), the
+// last of them the final dense layer at batch 1 (N = 1: the gathered dot products).
 //
 // Run: build/bench/cpu_spmm_bench [--benchmark_filter=...]. Compare panel widths within one run, not across runs.
 #include "sparsert/runtime/cpu_executor.hpp"
@@ -108,6 +109,7 @@ void thread_shapes(benchmark::internal::Benchmark* b) {
     b->Args({1024, 512, 26, 196, 64, threads});
     b->Args({2048, 512, 26, 49, 64, threads});
     b->Args({512, 2048, 102, 49, 64, threads});
+    b->Args({1000, 2048, 102, 1, 64, threads});
   }
 }
 

@@ -131,9 +131,11 @@ void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int6
   // A panel of a wide B is K short rows a whole B row apart: one page each, beyond the TLB and the prefetchers.
   // Copying it to a contiguous block first costs 1/(nonzeros per row) of the arithmetic and makes the reads of
   // every row of A sequential-ish and cache-resident. A panel whose width is not a whole number of vectors is
-  // copied too, with its rows padded, because the kernel reads whole vectors (see detail::PanelArgs::b).
-  const bool pack = b_cols != nullptr || ldb > widest || detail::cpu_padded_width(width_of(0)) != width_of(0) ||
-                    detail::cpu_padded_width(last_width) != last_width;
+  // copied too, with its rows padded, because the kernel reads whole vectors (see detail::PanelArgs::b). A single
+  // column is not: the kernel reads it in place, one float a row.
+  const bool pack = n > 1 && (b_cols != nullptr || ldb > widest ||
+                              detail::cpu_padded_width(width_of(0)) != width_of(0) ||
+                              detail::cpu_padded_width(last_width) != last_width);
   const int64_t k_rows = a.cols;
   auto pack_panel = [&](int64_t j0, int64_t width, int64_t k0, int64_t k1, float* dst) {
     const int64_t stride = detail::cpu_padded_width(width);
@@ -193,7 +195,7 @@ void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int6
     args.row_begin = cuts[static_cast<size_t>(range)];
     args.row_end = cuts[static_cast<size_t>(range) + 1];
     args.width = width_of(p);
-    args.b = b + j0;  // unpacked: b_cols is null
+    args.b = b + (b_cols != nullptr ? b_cols[j0] : j0);  // unpacked: a single column, or b_cols is null
     if (shared_pack) {
       args.b = packed_all + p * panel_floats;
       args.ldb = detail::cpu_padded_width(args.width);

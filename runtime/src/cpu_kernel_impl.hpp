@@ -142,8 +142,42 @@ template <class VT, int Vectors, int Acc>
   row_block<VT, NV, U>(p, begin, end, b, c, bias, live, width);
 }
 
+// A panel of one column (N = 1: a matrix-vector product). In vector registers each nonzero would cost a whole
+// register's FMA for one useful lane, and the executor would first copy B's column out to rows padded to 16 floats
+// (a 64-byte line read per nonzero where 4 bytes are used). Instead each row is a dot product with B read in place:
+// here in scalar code, with 8 sums taking every 8th nonzero so that the FMAs' latency overlaps; the AVX-512 and
+// AVX2 versions gather 16 or 8 entries of B at a time (cpu_kernel.cpp).
+[[gnu::always_inline]] inline float column_dot(const PanelArgs& p, int32_t i, int32_t end) {
+  constexpr int kSums = 8;
+  float s[kSums] = {};
+  for (; i + kSums <= end; i += kSums) {
+#pragma GCC unroll 8
+    for (int u = 0; u < kSums; ++u) s[u] += p.values[i + u] * p.b[static_cast<int64_t>(p.col_idx[i + u]) * p.ldb];
+  }
+  for (; i < end; ++i) s[0] += p.values[i] * p.b[static_cast<int64_t>(p.col_idx[i]) * p.ldb];
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+// Row r's output of a one-column panel, with the same comparisons as the vector epilogue so a NaN comes out the
+// same way.
+[[gnu::always_inline]] inline void column_out(const PanelArgs& p, int32_t r, float x) {
+  x += p.bias != nullptr ? p.bias[r * p.bias_stride] : 0.0f;
+  x = x < p.lo ? p.lo : x;
+  x = p.hi < x ? p.hi : x;
+  p.c[static_cast<int64_t>(r) * p.ldc] = x;
+  if (p.live != nullptr) p.live[0] |= static_cast<int32_t>(x != 0.0f);
+}
+
+[[gnu::always_inline]] inline void column(const PanelArgs& p) {
+  for (int32_t r = p.row_begin; r < p.row_end; ++r) column_out(p, r, column_dot(p, p.row_ptr[r], p.row_ptr[r + 1]));
+}
+
 template <class VT, int Acc>
 [[gnu::always_inline]] inline void panel(const PanelArgs& p) {
+  if (p.width == 1) {
+    column(p);
+    return;
+  }
   // Wider than the accumulators: a block of more registers than Acc would spill, so it takes two passes. The last
   // block may be one vector wider where the registers allow, so that a tail of one vector (the executor's panels of
   // 64 + up to 16 columns) does not cost a pass of its own.

@@ -371,6 +371,36 @@ TEST(CpuExecutorLive, UncompactedChainEqualsTheCompactedOneBitForBit) {
   }
 }
 
+// A single column (N = 1) is a dot product a row with B read in place: gathered where the column is contiguous
+// (AVX-512 and AVX2), scalar where it is one column of a wider B picked by b_columns (10 floats a row apart). Rows
+// of 0 to about 90 nonzeros (the gathers' loops of 32 and 16, the masked or scalar tail, empty rows), on 1 and 3
+// threads, with a bias and a ReLU that zero some outputs.
+TEST(CpuExecutorLive, OneColumnContiguousOrPickedOutOfAWiderB) {
+  const CsrMatrix a = random_sparse(70, 200, 0.3, 31, 6);
+  const DenseTensor b = random_dense(200, 10, 32);
+  DenseTensor column({200, 1});
+  for (int64_t k = 0; k < 200; ++k) column.at(k, 0) = b.at(k, 7);
+  const Epilogue ep{{-0.3f}, Activation::kRelu, std::nullopt};
+  const DenseTensor want = reference_spmm(a, column, ep);
+  bool any = false;
+  for (int64_t r = 0; r < 70; ++r) any = any || want.at(r, 0) != 0.0f;
+  for (const CpuIsa isa : cpu_isas_supported()) {
+    for (int threads : {1, 3}) {
+      SCOPED_TRACE(fmt::format("{}, threads {}", cpu_isa_name(isa), threads));
+      CpuExecutor exec(CpuExecutorOptions{threads, 64, isa});
+      const std::vector<int32_t> picked{7};
+      DenseTensor c;
+      const std::vector<int32_t> kept = exec.spmm_live_uncompacted(a, b, &picked, ep, c);
+      ASSERT_EQ(c.shape(), (std::vector<int64_t>{70, 1}));
+      EXPECT_LT(max_relative_error(c, want), 1e-5);
+      EXPECT_EQ(kept, any ? std::vector<int32_t>{0} : std::vector<int32_t>{});
+      DenseTensor contiguous;
+      EXPECT_EQ(exec.spmm_live(a, column, ep, contiguous), kept);
+      EXPECT_LT(max_relative_error(contiguous, want), 1e-5);
+    }
+  }
+}
+
 TEST(CpuExecutorLive, UncompactedRejectsColumnListsOutsideB) {
   const CsrMatrix a = random_sparse(8, 8, 0.5, 4);
   const DenseTensor b = random_dense(8, 10, 4);
