@@ -83,6 +83,15 @@ void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int6
                       "has {} entries, expected 1 or {} (rows of A)", ep.bias.size(), a.rows);
   if (live != nullptr) std::fill(live, live + n, 0);
   if (n == 0 || a.rows == 0) return;
+  if (n == 1 && b_cols != nullptr) {
+    // One live column of a wider B: copied out to K contiguous floats (K against the nonzeros' FMAs), so that it
+    // takes the same gathered path as a B of one column, and the product is the same bit for bit as spmm_live's.
+    packed_.resize(static_cast<size_t>(a.cols));
+    for (int64_t k = 0; k < a.cols; ++k) packed_[static_cast<size_t>(k)] = b[k * ldb + b_cols[0]];
+    b = packed_.data();
+    ldb = 1;
+    b_cols = nullptr;
+  }
 
   const int64_t panel = options_.panel_width;
   int64_t panels = (n + panel - 1) / panel;
@@ -195,7 +204,7 @@ void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int6
     args.row_begin = cuts[static_cast<size_t>(range)];
     args.row_end = cuts[static_cast<size_t>(range) + 1];
     args.width = width_of(p);
-    args.b = b + (b_cols != nullptr ? b_cols[j0] : j0);  // unpacked: a single column, or b_cols is null
+    args.b = b + j0;  // unpacked: b_cols is null
     if (shared_pack) {
       args.b = packed_all + p * panel_floats;
       args.ldb = detail::cpu_padded_width(args.width);

@@ -24,8 +24,9 @@ using kernel::V16;
 //
 // A single column of B in one piece (ldb 1, N = 1) goes through gathers: 16 or 8 entries of B a load where the
 // scalar version makes one. On this 2-vCPU Xeon (standalone, 1000 x 2048 with 205 nonzeros a row, one thread) the
-// AVX-512 gathers took 61 us, the scalar loop 110, and the vector kernel with B copied to padded rows 174. A strided
-// column (one live column of a wider B) stays scalar: its indices times ldb need not fit the gathers' 32 bits.
+// AVX-512 gathers took 61 us, the scalar loop 110, and the vector kernel with B copied to padded rows 174. The
+// executor copies a column picked out of a wider B to contiguous floats first; a strided column would stay scalar
+// (its indices times ldb need not fit the gathers' 32 bits).
 __attribute__((target("arch=x86-64-v4"))) void column_avx512(const PanelArgs& p) {
   for (int32_t r = p.row_begin; r < p.row_end; ++r) {
     int32_t i = p.row_ptr[r];

@@ -14,7 +14,7 @@ struct PanelArgs {
   int32_t row_end = 0;
   // Column 0 of this panel in row 0 of B. Every row of B must be readable for round_up(width, kCpuVector) floats:
   // the last block loads whole vectors and drops the extra lanes, which is cheaper than a scalar or masked tail.
-  // A panel of one column is the exception: read one float a row, by a scalar kernel.
+  // A panel of one column is the exception: one float a row is read (gathered where ldb is 1, else scalar).
   const float* b = nullptr;
   int64_t ldb = 0;
   float* c = nullptr;        // column 0 of this panel in row 0 of C; only `width` columns are written

@@ -210,9 +210,10 @@ TEST(CpuExecutor, TailPanelsOfEveryWidthAroundTheMerge) {
 // Where row ranges share a panel, each thread copies it for itself and keeps the copy for its next task on the same
 // panel, unless K x threads > 2 x nonzeros, where the threads copy the panels once between them first. One A far
 // on each side of that line (200 x 40 at 50%: K x threads = 120 against 4000 nonzeros; 40 x 400 at 2%: 1200
-// against 320), each with three panels of 16 columns or two of 16 and a last one of 21 (the merged tail), two
-// products in a row with different B, each also run by a second executor from the same calling thread: a copy kept
-// from another call, another panel or another executor gives wrong columns.
+// against 320), each with one panel of 20 columns (16 and a merged tail of 4: every task on panel 0, so a copy kept
+// from the call before is always at hand), three of 16, or two of 16 and one of 21, two products in a row with
+// different B, each also run by a second executor from the same calling thread: a copy kept from another call,
+// another panel or another executor gives wrong columns.
 TEST(CpuExecutor, PanelCopiesKeptPerThreadAreNeverStale) {
   const CsrMatrix dense_rows = random_sparse(200, 40, 0.5, 21);
   const CsrMatrix sparse_rows = random_sparse(40, 400, 0.02, 22);
@@ -221,7 +222,7 @@ TEST(CpuExecutor, PanelCopiesKeptPerThreadAreNeverStale) {
     for (const CsrMatrix* a : {&dense_rows, &sparse_rows}) {
       CpuExecutor first(CpuExecutorOptions{3, 16, isa});
       CpuExecutor second(CpuExecutorOptions{3, 16, isa});
-      for (const int64_t n : {48, 53}) {
+      for (const int64_t n : {20, 48, 53}) {
         for (uint64_t seed = 1; seed <= 2; ++seed) {
           SCOPED_TRACE(fmt::format("{}, A {}x{}, n {}, B seed {}", cpu_isa_name(isa), a->rows, a->cols, n, seed));
           const DenseTensor b = random_dense(a->cols, n, seed * 100 + static_cast<uint64_t>(n));
@@ -371,11 +372,11 @@ TEST(CpuExecutorLive, UncompactedChainEqualsTheCompactedOneBitForBit) {
   }
 }
 
-// A single column (N = 1) is a dot product a row with B read in place: gathered where the column is contiguous
-// (AVX-512 and AVX2), scalar where it is one column of a wider B picked by b_columns (10 floats a row apart). Rows
-// of 0 to about 90 nonzeros (the gathers' loops of 32 and 16, the masked or scalar tail, empty rows), on 1 and 3
-// threads, with a bias and a ReLU that zero some outputs.
-TEST(CpuExecutorLive, OneColumnContiguousOrPickedOutOfAWiderB) {
+// A single column (N = 1) is a dot product a row, gathered (AVX-512, AVX2) or scalar (SSE); one column picked out
+// of a wider B by b_columns is first copied out contiguous, so that its product has spmm_live's bits. Rows of 0 to
+// about 90 nonzeros (the gathers' loops of 32 and 16, the masked or scalar tail, empty rows), on 1 and 3 threads,
+// with a bias and a ReLU that zero some outputs.
+TEST(CpuExecutorLive, OneColumnAloneOrPickedOutOfAWiderB) {
   const CsrMatrix a = random_sparse(70, 200, 0.3, 31, 6);
   const DenseTensor b = random_dense(200, 10, 32);
   DenseTensor column({200, 1});
@@ -397,6 +398,8 @@ TEST(CpuExecutorLive, OneColumnContiguousOrPickedOutOfAWiderB) {
       DenseTensor contiguous;
       EXPECT_EQ(exec.spmm_live(a, column, ep, contiguous), kept);
       EXPECT_LT(max_relative_error(contiguous, want), 1e-5);
+      // spmm_live_uncompacted promises spmm_live's bits.
+      EXPECT_EQ(c.vec(), contiguous.vec());
     }
   }
 }

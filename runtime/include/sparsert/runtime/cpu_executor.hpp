@@ -68,7 +68,7 @@ class CpuExecutor {
   std::unique_ptr<ThreadPool> pool_;
   DenseTensor scratch_;               // the uncompacted product of spmm_live
   std::vector<int32_t> live_flags_;   // per (row range, column) flags of spmm_live
-  std::vector<float> packed_;         // B's panels, copied once when several row ranges share each panel
+  std::vector<float> packed_;         // B's panels where the threads copy them between them; a picked column
 };
 
 // Gives `t` the shape `shape`, keeping its allocation when it is large enough; the contents are unspecified.
