@@ -27,6 +27,14 @@ using kernel::V16;
 // AVX-512 gathers took 61 us, the scalar loop 110, and the vector kernel with B copied to padded rows 174. The
 // executor copies a column picked out of a wider B to contiguous floats first; a strided column would stay scalar
 // (its indices times ldb need not fit the gathers' 32 bits).
+// The sum of a register's 8 lanes, by halves. Also the AVX-512 version's last step: _mm512_reduce_add_ps and
+// _mm512_castps512_ps256 draw g++ 12's -Wmaybe-uninitialized from its own header.
+__attribute__((target("arch=x86-64-v3"))) inline float lane_sum(__m256 s) {
+  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_add_ss(q, _mm_shuffle_ps(q, q, 1)));
+}
+
 __attribute__((target("arch=x86-64-v4"))) void column_avx512(const PanelArgs& p) {
   for (int32_t r = p.row_begin; r < p.row_end; ++r) {
     int32_t i = p.row_ptr[r];
@@ -49,13 +57,8 @@ __attribute__((target("arch=x86-64-v4"))) void column_avx512(const PanelArgs& p)
       const __m512 b0 = _mm512_mask_i32gather_ps(zero, m, c0, p.b, 4);
       s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, p.values + i), b0, s0);
     }
-    // Summed in halves by hand: _mm512_reduce_add_ps and _mm512_castps512_ps256 draw g++ 12's
-    // -Wmaybe-uninitialized from its own header.
     const __m512 s = _mm512_add_ps(s0, s1);
-    const __m256 o = _mm256_add_ps(_mm512_extractf32x8_ps(s, 0), _mm512_extractf32x8_ps(s, 1));
-    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(o), _mm256_extractf128_ps(o, 1));
-    const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    kernel::column_out(p, r, _mm_cvtss_f32(_mm_add_ss(q, _mm_shuffle_ps(q, q, 1))));
+    kernel::column_out(p, r, lane_sum(_mm256_add_ps(_mm512_extractf32x8_ps(s, 0), _mm512_extractf32x8_ps(s, 1))));
   }
 }
 
@@ -76,12 +79,7 @@ __attribute__((target("arch=x86-64-v3"))) void column_avx2(const PanelArgs& p) {
       s0 = _mm256_fmadd_ps(_mm256_loadu_ps(p.values + i), _mm256_i32gather_ps(p.b, c0, 4), s0);
       s1 = _mm256_fmadd_ps(_mm256_loadu_ps(p.values + i + 8), _mm256_i32gather_ps(p.b, c1, 4), s1);
     }
-    const __m256 s = _mm256_add_ps(s0, s1);
-    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-    const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    float x = _mm_cvtss_f32(_mm_add_ss(q, _mm_shuffle_ps(q, q, 1)));
-    x += kernel::column_dot(p, i, end);
-    kernel::column_out(p, r, x);
+    kernel::column_out(p, r, lane_sum(_mm256_add_ps(s0, s1)) + kernel::column_dot(p, i, end));
   }
 }
 
