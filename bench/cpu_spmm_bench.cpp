@@ -4,7 +4,8 @@
 // nonzeros make the work done once per row and column block count). Random weights from a fixed seed;
 // the product is checked against reference_spmm once per case, so a fast wrong kernel reports an error, not a time.
 // A second set times rn50's layers at 95% on one thread and on two (wall-clock time, `real_time` in the name), the
-// last of them the final dense layer at batch 1 (N = 1: the gathered dot products).
+// last of them the final dense layer at batch 1 (N = 1: the gathered dot products). A third times that layer at
+// batches of 2 to 12.
 //
 // Run: build/bench/cpu_spmm_bench [--benchmark_filter=...]. Compare panel widths within one run, not across runs.
 #include "sparsert/runtime/cpu_executor.hpp"
@@ -113,8 +114,18 @@ void thread_shapes(benchmark::internal::Benchmark* b) {
   }
 }
 
+// The final dense layer at small batches (decoding a few sequences at a time): panels narrower than one AVX-512
+// register.
+void small_n(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"M", "K", "nnz_row", "N", "panel", "threads"});
+  for (int64_t threads : {1, 2}) {
+    for (int64_t n : {2, 3, 4, 6, 8, 12}) b->Args({1000, 2048, 102, n, 64, threads});
+  }
+}
+
 }  // namespace
 
 BENCHMARK(BM_CpuSpmm)->Apply(shapes)->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK(BM_CpuSpmm)->Apply(thread_shapes)->Unit(benchmark::kMicrosecond)->MinTime(0.2)->UseRealTime();
+BENCHMARK(BM_CpuSpmm)->Apply(small_n)->Unit(benchmark::kMicrosecond)->MinTime(0.2)->UseRealTime();
 BENCHMARK_MAIN();

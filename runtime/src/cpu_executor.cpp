@@ -46,6 +46,26 @@ float* aligned_scratch(std::vector<float>& v, int64_t count) {
   return v.data() + ((64 - addr % 64) % 64) / sizeof(float);
 }
 
+// Rows [k0, k1) of a panel `width` columns wide (columns j0 on, or b_cols[j0...] where b_cols is not null) to rows
+// Stride floats apart, padded with zeros: each row zeroed whole (one vector store), then its floats stored over
+// it. The general copy's memcpy, fill and prefetch for every row of a few floats cost 15-25% of the product's time
+// at N = 2 or 3 (1000 x 2048, 102 nonzeros a row, bench/cpu_spmm_bench); a row built on the stack and stored
+// whole took as long (its vector load waited for the scalar stores).
+template <int Stride>
+void copy_short_rows(const float* b, int64_t ldb, const int32_t* b_cols, int64_t j0, int64_t width, int64_t k0,
+                     int64_t k1, float* dst) {
+  for (int64_t k = k0; k < k1; ++k) {
+    const float* src = b + k * ldb;
+    float* row = dst + k * Stride;
+    std::fill_n(row, Stride, 0.0f);
+    if (b_cols == nullptr) {
+      for (int64_t j = 0; j < width; ++j) row[j] = src[j0 + j];
+    } else {
+      for (int64_t j = 0; j < width; ++j) row[j] = src[b_cols[j0 + j]];
+    }
+  }
+}
+
 // The panel a thread last copied for itself: for which call and which panel. Call serials are unique over every
 // executor of the process, so a thread that runs tasks for two of them never takes one's copy for the other's.
 struct HeldPanel {
@@ -139,15 +159,22 @@ void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int6
 
   // A panel of a wide B is K short rows a whole B row apart: one page each, beyond the TLB and the prefetchers.
   // Copying it to a contiguous block first costs 1/(nonzeros per row) of the arithmetic and makes the reads of
-  // every row of A sequential-ish and cache-resident. A panel whose width is not a whole number of vectors is
-  // copied too, with its rows padded, because the kernel reads whole vectors (see detail::PanelArgs::b). A single
-  // column is not: the kernel reads it in place, one float a row.
+  // every row of A sequential-ish and cache-resident. A panel whose width is not what the kernel reads of a row
+  // (detail::cpu_readable_width: 2, 4, 8 or whole 16-float vectors) is copied too, with its rows padded. A single
+  // column is not: the kernel reads it in place, one float a row; nor is a B of 2, 4 or 8 columns.
   const bool pack = n > 1 && (b_cols != nullptr || ldb > widest ||
-                              detail::cpu_padded_width(width_of(0)) != width_of(0) ||
-                              detail::cpu_padded_width(last_width) != last_width);
+                              detail::cpu_readable_width(width_of(0)) != width_of(0) ||
+                              detail::cpu_readable_width(last_width) != last_width);
   const int64_t k_rows = a.cols;
   auto pack_panel = [&](int64_t j0, int64_t width, int64_t k0, int64_t k1, float* dst) {
-    const int64_t stride = detail::cpu_padded_width(width);
+    const int64_t stride = detail::cpu_readable_width(width);
+    switch (stride) {
+      case 2: return copy_short_rows<2>(b, ldb, b_cols, j0, width, k0, k1, dst);
+      case 4: return copy_short_rows<4>(b, ldb, b_cols, j0, width, k0, k1, dst);
+      case 8: return copy_short_rows<8>(b, ldb, b_cols, j0, width, k0, k1, dst);
+      case 16: return copy_short_rows<16>(b, ldb, b_cols, j0, width, k0, k1, dst);
+      default: break;
+    }
     constexpr int64_t kAhead = 16;
     // Gathered columns span [first, last] of each row; prefetched line by line where that span is not much wider
     // than the panel, which it is not where most columns live.
@@ -181,7 +208,7 @@ void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int6
   // N = 196 170 -> 134, 512 x 2048 N = 49 124 -> 83). Past twice, where many threads share a short-rowed A, the
   // threads copy the panels between them first.
   const bool shared_pack = pack && ranges > 1 && k_rows * threads() > 2 * a.nnz();
-  const int64_t panel_floats = k_rows * detail::cpu_padded_width(widest);
+  const int64_t panel_floats = k_rows * detail::cpu_readable_width(widest);
   float* packed_all = nullptr;
   if (shared_pack) {
     packed_all = aligned_scratch(packed_, panels * panel_floats);
@@ -207,18 +234,18 @@ void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int6
     args.b = b + j0;  // unpacked: b_cols is null
     if (shared_pack) {
       args.b = packed_all + p * panel_floats;
-      args.ldb = detail::cpu_padded_width(args.width);
+      args.ldb = detail::cpu_readable_width(args.width);
     } else if (pack) {
       thread_local std::vector<float> own;
       thread_local HeldPanel held;
       if (held.call != call || held.panel != p) {
-        held.data = aligned_scratch(own, k_rows * detail::cpu_padded_width(args.width));
+        held.data = aligned_scratch(own, k_rows * detail::cpu_readable_width(args.width));
         pack_panel(j0, args.width, 0, k_rows, held.data);
         held.call = call;
         held.panel = p;
       }
       args.b = held.data;
-      args.ldb = detail::cpu_padded_width(args.width);
+      args.ldb = detail::cpu_readable_width(args.width);
     }
     args.c = c + j0;
     if (flags != nullptr) args.live = flags + range * n + j0;

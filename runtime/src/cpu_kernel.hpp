@@ -12,9 +12,8 @@ struct PanelArgs {
   const float* values = nullptr;
   int32_t row_begin = 0;
   int32_t row_end = 0;
-  // Column 0 of this panel in row 0 of B. Every row of B must be readable for round_up(width, kCpuVector) floats:
+  // Column 0 of this panel in row 0 of B. Every row of B must be readable for cpu_readable_width(width) floats:
   // the last block loads whole vectors and drops the extra lanes, which is cheaper than a scalar or masked tail.
-  // A panel of one column is the exception: one float a row is read (gathered where ldb is 1, else scalar).
   const float* b = nullptr;
   int64_t ldb = 0;
   float* c = nullptr;        // column 0 of this panel in row 0 of C; only `width` columns are written
@@ -39,5 +38,13 @@ inline constexpr int64_t kCpuVector = 16;
 inline constexpr int64_t kCpuBlockWidth = 64;
 
 inline constexpr int64_t cpu_padded_width(int64_t width) { return (width + kCpuVector - 1) / kCpuVector * kCpuVector; }
+
+// The floats of each row of B that the kernel reads for a panel `width` columns wide. One column is one float a row
+// (gathered where ldb is 1, else scalar). Up to 4 and up to 8 columns go in 128- and 256-bit registers on every
+// instruction set (two 128-bit ones in SSE): in 16-float rows a batch of 2 would read a 64-byte line a nonzero for
+// 8 useful bytes, and B's K rows would take 4 to 8 times the cache. Wider panels read whole 16-float vectors.
+inline constexpr int64_t cpu_readable_width(int64_t width) {
+  return width <= 2 ? width : width <= 4 ? 4 : width <= 8 ? 8 : cpu_padded_width(width);
+}
 
 }  // namespace sparsert::detail

@@ -7,6 +7,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace sparsert::detail::kernel {
 // Internal linkage: the templates are instantiated under different target attributes in different files, and no
@@ -45,14 +50,65 @@ template <class VT>
   __builtin_memcpy(&v, at, sizeof(VT));
 }
 
-// One row of A times NV registers of columns (NV * lanes >= width, and NV * lanes <= the padded width, so the
+// Loads of a narrow panel's rows (2, 4 or 8 floats). In a 128-bit register the broadcast is written as `x - VT{}`,
+// which g++ makes one vbroadcastss from memory, or the FMA's own {1to4} operand with AVX-512 (`splat`'s shuffle is
+// a port-5 uop more a nonzero); in a 256-bit one g++ 12 builds `x - VT{}` from 8 inserts under AVX-512 (2x slower
+// at N = 8), so it stays `splat`. B's row of 2 floats is one 64-bit load into the low half (a memcpy of 8 bytes
+// went through a general register, or the stack).
+template <class VT>
+[[gnu::always_inline]] inline void splat_narrow(VT& v, const float* at) {
+  if constexpr (sizeof(VT) == 16) {
+    v = *at - VT{};
+  } else {
+    splat(v, *at);
+  }
+}
+
+template <class VT, int Floats>
+[[gnu::always_inline]] inline void load_narrow(VT& v, const float* at) {
+  if constexpr (Floats * sizeof(float) >= sizeof(VT)) {
+    load(v, at);
+  } else {
+    static_assert(Floats == 2 && sizeof(VT) == 16, "a partial load is 2 floats into 4");
+#if defined(__SSE2__)
+    v = reinterpret_cast<VT>(_mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(at))));
+#else
+    v = VT{};
+    __builtin_memcpy(&v, at, Floats * sizeof(float));
+#endif
+  }
+}
+
+// One row of A times NV registers of columns (NV * lanes >= width, and NV * lanes <= the readable width, so the
 // loads stay inside B's readable rows). An FMA has a latency of about 4 cycles and two can issue per cycle, so
 // one chain per register is latency bound for small NV; U sets of accumulators, each taking every U-th nonzero,
-// give NV * U independent chains, summed once at the end of the row.
-template <class VT, int NV, int U>
+// give NV * U independent chains, summed once at the end of the row. Narrow is 0, or a narrow panel's readable
+// floats a row (2, 4 or 8; its loads are the narrow ones); Fixed builds in that the rows are Narrow floats apart,
+// so that a nonzero's row address is a scaled index.
+template <class VT, int NV, int U, int Narrow = 0, bool Fixed = false>
 [[gnu::always_inline]] inline void row_block(const PanelArgs& p, int32_t begin, int32_t end, const float* b, float* c,
                                              float bias, int32_t* live, int64_t width) {
   constexpr int L = kLanes<VT>;
+  const int64_t ldb = Fixed ? Narrow : p.ldb;
+  const auto multiply_add = [&](VT* sums, int32_t i) [[gnu::always_inline]] {
+    VT w;
+    const float* brow = b + static_cast<int64_t>(p.col_idx[i]) * ldb;
+    if constexpr (Narrow > 0) {
+      splat_narrow(w, p.values + i);
+    } else {
+      splat(w, p.values[i]);
+    }
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) {
+      VT x;
+      if constexpr (Narrow > 0) {
+        load_narrow<VT, std::min(L, Narrow)>(x, brow + v * L);
+      } else {
+        load(x, brow + v * L);
+      }
+      sums[v] += w * x;
+    }
+  };
   VT acc[U][NV];
 #pragma GCC unroll 16
   for (int u = 0; u < U; ++u) {
@@ -62,29 +118,9 @@ template <class VT, int NV, int U>
   int32_t i = begin;
   for (; i + U <= end; i += U) {
 #pragma GCC unroll 16
-    for (int u = 0; u < U; ++u) {
-      VT w;
-      splat(w, p.values[i + u]);
-      const float* brow = b + static_cast<int64_t>(p.col_idx[i + u]) * p.ldb;
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) {
-        VT x;
-        load(x, brow + v * L);
-        acc[u][v] += w * x;
-      }
-    }
+    for (int u = 0; u < U; ++u) multiply_add(acc[u], i + u);
   }
-  for (; i < end; ++i) {
-    VT w;
-    splat(w, p.values[i]);
-    const float* brow = b + static_cast<int64_t>(p.col_idx[i]) * p.ldb;
-#pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) {
-      VT x;
-      load(x, brow + v * L);
-      acc[0][v] += w * x;
-    }
-  }
+  for (; i < end; ++i) multiply_add(acc[0], i);
 #pragma GCC unroll 16
   for (int u = 1; u < U; ++u) {
 #pragma GCC unroll 16
@@ -134,12 +170,48 @@ template <class VT, int NV, int U>
 // nonzero unroll is Acc divided by the registers a block needs, rounded to nearest (at least 1), which leaves room
 // for the broadcast weight and the loads. Rounded down, a block of 5 registers would have 5 independent chains of
 // FMAs, too few to keep both FMA ports busy through their latency; it gets 10.
+template <class VT, int NV, int Acc, int Narrow = 0, bool Fixed = false>
+[[gnu::always_inline]] inline void registers(const PanelArgs& p, int32_t begin, int32_t end, const float* b, float* c,
+                                             float bias, int32_t* live, int64_t width) {
+  constexpr int U = NV >= Acc ? 1 : (Acc + NV / 2) / NV;
+  row_block<VT, NV, U, Narrow, Fixed>(p, begin, end, b, c, bias, live, width);
+}
+
 template <class VT, int Vectors, int Acc>
 [[gnu::always_inline]] inline void block(const PanelArgs& p, int32_t begin, int32_t end, const float* b, float* c,
                                          float bias, int32_t* live, int64_t width) {
-  constexpr int NV = Vectors * kCpuVector / kLanes<VT>;
-  constexpr int U = NV >= Acc ? 1 : (Acc + NV / 2) / NV;
-  row_block<VT, NV, U>(p, begin, end, b, c, bias, live, width);
+  registers<VT, Vectors * kCpuVector / kLanes<VT>, Acc>(p, begin, end, b, c, bias, live, width);
+}
+
+// A panel of 2 to 8 columns (a batch of a few) in 128-bit registers up to 4 columns and 256-bit ones up to 8 (two
+// 128-bit ones in SSE): a 16-float register would cost the same instructions a nonzero, but a whole cache line of B
+// for 2 to 8 useful floats, and B's K rows would stay in L2 rather than L1. Each row of B is read for Narrow =
+// cpu_readable_width(width) floats; where the rows are also that far apart, as the executor leaves them, the row
+// length is built in. Other row lengths (the convolution's) take the same loads with p.ldb, in the same order.
+template <class VT, int Acc, int Narrow>
+[[gnu::always_inline]] inline void narrow_rows(const PanelArgs& p) {
+  using R = std::conditional_t<(Narrow <= 4), V4, std::conditional_t<(kLanes<VT> >= 8), V8, V4>>;
+  constexpr int NV = Narrow <= kLanes<R> ? 1 : Narrow / kLanes<R>;
+  for (int32_t r = p.row_begin; r < p.row_end; ++r) {
+    const int32_t begin = p.row_ptr[r];
+    const int32_t end = p.row_ptr[r + 1];
+    const float bias = p.bias != nullptr ? p.bias[r * p.bias_stride] : 0.0f;
+    float* crow = p.c + static_cast<int64_t>(r) * p.ldc;
+    if (p.ldb == Narrow) {
+      registers<R, NV, Acc, Narrow, true>(p, begin, end, p.b, crow, bias, p.live, p.width);
+    } else {
+      registers<R, NV, Acc, Narrow, false>(p, begin, end, p.b, crow, bias, p.live, p.width);
+    }
+  }
+}
+
+template <class VT, int Acc>
+[[gnu::always_inline]] inline void narrow(const PanelArgs& p) {
+  switch (cpu_readable_width(p.width)) {
+    case 2: return narrow_rows<VT, Acc, 2>(p);
+    case 4: return narrow_rows<VT, Acc, 4>(p);
+    default: return narrow_rows<VT, Acc, 8>(p);
+  }
 }
 
 // A panel of one column (N = 1: a matrix-vector product). In vector registers each nonzero would cost a whole
@@ -176,6 +248,10 @@ template <class VT, int Acc>
 [[gnu::always_inline]] inline void panel(const PanelArgs& p) {
   if (p.width == 1) {
     column(p);
+    return;
+  }
+  if (p.width <= 8) {
+    narrow<VT, Acc>(p);
     return;
   }
   // Wider than the accumulators: a block of more registers than Acc would spill, so it takes two passes. The last

@@ -404,6 +404,39 @@ TEST(CpuExecutorLive, OneColumnAloneOrPickedOutOfAWiderB) {
   }
 }
 
+// Panels of 2 to 8 columns go in 128- or 256-bit registers with B's rows 4 or 8 floats apart (cpu_readable_width):
+// a B of 4 or 8 columns is read in place, whose last row ends where its storage does (an over-read is a sanitizer
+// error); other widths, and columns picked out of a wider B, are copied to such rows first. 9 and 12 columns take the
+// 16-float path beside them. Bit for bit between spmm_live and spmm_live_uncompacted, on every instruction set.
+TEST(CpuExecutorLive, FewColumnsInPlaceOrPickedOutOfAWiderB) {
+  const CsrMatrix a = random_sparse(70, 200, 0.3, 41, 6);
+  const DenseTensor wide = random_dense(200, 20, 42, 0.2);
+  const Epilogue ep = full_epilogue(70, 43);
+  for (const int64_t n : {2, 3, 4, 5, 7, 8, 9, 12}) {
+    std::vector<int32_t> picked;
+    for (int64_t j = 0; j < n; ++j) picked.push_back(static_cast<int32_t>(19 - (n - 1 - j) * (n <= 10 ? 2 : 1)));
+    DenseTensor columns({200, n});
+    for (int64_t k = 0; k < 200; ++k) {
+      for (int64_t j = 0; j < n; ++j) columns.at(k, j) = wide.at(k, picked[static_cast<size_t>(j)]);
+    }
+    const DenseTensor want = reference_spmm(a, columns, ep);
+    for (const CpuIsa isa : cpu_isas_supported()) {
+      for (int threads : {1, 3}) {
+        SCOPED_TRACE(fmt::format("N {}, {}, threads {}", n, cpu_isa_name(isa), threads));
+        CpuExecutor exec(CpuExecutorOptions{threads, 64, isa});
+        DenseTensor in_place;
+        exec.spmm(a, columns, ep, in_place);
+        EXPECT_LT(max_relative_error(in_place, want), 1e-5);
+        DenseTensor live_c, uncompacted;
+        const std::vector<int32_t> kept = exec.spmm_live(a, columns, ep, live_c);
+        EXPECT_EQ(exec.spmm_live_uncompacted(a, wide, &picked, ep, uncompacted), kept);
+        EXPECT_LT(max_relative_error(uncompacted, want), 1e-5);
+        EXPECT_EQ(uncompacted.vec(), in_place.vec());
+      }
+    }
+  }
+}
+
 TEST(CpuExecutorLive, UncompactedRejectsColumnListsOutsideB) {
   const CsrMatrix a = random_sparse(8, 8, 0.5, 4);
   const DenseTensor b = random_dense(8, 10, 4);

@@ -38,8 +38,11 @@ struct Case {
 };
 
 // Rows of 0 to 40 nonzeros (row 0 empty, so the unroll's remainder loop and the no-nonzero path both run), and a
-// B whose every third column is zero, so that a relu output of exactly 0 (a dead column) is common.
-Case make_case(int64_t width, uint64_t seed) {
+// B whose every third column is zero, so that a relu output of exactly 0 (a dead column) is common. B's rows are
+// as a panel inside a wider B has them (readable well past the padding), or `tight`: cpu_readable_width(width)
+// floats apart, as the executor copies them, the last row ending where the storage does, so that a read past the
+// promised width is a sanitizer error.
+Case make_case(int64_t width, uint64_t seed, bool tight = false) {
   Case c;
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -55,7 +58,7 @@ Case make_case(int64_t width, uint64_t seed) {
     c.row_ptr.push_back(static_cast<int32_t>(c.col_idx.size()));
     c.bias.push_back(0.5f * u(rng));
   }
-  c.ldb = cpu_padded_width(width) + 16;  // rows readable past the padding, as a panel inside a wider B is
+  c.ldb = tight ? cpu_readable_width(width) : cpu_padded_width(width) + 16;
   c.b.resize(static_cast<size_t>(c.k * c.ldb));
   for (int32_t r = 0; r < c.k; ++r) {
     for (int64_t j = 0; j < c.ldb; ++j) c.b[static_cast<size_t>(r * c.ldb + j)] = j % 3 == 2 ? 0.0f : u(rng);
@@ -121,10 +124,13 @@ std::string check(const std::function<void(const PanelArgs&)>& panel, const Case
 
 void check_every_width(const std::function<void(const PanelArgs&)>& panel, const std::string& name) {
   for (int64_t width = 1; width <= 130; ++width) {
-    const Case c = make_case(width, 1000 + static_cast<uint64_t>(width));
-    for (bool with_live : {false, true}) {
-      const std::string diff = check(panel, c, width, with_live);
-      ASSERT_EQ(diff, "") << name << ", width " << width << (with_live ? ", live flags" : "");
+    for (bool tight : {false, true}) {
+      const Case c = make_case(width, 1000 + static_cast<uint64_t>(width), tight);
+      for (bool with_live : {false, true}) {
+        const std::string diff = check(panel, c, width, with_live);
+        ASSERT_EQ(diff, "") << name << ", width " << width << (with_live ? ", live flags" : "")
+                            << (tight ? ", tight rows" : "");
+      }
     }
   }
 }
