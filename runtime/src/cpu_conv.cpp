@@ -15,8 +15,9 @@ constexpr int64_t kBlock = detail::kCpuBlockWidth;
 // they touch while every strip of the task streams them again.
 constexpr int64_t kBlockNonzeros = 8192;
 
-// The panel kernel's contract is that every row it reads stays readable for a whole number of vectors; an image whose
-// whole strip is shorter than one vector, at the end of the caller's buffer, is done by this loop with exact bounds.
+// The panel kernel's contract is that every row it reads stays readable for cpu_readable_width(width) floats (a
+// whole number of vectors past 8 columns); an image whose whole strip is shorter than one vector, at the end of the
+// caller's buffer, is done by this loop with exact bounds where even that would read past it.
 void exact_block(const detail::PanelArgs& p) {
   float acc[kBlock];
   for (int32_t m = p.row_begin; m < p.row_end; ++m) {
@@ -183,7 +184,7 @@ void CpuConv::run(int32_t images, const float* in, float* out, ThreadPool& pool)
     };
     for (int64_t strip = run * per_task; strip < std::min(strips, (run + 1) * per_task); ++strip) {
       const int64_t j0 = strip * kBlock, width = std::min(kBlock, strip_ - j0);
-      if (img * image_ + j0 + max_offset_ + detail::cpu_padded_width(width) <= readable) {
+      if (img * image_ + j0 + max_offset_ + detail::cpu_readable_width(width) <= readable) {
         panel(j0, width, block.data(), kBlock);
       } else {
         // The last strip of the last image, whose final vector would read past the input: whole vectors up to the

@@ -172,7 +172,6 @@ void CpuExecutor::spmm_raw(const CsrMatrix& a, const float* b, int64_t ldb, int6
       case 2: return copy_short_rows<2>(b, ldb, b_cols, j0, width, k0, k1, dst);
       case 4: return copy_short_rows<4>(b, ldb, b_cols, j0, width, k0, k1, dst);
       case 8: return copy_short_rows<8>(b, ldb, b_cols, j0, width, k0, k1, dst);
-      case 16: return copy_short_rows<16>(b, ldb, b_cols, j0, width, k0, k1, dst);
       default: break;
     }
     constexpr int64_t kAhead = 16;

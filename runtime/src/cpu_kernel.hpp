@@ -13,7 +13,8 @@ struct PanelArgs {
   int32_t row_begin = 0;
   int32_t row_end = 0;
   // Column 0 of this panel in row 0 of B. Every row of B must be readable for cpu_readable_width(width) floats:
-  // the last block loads whole vectors and drops the extra lanes, which is cheaper than a scalar or masked tail.
+  // the last block loads whole registers (2 floats at least) and drops the extra lanes, which is cheaper than a
+  // scalar or masked tail.
   const float* b = nullptr;
   int64_t ldb = 0;
   float* c = nullptr;        // column 0 of this panel in row 0 of C; only `width` columns are written
@@ -29,8 +30,9 @@ struct PanelArgs {
 // `isa` must be supported and not kAuto (resolve_cpu_isa).
 void cpu_spmm_panel(const PanelArgs& args, CpuIsa isa);
 
-// The padding granularity: B's rows must be readable up to a multiple of it (see PanelArgs::b). It is the widest
-// register (AVX-512's 16 floats); the AVX2 and SSE versions load it as 2 or 4 registers.
+// The padding granularity of panels wider than 8 columns: B's rows must be readable up to a multiple of it (see
+// PanelArgs::b and cpu_readable_width). It is the widest register (AVX-512's 16 floats); the AVX2 and SSE versions
+// load it as 2 or 4 registers.
 inline constexpr int64_t kCpuVector = 16;
 // Widest column block: one pass over a row's nonzeros covers up to this many columns (the SSE version, with fewer
 // floats a register, makes two passes of 32), and the last block of a panel up to one vector more where the

@@ -79,8 +79,8 @@ template <class VT, int Floats>
   }
 }
 
-// One row of A times NV registers of columns (NV * lanes >= width, and NV * lanes <= the readable width, so the
-// loads stay inside B's readable rows). An FMA has a latency of about 4 cycles and two can issue per cycle, so
+// One row of A times NV registers of columns (NV * lanes >= width; the loads, NV whole registers or a narrow
+// panel's Narrow floats, stay inside B's readable rows). An FMA has a latency of about 4 cycles and two can issue per cycle, so
 // one chain per register is latency bound for small NV; U sets of accumulators, each taking every U-th nonzero,
 // give NV * U independent chains, summed once at the end of the row. Narrow is 0, or a narrow panel's readable
 // floats a row (2, 4 or 8; its loads are the narrow ones); Fixed builds in that the rows are Narrow floats apart,
@@ -90,7 +90,7 @@ template <class VT, int NV, int U, int Narrow = 0, bool Fixed = false>
                                              float bias, int32_t* live, int64_t width) {
   constexpr int L = kLanes<VT>;
   const int64_t ldb = Fixed ? Narrow : p.ldb;
-  const auto multiply_add = [&](VT* sums, int32_t i) [[gnu::always_inline]] {
+  const auto multiply_add = [&](VT* sums, int32_t i) __attribute__((always_inline)) {
     VT w;
     const float* brow = b + static_cast<int64_t>(p.col_idx[i]) * ldb;
     if constexpr (Narrow > 0) {
@@ -250,7 +250,7 @@ template <class VT, int Acc>
     column(p);
     return;
   }
-  if (p.width <= 8) {
+  if (p.width > 1 && p.width <= 8) {
     narrow<VT, Acc>(p);
     return;
   }

@@ -222,7 +222,7 @@ TEST(CpuExecutor, PanelCopiesKeptPerThreadAreNeverStale) {
     for (const CsrMatrix* a : {&dense_rows, &sparse_rows}) {
       CpuExecutor first(CpuExecutorOptions{3, 16, isa});
       CpuExecutor second(CpuExecutorOptions{3, 16, isa});
-      for (const int64_t n : {20, 48, 53}) {
+      for (const int64_t n : {3, 6, 20, 48, 53}) {
         for (uint64_t seed = 1; seed <= 2; ++seed) {
           SCOPED_TRACE(fmt::format("{}, A {}x{}, n {}, B seed {}", cpu_isa_name(isa), a->rows, a->cols, n, seed));
           const DenseTensor b = random_dense(a->cols, n, seed * 100 + static_cast<uint64_t>(n));
@@ -404,10 +404,11 @@ TEST(CpuExecutorLive, OneColumnAloneOrPickedOutOfAWiderB) {
   }
 }
 
-// Panels of 2 to 8 columns go in 128- or 256-bit registers with B's rows 4 or 8 floats apart (cpu_readable_width):
-// a B of 4 or 8 columns is read in place, whose last row ends where its storage does (an over-read is a sanitizer
-// error); other widths, and columns picked out of a wider B, are copied to such rows first. 9 and 12 columns take the
-// 16-float path beside them. Bit for bit between spmm_live and spmm_live_uncompacted, on every instruction set.
+// Panels of 2 to 8 columns go in 128- or 256-bit registers with B's rows 2, 4 or 8 floats apart
+// (cpu_readable_width): a B of 2, 4 or 8 columns is read in place, whose last row ends where its storage does (an
+// over-read is a sanitizer error); other widths, columns picked out of a wider B, and a B whose rows are further
+// apart are copied to such rows first. 9 and 12 columns take the 16-float path beside them. Bit for bit between
+// spmm, spmm_live and spmm_live_uncompacted, on every instruction set.
 TEST(CpuExecutorLive, FewColumnsInPlaceOrPickedOutOfAWiderB) {
   const CsrMatrix a = random_sparse(70, 200, 0.3, 41, 6);
   const DenseTensor wide = random_dense(200, 20, 42, 0.2);
@@ -432,6 +433,21 @@ TEST(CpuExecutorLive, FewColumnsInPlaceOrPickedOutOfAWiderB) {
         EXPECT_EQ(exec.spmm_live_uncompacted(a, wide, &picked, ep, uncompacted), kept);
         EXPECT_LT(max_relative_error(uncompacted, want), 1e-5);
         EXPECT_EQ(uncompacted.vec(), in_place.vec());
+        ASSERT_EQ(live_c.shape(), (std::vector<int64_t>{70, static_cast<int64_t>(kept.size())}));
+        for (size_t q = 0; q < kept.size(); ++q) {
+          for (int64_t r = 0; r < 70; ++r) ASSERT_EQ(live_c.at(r, static_cast<int64_t>(q)), in_place.at(r, kept[q]));
+        }
+        // B's last n columns read where they lie in the wider B (rows 20 floats apart, so copied) and as a B of
+        // their own: the same bits.
+        DenseTensor last({200, n});
+        for (int64_t k = 0; k < 200; ++k) {
+          for (int64_t j = 0; j < n; ++j) last.at(k, j) = wide.at(k, 20 - n + j);
+        }
+        DenseTensor own, strided({70, n});
+        exec.spmm(a, last, ep, own);
+        EXPECT_LT(max_relative_error(own, reference_spmm(a, last, ep)), 1e-5);
+        exec.spmm_raw(a, wide.data() + (20 - n), 20, n, strided.data(), n, ep, nullptr);
+        EXPECT_EQ(strided.vec(), own.vec());
       }
     }
   }
