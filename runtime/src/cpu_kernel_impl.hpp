@@ -79,12 +79,12 @@ template <class VT, int Floats>
   }
 }
 
-// One row of A times NV registers of columns (NV * lanes >= width; the loads, NV whole registers or a narrow
-// panel's Narrow floats, stay inside B's readable rows). An FMA has a latency of about 4 cycles and two can issue per cycle, so
-// one chain per register is latency bound for small NV; U sets of accumulators, each taking every U-th nonzero,
-// give NV * U independent chains, summed once at the end of the row. Narrow is 0, or a narrow panel's readable
-// floats a row (2, 4 or 8; its loads are the narrow ones); Fixed builds in that the rows are Narrow floats apart,
-// so that a nonzero's row address is a scaled index.
+// One row of A times NV registers of columns (NV * lanes >= width; the loads, NV whole registers or a narrow panel's
+// Narrow floats, stay inside B's readable rows). An FMA has a latency of about 4 cycles and two can issue per cycle, so
+// one chain per register is latency bound for small NV; U sets of accumulators, each taking every U-th nonzero, give NV
+// * U independent chains, summed once at the end of the row. Narrow is 0, or a narrow panel's readable floats a row (2,
+// 4 or 8; its loads are the narrow ones); Fixed builds in that the rows are Narrow floats apart, so that a nonzero's
+// row address is a scaled index.
 template <class VT, int NV, int U, int Narrow = 0, bool Fixed = false>
 [[gnu::always_inline]] inline void row_block(const PanelArgs& p, int32_t begin, int32_t end, const float* b, float* c,
                                              float bias, int32_t* live, int64_t width) {
