@@ -42,9 +42,10 @@ inline constexpr int64_t kCpuBlockWidth = 64;
 inline constexpr int64_t cpu_padded_width(int64_t width) { return (width + kCpuVector - 1) / kCpuVector * kCpuVector; }
 
 // The floats of each row of B that the kernel reads for a panel `width` columns wide. One column is one float a row
-// (gathered where ldb is 1, else scalar). Up to 4 and up to 8 columns go in 128- and 256-bit registers on every
-// instruction set (two 128-bit ones in SSE): in 16-float rows a batch of 2 would read a 64-byte line a nonzero for
-// 8 useful bytes, and B's K rows would take 4 to 8 times the cache. Wider panels read whole 16-float vectors.
+// (gathered where ldb is 1, else scalar), two are 2 floats (the low half of a 128-bit register). Up to 4 and up to 8
+// columns go in 128- and 256-bit registers on every instruction set (two 128-bit ones in SSE): in 16-float rows a
+// batch of 2 would read a 64-byte line a nonzero for 8 useful bytes, and B's K rows would take 4 to 8 times the
+// cache. Wider panels read whole 16-float vectors.
 inline constexpr int64_t cpu_readable_width(int64_t width) {
   return width <= 2 ? width : width <= 4 ? 4 : width <= 8 ? 8 : cpu_padded_width(width);
 }

@@ -48,6 +48,15 @@ CsrMatrix random_sparse(int32_t rows, int32_t cols, double density, uint64_t see
   return a;
 }
 
+// The columns `cols` of b, in that order, as a B of their own.
+DenseTensor columns_of(const DenseTensor& b, const std::vector<int32_t>& cols) {
+  DenseTensor out({b.rows(), static_cast<int64_t>(cols.size())});
+  for (int64_t k = 0; k < b.rows(); ++k) {
+    for (size_t j = 0; j < cols.size(); ++j) out.at(k, static_cast<int64_t>(j)) = b.at(k, cols[j]);
+  }
+  return out;
+}
+
 Epilogue full_epilogue(int32_t rows, uint64_t seed) {
   Epilogue ep;
   std::mt19937_64 rng(seed);
@@ -379,8 +388,7 @@ TEST(CpuExecutorLive, UncompactedChainEqualsTheCompactedOneBitForBit) {
 TEST(CpuExecutorLive, OneColumnAloneOrPickedOutOfAWiderB) {
   const CsrMatrix a = random_sparse(70, 200, 0.3, 31, 6);
   const DenseTensor b = random_dense(200, 10, 32);
-  DenseTensor column({200, 1});
-  for (int64_t k = 0; k < 200; ++k) column.at(k, 0) = b.at(k, 7);
+  const DenseTensor column = columns_of(b, {7});
   const Epilogue ep{{-0.3f}, Activation::kRelu, std::nullopt};
   const DenseTensor want = reference_spmm(a, column, ep);
   bool any = false;
@@ -414,13 +422,15 @@ TEST(CpuExecutorLive, FewColumnsInPlaceOrPickedOutOfAWiderB) {
   const DenseTensor wide = random_dense(200, 20, 42, 0.2);
   const Epilogue ep = full_epilogue(70, 43);
   for (const int64_t n : {2, 3, 4, 5, 7, 8, 9, 12}) {
-    std::vector<int32_t> picked;
-    for (int64_t j = 0; j < n; ++j) picked.push_back(static_cast<int32_t>(19 - (n - 1 - j) * (n <= 10 ? 2 : 1)));
-    DenseTensor columns({200, n});
-    for (int64_t k = 0; k < 200; ++k) {
-      for (int64_t j = 0; j < n; ++j) columns.at(k, j) = wide.at(k, picked[static_cast<size_t>(j)]);
+    std::vector<int32_t> picked, last_n;
+    for (int64_t j = 0; j < n; ++j) {
+      picked.push_back(static_cast<int32_t>(19 - (n - 1 - j) * (n <= 10 ? 2 : 1)));
+      last_n.push_back(static_cast<int32_t>(20 - n + j));
     }
+    const DenseTensor columns = columns_of(wide, picked);
     const DenseTensor want = reference_spmm(a, columns, ep);
+    const DenseTensor last = columns_of(wide, last_n);
+    const DenseTensor want_last = reference_spmm(a, last, ep);
     for (const CpuIsa isa : cpu_isas_supported()) {
       for (int threads : {1, 3}) {
         SCOPED_TRACE(fmt::format("N {}, {}, threads {}", n, cpu_isa_name(isa), threads));
@@ -439,13 +449,9 @@ TEST(CpuExecutorLive, FewColumnsInPlaceOrPickedOutOfAWiderB) {
         }
         // B's last n columns read where they lie in the wider B (rows 20 floats apart, so copied) and as a B of
         // their own: the same bits.
-        DenseTensor last({200, n});
-        for (int64_t k = 0; k < 200; ++k) {
-          for (int64_t j = 0; j < n; ++j) last.at(k, j) = wide.at(k, 20 - n + j);
-        }
         DenseTensor own, strided({70, n});
         exec.spmm(a, last, ep, own);
-        EXPECT_LT(max_relative_error(own, reference_spmm(a, last, ep)), 1e-5);
+        EXPECT_LT(max_relative_error(own, want_last), 1e-5);
         exec.spmm_raw(a, wide.data() + (20 - n), 20, n, strided.data(), n, ep, nullptr);
         EXPECT_EQ(strided.vec(), own.vec());
       }
