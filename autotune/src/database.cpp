@@ -233,10 +233,18 @@ TuningDatabase TuningDatabase::load(const std::filesystem::path& path) {
   return db;
 }
 
-void TuningDatabase::check_writable() const {
+// Only the default database's directory (the cache's) is made where missing: a path the user gave names a directory
+// that is there, as every other output's must be; a mistyped one is an error, not a new directory tree.
+void TuningDatabase::make_default_directory() const {
+  if (path_.parent_path().empty() || path_ != default_path()) return;
   std::error_code ec;
-  if (!path_.parent_path().empty()) std::filesystem::create_directories(path_.parent_path(), ec);
+  std::filesystem::create_directories(path_.parent_path(), ec);
+}
+
+void TuningDatabase::check_writable() const {
+  make_default_directory();
   check_output_path(path_);
+  std::error_code ec;
   SPARSERT_USER_CHECK(!std::filesystem::exists(path_, ec) || ::access(path_.c_str(), R_OK | W_OK) == 0, path_.string(),
                       "cannot update the tuning database: {}", std::strerror(errno));
 }
@@ -252,8 +260,7 @@ void TuningDatabase::save() {
   if (unsaved_.empty()) return;
   std::string lines;
   for (const std::string& key : unsaved_) lines += record_line(key, records_.at(key)) + '\n';
-  std::error_code ec;
-  if (!path_.parent_path().empty()) std::filesystem::create_directories(path_.parent_path(), ec);
+  make_default_directory();
   const std::string file = path_.string();
   LockedFile locked(path_);
   // Read under the lock: what other writers added since load() is on disk now, and nobody changes it while we hold it.

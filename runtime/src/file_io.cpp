@@ -186,15 +186,31 @@ std::optional<std::filesystem::path> resolved(const std::filesystem::path& p) {
   if (ec) return std::nullopt;
   return out;
 }
+
+bool same_file(const std::filesystem::path& x, const std::filesystem::path& y) {
+  std::error_code ec;
+  if (std::filesystem::equivalent(x, y, ec) && !ec) return true;
+  const auto cx = resolved(x), cy = resolved(y);
+  return cx && cy && *cx == *cy;
+}
 }  // namespace
 
+void check_distinct_inputs(const std::vector<NamedPath>& inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (!same_file(inputs[i].path, inputs[j].path)) continue;
+      if (inputs[i].what == inputs[j].what) {
+        throw_user_error(inputs[i].path.string(), "given twice ({}, first as {}); it would be counted twice",
+                         inputs[i].what, inputs[j].path.string());
+      }
+      throw_user_error(inputs[i].path.string(), "{} and {} name the same file; it would be counted twice",
+                       inputs[j].what, inputs[i].what);
+    }
+  }
+}
+
 void check_distinct_outputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs) {
-  auto same = [](const std::filesystem::path& x, const std::filesystem::path& y) {
-    std::error_code ec;
-    if (std::filesystem::equivalent(x, y, ec) && !ec) return true;
-    const auto cx = resolved(x), cy = resolved(y);
-    return cx && cy && *cx == *cy;
-  };
+  const auto same = same_file;
   // Relative to the directory, the path starts with neither ".." nor nothing (another root): it is in there.
   auto inside = [](const std::filesystem::path& x, const std::filesystem::path& dir) {
     const auto cx = resolved(x), cdir = resolved(dir);

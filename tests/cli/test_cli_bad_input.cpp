@@ -1,6 +1,7 @@
 // Bad input through the `sparsert` command: every case exits with code 2 and a one-line error that names the file
 // and line, or the option or field.
 #include "sparsert/runtime/file_io.hpp"
+#include "sparsert/runtime/npy.hpp"
 #include "sparsert/runtime/package.hpp"
 #include "test_support.hpp"
 
@@ -253,6 +254,22 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
        "\"staged-rows\", \"rows_per_block\": 8, \"lanes_per_row\": 1, \"col_lanes\": 8, \"n_tile\": 32, "
        "\"cols_per_thread\": 4, \"stage_rows\": 96, \"double_buffer\": 1}' -o " + (dir / "pkg").string(),
        "double_buffer"},
+      // Words the parser cannot take, named: a kind `gen` does not make, an option before any command, a number
+      // beyond its option's integer type (32 or 64 bits; CLI11 would clamp a 64-bit one to 2^63 - 1).
+      {"", "", "gen bogus", "gen takes one of: pruned, graphchallenge, network ('bogus' is none of them)"},
+      {"", "", "gen", "gen takes one of: pruned, graphchallenge, network (none given)"},
+      {"", "", "-x", "'-x' is no option of its own: a command comes first (one of: inspect,"},
+      {"", "", "inspect " + (dir / "ok.mtx").string() + " --plan --m-blocks 2147483648",
+       "--m-blocks: 2147483648 is out of range (at most 2147483647)"},
+      {"", "", "inspect " + (dir / "ok.mtx").string() + " --plan --m-blocks -2147483649",
+       "--m-blocks: -2147483649 is out of range (at least -2147483648)"},
+      {"", "", "emit " + (dir / "ok.mtx").string() + " --n 4 --max-fmas-per-entry 99999999999999999999 -o " +
+       (dir / "k.ptx").string(), "--max-fmas-per-entry: '99999999999999999999' is out of range (more than 64 bits)"},
+      // tune: the matrix options on a network would be ignored; a missing network is named before --n is judged.
+      {"", "", "tune " + (dir / "net-stream.json").string() + " --sparsity 0.9 --mode model --no-db -o " +
+       (dir / "t.json").string(), "--sparsity: applies to a matrix input"},
+      {"", "", "tune " + (dir / "missing.json").string() + " --n 4 -o " + (dir / "t.json").string(),
+       "missing.json: cannot open"},
   };
   ASSERT_GE(cases.size(), 20u);
   for (const Case& c : cases) {
@@ -666,13 +683,23 @@ TEST(CliBadInput, CheckFailsOnOutputsThatAreNotFinite) {
   EXPECT_EQ(o.code, 1) << o.err;
   EXPECT_TRUE(sparsert::read_file(dir / "y.npy") == "OLD") << "the output was replaced";
   EXPECT_NE(o.err.find("y.npy not written: the output failed its check"), std::string::npos) << o.err;
-  // Without --check the output is float's answer: written, with a warning on stderr.
+  // Without --check too: the run fails in one line and leaves what --output named.
+  sparsert::write_file_atomic(dir / "z.npy", "OLD");
   o = run(fmt::format("run {} --input {} --device cpu --output {}", pkg, (dir / "x.npy").string(),
                       (dir / "z.npy").string()),
           dir);
+  EXPECT_EQ(o.code, 1) << o.err;
+  EXPECT_NE(o.err.find("sparsert: failed: 2 of 4 outputs are not finite"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("--allow-non-finite"), std::string::npos) << o.err;
+  EXPECT_EQ(lines(o.err), 1) << o.err;
+  EXPECT_TRUE(sparsert::read_file(dir / "z.npy") == "OLD") << "the output was replaced";
+  // Asked for, the output is float's answer: written, with a warning on stderr.
+  o = run(fmt::format("run {} --input {} --device cpu --allow-non-finite --output {}", pkg,
+                      (dir / "x.npy").string(), (dir / "z.npy").string()),
+          dir);
   EXPECT_EQ(o.code, 0) << o.err;
   EXPECT_NE(o.err.find("warning: 2 of 4 outputs are not finite"), std::string::npos) << o.err;
-  EXPECT_TRUE(std::filesystem::is_regular_file(dir / "z.npy"));
+  EXPECT_EQ(sparsert::read_npy_f32(dir / "z.npy").size(), 4);
 }
 
 // check-model --matrix: a tuning report's generated layer comes from the file named after it; each --matrix takes
@@ -687,7 +714,9 @@ TEST(CliBadInput, CheckModelMatrixNamesALayerOfTheReports) {
   o = run(fmt::format("gen pruned --rows 4 --cols 4 --sparsity 0.5 --seed 1 -o {}", other), dir);
   ASSERT_EQ(o.code, 0) << o.err;
   const std::string data = (dir / "no-data").string();
-  o = run_printing(fmt::format("check-model --data {} -q --matrix {} {} {}", data, matrix, report, report), dir);
+  // Two reports (one file twice is refused: AnInputGivenTwiceIsRefused).
+  const std::string copy = dir.write("copy.json", sparsert::read_file(report)).string();
+  o = run_printing(fmt::format("check-model --data {} -q --matrix {} {} {}", data, matrix, report, copy), dir);
   EXPECT_EQ(o.code, 0) << o.err;
   size_t groups = 0;
   for (size_t at = o.err.find("nlp_512x2048: 13 kernels"); at != std::string::npos;
@@ -977,4 +1006,73 @@ TEST(CliBadInput, CheckModelRefusesAnAbsurdTime) {
   EXPECT_EQ(o.code, 2) << o.err;
   EXPECT_NE(o.err.find("is past any time a product takes"), std::string::npos) << o.err;
   EXPECT_EQ(lines(o.err), 1) << o.err;
+}
+
+// What a command prints is its result: where stdout cannot take it, the command fails (exit 1) and says so.
+TEST(CliBadInput, AFailedWriteToStdoutFailsTheCommand) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this machine";
+  ScratchDir dir;
+  const std::string m = dir.write("m.mtx", "%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n2 2 2.0\n")
+                            .string();
+  const std::string err = (dir / "err.txt").string();
+  for (const std::string& args : {fmt::format("inspect {} --json --plan", m), std::string("--help")}) {
+    const int status = std::system(fmt::format("'{}' {} >/dev/full 2>'{}'", SPARSERT_CLI, args, err).c_str());
+    ASSERT_TRUE(WIFEXITED(status)) << args;
+    EXPECT_EQ(WEXITSTATUS(status), 1) << args;
+    const std::string e = sparsert::read_file(err);
+    EXPECT_NE(e.find("sparsert: failed: stdout: write failed"), std::string::npos) << e;
+    EXPECT_EQ(lines(e), 1) << e;
+  }
+}
+
+// A tuning database named by the user goes in a directory that is there, as every other output does: a missing one
+// is an error, and the failed run makes no directories.
+TEST(CliBadInput, AGivenTuningDatabaseMakesNoDirectories) {
+  ScratchDir dir;
+  const std::string m = dir.write("m.mtx", "%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n2 2 2.0\n")
+                            .string();
+  const std::string db = (dir / "no" / "such" / "db.json").string();
+  Outcome o = run(fmt::format("tune {} --n 4 --mode model -q --db {} -o {}", m, db, (dir / "t.json").string()), dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("db.json: cannot write"), std::string::npos) << o.err;
+  EXPECT_EQ(lines(o.err), 1) << o.err;
+  // Refused for another reason after the database was checked: still nothing made.
+  o = run(fmt::format("tune {} --n 4 --mode model -q --db {} -o {}", m, db, m), dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "no"));
+  o = run(fmt::format("compile {} --tune --target sm_90 --ptx-only -q --tuning-db {} -o {}",
+                      dir.write("net.json", R"({"format": "sparsert-network/1",
+                        "layers": [{"weights": "m.mtx", "n": 4}]})").string(),
+                      db, (dir / "pkg").string()),
+          dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "no"));
+  // The default database's directory (the cache's) is still made where missing.
+  o = run(fmt::format("tune {} --n 4 --mode model -q -o {}", m, (dir / "t.json").string()), dir,
+          fmt::format("SPARSERT_CACHE_DIR='{}'", (dir / "fresh" / "cache").string()));
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_TRUE(std::filesystem::is_regular_file(dir / "fresh" / "cache" / "tuning.json"));
+}
+
+// Commands that add up their inputs refuse one given twice (it would count twice), and check-model two matrices of
+// one name (a layer's matrix is found by its name: one of them would go unread).
+TEST(CliBadInput, AnInputGivenTwiceIsRefused) {
+  ScratchDir dir;
+  const std::string report =
+      std::string(SPARSERT_SOURCE_DIR) + "/docs/measurements/h100-2026-11-26/tune-rows-cols-n256-gpu.json";
+  Outcome o = run(fmt::format("check-model -q --data {} {} {}", (dir / "no-data").string(), report, report), dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("given twice (an input file, first as"), std::string::npos) << o.err;
+  EXPECT_EQ(lines(o.err), 1) << o.err;
+  const std::string a = (dir / "nlp_512x2048.mtx").string(), b = (dir / "nlp_512x2048.smtx").string();
+  ASSERT_EQ(run(fmt::format("gen pruned --rows 4 --cols 4 --sparsity 0.5 -o {}", a), dir).code, 0);
+  ASSERT_EQ(run(fmt::format("gen pruned --rows 4 --cols 4 --sparsity 0.5 -o {}", b), dir).code, 0);
+  o = run(fmt::format("check-model -q --matrix {} --matrix {} {}", a, b, report), dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("has the name of --matrix"), std::string::npos) << o.err;
+  const std::string results = std::string(SPARSERT_SOURCE_DIR) + "/docs/benchmarks/transformer-cpu.json";
+  o = run(fmt::format("bench --report {} {} -o {}", results, results, (dir / "r.md").string()), dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("given twice (--report, first as"), std::string::npos) << o.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "r.md"));
 }

@@ -62,6 +62,7 @@ std::string command_line() {
 int report(const BenchArgs& a) {
   std::vector<NamedPath> inputs;
   for (const std::string& f : a.report) inputs.push_back({"--report", f});
+  check_distinct_inputs(inputs);
   check_distinct_outputs({{"-o", a.output}}, inputs);
   std::vector<nlohmann::json> runs;
   for (const std::string& f : a.report) {
@@ -136,6 +137,17 @@ int run_bench(const BenchArgs& a) {
   const std::vector<bench::Problem> problems = bench::make_suite(a.suite, so);
   fmt::print("suite {}: {} problems on {} ({}; baselines: {})\n", a.suite, problems.size(), a.device, methods.subject,
              fmt::join(methods.baselines, ", "));
+  // The samples alone take at least this long; said where it is long, since the first progress line comes only when
+  // the first problem is done.
+  const double sampling_s = static_cast<double>(problems.size()) * static_cast<double>(methods.methods.size()) *
+                            a.repeats * a.min_sample_ms / 1000.0;
+  if (sampling_s > 600) {
+    fmt::print("note: the timed samples alone take at least {:.0f} s ({:.1f} h): {} problems x {} methods x {} samples "
+               "of at least {} ms (--repeats, --min-sample-ms)\n",
+               sampling_s, sampling_s / 3600, problems.size(), methods.methods.size(), a.repeats,
+               a.min_sample_ms);
+  }
+  std::fflush(stdout);
 
   bench::RunOptions ro;
   ro.suite = a.suite;

@@ -49,11 +49,21 @@ Action add_check_model(CLI::App& app) {
     SPARSERT_USER_CHECK(!args->max_entries || args->predict, "--max-entries", "applies to --predict only");
     SPARSERT_USER_CHECK(args->matrices.empty() || !args->predict, "--matrix",
                         "applies to tuning reports, not to --predict");
+    std::vector<NamedPath> inputs;
+    for (const std::string& f : args->files) inputs.push_back({"an input file", f});
+    for (const std::string& f : args->matrices) inputs.push_back({"--matrix", f});
+    check_distinct_inputs(inputs);
+    // A layer's matrix is found by the file's name: two of one name would leave one of them unread.
+    for (size_t i = 0; i < args->matrices.size(); ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        const std::filesystem::path a(args->matrices[j]), b(args->matrices[i]);
+        SPARSERT_USER_CHECK(a.stem() != b.stem(), "--matrix " + b.string(),
+                            "has the name of --matrix {} ({}): a layer's matrix is the one file named after it",
+                            a.string(), b.stem().string());
+      }
+    }
     if (!args->output.empty()) {
       check_output_path(args->output);
-      std::vector<NamedPath> inputs;
-      for (const std::string& f : args->files) inputs.push_back({"an input file", f});
-      for (const std::string& f : args->matrices) inputs.push_back({"--matrix", f});
       check_distinct_outputs({{"-o", args->output}}, inputs);
     }
     bench::ModelCheckOptions o;

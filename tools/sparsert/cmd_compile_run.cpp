@@ -43,11 +43,17 @@ std::optional<std::string> non_finite_outputs(const DenseTensor& out) {
                      "float", non_finite, out.size(), at, out.data()[first]);
 }
 
-// Without --check, a run whose outputs overflowed still writes them (float's answer), but says so.
-void warn_non_finite(const DenseTensor& out) {
-  if (const std::optional<std::string> what = non_finite_outputs(out)) {
+// Without --check, outputs that overflowed fail the run as well (a script that reads only the exit status must not
+// take them for an answer), unless --allow-non-finite asks for float's answer anyway: then a warning.
+int non_finite_verdict(const DenseTensor& out, bool allowed) {
+  const std::optional<std::string> what = non_finite_outputs(out);
+  if (!what) return kOk;
+  if (allowed) {
     fmt::print(stderr, "sparsert: warning: {}\n", *what);
+    return kOk;
   }
+  fmt::print(stderr, "sparsert: failed: {} (--allow-non-finite writes them anyway)\n", *what);
+  return kWorkFailed;
 }
 
 // Compares the run's output with the reference and prints the verdict with the run's other output; a failure is
@@ -123,6 +129,7 @@ struct RunArgs {
   int threads = 0;
   bool force_ptx = false;
   bool check = false;
+  bool allow_non_finite = false;
   std::string dependent_launch = "on";
 };
 
@@ -206,11 +213,11 @@ int run_conv(const Package& pkg, const DenseTensor& input, const RunArgs& args) 
     }
     rc = check_output(out, ref, "the direct convolution");
   } else {
-    warn_non_finite(out);
+    rc = non_finite_verdict(out, args.allow_non_finite);
   }
   if (!args.output.empty() && rc != kOk) {
     // As for a matrix network: the product the check refused is no output.
-    fmt::print("{} not written: the output failed its check\n", args.output);
+    fmt::print("{} not written: the output {}\n", args.output, args.check ? "failed its check" : "is not finite");
   } else if (!args.output.empty()) {
     write_npy(args.output, out);
     fmt::print("wrote {} {}\n", args.output, out.shape_string());
@@ -456,6 +463,9 @@ Action add_run(CLI::App& app) {
       ->check(CLI::Range(0, 1024));
   sub->add_flag("--ptx", args->force_ptx, "JIT the PTX even where a cubin for the device exists");
   sub->add_flag("--check", args->check, "Compare the output with the double-precision reference (exit 1 if off)");
+  sub->add_flag("--allow-non-finite", args->allow_non_finite,
+                "Write outputs that overflowed float (Inf, NaN) with a warning; without it such a run fails (exit 1) "
+                "and writes nothing");
   sub->add_option("--dependent-launch", args->dependent_launch,
                   "cuda: launch each layer whose kernel waits for the one before (compiled with --dependent-launch "
                   "on, sm_90 and newer) as its programmatic dependent: on or off")
@@ -549,11 +559,11 @@ Action add_run(CLI::App& app) {
       for (size_t i = 0; i < pkg.layers.size(); ++i) ref = reference_spmm(weights[i].a, ref, epilogue(i));
       rc = check_output(out, ref, "the reference");
     } else {
-      warn_non_finite(out);
+      rc = non_finite_verdict(out, args->allow_non_finite);
     }
     if (!args->output.empty() && rc != kOk) {
       // A failed run leaves what the path held: the product the check refused is no output.
-      fmt::print("{} not written: the output failed its check\n", args->output);
+      fmt::print("{} not written: the output {}\n", args->output, args->check ? "failed its check" : "is not finite");
     } else if (!args->output.empty()) {
       const DenseTensor written = args->layout == "batch-major" ? transpose_dense(out) : out;
       write_npy(args->output, written);

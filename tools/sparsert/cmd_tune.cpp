@@ -109,15 +109,16 @@ Action add_tune(CLI::App& app) {
                   "builds them (auto, 1, 2, 4 or 8; auto: compile's default, 4 for matrix layers of 32 columns or more)")
       ->default_val("auto");
   add_matrix_options(*sub, args->matrix);
-  return [args] {
+  return [args, sub] {
     // CLI11's range check lets a NaN through (every comparison with it is false).
     SPARSERT_USER_CHECK(std::isfinite(args->budget), "--budget", "{} is not a number of seconds", args->budget);
     const std::optional<int32_t> row_align = compiler::parse_row_align(args->row_align);
     std::vector<autotune::TuneLayer> layers;
     std::vector<NamedPath> inputs = {{"the input", args->input}};
     if (is_network(args->input)) {
+      const compiler::NetworkDesc net = compiler::read_network(args->input);  // a missing file named first
       SPARSERT_USER_CHECK(args->n == 0, "--n", "is for a matrix input; a network gives n per layer");
-      const compiler::NetworkDesc net = compiler::read_network(args->input);
+      refuse_matrix_options(*sub, "a matrix input; a network's layers are read as their files hold them");
       inputs = compiler::network_files(net);
       std::vector<compiler::LoadedLayer> loaded = compiler::load_network(net);
       // A convolutional network keeps its own width (row_align_for), and --row-align given for one is refused, as

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <new>
 #include <string>
@@ -44,17 +45,42 @@ std::string conversion_message(std::string_view what, const std::vector<CLI::App
   if (what.substr(0, kPrefix.size()) != kPrefix || eq == std::string_view::npos) return std::string(what);
   const std::string option(what.substr(kPrefix.size(), eq - kPrefix.size()));
   std::vector<std::string> words;
+  std::string type;
   for (const CLI::App* sub : subcommands) {
     for (const CLI::Option* opt : sub->get_options()) {
       if (opt->count() > 0 && opt->check_name(option)) {
         for (const std::string& w : opt->results()) words.push_back(fmt::format("'{}'", w));
+        type = opt->get_type_name();
       }
     }
   }
-  if (words.empty()) words.push_back(fmt::format("'{}'", what.substr(eq + 3)));
+  // Integer options take decimal words only (decimal_integers), so one of those that did not convert is out of the
+  // option's range: say so rather than that it is no number.
+  const std::string value(what.substr(eq + 3));
+  const size_t sign = !value.empty() && (value[0] == '-' || value[0] == '+') ? 1 : 0;
+  if ((type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0) && value.size() > sign &&
+      value.find_first_not_of("0123456789", sign) == std::string::npos) {
+    const bool is_unsigned = type.rfind("UINT", 0) == 0, negative = value[0] == '-';
+    if (is_unsigned && negative) {
+      return fmt::format("{}: {} is negative; it takes an integer of 0 or more", option, value);
+    }
+    // decimal_integers let it through, so it fits 64 bits: the option is a 32-bit one.
+    return fmt::format("{}: {} is out of range (at {} {})", option, value, negative ? "least" : "most",
+                       is_unsigned ? "4294967295" : negative ? "-2147483648" : "2147483647");
+  }
+  if (words.empty()) words.push_back(fmt::format("'{}'", value));
   return fmt::format("{}: read {} where a number was expected (every word after {} is read as its value, even one "
                      "that starts with '-': give its value right after it)",
                      option, fmt::join(words, " "), option);
+}
+
+// What a command printed is its result (a report, a plan, the help): where stdout could not take it (a full disk, a
+// closed pipe), the command failed, whatever it returned.
+int stdout_written(int rc) {
+  if (std::fflush(stdout) == 0 && std::ferror(stdout) == 0) return rc;
+  const int e = errno;
+  std::fprintf(stderr, "sparsert: failed: stdout: write failed (%s)\n", std::strerror(e));
+  return rc == sparsert::cli::kOk ? sparsert::cli::kWorkFailed : rc;
 }
 }  // namespace
 
@@ -87,19 +113,38 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
     reject_empty_values(app);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return stdout_written(app.exit(e));
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    return stdout_written(app.exit(e));
   } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
+    return stdout_written(app.exit(e));
   } catch (const CLI::ParseError& e) {
-    // A first word that is no command: CLI11 says only that a subcommand is required, not which word it did not know.
+    // CLI11 says only that a subcommand is required, not which word it did not know: a first word that is no
+    // command, an option before any command, or a word after `gen` that is none of its kinds.
     std::vector<std::string> names;
     for (const auto& [sub, action] : commands) names.push_back(sub->get_name());
+    const std::string all = fmt::format("{}", fmt::join(names, ", "));
     if (argc > 1 && argv[1][0] != '-' && std::find(names.begin(), names.end(), argv[1]) == names.end()) {
       std::fprintf(stderr, "sparsert: error: '%s' is not a command (one of: %s)\n", one_line(argv[1]).c_str(),
-                   fmt::format("{}", fmt::join(names, ", ")).c_str());
+                   all.c_str());
       return cli::kBadInput;
+    }
+    if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr && argc > 1) {
+      if (argv[1][0] == '-') {
+        std::fprintf(stderr, "sparsert: error: '%s' is no option of its own: a command comes first (one of: %s)\n",
+                     one_line(argv[1]).c_str(), all.c_str());
+        return cli::kBadInput;
+      }
+      const CLI::App* command = app.get_subcommand(argv[1]);
+      std::vector<std::string> kinds;
+      for (const CLI::App* sub : command->get_subcommands({})) kinds.push_back(sub->get_name());
+      if (!kinds.empty() && !command->get_subcommands().empty()) kinds.clear();  // it has one: not this case
+      if (!kinds.empty()) {
+        const std::string given = argc > 2 ? fmt::format("'{}' is none of them", one_line(argv[2])) : "none given";
+        std::fprintf(stderr, "sparsert: error: %s takes one of: %s (%s)\n", argv[1],
+                     fmt::format("{}", fmt::join(kinds, ", ")).c_str(), given.c_str());
+        return cli::kBadInput;
+      }
     }
     const std::string message = dynamic_cast<const CLI::ConversionError*>(&e)
                                     ? conversion_message(e.what(), app.get_subcommands())
@@ -111,7 +156,7 @@ int main(int argc, char** argv) {
 
   try {
     for (auto& [sub, action] : commands) {
-      if (sub->parsed()) return action();
+      if (sub->parsed()) return stdout_written(action());
     }
     return cli::kBadInput;
   } catch (const UserError& e) {

@@ -61,8 +61,9 @@ class TuningDatabase {
   // written.
   void save();
   // Before the work whose results save() will append, so that a database it cannot write fails the command before
-  // the work, not after it: makes the folder as save() would (a fresh machine has no cache folder yet), and throws
-  // UserError naming the file where save() could not write it or, as it reads the file under its lock, read it.
+  // the work, not after it: makes the default database's folder as save() would (a fresh machine has no cache folder
+  // yet; any other path's folder must exist), and throws UserError naming the file where save() could not write it
+  // or, as it reads the file under its lock, read it.
   void check_writable() const;
 
   std::optional<TuningRecord> find(const std::string& key) const;
@@ -72,6 +73,8 @@ class TuningDatabase {
   const std::filesystem::path& path() const { return path_; }
 
  private:
+  void make_default_directory() const;
+
   std::filesystem::path path_;
   std::map<std::string, TuningRecord> records_;
   std::vector<std::string> unsaved_;  // keys put since the last save, in order

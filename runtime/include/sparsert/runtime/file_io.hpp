@@ -87,6 +87,9 @@ struct NamedPath {
 // since the second write would replace the first, or the input, with no error; or when an output is inside an input
 // directory, whose files the command reads (a package's would no longer match their hashes).
 void check_distinct_outputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs = {});
+// For commands that add up what their inputs hold (reports, measurements): throws UserError when two of them are one
+// file, compared as check_distinct_outputs compares.
+void check_distinct_inputs(const std::vector<NamedPath>& inputs);
 
 // A directory of outputs written whole or not at all. Files are written under path(), a hidden directory inside
 // `dir` when it exists, else in its nearest existing ancestor. commit() renames a new `dir` into place in one step;
