@@ -270,6 +270,21 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
        (dir / "t.json").string(), "--sparsity: applies to a matrix input"},
       {"", "", "tune " + (dir / "missing.json").string() + " --n 4 -o " + (dir / "t.json").string(),
        "missing.json: cannot open"},
+      // Options the rest of the command line leaves without effect are refused, not ignored.
+      {"", "", "tune " + (dir / "ok.mtx").string() + " --n 4 --db " + (dir / "db.json").string() + " --no-db -o " +
+       (dir / "t.json").string(), "--db excludes --no-db"},
+      {"", "", "compile " + (dir / "net-stream.json").string() + " --kernel streamed --max-entries 2 -o " +
+       (dir / "pkg").string(), "--max-entries: applies to baked kernels only"},
+      {"", "", "compile " + (dir / "net-stream.json").string() + " --stream '{ }' --dependent-launch off -o " +
+       (dir / "pkg").string(), "--dependent-launch: applies to baked kernels only"},
+      {"", "", "compile " + (dir / "net-stream.json").string() + " --baked '{ }' --tiles heuristic -o " +
+       (dir / "pkg").string(), "--tiles: applies to layers whose kernel is not given by --stream or --baked"},
+      {"", "", "graphchallenge --device cpu --synthetic 1 --neurons 64 --layers 2 --images 4 --kernel baked",
+       "--kernel: applies to --device cuda only"},
+      {"", "", "bench --suite smoke --gc-layers 3 -o " + (dir / "b.json").string(),
+       "--gc-layers: applies to --suite graphchallenge only"},
+      {"", "", "bench --report " + std::string(SPARSERT_SOURCE_DIR) + "/docs/benchmarks/transformer-cpu.json "
+       "--repeats 20 -o " + (dir / "r.md").string(), "--repeats: applies to a run (--suite), not to --report"},
   };
   ASSERT_GE(cases.size(), 20u);
   for (const Case& c : cases) {
@@ -536,6 +551,21 @@ TEST(CliBadInput, RunRefusesAnOutputInsideThePackage) {
   EXPECT_EQ(o.code, 2) << o.err;
   EXPECT_NE(o.err.find("--output is inside the package"), std::string::npos) << o.err;
   EXPECT_FALSE(std::filesystem::exists(dir / "pkg" / "y.npy"));
+}
+
+// The GPU's options on the CPU would do nothing: refused by name (with --device auto they are the GPU's if one is
+// found, and go unused where none is).
+TEST(CliBadInput, RunOnTheCpuRefusesTheGpusOptions) {
+  ScratchDir dir;
+  const std::string net = (dir / "net").string(), pkg = (dir / "pkg").string();
+  ASSERT_NO_FATAL_FAILURE(make_small_package(dir));
+  for (const char* option : {"--ptx", "--dependent-launch off"}) {
+    const Outcome o = run(fmt::format("run {} --input {}/input.npy --device cpu {}", pkg, net, option), dir);
+    EXPECT_EQ(o.code, 2) << o.err;
+    EXPECT_NE(o.err.find(": applies to a run on the GPU"), std::string::npos) << o.err;
+    EXPECT_EQ(lines(o.err), 1) << o.err;
+  }
+  EXPECT_EQ(run(fmt::format("run {} --input {}/input.npy --device cpu", pkg, net), dir).code, 0);
 }
 
 // compile --tune keeps its results in the tuning database: one it cannot write fails the command before the tuning

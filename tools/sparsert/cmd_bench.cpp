@@ -231,8 +231,11 @@ Action add_bench(CLI::App& app) {
       SPARSERT_USER_CHECK(args->block_functions == "auto", "--block-functions",
                           "applies to a run (--suite), not to --report");
       SPARSERT_USER_CHECK(args->choose == "model", "--choose", "applies to a run (--suite), not to --report");
+      refuse_given(*sub, {"--device", "--threads", "--repeats", "--min-sample-ms", "--data", "--gc-layers"},
+                   "a run (--suite), not to --report");
       return report(*args);
     }
+    if (args->suite != "graphchallenge") refuse_given(*sub, {"--gc-layers"}, "--suite graphchallenge only");
     return run_bench(*args);
   };
 }

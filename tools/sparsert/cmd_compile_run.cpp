@@ -257,7 +257,7 @@ Action add_compile(CLI::App& app) {
   sub->add_flag("--tune", args->tune, "Tune (model mode without a GPU) every layer the tuning database lacks first");
   sub->add_option("--tuning-db", args->tuning_db, "Tuning database (default: $SPARSERT_CACHE_DIR/tuning.json or "
                   "~/.cache/sparsert/tuning.json); compile uses its parameters wherever it has an entry");
-  sub->add_flag("--no-tuning-db", args->no_tuning_db, "Ignore the tuning database");
+  sub->add_flag("--no-tuning-db", args->no_tuning_db, "Ignore the tuning database")->excludes("--tuning-db");
   sub->add_option("--stream", args->stream,
                   "Every layer streamed with these parameters, a JSON object as a package's streamed tile holds them "
                   "(e.g. '{\"layout\": \"staged-rows\", \"rows_per_block\": 128, ...}'), instead of tuned or "
@@ -293,9 +293,16 @@ Action add_compile(CLI::App& app) {
   sub->add_flag("--fold-duplicates", args->fold_duplicates,
                 "Compute each layer's duplicate neurons (rows with the same nonzeros and bias) once and read the first "
                 "copy in the next layer; the last layer keeps every row. Chains of matrix layers only");
-  return [args] {
+  return [args, sub] {
     SPARSERT_USER_CHECK(!args->network.empty() || !args->gc_dir.empty(), "compile",
                         "give a network description (.json) or --graphchallenge DIR");
+    // Options that only baked kernels, or only kernels the model or rules pick, take.
+    if (args->kernel == "streamed" || !args->stream.empty()) {
+      refuse_given(*sub, {"--max-entries", "--block-functions", "--dependent-launch"}, "baked kernels only");
+    }
+    if (!args->stream.empty() || !args->baked.empty()) {
+      refuse_given(*sub, {"--tiles"}, "layers whose kernel is not given by --stream or --baked");
+    }
     const std::optional<int32_t> row_align = compiler::parse_row_align(args->row_align);
     const compiler::NetworkDesc net =
         args->gc_dir.empty()
@@ -471,7 +478,8 @@ Action add_run(CLI::App& app) {
                   "on, sm_90 and newer) as its programmatic dependent: on or off")
       ->check(CLI::IsMember({"on", "off"}))
       ->default_val("on");
-  return [args] {
+  return [args, sub] {
+    if (args->device == "cpu") refuse_given(*sub, {"--ptx", "--dependent-launch"}, "a run on the GPU");
     if (!args->output.empty()) {  // before the run, not after it
       check_output_path(args->output);
       check_distinct_outputs({{"--output", args->output}},

@@ -107,8 +107,6 @@ int run(const GraphChallengeArgs& a) {
 
   SPARSERT_USER_CHECK(a.synthetic || (!a.weights.empty() && !a.inputs.empty()), "--weights",
                       "give --weights and --inputs (the challenge's files), or --synthetic SEED");
-  SPARSERT_USER_CHECK(a.device == "cuda" || (!a.compact_weights && !a.device_memory_gb),
-                      a.compact_weights ? "--compact-weights" : "--device-memory-gb", "applies to --device cuda only");
   // Before reading or generating anything (minutes for the largest networks): a run that cannot reach a GPU says so
   // at once.
   if (a.device == "cuda") cuda::Driver::get();
@@ -364,7 +362,15 @@ Action add_graphchallenge(CLI::App& app) {
                   "limit; default: 1 where the compaction is fused, else 8 of at most 16384 fmas, which makes 2 for "
                   "the official network's layers and assembles in half the time)")
       ->check(CLI::Range(0, 1 << 20));
-  return [args, sub] { return sub->parsed() ? run(*args) : static_cast<int>(kBadInput); };
+  return [args, sub] {
+    if (!sub->parsed()) return static_cast<int>(kBadInput);
+    if (args->device != "cuda") {
+      refuse_given(*sub, {"--ptx-only", "--kernel", "--tiles", "--dependent-launch", "--compaction", "--max-entries",
+                          "--compact-weights", "--device-memory-gb"},
+                   "--device cuda only");
+    }
+    return run(*args);
+  };
 }
 
 Action add_gen_graphchallenge(CLI::App& gen) {

@@ -98,7 +98,7 @@ Action add_tune(CLI::App& app) {
   sub->add_option("-j,--threads", args->threads, "Assembler threads")->default_val(2)->check(CLI::Range(1, 256));
   sub->add_option("--db", args->db, "Tuning database (default: $SPARSERT_CACHE_DIR/tuning.json or "
                   "~/.cache/sparsert/tuning.json)");
-  sub->add_flag("--no-db", args->no_db, "Do not write the tuning database");
+  sub->add_flag("--no-db", args->no_db, "Do not write the tuning database")->excludes("--db");
   sub->add_flag("--no-share", args->no_share, "Tune every layer, even when an earlier one has its shape and pattern");
   sub->add_flag("-q,--quiet", args->quiet, "No progress output");
   sub->add_option("--max-entries", args->max_entries, "Baked candidates in at most this many kernels, as `compile "

@@ -1,14 +1,17 @@
 #pragma once
 // Each subcommand registers itself on the app and returns the action to run when it was chosen.
-#include <CLI/CLI.hpp>
+#include "sparsert/runtime/error.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 
 namespace sparsert::cli {
 
@@ -44,6 +47,14 @@ inline CLI::Validator finite_range(double lo, double hi) {
         return {};
       },
       fmt::format("NUMBER in [{} - {}]", lo, hi));
+}
+
+// Options that the rest of the command line leaves without effect: the first of `names` that was given is refused,
+// "NAME: applies to WHY", rather than silently ignored.
+inline void refuse_given(const CLI::App& sub, std::initializer_list<const char*> names, std::string_view why) {
+  for (const char* name : names) {
+    SPARSERT_USER_CHECK(sub.get_option(name)->count() == 0, name, "applies to {}", why);
+  }
 }
 
 Action add_inspect(CLI::App& app);

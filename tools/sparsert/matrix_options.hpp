@@ -2,7 +2,6 @@
 // Options shared by every subcommand that reads a weight matrix.
 #include "commands.hpp"
 #include "sparsert/inspector/formats.hpp"
-#include "sparsert/runtime/error.hpp"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -35,9 +34,7 @@ inline void add_matrix_options(CLI::App& sub, MatrixOptions& o) {
 
 // For a subcommand whose input need not be a matrix: the matrix options, where given, would be ignored.
 inline void refuse_matrix_options(const CLI::App& sub, std::string_view applies_to) {
-  for (const char* name : {"--fill", "--seed", "--sum-duplicates", "--sparsity", "--threshold"}) {
-    SPARSERT_USER_CHECK(sub.get_option(name)->count() == 0, name, "applies to {}", applies_to);
-  }
+  refuse_given(sub, {"--fill", "--seed", "--sum-duplicates", "--sparsity", "--threshold"}, applies_to);
 }
 
 inline inspector::LoadedMatrix load_matrix_for_cli(const std::string& file, const MatrixOptions& o) {
