@@ -8,6 +8,7 @@
 #include "sparsert/runtime/error.hpp"
 #include "sparsert/runtime/gpu_executor.hpp"
 #include "sparsert/runtime/package.hpp"
+#include "sparsert/runtime/printable.hpp"
 #include "sparsert/runtime/reference.hpp"
 
 #include <cmath>
@@ -35,9 +36,10 @@ thread_local std::string last_error;
 // Sets the thread's message without throwing: where even that allocation fails, a fixed text stands for it.
 const char* kNoMemoryForTheMessage = "out of memory (the message could not be stored)";
 thread_local const char* last_error_text = "";
+// One line, as the header promises: a path in the message may hold a newline or an escape sequence.
 void set_error(const char* call, const char* what) noexcept {
   try {
-    last_error = std::string(call) + ": " + what;
+    last_error = std::string(call) + ": " + sparsert::printable(what, std::string_view::npos);
     last_error_text = last_error.c_str();
   } catch (...) {
     last_error_text = kNoMemoryForTheMessage;
@@ -52,7 +54,8 @@ sparsert_status guarded(const char* call, F&& f) noexcept {
     f();
     return SPARSERT_OK;
   } catch (const sparsert::cuda::DriverUnavailable& e) {
-    set_error(call, e.what());
+    const std::string way = std::string(e.what()) + "; without a GPU, open the network on device \"cpu\" or \"auto\"";
+    set_error(call, way.c_str());
     return SPARSERT_NO_DEVICE;
   } catch (const sparsert::UserError& e) {
     set_error(call, e.what());

@@ -94,7 +94,7 @@ Driver& Driver::get() {
     return s;
   }());
   if (!state.driver) {
-    throw DriverUnavailable("CUDA driver", state.error + "; without a GPU, use --device cpu (tune: --mode model)");
+    throw DriverUnavailable("CUDA driver", state.error);
   }
   return *state.driver;
 }

@@ -167,8 +167,11 @@ void check_free_space(const std::filesystem::path& dest, double bytes, std::stri
   std::filesystem::path at = std::filesystem::absolute(dest, ec);
   if (ec) return;  // the write itself will say what is wrong with the path
   while (!std::filesystem::exists(at, ec) && at.has_parent_path() && at != at.parent_path()) at = at.parent_path();
+  // Where nothing can be written (a read-only folder; /proc, a file system of no size) the free space is beside the
+  // point: the write says why.
+  if (::access(at.c_str(), W_OK) != 0) return;
   const std::filesystem::space_info space = std::filesystem::space(at, ec);
-  if (ec) return;
+  if (ec || space.capacity == 0) return;
   SPARSERT_USER_CHECK(bytes <= static_cast<double>(space.available), dest.string(),
                       "{} would take about {}, more than the {} free on its file system", what, bytes_text(bytes),
                       bytes_text(static_cast<double>(space.available)));

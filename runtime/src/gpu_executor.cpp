@@ -477,6 +477,13 @@ struct GpuNetwork::Impl {
     const CUresult r = d.api().cuMemGetAddressRange_v2(&base, &size, ptr);
     SPARSERT_USER_CHECK(r == CUDA_SUCCESS, what, "0x{:x} is not device memory the driver knows (cuMemGetAddressRange: "
                         "{})", ptr, d.error_name(r));
+    // The byte count is the caller's word; the allocation is the driver's. A buffer claimed larger than it is (or one
+    // freed and made again smaller at the same address since a graph was kept for it) would have the kernels read and
+    // write past its end, into the caller's other buffers.
+    const size_t offset = static_cast<size_t>(ptr - base);
+    SPARSERT_USER_CHECK(ptr >= base && offset <= size && need <= size - offset, what,
+                        "0x{:x} is {} bytes into an allocation of {} at 0x{:x}: the {} bytes the kernels use from "
+                        "there run past its end (the call says {})", ptr, offset, size, base, need, bytes);
     int ordinal = -1;
     const CUresult o = d.api().cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr);
     SPARSERT_USER_CHECK(o == CUDA_SUCCESS && ordinal == info.ordinal, what, "0x{:x} is memory of device {}; this "

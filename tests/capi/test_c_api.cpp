@@ -234,7 +234,7 @@ TEST(CApi, BadArgumentsAreStatusesWithOneLineMessages) {
     EXPECT_EQ(net, nullptr);  // set on success only
     return Case{s, sparsert_last_error()};
   };
-  const std::string missing = (f.dir / "none").string();
+  const std::string missing = (f.dir / "none").string(), odd = (f.dir / "no\nsuch\x1b[31m").string();
   const std::vector<std::pair<Case, Case>> cases = {
       {open(nullptr, "cpu", 0), {SPARSERT_BAD_INPUT, "sparsert_network_open: package: is NULL or empty"}},
       {open(f.package.c_str(), "gpu", 0),
@@ -245,11 +245,14 @@ TEST(CApi, BadArgumentsAreStatusesWithOneLineMessages) {
       {open(f.package.c_str(), nullptr, 0), {SPARSERT_BAD_INPUT, "device: is NULL"}},
       {open(f.package.c_str(), "cpu", -1), {SPARSERT_BAD_INPUT, "threads: is not in 0 to 1024"}},
       {open(missing.c_str(), "cpu", 0), {SPARSERT_BAD_INPUT, "manifest.json"}},
+      // A path's control bytes come out escaped: the message stays one line and drives no terminal.
+      {open(odd.c_str(), "cpu", 0), {SPARSERT_BAD_INPUT, "no\\nsuch\\x1b[31m/manifest.json"}},
   };
   for (const auto& [got, want] : cases) {
     EXPECT_EQ(got.status, want.status) << got.expect;
     EXPECT_NE(got.expect.find(want.expect), std::string::npos) << got.expect;
     EXPECT_EQ(got.expect.find('\n'), std::string::npos) << got.expect;
+    EXPECT_EQ(got.expect.find('\x1b'), std::string::npos) << got.expect;
   }
   EXPECT_EQ(sparsert_network_open(f.package.c_str(), "cpu", 0, nullptr), SPARSERT_BAD_INPUT);
   ASSERT_EQ(sparsert_network_open(f.package.c_str(), "cpu", 0, &net), SPARSERT_OK);

@@ -270,7 +270,12 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
        (dir / "t.json").string(), "--sparsity: applies to a matrix input"},
       {"", "", "tune " + (dir / "missing.json").string() + " --n 4 -o " + (dir / "t.json").string(),
        "missing.json: cannot open"},
+      // A file system of no size (/proc) is no place for a network: the write says so, not its free space.
+      {"", "", "gen network --layers 1 --neurons 8 -o /proc/sparsert-no-such-dir", "cannot write"},
       // Options the rest of the command line leaves without effect are refused, not ignored.
+      {"valued.mtx", mtx + "3 3 2\n1 1 1.0\n2 2 2.0\n", "inspect {} --seed 3", "holds its own values"},
+      {"", "", "emit " + (dir / "valued.mtx").string() + " --n 4 --fill uniform -o " + (dir / "k.ptx").string(),
+       "--fill: "},
       {"", "", "tune " + (dir / "ok.mtx").string() + " --n 4 --db " + (dir / "db.json").string() + " --no-db -o " +
        (dir / "t.json").string(), "--db excludes --no-db"},
       {"", "", "compile " + (dir / "net-stream.json").string() + " --kernel streamed --max-entries 2 -o " +

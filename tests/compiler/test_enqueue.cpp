@@ -9,6 +9,7 @@
 #include "test_support.hpp"
 #include "user_error.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -250,6 +251,7 @@ TEST(Enqueue, RefusesWhatTheKernelsCannotUse) {
   const CUdeviceptr in = caller.in.get(), out = caller.out.get();
   const size_t ib = caller.in.bytes(), ob = caller.out.bytes();
   cuda::DeviceBuffer both(static_cast<size_t>(48 + 24) * kWidth * 4);
+  cuda::DeviceBuffer small(256);
   auto gone = std::make_unique<cuda::DeviceBuffer>(ob);
   const CUdeviceptr gone_ptr = gone->get();
   net.enqueue(in, ib, gone_ptr, ob, 5, s);  // seen once, then freed
@@ -271,6 +273,13 @@ TEST(Enqueue, RefusesWhatTheKernelsCannotUse) {
       {[&] { net.enqueue(in, ib, gone_ptr, ob, 5, s); }, "output: 0x"},
       {[&] { net.enqueue(both.get(), both.bytes(), both.get() + 47 * kWidth * 4, ob, 5, s); },
        "overlaps the input"},
+      // Byte counts larger than the allocations: the kernels would run past their ends.
+      {[&] { net.enqueue(small.get(), ib, out, ob, 5, s); },
+       fmt::format("input: 0x{:x} is 0 bytes into an allocation of 256 at 0x{:x}: the 3840 bytes the kernels use",
+                   small.get(), small.get())},
+      {[&] { net.enqueue(in, ib, small.get(), ob, 5, s); }, "output: 0x"},
+      {[&] { net.enqueue(both.get() + 48 * kWidth * 4, ib, out, ob, 5, s); },
+       fmt::format("is {} bytes into an allocation of {}", 48 * kWidth * 4, both.bytes())},
   };
   for (const Case& c : cases) EXPECT_NE(user_error(c.call).find(c.expect), std::string::npos) << c.expect;
   caller.stream.synchronize();

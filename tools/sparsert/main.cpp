@@ -1,6 +1,7 @@
 // sparsert: the command-line front end of the compiler and runtime.
 #include "commands.hpp"
 #include "sparsert/cli/decimal_integers.hpp"
+#include "sparsert/runtime/driver.hpp"
 #include "sparsert/runtime/error.hpp"
 #include "sparsert/runtime/printable.hpp"
 #include "sparsert/runtime/process_memory.hpp"
@@ -158,6 +159,12 @@ int main(int argc, char** argv) {
     for (auto& [sub, action] : commands) {
       if (sub->parsed()) return stdout_written(action());
     }
+    return cli::kBadInput;
+  } catch (const cuda::DriverUnavailable& e) {
+    // The runtime says what is missing; the way on without a GPU is the command line's.
+    const bool tune = argc > 1 && std::string_view(argv[1]) == "tune";
+    std::fprintf(stderr, "sparsert: error: %s; without a GPU, use %s\n", one_line(e.what()).c_str(),
+                 tune ? "--mode model" : "--device cpu");
     return cli::kBadInput;
   } catch (const UserError& e) {
     std::fprintf(stderr, "sparsert: error: %s\n", one_line(e.what()).c_str());

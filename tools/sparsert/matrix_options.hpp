@@ -18,13 +18,18 @@ struct MatrixOptions {
   bool sum_duplicates = false;
   std::optional<double> sparsity;
   std::optional<double> threshold;
+  // Set by add_matrix_options: whether --fill or --seed was given (they apply to files without values only).
+  const CLI::Option* fill_option = nullptr;
+  const CLI::Option* seed_option = nullptr;
 };
 
 inline void add_matrix_options(CLI::App& sub, MatrixOptions& o) {
-  sub.add_option("--fill", o.fill, "Values for pattern-only files: normal or uniform")
-      ->check(CLI::IsMember({"normal", "uniform"}))
-      ->default_val("normal");
-  sub.add_option("--seed", o.seed, "Seed of the generated values")->default_val(1)->check(unsigned_integer());
+  o.fill_option = sub.add_option("--fill", o.fill, "Values for pattern-only files: normal or uniform")
+                      ->check(CLI::IsMember({"normal", "uniform"}))
+                      ->default_val("normal");
+  o.seed_option = sub.add_option("--seed", o.seed, "Seed of the generated values")
+                      ->default_val(1)
+                      ->check(unsigned_integer());
   sub.add_flag("--sum-duplicates", o.sum_duplicates, "Sum duplicate entries instead of rejecting them");
   sub.add_option("--sparsity", o.sparsity, ".npy: prune by magnitude to this sparsity (0..1)")
       ->check(finite_range(0.0, 1.0));
@@ -44,7 +49,14 @@ inline inspector::LoadedMatrix load_matrix_for_cli(const std::string& file, cons
   lo.duplicates = o.sum_duplicates ? DuplicatePolicy::kSum : DuplicatePolicy::kError;
   lo.pruning.sparsity = o.sparsity;
   lo.pruning.threshold = o.threshold;
-  return inspector::load_matrix(file, lo);
+  inspector::LoadedMatrix m = inspector::load_matrix(file, lo);
+  // A file that holds its values takes none generated: --fill or --seed would do nothing.
+  for (const CLI::Option* given : {o.fill_option, o.seed_option}) {
+    SPARSERT_USER_CHECK(m.fill || given == nullptr || given->count() == 0, given->get_name(),
+                        "{} holds its own values; generated ones are for files of a pattern only (.smtx, pattern .mtx)",
+                        file);
+  }
+  return m;
 }
 
 inline nlohmann::json fill_to_json(const inspector::ValueFill& f) {

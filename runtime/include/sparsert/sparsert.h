@@ -58,8 +58,8 @@ SPARSERT_API int sparsert_network_is_convolutional(const sparsert_network* net);
 /* "cuda" or "cpu": where the network runs. */
 SPARSERT_API const char* sparsert_network_device(const sparsert_network* net);
 
-/* Host memory: `input` holds input_rows x n floats, `output` receives output_rows x n. Matrix layers: n >= 1 columns
- * (more than the width run width at a time). Convolutions: n images, 1 to width. Returns when the output is
+/* Host memory: `input` holds input_rows x n floats, `output` receives output_rows x n. Matrix layers: 1 <= n <= 2^31
+ * columns (more than the width run width at a time). Convolutions: n images, 1 to width. Returns when the output is
  * written. A NaN or infinite input is refused. */
 SPARSERT_API sparsert_status sparsert_network_run(sparsert_network* net, const float* input, int64_t n,
                                                   float* output);

@@ -98,7 +98,8 @@ class GpuNetwork {
   // another call of the network does, nor after the network is gone; and one capture at a time may hold this network.
   // A UserError, before anything is enqueued: a package whose layers gather columns (the Graph Challenge's), n out of
   // range, kBatchMajor for convolutions (or for a width or output rows past DeviceTranspose::kMaxRows), a buffer
-  // smaller than its rows (images), not aligned for the kernels (16 bytes for feature-major matrix layers, 4 for the
+  // smaller than its rows (images) by its byte count or by its allocation (the rows from its address past the end of
+  // the allocation holding it), not aligned for the kernels (16 bytes for feature-major matrix layers, 4 for the
   // others), not device memory (cuMemGetAddressRange) or of another device (cuPointerGetAttribute), input and output
   // overlapping, or a first call (a first batch-major one) on a stream being captured (it allocates, which a capture
   // does not allow).
