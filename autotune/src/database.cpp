@@ -223,6 +223,7 @@ std::filesystem::path TuningDatabase::default_path() { return default_cache_dir(
 TuningDatabase TuningDatabase::load(const std::filesystem::path& path) {
   TuningDatabase db;
   db.path_ = path;
+  db.is_default_ = path == default_path();
   if (!std::filesystem::exists(path)) return db;
   const std::string text = read_file(path);
   if (const auto old = old_format_document(text)) {
@@ -236,7 +237,7 @@ TuningDatabase TuningDatabase::load(const std::filesystem::path& path) {
 // Only the default database's directory (the cache's) is made where missing: a path the user gave names a directory
 // that is there, as every other output's must be; a mistyped one is an error, not a new directory tree.
 void TuningDatabase::make_default_directory() const {
-  if (path_.parent_path().empty() || path_ != default_path()) return;
+  if (!is_default_ || path_.parent_path().empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(path_.parent_path(), ec);
 }

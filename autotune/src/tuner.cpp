@@ -98,7 +98,8 @@ TuneReport tune(const std::vector<TuneLayer>& layers, const TuneOptions& options
         why = e.what();
       }
     }
-    SPARSERT_USER_CHECK(gpu || options.mode != Mode::kGpu, "--mode gpu", "no usable GPU: {}", why);
+    SPARSERT_USER_CHECK(gpu || options.mode != Mode::kGpu, "--mode gpu", "no usable GPU: {}; without a GPU, use --mode "
+                        "model", why);
   }
   std::unique_ptr<cuda::Context> ctx;
   if (gpu) ctx = std::make_unique<cuda::Context>(0);

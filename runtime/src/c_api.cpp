@@ -36,10 +36,11 @@ thread_local std::string last_error;
 // Sets the thread's message without throwing: where even that allocation fails, a fixed text stands for it.
 const char* kNoMemoryForTheMessage = "out of memory (the message could not be stored)";
 thread_local const char* last_error_text = "";
-// One line, as the header promises: a path in the message may hold a newline or an escape sequence.
-void set_error(const char* call, const char* what) noexcept {
+// One line, as the header promises: a path in the message may hold a newline or an escape sequence. `then` is added
+// as it is (the library's own words).
+void set_error(const char* call, const char* what, const char* then = "") noexcept {
   try {
-    last_error = std::string(call) + ": " + sparsert::printable(what, std::string_view::npos);
+    last_error = std::string(call) + ": " + sparsert::printable(what, std::string_view::npos) + then;
     last_error_text = last_error.c_str();
   } catch (...) {
     last_error_text = kNoMemoryForTheMessage;
@@ -54,8 +55,7 @@ sparsert_status guarded(const char* call, F&& f) noexcept {
     f();
     return SPARSERT_OK;
   } catch (const sparsert::cuda::DriverUnavailable& e) {
-    const std::string way = std::string(e.what()) + "; without a GPU, open the network on device \"cpu\" or \"auto\"";
-    set_error(call, way.c_str());
+    set_error(call, e.what(), "; without a GPU, open the network on device \"cpu\" or \"auto\"");
     return SPARSERT_NO_DEVICE;
   } catch (const sparsert::UserError& e) {
     set_error(call, e.what());

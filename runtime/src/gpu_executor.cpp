@@ -479,11 +479,26 @@ struct GpuNetwork::Impl {
                         "{})", ptr, d.error_name(r));
     // The byte count is the caller's word; the allocation is the driver's. A buffer claimed larger than it is (or one
     // freed and made again smaller at the same address since a graph was kept for it) would have the kernels read and
-    // write past its end, into the caller's other buffers.
+    // write past its end, into the caller's other buffers. Memory mapped with the virtual-memory API (cuMemMap;
+    // PyTorch's expandable segments) answers one mapped piece at a time, so pieces that follow each other without a
+    // gap count as one buffer. A best effort, then: allocations the driver happened to place end to end pass as one,
+    // and so does a tensor too small inside a caching allocator's larger block; what is refused is never valid.
+    SPARSERT_USER_CHECK(base <= ptr && ptr - base <= size, what, "0x{:x} lies outside the allocation the driver "
+                        "names for it (0x{:x}, {} bytes)", ptr, base, size);
     const size_t offset = static_cast<size_t>(ptr - base);
-    SPARSERT_USER_CHECK(ptr >= base && offset <= size && need <= size - offset, what,
-                        "0x{:x} is {} bytes into an allocation of {} at 0x{:x}: the {} bytes the kernels use from "
-                        "there run past its end (the call says {})", ptr, offset, size, base, need, bytes);
+    size_t extent = size;
+    while (extent - offset < need) {
+      CUdeviceptr next_base = 0;
+      size_t next_size = 0;
+      if (d.api().cuMemGetAddressRange_v2(&next_base, &next_size, base + extent) != CUDA_SUCCESS ||
+          next_base != base + extent || next_size == 0) {
+        break;
+      }
+      extent += next_size;
+    }
+    SPARSERT_USER_CHECK(need <= extent - offset, what, "0x{:x} is {} bytes into an allocation of {} at 0x{:x}: the {} "
+                        "bytes the kernels use from there run past its end (the call says {})", ptr, offset, extent,
+                        base, need, bytes);
     int ordinal = -1;
     const CUresult o = d.api().cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr);
     SPARSERT_USER_CHECK(o == CUDA_SUCCESS && ordinal == info.ordinal, what, "0x{:x} is memory of device {}; this "

@@ -280,8 +280,9 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
        (dir / "t.json").string(), "--db excludes --no-db"},
       {"", "", "compile " + (dir / "net-stream.json").string() + " --kernel streamed --max-entries 2 -o " +
        (dir / "pkg").string(), "--max-entries: applies to baked kernels only"},
-      {"", "", "compile " + (dir / "net-stream.json").string() + " --stream '{ }' --dependent-launch off -o " +
-       (dir / "pkg").string(), "--dependent-launch: applies to baked kernels only"},
+      {"", "", "compile " + (dir / "net-stream.json").string() + " --stream '{ }' --block-functions on -o " +
+       (dir / "pkg").string(), "--block-functions: applies to baked kernels only"},
+      {"", "", "bench -o " + (dir / "b.json").string() + " --gc-layers 3", "--suite: required"},
       {"", "", "compile " + (dir / "net-stream.json").string() + " --baked '{ }' --tiles heuristic -o " +
        (dir / "pkg").string(), "--tiles: applies to layers whose kernel is not given by --stream or --baked"},
       {"", "", "graphchallenge --device cpu --synthetic 1 --neurons 64 --layers 2 --images 4 --kernel baked",
@@ -728,6 +729,10 @@ TEST(CliBadInput, CheckFailsOnOutputsThatAreNotFinite) {
   EXPECT_NE(o.err.find("--allow-non-finite"), std::string::npos) << o.err;
   EXPECT_EQ(lines(o.err), 1) << o.err;
   EXPECT_TRUE(sparsert::read_file(dir / "z.npy") == "OLD") << "the output was replaced";
+  // Asking for both is asking for nothing: a checked output must be finite.
+  o = run(fmt::format("run {} --input {} --device cpu --check --allow-non-finite", pkg, (dir / "x.npy").string()), dir);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("--allow-non-finite: applies to a run without --check"), std::string::npos) << o.err;
   // Asked for, the output is float's answer: written, with a warning on stderr.
   o = run(fmt::format("run {} --input {} --device cpu --allow-non-finite --output {}", pkg,
                       (dir / "x.npy").string(), (dir / "z.npy").string()),
@@ -1071,7 +1076,7 @@ TEST(CliBadInput, AGivenTuningDatabaseMakesNoDirectories) {
   EXPECT_EQ(o.code, 2) << o.err;
   EXPECT_NE(o.err.find("db.json: cannot write"), std::string::npos) << o.err;
   EXPECT_EQ(lines(o.err), 1) << o.err;
-  // Refused for another reason after the database was checked: still nothing made.
+  // With a second error on the line (-o names the input): still nothing made.
   o = run(fmt::format("tune {} --n 4 --mode model -q --db {} -o {}", m, db, m), dir);
   EXPECT_EQ(o.code, 2) << o.err;
   EXPECT_FALSE(std::filesystem::exists(dir / "no"));

@@ -296,9 +296,11 @@ Action add_compile(CLI::App& app) {
   return [args, sub] {
     SPARSERT_USER_CHECK(!args->network.empty() || !args->gc_dir.empty(), "compile",
                         "give a network description (.json) or --graphchallenge DIR");
-    // Options that only baked kernels, or only kernels the model or rules pick, take.
+    // Options that only baked kernels, or only kernels the model or rules pick, take (--max-entries also ranks the
+    // baked candidates --tune weighs, whatever --kernel says).
     if (args->kernel == "streamed" || !args->stream.empty()) {
-      refuse_given(*sub, {"--max-entries", "--block-functions", "--dependent-launch"}, "baked kernels only");
+      refuse_given(*sub, {"--block-functions"}, "baked kernels only");
+      if (!args->tune) refuse_given(*sub, {"--max-entries"}, "baked kernels only");
     }
     if (!args->stream.empty() || !args->baked.empty()) {
       refuse_given(*sub, {"--tiles"}, "layers whose kernel is not given by --stream or --baked");
@@ -480,6 +482,9 @@ Action add_run(CLI::App& app) {
       ->default_val("on");
   return [args, sub] {
     if (args->device == "cpu") refuse_given(*sub, {"--ptx", "--dependent-launch"}, "a run on the GPU");
+    if (args->check) {
+      refuse_given(*sub, {"--allow-non-finite"}, "a run without --check (a checked output must be finite)");
+    }
     if (!args->output.empty()) {  // before the run, not after it
       check_output_path(args->output);
       check_distinct_outputs({{"--output", args->output}},

@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -78,9 +79,13 @@ std::string conversion_message(std::string_view what, const std::vector<CLI::App
 // What a command printed is its result (a report, a plan, the help): where stdout could not take it (a full disk, a
 // closed pipe), the command failed, whatever it returned.
 int stdout_written(int rc) {
-  if (std::fflush(stdout) == 0 && std::ferror(stdout) == 0) return rc;
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
   const int e = errno;
-  std::fprintf(stderr, "sparsert: failed: stdout: write failed (%s)\n", std::strerror(e));
+  if (flushed && std::ferror(stdout) == 0) return rc;
+  // An earlier write's error (ferror) left no errno of its own behind.
+  std::fprintf(stderr, "sparsert: failed: stdout: write failed%s\n",
+               !flushed && e != 0 ? fmt::format(" ({})", std::strerror(e)).c_str() : "");
   return rc == sparsert::cli::kOk ? sparsert::cli::kWorkFailed : rc;
 }
 }  // namespace
@@ -161,10 +166,8 @@ int main(int argc, char** argv) {
     }
     return cli::kBadInput;
   } catch (const cuda::DriverUnavailable& e) {
-    // The runtime says what is missing; the way on without a GPU is the command line's.
-    const bool tune = argc > 1 && std::string_view(argv[1]) == "tune";
-    std::fprintf(stderr, "sparsert: error: %s; without a GPU, use %s\n", one_line(e.what()).c_str(),
-                 tune ? "--mode model" : "--device cpu");
+    // The runtime says what is missing; the way on without a GPU is the command line's (tune says its own).
+    std::fprintf(stderr, "sparsert: error: %s; without a GPU, use --device cpu\n", one_line(e.what()).c_str());
     return cli::kBadInput;
   } catch (const UserError& e) {
     std::fprintf(stderr, "sparsert: error: %s\n", one_line(e.what()).c_str());

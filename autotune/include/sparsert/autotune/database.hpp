@@ -76,6 +76,7 @@ class TuningDatabase {
   void make_default_directory() const;
 
   std::filesystem::path path_;
+  bool is_default_ = false;  // the cache's own database, whose folder save() makes where missing
   std::map<std::string, TuningRecord> records_;
   std::vector<std::string> unsaved_;  // keys put since the last save, in order
 };
