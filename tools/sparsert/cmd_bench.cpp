@@ -227,11 +227,8 @@ Action add_bench(CLI::App& app) {
     check_output_path(args->output);  // a suite takes minutes: say it at the start
     if (!args->report.empty()) {
       SPARSERT_USER_CHECK(args->suite.empty(), "--report", "cannot be combined with --suite");
-      SPARSERT_USER_CHECK(!args->max_entries, "--max-entries", "applies to a run (--suite), not to --report");
-      SPARSERT_USER_CHECK(args->block_functions == "auto", "--block-functions",
-                          "applies to a run (--suite), not to --report");
-      SPARSERT_USER_CHECK(args->choose == "model", "--choose", "applies to a run (--suite), not to --report");
-      refuse_given(*sub, {"--device", "--threads", "--repeats", "--min-sample-ms", "--data", "--gc-layers"},
+      refuse_given(*sub, {"--device", "--threads", "--repeats", "--min-sample-ms", "--data", "--gc-layers",
+                          "--max-entries", "--block-functions", "--choose"},
                    "a run (--suite), not to --report");
       return report(*args);
     }

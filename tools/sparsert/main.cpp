@@ -60,15 +60,13 @@ std::string conversion_message(std::string_view what, const std::vector<CLI::App
   // option's range: say so rather than that it is no number.
   const std::string value(what.substr(eq + 3));
   const size_t sign = !value.empty() && (value[0] == '-' || value[0] == '+') ? 1 : 0;
-  if ((type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0) && value.size() > sign &&
+  // (Unsigned options are 64-bit seeds with a check of their own, unsigned_integer.)
+  if (type.rfind("INT", 0) == 0 && value.size() > sign &&
       value.find_first_not_of("0123456789", sign) == std::string::npos) {
-    const bool is_unsigned = type.rfind("UINT", 0) == 0, negative = value[0] == '-';
-    if (is_unsigned && negative) {
-      return fmt::format("{}: {} is negative; it takes an integer of 0 or more", option, value);
-    }
     // decimal_integers let it through, so it fits 64 bits: the option is a 32-bit one.
+    const bool negative = value[0] == '-';
     return fmt::format("{}: {} is out of range (at {} {})", option, value, negative ? "least" : "most",
-                       is_unsigned ? "4294967295" : negative ? "-2147483648" : "2147483647");
+                       negative ? "-2147483648" : "2147483647");
   }
   if (words.empty()) words.push_back(fmt::format("'{}'", value));
   return fmt::format("{}: read {} where a number was expected (every word after {} is read as its value, even one "
