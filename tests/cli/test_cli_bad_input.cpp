@@ -287,6 +287,15 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
        (dir / "pkg").string(), "--tiles: applies to layers whose kernel is not given by --stream or --baked"},
       {"", "", "graphchallenge --device cpu --synthetic 1 --neurons 64 --layers 2 --images 4 --kernel baked",
        "--kernel: applies to --device cuda only"},
+      {"", "", "compile " + (dir / "net-stream.json").string() + " --stream '{ }' --tuning-db " +
+       (dir / "db.json").string() + " -o " + (dir / "pkg").string(),
+       "--tuning-db: applies to layers whose kernel is not given by --stream or --baked"},
+      // The sample check of the categories: refused where the truth checks every input, and on the plain CPU run
+      // that would be its own reference.
+      {"", "", "graphchallenge --synthetic 1 --neurons 64 --layers 2 --images 4 --check-sample 2",
+       "--check-sample: applies to a run on the GPU or with --fold-duplicates"},
+      {"", "", "graphchallenge --weights x --inputs y --categories z --neurons 1024 --layers 2 --check-sample 2 "
+       "--device cuda", "--check-sample: applies to a run without --categories"},
       {"", "", "bench --suite smoke --gc-layers 3 -o " + (dir / "b.json").string(),
        "--gc-layers: applies to --suite graphchallenge only"},
       {"", "", "bench --report " + std::string(SPARSERT_SOURCE_DIR) + "/docs/benchmarks/transformer-cpu.json "

@@ -261,12 +261,13 @@ Action add_compile(CLI::App& app) {
   sub->add_option("--stream", args->stream,
                   "Every layer streamed with these parameters, a JSON object as a package's streamed tile holds them "
                   "(e.g. '{\"layout\": \"staged-rows\", \"rows_per_block\": 128, ...}'), instead of tuned or "
-                  "modelled ones: for experiments and profiles. Implies --kernel streamed; not with --tune");
+                  "modelled ones: for experiments and profiles. Implies --kernel streamed; not with --tune, --baked, --tiles, "
+                  "--tuning-db, --block-functions or --max-entries");
   sub->add_option("--baked", args->baked,
                   "Every layer baked with these tile parameters, a JSON object as a package's baked tile holds them "
                   "(e.g. '{\"m_blocks\": 32, \"gy\": 4, \"n_tile\": 64}'; the others at their defaults), instead "
-                  "of tuned or modelled ones: for experiments and profiles. Implies --kernel baked; not with --stream "
-                  "or --tune");
+                  "of tuned or modelled ones: for experiments and profiles. Implies --kernel baked; not with --stream, "
+                  "--tune, --tiles or --tuning-db");
   sub->add_option("--tiles", args->tiles, "Kernels of layers without a tuning record: model (the static model's "
                   "fastest estimate over the tuner's grid, analytic counts) or heuristic (codegen's rules)")
       ->check(CLI::IsMember({"model", "heuristic"}))->default_val("model");
@@ -303,7 +304,7 @@ Action add_compile(CLI::App& app) {
       if (!args->tune) refuse_given(*sub, {"--max-entries"}, "baked kernels only");
     }
     if (!args->stream.empty() || !args->baked.empty()) {
-      refuse_given(*sub, {"--tiles"}, "layers whose kernel is not given by --stream or --baked");
+      refuse_given(*sub, {"--tiles", "--tuning-db"}, "layers whose kernel is not given by --stream or --baked");
     }
     const std::optional<int32_t> row_align = compiler::parse_row_align(args->row_align);
     const compiler::NetworkDesc net =
@@ -474,7 +475,7 @@ Action add_run(CLI::App& app) {
   sub->add_flag("--check", args->check, "Compare the output with the double-precision reference (exit 1 if off)");
   sub->add_flag("--allow-non-finite", args->allow_non_finite,
                 "Write outputs that overflowed float (Inf, NaN) with a warning; without it such a run fails (exit 1) "
-                "and writes nothing");
+                "and writes nothing. Not with --check, which requires a finite output");
   sub->add_option("--dependent-launch", args->dependent_launch,
                   "cuda: launch each layer whose kernel waits for the one before (compiled with --dependent-launch "
                   "on, sm_90 and newer) as its programmatic dependent: on or off")

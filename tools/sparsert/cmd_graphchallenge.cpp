@@ -310,8 +310,9 @@ Action add_graphchallenge(CLI::App& app) {
       ->default_val(60000)
       ->check(CLI::Range(1, 1 << 24))
       ->needs("--synthetic");
-  sub->add_option("--check-sample", args->check_sample, "Without --categories, on a GPU: compare the categories of "
-                  "this many inputs (evenly strided) with the CPU executor's (0: no check)")
+  sub->add_option("--check-sample", args->check_sample, "Without --categories, on a GPU or with --fold-duplicates: "
+                  "compare the categories of this many inputs (evenly strided) with the plain CPU executor's (0: no "
+                  "check)")
       ->default_val(256)
       ->check(CLI::Range(0, 1 << 24));
   sub->add_flag("--compact-weights", args->compact_weights, "cuda: stream every layer in the compact row-split "
@@ -368,6 +369,14 @@ Action add_graphchallenge(CLI::App& app) {
       refuse_given(*sub, {"--ptx-only", "--kernel", "--tiles", "--dependent-launch", "--compaction", "--max-entries",
                           "--compact-weights", "--device-memory-gb"},
                    "--device cuda only");
+    }
+    // The sample check stands in for a truth, against a plain CPU run: with the truth, or as that CPU run, it has
+    // nothing to do.
+    if (!args->categories.empty()) {
+      refuse_given(*sub, {"--check-sample"}, "a run without --categories (the truth checks every input)");
+    } else if (args->device == "cpu" && !args->fold_duplicates) {
+      refuse_given(*sub, {"--check-sample"}, "a run on the GPU or with --fold-duplicates (the plain CPU run is its "
+                   "reference)");
     }
     return run(*args);
   };
