@@ -224,7 +224,10 @@ TuningDatabase TuningDatabase::load(const std::filesystem::path& path) {
   TuningDatabase db;
   db.path_ = path;
   db.is_default_ = path == default_path();
-  if (!std::filesystem::exists(path)) return db;
+  std::error_code ec;
+  const bool there = std::filesystem::exists(path, ec);  // the throwing form's message would name no option
+  SPARSERT_USER_CHECK(!ec, path.string(), "cannot be read ({})", ec.message());
+  if (!there) return db;
   const std::string text = read_file(path);
   if (const auto old = old_format_document(text)) {
     read_old_format(*old, path.string(), db.records_);

@@ -1,10 +1,14 @@
 #include "sparsert/compiler/cache.hpp"
 
 #include "sparsert/codegen/assembler.hpp"
+#include "sparsert/runtime/error.hpp"
 #include "sparsert/runtime/sha256.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <cstdio>
 
 namespace sparsert::compiler {
 
@@ -103,7 +107,18 @@ void KernelCache::store(CachedKernel& k) const {
     entries.push_back(std::move(ej));
   }
   entry.meta = {{"block_x", k.block_x}, {"block_y", k.block_y}, {"n_tile", k.n_tile}, {"entries", std::move(entries)}};
-  const std::map<std::string, std::string> hashes = store_.put(k.key, entry);
+  std::map<std::string, std::string> hashes;
+  try {
+    hashes = store_.put(k.key, entry);
+  } catch (const UserError& e) {
+    // The cache only saves assembly: a cache that cannot be written (read-only, full) costs the next compile time,
+    // and this one its package only if that were fatal. Said once a process.
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      fmt::print(stderr, "sparsert: warning: {}; kernels are compiled without being cached\n", e.what());
+    }
+    for (const auto& [name, bytes] : entry.files) hashes[name] = sha256_hex(bytes);
+  }
   for (size_t i = 0; i < k.entries.size(); ++i) {
     CachedEntry& e = k.entries[i];
     e.ptx_sha256 = hashes.at(fmt::format("e{}.ptx", i));

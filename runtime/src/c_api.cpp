@@ -121,24 +121,28 @@ sparsert_status sparsert_network_open(const char* package, const char* device, i
                                    gpu_options.device, count, count == 1 ? "" : "s");
       }
     }
-    auto net = std::make_unique<sparsert_network>();
-    net->package = sparsert::load_package(package);
-    const sparsert::Package& p = net->package;
-    net->shape = sparsert::package_shape(p);
-    net->device = want == "auto" ? (sparsert::cuda::Driver::available() ? "cuda" : "cpu") : want;
-    if (net->device == "cuda") {
-      if (!restore) restore.emplace();
-      net->gpu = std::make_unique<sparsert::GpuNetwork>(p, gpu_options);
-    } else {
-      for (size_t i = 0; i < p.layers.size(); ++i) net->weights.push_back(sparsert::load_layer_weights(p, i));
-      if (net->shape.convolutional) {
-        net->cpu_conv = std::make_unique<sparsert::CpuConvNetwork>(p, std::move(net->weights),
-                                                                   static_cast<int32_t>(net->shape.width), threads);
+    // From the start again where another compile replaced the package while its files were read.
+    std::unique_ptr<sparsert_network> opened = sparsert::retry_replaced_package([&] {
+      auto net = std::make_unique<sparsert_network>();
+      net->package = sparsert::load_package(package);
+      const sparsert::Package& p = net->package;
+      net->shape = sparsert::package_shape(p);
+      net->device = want == "auto" ? (sparsert::cuda::Driver::available() ? "cuda" : "cpu") : want;
+      if (net->device == "cuda") {
+        if (!restore) restore.emplace();
+        net->gpu = std::make_unique<sparsert::GpuNetwork>(p, gpu_options);
       } else {
-        net->cpu = std::make_unique<sparsert::CpuExecutor>(sparsert::CpuExecutorOptions{threads});
+        for (size_t i = 0; i < p.layers.size(); ++i) net->weights.push_back(sparsert::load_layer_weights(p, i));
+        if (net->shape.convolutional) {
+          net->cpu_conv = std::make_unique<sparsert::CpuConvNetwork>(p, std::move(net->weights),
+                                                                     static_cast<int32_t>(net->shape.width), threads);
+        } else {
+          net->cpu = std::make_unique<sparsert::CpuExecutor>(sparsert::CpuExecutorOptions{threads});
+        }
       }
-    }
-    *out = net.release();
+      return net;
+    });
+    *out = opened.release();
   });
 }
 

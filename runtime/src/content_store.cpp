@@ -68,6 +68,9 @@ std::optional<StoreEntry> ContentStore::find(const std::string& key, const FileF
     if (manifest.at("key").get<std::string>() != key) throw std::runtime_error("key mismatch");
     StoreEntry e;
     e.meta = manifest.at("meta");
+    // The files are checked against their hashes; the metadata (a kernel's launch shape) against its own, so that an
+    // altered one is a miss rather than a wrong launch. json objects dump with sorted keys: the text is canonical.
+    if (manifest.at("meta_sha256").get<std::string>() != sha256_hex(e.meta.dump())) throw std::runtime_error("meta");
     for (const auto& [name, sha] : manifest.at("files").items()) {
       if (!safe_name(name)) throw std::runtime_error("file name");
       if (want && !want(name)) continue;
@@ -118,8 +121,11 @@ std::map<std::string, std::string> ContentStore::put(const std::string& key, con
       write_file_atomic(tmp / name, bytes);
       files[name] = hashes[name] = sha256_hex(bytes);
     }
-    const nlohmann::json manifest = {
-        {"format", kFormat}, {"key", key}, {"files", std::move(files)}, {"meta", entry.meta}};
+    const nlohmann::json manifest = {{"format", kFormat},
+                                     {"key", key},
+                                     {"files", std::move(files)},
+                                     {"meta", entry.meta},
+                                     {"meta_sha256", sha256_hex(entry.meta.dump())}};
     write_file_atomic(tmp / kManifest, manifest.dump(1));
   } catch (const UserError& e) {
     std::filesystem::remove_all(tmp, ec);

@@ -6,6 +6,8 @@
 #include "sparsert/runtime/printable.hpp"
 #include "sparsert/runtime/sha256.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -241,7 +243,48 @@ PackageShape package_shape(const Package& p) {
           in.images, true};
 }
 
+PackageReplaced::PackageReplaced(const std::filesystem::path& dir)
+    : UserError(dir.string(), "was replaced while it was being read (another compile wrote it meanwhile); read it "
+                              "again") {}
+
+namespace {
+struct DirIdentity {
+  uint64_t device = 0, inode = 0;
+  bool operator==(const DirIdentity&) const = default;
+};
+
+std::optional<DirIdentity> dir_identity(const std::filesystem::path& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return std::nullopt;
+  return DirIdentity{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+}
+
+// A failure to read or check one of the package's files where `dir` names another directory than it did when the
+// manifest was read (or none) is the replacement, not the file's fault.
+[[noreturn]] void rethrow_unless_replaced(const std::filesystem::path& dir, const std::optional<DirIdentity>& was) {
+  if (was && dir_identity(dir) != was) throw PackageReplaced(dir);
+  throw;
+}
+
+Package load_package_as_is(const std::filesystem::path& dir, bool verify_hashes);
+}  // namespace
+
 Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
+  const std::optional<DirIdentity> id = dir_identity(dir);
+  try {
+    Package p = load_package_as_is(dir, verify_hashes);
+    if (id) {
+      p.dir_device = id->device;
+      p.dir_inode = id->inode;
+    }
+    return p;
+  } catch (const UserError&) {
+    rethrow_unless_replaced(dir, id);
+  }
+}
+
+namespace {
+Package load_package_as_is(const std::filesystem::path& dir, bool verify_hashes) {
   const std::filesystem::path manifest_path = dir / "manifest.json";
   const std::string where = manifest_path.string();
   std::error_code ec;
@@ -466,17 +509,24 @@ Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
   }
   return p;
 }
+}  // namespace
 
 std::string read_package_file(const Package& p, const std::string& file) {
   const std::filesystem::path path = p.dir / file;
-  std::string bytes = read_regular_file(path);
-  if (p.verify_files) {
-    const auto h = p.sha256.find(file);
-    SPARSERT_USER_CHECK(h != p.sha256.end(), path.string(), "has no sha256 in the package's manifest");
-    SPARSERT_USER_CHECK(sha256_hex(bytes) == h->second, path.string(),
-                        "content does not match the manifest's sha256 (corrupted or altered package)");
+  try {
+    std::string bytes = read_regular_file(path);
+    if (p.verify_files) {
+      const auto h = p.sha256.find(file);
+      SPARSERT_USER_CHECK(h != p.sha256.end(), path.string(), "has no sha256 in the package's manifest");
+      SPARSERT_USER_CHECK(sha256_hex(bytes) == h->second, path.string(),
+                          "content does not match the manifest's sha256 (corrupted or altered package)");
+    }
+    return bytes;
+  } catch (const UserError&) {
+    std::optional<DirIdentity> was;
+    if (p.dir_inode != 0) was = DirIdentity{p.dir_device, p.dir_inode};
+    rethrow_unless_replaced(p.dir, was);
   }
-  return bytes;
 }
 
 LayerWeights load_layer_weights(const Package& p, size_t layer) {

@@ -261,6 +261,45 @@ TEST(CompileRun, CacheHitsMissesAndRecovery) {
   EXPECT_LE(max_relative_error(net.run(input(48, 20)), reference(layers, input(48, 20))), 1e-5);
 }
 
+// Another compile replaces a package by renaming a new directory onto its path. A reader between the manifest and a
+// file then has the new file against the old manifest: that is PackageReplaced (read it again), not damage, and
+// retry_replaced_package reads the new package whole. A file damaged in place is still damage.
+TEST(CompileRun, APackageReplacedWhileItIsReadIsReadAgainWhole) {
+  ScratchDir dir, dir2;
+  compile_network(load_network(read_network(write_network(dir))), dir / "pkg", emu_options(dir, false));
+  compile_network(load_network(read_network(write_network(dir2, -0.07f))), dir / "next", emu_options(dir, false));
+  const auto swap = [&] {
+    std::filesystem::rename(dir / "pkg", dir / "prev");
+    std::filesystem::rename(dir / "next", dir / "pkg");
+    std::filesystem::rename(dir / "prev", dir / "next");
+  };
+  const Package first = load_package(dir / "pkg");
+  swap();
+  EXPECT_THROW(load_layer_weights(first, 0), PackageReplaced);
+  const std::vector<float> now = load_layer_weights(load_package(dir / "pkg"), 0).bias;
+  int attempts = 0;
+  const std::vector<float> got = retry_replaced_package([&] {
+    const Package p = load_package(dir / "pkg");
+    if (++attempts == 1) swap();
+    return load_layer_weights(p, 0).bias;
+  });
+  EXPECT_EQ(attempts, 2);
+  EXPECT_NE(got, now);
+  EXPECT_EQ(got, load_layer_weights(load_package(dir / "pkg"), 0).bias);
+  // Damaged where it lies: the old message, and no second read.
+  const Package here = load_package(dir / "pkg");
+  write_file_atomic(dir / "pkg" / here.layers[0].weights_file, "garbage");
+  attempts = 0;
+  const std::string e = user_error([&] {
+    retry_replaced_package([&] {
+      ++attempts;
+      return load_layer_weights(load_package(dir / "pkg"), 0);
+    });
+  });
+  EXPECT_EQ(attempts, 1);
+  EXPECT_NE(e.find("content does not match the manifest's sha256"), std::string::npos) << e;
+}
+
 TEST(CompileRun, ConcurrentCompilesShareOneCache) {
   ScratchDir dir;
   const auto layers = load_network(read_network(write_network(dir)));

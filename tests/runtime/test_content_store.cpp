@@ -109,6 +109,16 @@ TEST(ContentStore, DamagedEntriesAreMissesAndAreReplaced) {
   damage_and_expect_miss("a.ptx", "// ptx z");                       // altered
   damage_and_expect_miss("manifest.json", "{\"format\": \"sparsert-"); // truncated manifest
   damage_and_expect_miss("manifest.json", "[]");                     // not a manifest
+  // The metadata altered, the files intact: a kernel's launch shape must not come from an edited manifest.
+  store.put(key, sample("y"));
+  {
+    nlohmann::json m = nlohmann::json::parse(read_file(store.entry_dir(key) / "manifest.json"));
+    m["meta"]["text"] = "z";
+    damage_and_expect_miss("manifest.json", m.dump(1));
+    m = nlohmann::json::parse(read_file(store.entry_dir(key) / "manifest.json"));
+    m.erase("meta_sha256");  // an entry from before the metadata had a hash
+    damage_and_expect_miss("manifest.json", m.dump(1));
+  }
   // A manifest that names another key (an entry copied by hand to the wrong place).
   store.put(sha256_hex("other"), sample("y"));
   std::filesystem::remove_all(store.entry_dir(key));

@@ -154,6 +154,21 @@ std::string choose_device(const std::string& requested) {
 }
 
 // `run` on a convolutional package: NCHW input with at most the compiled images, NCHW output.
+// A run's --output, and its exit code: a failed run leaves what the path held (the product its check refused, or one
+// that is not finite, is no output).
+template <class Written>
+int write_run_output(int rc, const RunArgs& args, Written written) {
+  if (args.output.empty()) return rc;
+  if (rc != kOk) {
+    fmt::print("{} not written: the output {}\n", args.output, args.check ? "failed its check" : "is not finite");
+    return rc;
+  }
+  const DenseTensor out = written();
+  write_npy(args.output, out);
+  fmt::print("wrote {} {}\n", args.output, out.shape_string());
+  return rc;
+}
+
 int run_conv(const Package& pkg, const DenseTensor& input, const RunArgs& args) {
   const ConvShape& first = pkg.layers.front().conv->shape;
   SPARSERT_USER_CHECK(input.rank() == 4 && input.dim(0) >= 1 && input.dim(0) <= first.images &&
@@ -215,14 +230,7 @@ int run_conv(const Package& pkg, const DenseTensor& input, const RunArgs& args) 
   } else {
     rc = non_finite_verdict(out, args.allow_non_finite);
   }
-  if (!args.output.empty() && rc != kOk) {
-    // As for a matrix network: the product the check refused is no output.
-    fmt::print("{} not written: the output {}\n", args.output, args.check ? "failed its check" : "is not finite");
-  } else if (!args.output.empty()) {
-    write_npy(args.output, out);
-    fmt::print("wrote {} {}\n", args.output, out.shape_string());
-  }
-  return rc;
+  return write_run_output(rc, args, [&] { return out; });
 }
 
 }  // namespace
@@ -438,6 +446,98 @@ Action add_compile(CLI::App& app) {
   };
 }
 
+namespace {
+// The run itself: the package loaded, its files read, the product and its check. Run again from the start where
+// another process replaced the package while its files were read (the old and the new packages' files mixed).
+int run_package(const RunArgs& args) {
+  const Package pkg = load_package(args.package);
+  DenseTensor input = read_npy_f32(args.input);
+  // A NaN or an infinity would flow through every layer (and the reference alike, so --check could not see it).
+  for (int64_t i = 0; i < input.size(); ++i) {
+    SPARSERT_USER_CHECK(std::isfinite(input.data()[i]), args.input, "element {} is {}, not a finite number", i,
+                        input.data()[i]);
+  }
+  if (pkg.layers.front().conv) return run_conv(pkg, input, args);
+  SPARSERT_USER_CHECK(input.rank() == 2, args.input, "shape {} is not a matrix", input.shape_string());
+  // Checked as the file holds it: in batch-major order the inputs are its columns, the batch its rows.
+  const bool batch_major = args.layout == "batch-major";
+  const int64_t features = batch_major ? input.cols() : input.rows();
+  const int64_t batch = batch_major ? input.rows() : input.cols();
+  SPARSERT_USER_CHECK(features == pkg.layers.front().k, args.input,
+                      "shape {} ({}: {} {}) does not match the first layer's {} inputs", input.shape_string(),
+                      args.layout, features, batch_major ? "columns" : "rows", pkg.layers.front().k);
+  SPARSERT_USER_CHECK(batch >= 1, args.input, "has no {} of inputs", batch_major ? "rows" : "columns");
+  if (batch_major) input = transpose_dense(input);
+  const std::string device = choose_device(args.device);
+  std::vector<LayerWeights> weights;
+  if (device == "cpu" || args.check) {
+    for (size_t i = 0; i < pkg.layers.size(); ++i) weights.push_back(load_layer_weights(pkg, i));
+  }
+  auto epilogue = [&](size_t i) {
+    return Epilogue{weights[i].bias, pkg.layers[i].activation, pkg.layers[i].clamp};
+  };
+  DenseTensor out;
+  std::vector<double> layer_ms(pkg.layers.size(), 0.0);
+  double total_ms = 0.0, back_to_back_ms = 0.0;
+  if (device == "cuda") {
+    GpuRunOptions go;
+    go.force_ptx = args.force_ptx;
+    go.dependent_launch = args.dependent_launch == "on";
+    GpuNetwork net(pkg, go);
+    fmt::print("device: {} (sm_{}), driver {}\n", net.device().name, net.device().sm(),
+               cuda::Driver::get().library());
+    for (const std::string& note : net.load_notes()) fmt::print("  {}\n", note);
+    out = net.run(input);
+    // A batch wider than the package runs pkg.n columns at a time: a run's time is its chunks' together.
+    const int64_t chunks = (batch + pkg.n - 1) / pkg.n;
+    if (chunks > 1) {
+      fmt::print("{} columns run in {} chunks of at most {} (the package's width)\n", batch, chunks, pkg.n);
+    }
+    for (int64_t c0 = 0; c0 < batch; c0 += pkg.n) {
+      const GpuTimings t = net.time(column_range(input, c0, std::min<int64_t>(pkg.n, batch - c0)), args.repeat);
+      for (size_t i = 0; i < layer_ms.size(); ++i) layer_ms[i] += t.layer_ms.at(i);
+      total_ms += t.total_ms;
+      back_to_back_ms += t.back_to_back_ms;
+    }
+  } else {
+    CpuExecutor cpu(CpuExecutorOptions{args.threads});
+    fmt::print("device: CPU executor, {} threads\n", cpu.threads());
+    std::vector<std::vector<double>> per(pkg.layers.size());
+    std::vector<double> totals;
+    for (int r = 0; r < args.repeat; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      DenseTensor x = input;
+      for (size_t i = 0; i < pkg.layers.size(); ++i) {
+        const auto tl = std::chrono::steady_clock::now();
+        x = cpu.spmm(weights[i].a, x, epilogue(i));
+        per[i].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - tl).count());
+      }
+      totals.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      out = std::move(x);
+    }
+    for (size_t i = 0; i < per.size(); ++i) layer_ms[i] = median(per[i]);
+    total_ms = median(totals);
+  }
+  for (size_t i = 0; i < pkg.layers.size(); ++i) {
+    fmt::print("  {:<10} {:>6} x {:<6} {:10.3f} ms\n", pkg.layers[i].name, pkg.layers[i].m, pkg.layers[i].k,
+               layer_ms[i]);
+  }
+  fmt::print("total {:.3f} ms (median of {} runs, each timed alone)\n", total_ms, args.repeat);
+  if (back_to_back_ms > 0) {
+    fmt::print("back to back {:.3f} ms per run ({} runs)\n", back_to_back_ms, args.repeat);
+  }
+  int rc = kOk;
+  if (args.check) {
+    DenseTensor ref = input;
+    for (size_t i = 0; i < pkg.layers.size(); ++i) ref = reference_spmm(weights[i].a, ref, epilogue(i));
+    rc = check_output(out, ref, "the reference");
+  } else {
+    rc = non_finite_verdict(out, args.allow_non_finite);
+  }
+  return write_run_output(rc, args, [&] { return args.layout == "batch-major" ? transpose_dense(out) : out; });
+}
+}  // namespace
+
 Action add_verify(CLI::App& app) {
   auto package = std::make_shared<std::string>();
   CLI::App* sub = app.add_subcommand("verify", "Check every file of a compiled package without running it (no GPU "
@@ -445,8 +545,11 @@ Action add_verify(CLI::App& app) {
                                      "indices");
   sub->add_option("package", *package, "Package directory")->required();
   return [package] {
-    const Package pkg = load_package(*package);
-    verify_package(pkg);
+    const Package pkg = retry_replaced_package([&] {
+      Package p = load_package(*package);
+      verify_package(p);
+      return p;
+    });
     size_t streamed = 0;
     for (const PackageLayer& l : pkg.layers) streamed += l.kind == "streamed" && !l.arrays.empty();
     fmt::print("{}: {} layers, {} files checked ({} streamed layers' arrays inside their layers)\n", *package,
@@ -491,99 +594,7 @@ Action add_run(CLI::App& app) {
       check_distinct_outputs({{"--output", args->output}},
                              {{"--input", args->input}, {"the package", args->package, true}});
     }
-    const Package pkg = load_package(args->package);
-    DenseTensor input = read_npy_f32(args->input);
-    // A NaN or an infinity would flow through every layer (and the reference alike, so --check could not see it).
-    for (int64_t i = 0; i < input.size(); ++i) {
-      SPARSERT_USER_CHECK(std::isfinite(input.data()[i]), args->input, "element {} is {}, not a finite number", i,
-                          input.data()[i]);
-    }
-    if (pkg.layers.front().conv) return run_conv(pkg, input, *args);
-    SPARSERT_USER_CHECK(input.rank() == 2, args->input, "shape {} is not a matrix", input.shape_string());
-    // Checked as the file holds it: in batch-major order the inputs are its columns, the batch its rows.
-    const bool batch_major = args->layout == "batch-major";
-    const int64_t features = batch_major ? input.cols() : input.rows();
-    const int64_t batch = batch_major ? input.rows() : input.cols();
-    SPARSERT_USER_CHECK(features == pkg.layers.front().k, args->input,
-                        "shape {} ({}: {} {}) does not match the first layer's {} inputs", input.shape_string(),
-                        args->layout, features, batch_major ? "columns" : "rows", pkg.layers.front().k);
-    SPARSERT_USER_CHECK(batch >= 1, args->input, "has no {} of inputs", batch_major ? "rows" : "columns");
-    if (batch_major) input = transpose_dense(input);
-    const std::string device = choose_device(args->device);
-    std::vector<LayerWeights> weights;
-    if (device == "cpu" || args->check) {
-      for (size_t i = 0; i < pkg.layers.size(); ++i) weights.push_back(load_layer_weights(pkg, i));
-    }
-    auto epilogue = [&](size_t i) {
-      return Epilogue{weights[i].bias, pkg.layers[i].activation, pkg.layers[i].clamp};
-    };
-    DenseTensor out;
-    std::vector<double> layer_ms(pkg.layers.size(), 0.0);
-    double total_ms = 0.0, back_to_back_ms = 0.0;
-    if (device == "cuda") {
-      GpuRunOptions go;
-      go.force_ptx = args->force_ptx;
-      go.dependent_launch = args->dependent_launch == "on";
-      GpuNetwork net(pkg, go);
-      fmt::print("device: {} (sm_{}), driver {}\n", net.device().name, net.device().sm(),
-                 cuda::Driver::get().library());
-      for (const std::string& note : net.load_notes()) fmt::print("  {}\n", note);
-      out = net.run(input);
-      // A batch wider than the package runs pkg.n columns at a time: a run's time is its chunks' together.
-      const int64_t chunks = (batch + pkg.n - 1) / pkg.n;
-      if (chunks > 1) {
-        fmt::print("{} columns run in {} chunks of at most {} (the package's width)\n", batch, chunks, pkg.n);
-      }
-      for (int64_t c0 = 0; c0 < batch; c0 += pkg.n) {
-        const GpuTimings t = net.time(column_range(input, c0, std::min<int64_t>(pkg.n, batch - c0)), args->repeat);
-        for (size_t i = 0; i < layer_ms.size(); ++i) layer_ms[i] += t.layer_ms.at(i);
-        total_ms += t.total_ms;
-        back_to_back_ms += t.back_to_back_ms;
-      }
-    } else {
-      CpuExecutor cpu(CpuExecutorOptions{args->threads});
-      fmt::print("device: CPU executor, {} threads\n", cpu.threads());
-      std::vector<std::vector<double>> per(pkg.layers.size());
-      std::vector<double> totals;
-      for (int r = 0; r < args->repeat; ++r) {
-        const auto t0 = std::chrono::steady_clock::now();
-        DenseTensor x = input;
-        for (size_t i = 0; i < pkg.layers.size(); ++i) {
-          const auto tl = std::chrono::steady_clock::now();
-          x = cpu.spmm(weights[i].a, x, epilogue(i));
-          per[i].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - tl).count());
-        }
-        totals.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-        out = std::move(x);
-      }
-      for (size_t i = 0; i < per.size(); ++i) layer_ms[i] = median(per[i]);
-      total_ms = median(totals);
-    }
-    for (size_t i = 0; i < pkg.layers.size(); ++i) {
-      fmt::print("  {:<10} {:>6} x {:<6} {:10.3f} ms\n", pkg.layers[i].name, pkg.layers[i].m, pkg.layers[i].k,
-                 layer_ms[i]);
-    }
-    fmt::print("total {:.3f} ms (median of {} runs, each timed alone)\n", total_ms, args->repeat);
-    if (back_to_back_ms > 0) {
-      fmt::print("back to back {:.3f} ms per run ({} runs)\n", back_to_back_ms, args->repeat);
-    }
-    int rc = kOk;
-    if (args->check) {
-      DenseTensor ref = input;
-      for (size_t i = 0; i < pkg.layers.size(); ++i) ref = reference_spmm(weights[i].a, ref, epilogue(i));
-      rc = check_output(out, ref, "the reference");
-    } else {
-      rc = non_finite_verdict(out, args->allow_non_finite);
-    }
-    if (!args->output.empty() && rc != kOk) {
-      // A failed run leaves what the path held: the product the check refused is no output.
-      fmt::print("{} not written: the output {}\n", args->output, args->check ? "failed its check" : "is not finite");
-    } else if (!args->output.empty()) {
-      const DenseTensor written = args->layout == "batch-major" ? transpose_dense(out) : out;
-      write_npy(args->output, written);
-      fmt::print("wrote {} {}\n", args->output, written.shape_string());
-    }
-    return rc;
+    return retry_replaced_package([&] { return run_package(*args); });
   };
 }
 

@@ -8,10 +8,12 @@
 // each file's hash as read_package_file reads it (once).
 #include "sparsert/runtime/conv.hpp"
 #include "sparsert/runtime/csr.hpp"
+#include "sparsert/runtime/error.hpp"
 #include "sparsert/runtime/reference.hpp"
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -123,7 +125,31 @@ struct Package {
   std::map<std::string, std::string> sha256;  // file -> hash
   // Set by load_package(dir, true): read_package_file checks each file's bytes against `sha256` as it reads them.
   bool verify_files = false;
+  // The directory `dir` named when the manifest was read (device and inode): compile replaces a package by renaming
+  // another directory onto its path, so a file that fails its check where `dir` names another directory now was read
+  // from the new package against the old manifest (PackageReplaced), not damaged.
+  uint64_t dir_device = 0, dir_inode = 0;
 };
+
+// The package was replaced (another compile wrote its path) while its files were being read: what was read mixes two
+// packages. Not damage; reading it again from the start gives the new package whole.
+class PackageReplaced : public UserError {
+ public:
+  explicit PackageReplaced(const std::filesystem::path& dir);
+};
+
+// `open()` (which loads a package and reads its files), again from the start where it threw PackageReplaced, up to
+// three times in all.
+template <class Open>
+auto retry_replaced_package(Open&& open) -> decltype(open()) {
+  for (int attempt = 1;; ++attempt) {
+    try {
+      return open();
+    } catch (const PackageReplaced&) {
+      if (attempt == 3) throw;
+    }
+  }
+}
 
 // What a program hands a network, per column: the first layer's K floats in and the last's M out, at most the
 // package's n columns a GPU call; for convolutions, one NCHW image's floats in and out, at most the compiled images.
