@@ -43,10 +43,33 @@ std::string stream_cache_key(const codegen::StreamParams& p, const codegen::Stre
   return h.hex();
 }
 
-KernelCache::KernelCache(std::filesystem::path dir) : store_(std::move(dir)) {}
+namespace {
+// The cache only saves assembly: a cache that cannot be made or written costs the next compile time, and this one
+// its package only if that were fatal. Said once a process.
+void warn_uncached(const UserError& e) {
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true)) {
+    fmt::print(stderr, "sparsert: warning: {}; kernels are compiled without being cached\n", e.what());
+  }
+}
+}  // namespace
+
+KernelCache::KernelCache(std::filesystem::path dir) : dir_(std::move(dir)) {
+  try {
+    store_.emplace(dir_);
+  } catch (const UserError& e) {
+    warn_uncached(e);
+  }
+}
+
+std::filesystem::path KernelCache::entry_dir(const std::string& key) const {
+  SPARSERT_INTERNAL_CHECK(store_.has_value(), "entry_dir of the cache {}, which could not be made", dir_.string());
+  return store_->entry_dir(key);
+}
 
 std::optional<CachedKernel> KernelCache::find(const std::string& key) const {
-  std::optional<StoreEntry> found = store_.find(key);
+  if (!store_) return std::nullopt;
+  std::optional<StoreEntry> found = store_->find(key);
   if (!found) return std::nullopt;
   try {
     const nlohmann::json& meta = found->meta;
@@ -78,7 +101,7 @@ std::optional<CachedKernel> KernelCache::find(const std::string& key) const {
     return k;
   } catch (const std::exception&) {
     // The files check out but the metadata does not decode (another layout, or edited): rebuild it.
-    store_.discard(key);
+    store_->discard(key);
     return std::nullopt;
   }
 }
@@ -109,14 +132,11 @@ void KernelCache::store(CachedKernel& k) const {
   entry.meta = {{"block_x", k.block_x}, {"block_y", k.block_y}, {"n_tile", k.n_tile}, {"entries", std::move(entries)}};
   std::map<std::string, std::string> hashes;
   try {
-    hashes = store_.put(k.key, entry);
+    if (store_) hashes = store_->put(k.key, entry);
   } catch (const UserError& e) {
-    // The cache only saves assembly: a cache that cannot be written (read-only, full) costs the next compile time,
-    // and this one its package only if that were fatal. Said once a process.
-    static std::atomic<bool> said{false};
-    if (!said.exchange(true)) {
-      fmt::print(stderr, "sparsert: warning: {}; kernels are compiled without being cached\n", e.what());
-    }
+    warn_uncached(e);  // read-only, full
+  }
+  if (!store_ || hashes.empty()) {
     for (const auto& [name, bytes] : entry.files) hashes[name] = sha256_hex(bytes);
   }
   for (size_t i = 0; i < k.entries.size(); ++i) {

@@ -6,7 +6,9 @@
 #include "sparsert/runtime/printable.hpp"
 #include "sparsert/runtime/sha256.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -248,21 +250,15 @@ PackageReplaced::PackageReplaced(const std::filesystem::path& dir)
                               "again") {}
 
 namespace {
-struct DirIdentity {
-  uint64_t device = 0, inode = 0;
-  bool operator==(const DirIdentity&) const = default;
-};
-
-std::optional<DirIdentity> dir_identity(const std::filesystem::path& dir) {
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0) return std::nullopt;
-  return DirIdentity{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
-}
-
-// A failure to read or check one of the package's files where `dir` names another directory than it did when the
-// manifest was read (or none) is the replacement, not the file's fault.
-[[noreturn]] void rethrow_unless_replaced(const std::filesystem::path& dir, const std::optional<DirIdentity>& was) {
-  if (was && dir_identity(dir) != was) throw PackageReplaced(dir);
+// A failure to read or check one of the package's files where `dir` names another directory than the one held open
+// since the load (or none) is the replacement, not the file's fault.
+[[noreturn]] void rethrow_unless_replaced(const std::filesystem::path& dir, const std::shared_ptr<const int>& held) {
+  if (held) {
+    struct stat then {}, now {};
+    const bool same = ::fstat(*held, &then) == 0 && ::stat(dir.c_str(), &now) == 0 && then.st_dev == now.st_dev &&
+                      then.st_ino == now.st_ino;
+    if (!same) throw PackageReplaced(dir);
+  }
   throw;
 }
 
@@ -270,16 +266,20 @@ Package load_package_as_is(const std::filesystem::path& dir, bool verify_hashes)
 }  // namespace
 
 Package load_package(const std::filesystem::path& dir, bool verify_hashes) {
-  const std::optional<DirIdentity> id = dir_identity(dir);
+  // Opened before the manifest is read: a replacement between the two is then seen as one (and read again).
+  std::shared_ptr<const int> held;
+  if (const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); fd >= 0) {
+    held = std::shared_ptr<const int>(new int(fd), [](const int* f) {
+      ::close(*f);
+      delete f;
+    });
+  }
   try {
     Package p = load_package_as_is(dir, verify_hashes);
-    if (id) {
-      p.dir_device = id->device;
-      p.dir_inode = id->inode;
-    }
+    p.dir_handle = std::move(held);
     return p;
   } catch (const UserError&) {
-    rethrow_unless_replaced(dir, id);
+    rethrow_unless_replaced(dir, held);
   }
 }
 
@@ -523,9 +523,7 @@ std::string read_package_file(const Package& p, const std::string& file) {
     }
     return bytes;
   } catch (const UserError&) {
-    std::optional<DirIdentity> was;
-    if (p.dir_inode != 0) was = DirIdentity{p.dir_device, p.dir_inode};
-    rethrow_unless_replaced(p.dir, was);
+    rethrow_unless_replaced(p.dir, p.dir_handle);
   }
 }
 

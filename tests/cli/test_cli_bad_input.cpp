@@ -63,6 +63,8 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
            std::string(data_bytes, '\0');
   };
   const std::string mtx = "%%MatrixMarket matrix coordinate real general\n";
+  // A tuning database that cannot even be looked for (as one in a folder this user may not search, which root can).
+  std::filesystem::create_symlink("loop.json", dir / "loop.json");
   const std::vector<Case> cases = {
       {"empty.mtx", "", "inspect {}", "empty"},
       {"banner.mtx", "%%MatrixMarket matrix array real general\n2 2\n1\n2\n3\n4\n", "inspect {}", ":1:"},
@@ -287,6 +289,8 @@ TEST(CliBadInput, EveryCaseExitsTwoWithOneLineNamingTheLocation) {
        (dir / "pkg").string(), "--tiles: applies to layers whose kernel is not given by --stream or --baked"},
       {"", "", "graphchallenge --device cpu --synthetic 1 --neurons 64 --layers 2 --images 4 --kernel baked",
        "--kernel: applies to --device cuda only"},
+      {"", "", "tune " + (dir / "ok.mtx").string() + " --n 4 --mode model -q --db " + (dir / "loop.json").string() +
+       " -o " + (dir / "t.json").string(), "loop.json: cannot be read (Too many levels of symbolic links)"},
       {"", "", "compile " + (dir / "net-stream.json").string() + " --stream '{ }' --tuning-db " +
        (dir / "db.json").string() + " -o " + (dir / "pkg").string(),
        "--tuning-db: applies to layers whose kernel is not given by --stream or --baked"},
@@ -928,6 +932,14 @@ TEST(CliBadInput, ACacheThatCannotTakeEntriesStillGivesThePackage) {
   EXPECT_EQ(lines(o.err), 1) << o.err;
   EXPECT_EQ(run("verify " + pkg, dir).code, 0);
   EXPECT_EQ(run(fmt::format("run {} --input {}/input.npy --device cpu --check", pkg, net), dir).code, 0);
+  // A cache folder that cannot be made (a read-only home; here a path through a file): the same.
+  const Outcome made = run(fmt::format("compile {}/net.json --ptx-only -q -o {}", net, pkg), dir,
+                           fmt::format("SPARSERT_CACHE_DIR='{}/00/cache'", cache_dir));
+  EXPECT_EQ(made.code, 0) << made.err;
+  EXPECT_NE(made.err.find("warning: " + cache_dir + "/00/cache: cannot create the cache directory"), std::string::npos)
+      << made.err;
+  EXPECT_EQ(lines(made.err), 1) << made.err;
+  EXPECT_EQ(run("verify " + pkg, dir).code, 0);
 }
 
 TEST(CliBadInput, AWriteThatFailsNamesThePackage) {

@@ -153,7 +153,12 @@ std::string choose_device(const std::string& requested) {
   return "cpu";
 }
 
-// `run` on a convolutional package: NCHW input with at most the compiled images, NCHW output.
+// The same, once for a command whose run may start again (a package replaced while it was read): said once.
+std::string choose_device_once(const std::string& requested, std::optional<std::string>& chosen) {
+  if (!chosen) chosen = choose_device(requested);
+  return *chosen;
+}
+
 // A run's --output, and its exit code: a failed run leaves what the path held (the product its check refused, or one
 // that is not finite, is no output).
 template <class Written>
@@ -169,7 +174,8 @@ int write_run_output(int rc, const RunArgs& args, Written written) {
   return rc;
 }
 
-int run_conv(const Package& pkg, const DenseTensor& input, const RunArgs& args) {
+// `run` on a convolutional package: NCHW input with at most the compiled images, NCHW output.
+int run_conv(const Package& pkg, const DenseTensor& input, const RunArgs& args, std::optional<std::string>& chosen) {
   const ConvShape& first = pkg.layers.front().conv->shape;
   SPARSERT_USER_CHECK(input.rank() == 4 && input.dim(0) >= 1 && input.dim(0) <= first.images &&
                           input.dim(1) == first.in_channels && input.dim(2) == first.in_h &&
@@ -177,7 +183,7 @@ int run_conv(const Package& pkg, const DenseTensor& input, const RunArgs& args) 
                       args.input, "shape {} does not match the network's input [1 to {}, {}, {}, {}] (NCHW)",
                       input.shape_string(), first.images, first.in_channels, first.in_h, first.in_w);
   SPARSERT_USER_CHECK(args.layout == "feature-major", "--layout", "a convolutional network's input is NCHW");
-  const std::string device = choose_device(args.device);
+  const std::string device = choose_device_once(args.device, chosen);
   std::vector<LayerWeights> weights;
   for (size_t i = 0; i < pkg.layers.size(); ++i) weights.push_back(load_layer_weights(pkg, i));
   auto epilogue = [&](size_t i) { return Epilogue{weights[i].bias, pkg.layers[i].activation, pkg.layers[i].clamp}; };
@@ -269,8 +275,8 @@ Action add_compile(CLI::App& app) {
   sub->add_option("--stream", args->stream,
                   "Every layer streamed with these parameters, a JSON object as a package's streamed tile holds them "
                   "(e.g. '{\"layout\": \"staged-rows\", \"rows_per_block\": 128, ...}'), instead of tuned or "
-                  "modelled ones: for experiments and profiles. Implies --kernel streamed; not with --tune, --baked, --tiles, "
-                  "--tuning-db, --block-functions or --max-entries");
+                  "modelled ones: for experiments and profiles. Implies --kernel streamed; not with --tune, --baked, "
+                  "--tiles, --tuning-db, --block-functions or --max-entries");
   sub->add_option("--baked", args->baked,
                   "Every layer baked with these tile parameters, a JSON object as a package's baked tile holds them "
                   "(e.g. '{\"m_blocks\": 32, \"gy\": 4, \"n_tile\": 64}'; the others at their defaults), instead "
@@ -449,7 +455,7 @@ Action add_compile(CLI::App& app) {
 namespace {
 // The run itself: the package loaded, its files read, the product and its check. Run again from the start where
 // another process replaced the package while its files were read (the old and the new packages' files mixed).
-int run_package(const RunArgs& args) {
+int run_package(const RunArgs& args, std::optional<std::string>& chosen) {
   const Package pkg = load_package(args.package);
   DenseTensor input = read_npy_f32(args.input);
   // A NaN or an infinity would flow through every layer (and the reference alike, so --check could not see it).
@@ -457,7 +463,7 @@ int run_package(const RunArgs& args) {
     SPARSERT_USER_CHECK(std::isfinite(input.data()[i]), args.input, "element {} is {}, not a finite number", i,
                         input.data()[i]);
   }
-  if (pkg.layers.front().conv) return run_conv(pkg, input, args);
+  if (pkg.layers.front().conv) return run_conv(pkg, input, args, chosen);
   SPARSERT_USER_CHECK(input.rank() == 2, args.input, "shape {} is not a matrix", input.shape_string());
   // Checked as the file holds it: in batch-major order the inputs are its columns, the batch its rows.
   const bool batch_major = args.layout == "batch-major";
@@ -468,7 +474,7 @@ int run_package(const RunArgs& args) {
                       args.layout, features, batch_major ? "columns" : "rows", pkg.layers.front().k);
   SPARSERT_USER_CHECK(batch >= 1, args.input, "has no {} of inputs", batch_major ? "rows" : "columns");
   if (batch_major) input = transpose_dense(input);
-  const std::string device = choose_device(args.device);
+  const std::string device = choose_device_once(args.device, chosen);
   std::vector<LayerWeights> weights;
   if (device == "cpu" || args.check) {
     for (size_t i = 0; i < pkg.layers.size(); ++i) weights.push_back(load_layer_weights(pkg, i));
@@ -594,7 +600,8 @@ Action add_run(CLI::App& app) {
       check_distinct_outputs({{"--output", args->output}},
                              {{"--input", args->input}, {"the package", args->package, true}});
     }
-    return retry_replaced_package([&] { return run_package(*args); });
+    std::optional<std::string> device;  // chosen once, however many times the run starts
+    return retry_replaced_package([&] { return run_package(*args, device); });
   };
 }
 

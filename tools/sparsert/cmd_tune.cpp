@@ -84,7 +84,8 @@ Action add_tune(CLI::App& app) {
   sub->add_option("-o,--output", args->output, "Report to write (JSON)")->required();
   sub->add_option("--html", args->html, "HTML report to write (default: the report's name with .html)");
   sub->add_option("--target", args->target, "Target to tune for")->default_val("sm_90");
-  sub->add_option("--n", args->n, "Columns of B: required for a matrix input, refused for a network (which gives n per layer)")
+  sub->add_option("--n", args->n,
+                  "Columns of B: required for a matrix input, refused for a network (which gives n per layer)")
       ->check(CLI::Range(0, 1 << 30));  // the network format's limit
   sub->add_option("--budget", args->budget, "Seconds for the whole run (0: no limit); past it nothing new is "
                   "assembled or timed")->default_val(0)->check(finite_range(0.0, 1e9));

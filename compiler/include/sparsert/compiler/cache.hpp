@@ -53,17 +53,20 @@ class KernelCache {
  public:
   // runtime's default_cache_dir(), the one directory rule; kept here for the callers that name the cache by its class.
   static std::filesystem::path default_dir() { return default_cache_dir(); }
+  // A cache folder that cannot be made (a read-only home, a path through a file) is a warning, and a cache that
+  // keeps nothing: the cache only saves assembly.
   explicit KernelCache(std::filesystem::path dir = default_dir());
 
   // A verified entry, or nothing (a missing entry, or a corrupted one, which is removed).
   std::optional<CachedKernel> find(const std::string& key) const;
   // Also sets the entries' ptx_sha256 and cubin_sha256.
   void store(CachedKernel& k) const;
-  const std::filesystem::path& dir() const { return store_.dir(); }
-  std::filesystem::path entry_dir(const std::string& key) const { return store_.entry_dir(key); }
+  const std::filesystem::path& dir() const { return dir_; }
+  std::filesystem::path entry_dir(const std::string& key) const;
 
  private:
-  ContentStore store_;
+  std::filesystem::path dir_;
+  std::optional<ContentStore> store_;  // none where the folder could not be made
 };
 
 }  // namespace sparsert::compiler

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -125,10 +126,11 @@ struct Package {
   std::map<std::string, std::string> sha256;  // file -> hash
   // Set by load_package(dir, true): read_package_file checks each file's bytes against `sha256` as it reads them.
   bool verify_files = false;
-  // The directory `dir` named when the manifest was read (device and inode): compile replaces a package by renaming
-  // another directory onto its path, so a file that fails its check where `dir` names another directory now was read
-  // from the new package against the old manifest (PackageReplaced), not damaged.
-  uint64_t dir_device = 0, dir_inode = 0;
+  // The directory `dir` named when the package was loaded, held open (so that its inode number cannot pass to
+  // another directory meanwhile): compile replaces a package by renaming another directory onto its path, so a file
+  // that fails to read or check where `dir` names another directory now came from the new package against the old
+  // manifest, or is gone with the old package (PackageReplaced), not damage. Null for a package not loaded from disk.
+  std::shared_ptr<const int> dir_handle;
 };
 
 // The package was replaced (another compile wrote its path) while its files were being read: what was read mixes two
